@@ -1,0 +1,280 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// rollbackTimeout bounds the release attempted after a failed acquire, which
+// runs even when the caller's context is already cancelled.
+const rollbackTimeout = 2 * time.Minute
+
+// Lease is a live lease: its claim, how to reach the box, and the key that
+// opens it.
+type Lease struct {
+	Claim  Claim
+	Target provider.LeaseTarget
+	Key    Key
+}
+
+// AcquireOptions shape a new lease.
+type AcquireOptions struct {
+	Slug        string // empty: a fresh friendly slug
+	TTL         time.Duration
+	IdleTimeout time.Duration
+	Keep        bool
+	Labels      map[string]string
+}
+
+// Acquire creates a lease through b. The claim is written before the
+// provider is called and completed after it returns; if the provider fails,
+// Acquire asks it to release whatever it made and drops the claim, or marks
+// the claim failed when that release fails too, so cleanup can finish it.
+func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts AcquireOptions) (Lease, error) {
+	spec := b.Spec()
+	ttl, idle := opts.TTL, opts.IdleTimeout
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if idle == 0 {
+		idle = DefaultIdleTimeout
+	}
+	if ttl < 0 || idle < 0 {
+		return Lease{}, fmt.Errorf("acquire %s lease: negative TTL %s or idle timeout %s", spec.Name, ttl, idle)
+	}
+	key, err := NewKey()
+	if err != nil {
+		return Lease{}, err
+	}
+	now := s.clock.Now().UTC()
+	id := NewID()
+	if err := s.SaveKey(id, key); err != nil {
+		return Lease{}, err
+	}
+	c, err := s.Create(Claim{
+		ID: id, Slug: opts.Slug, Provider: spec.Name, State: StateAcquiring,
+		CreatedAt: now, LastTouchedAt: now, ExpiresAt: ExpiresAt(now, now, ttl, idle),
+		TTLSeconds: int64(ttl / time.Second), IdleSeconds: int64(idle / time.Second),
+		Keep: opts.Keep, Labels: maps.Clone(opts.Labels),
+	})
+	if err != nil {
+		_ = os.Remove(s.KeyPath(id))
+		return Lease{}, fmt.Errorf("acquire %s lease: %w", spec.Name, err)
+	}
+	target, err := b.Acquire(ctx, provider.AcquireRequest{
+		LeaseID: c.ID, Slug: c.Slug, PublicKey: key.AuthorizedKey(),
+		TTL: ttl, IdleTimeout: idle, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt,
+		Keep: c.Keep, Labels: maps.Clone(c.Labels),
+	})
+	if err == nil {
+		err = checkTarget(c, target)
+	}
+	if err != nil {
+		return Lease{}, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
+	}
+	if !target.ExpiresAt.IsZero() {
+		c.ExpiresAt = target.ExpiresAt
+	}
+	ready, err := s.Update(c.ID, func(cl *Claim) error {
+		cl.State, cl.Target, cl.PinnedHostKey, cl.ExpiresAt = StateReady, &target, target.HostKey, c.ExpiresAt
+		return nil
+	})
+	if err != nil {
+		return Lease{}, errors.Join(fmt.Errorf("record %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
+	}
+	c = ready
+	if target.KeyFile != "" {
+		if key, err = LoadKeyFile(target.KeyFile); err != nil {
+			return Lease{}, errors.Join(err, s.rollback(ctx, b, c))
+		}
+	}
+	return Lease{Claim: c, Target: target, Key: key}, nil
+}
+
+// checkTarget rejects a provider answer that does not describe the lease
+// that was asked for or cannot be reached.
+func checkTarget(c Claim, t provider.LeaseTarget) error {
+	switch {
+	case t.LeaseID != c.ID:
+		return fmt.Errorf("provider returned lease ID %q, want %q", t.LeaseID, c.ID)
+	case t.Host == "":
+		return errors.New("provider returned no SSH host")
+	case t.Port <= 0 || t.Port > 65535:
+		return fmt.Errorf("provider returned SSH port %d", t.Port)
+	case t.User == "":
+		return errors.New("provider returned no SSH user")
+	case t.WorkRoot == "":
+		return errors.New("provider returned no work root")
+	}
+	if t.HostKey != "" {
+		if _, err := ParsePublicKey(t.HostKey); err != nil {
+			return fmt.Errorf("provider returned a bad host key: %w", err)
+		}
+	}
+	return nil
+}
+
+// rollback releases whatever the provider may have created for c and drops
+// the claim; if the release fails the claim stays, marked failed, for cleanup.
+func (s *Store) rollback(ctx context.Context, b provider.SSHLeaseBackend, c Claim) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	target := provider.LeaseTarget{LeaseID: c.ID, Slug: c.Slug, Provider: c.Provider}
+	if err := b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: target}); err != nil {
+		_, uerr := s.Update(c.ID, func(cl *Claim) error { cl.State = StateFailed; return nil })
+		return errors.Join(fmt.Errorf("roll back lease %s (left for cleanup): %w", c.ID, err), uerr)
+	}
+	return s.Delete(c.ID)
+}
+
+// Resolve finds a ready lease by ID or slug among the store's claims and
+// asks the provider whether the box still exists. An unknown, expired or
+// vanished lease is an error for which errors.Is(err, provider.ErrNotFound).
+func (s *Store) Resolve(ctx context.Context, b provider.SSHLeaseBackend, ref string) (Lease, error) {
+	c, err := s.Find(ref)
+	if err != nil {
+		return Lease{}, err
+	}
+	if c.Provider != b.Spec().Name {
+		return Lease{}, fmt.Errorf("lease %s belongs to provider %q, not %q", c.ID, c.Provider, b.Spec().Name)
+	}
+	if c.State != StateReady {
+		return Lease{}, fmt.Errorf("lease %s is %s, not ready: %w", c.ID, c.State, provider.ErrNotFound)
+	}
+	if now := s.clock.Now(); c.Expired(now) {
+		return Lease{}, fmt.Errorf("lease %s expired at %s: %w", c.ID, c.ExpiresAt.Format(time.RFC3339), provider.ErrNotFound)
+	}
+	target, err := b.Resolve(ctx, provider.ResolveRequest{ID: c.ID})
+	if err != nil {
+		return Lease{}, fmt.Errorf("resolve lease %s: %w", c.ID, err)
+	}
+	if target.LeaseID != c.ID {
+		return Lease{}, fmt.Errorf("resolve lease %s: provider returned lease %q", c.ID, target.LeaseID)
+	}
+	key, err := s.keyFor(c.ID, target)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Claim: c, Target: target, Key: key}, nil
+}
+
+func (s *Store) keyFor(id string, t provider.LeaseTarget) (Key, error) {
+	if t.KeyFile != "" {
+		return LoadKeyFile(t.KeyFile)
+	}
+	return s.LoadKey(id)
+}
+
+// LoadKeyFile reads an unencrypted private key file.
+func LoadKeyFile(path string) (Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Key{}, fmt.Errorf("read SSH key %s: %w", path, err)
+	}
+	k, err := ParseKey(b)
+	if err != nil {
+		var missing *ssh.PassphraseMissingError
+		if errors.As(err, &missing) {
+			return Key{}, fmt.Errorf("SSH key %s is passphrase-protected; crabbox needs an unencrypted key file", path)
+		}
+		return Key{}, fmt.Errorf("SSH key %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// Touch records activity: the lease's expiry moves to
+// min(created+ttl, now+idle), at the provider and in the claim.
+func (s *Store) Touch(ctx context.Context, b provider.SSHLeaseBackend, l Lease) (Lease, error) {
+	now := s.clock.Now().UTC()
+	expires := ExpiresAt(l.Claim.CreatedAt, now, l.Claim.TTL(), l.Claim.IdleTimeout())
+	target, err := b.Touch(ctx, provider.TouchRequest{Lease: l.Target, Now: now, ExpiresAt: expires})
+	if err != nil {
+		return l, fmt.Errorf("touch lease %s: %w", l.Claim.ID, err)
+	}
+	c, err := s.Update(l.Claim.ID, func(c *Claim) error {
+		c.LastTouchedAt, c.ExpiresAt, c.Target = now, expires, &target
+		return nil
+	})
+	if err != nil {
+		return l, fmt.Errorf("touch lease %s: %w", l.Claim.ID, err)
+	}
+	l.Claim, l.Target = c, target
+	return l, nil
+}
+
+// Release ends the lease at the provider and drops its claim. Releasing a
+// lease that is already gone succeeds.
+func (s *Store) Release(ctx context.Context, b provider.SSHLeaseBackend, c Claim) error {
+	target := provider.LeaseTarget{LeaseID: c.ID, Slug: c.Slug, Provider: c.Provider}
+	if c.Target != nil {
+		target = *c.Target
+	}
+	if err := b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: target}); err != nil {
+		return fmt.Errorf("release lease %s: %w", c.ID, err)
+	}
+	return s.Delete(c.ID)
+}
+
+// Heartbeat touches the lease every HeartbeatInterval(idle) until the
+// returned stop function is called; stop waits for the loop to end.
+// Failures are logged, not fatal: the lease simply expires if they persist.
+func (s *Store) Heartbeat(ctx context.Context, b provider.SSHLeaseBackend, l Lease, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	ticker := s.clock.NewTicker(HeartbeatInterval(l.Claim.IdleTimeout()))
+	go func() {
+		defer close(done)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.Chan():
+				var err error
+				if l, err = s.Touch(ctx, b, l); err != nil && ctx.Err() == nil {
+					log.Warn("heartbeat failed", "lease", l.Claim.ID, "err", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// HostKeyCallback verifies the box's host key for lease id: against the
+// pinned key when there is one (a different key is a hard error), otherwise
+// it trusts the first key it sees and pins it in the claim.
+func (s *Store) HostKeyCallback(id string) ssh.HostKeyCallback {
+	return func(hostname string, _ net.Addr, key ssh.PublicKey) error {
+		c, err := s.Get(id)
+		if err == nil && c.PinnedHostKey == "" {
+			c, err = s.Update(id, func(c *Claim) error {
+				if c.PinnedHostKey == "" {
+					c.PinnedHostKey = FormatPublicKey(key)
+				}
+				return nil
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("pin host key of %s: %w", id, err)
+		}
+		pinned, err := ParsePublicKey(c.PinnedHostKey)
+		if err != nil {
+			return fmt.Errorf("pinned host key of %s: %w", id, err)
+		}
+		if !bytes.Equal(pinned.Marshal(), key.Marshal()) {
+			return fmt.Errorf("host key of %s (%s) changed: pinned %s, box offers %s", id, hostname, ssh.FingerprintSHA256(pinned), ssh.FingerprintSHA256(key))
+		}
+		return nil
+	}
+}

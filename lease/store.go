@@ -1,0 +1,344 @@
+package lease
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gofrs/flock"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// State is where a lease is in its life.
+type State string
+
+const (
+	// StateAcquiring: the claim exists and the provider may be creating the box.
+	StateAcquiring State = "acquiring"
+	// StateReady: the box exists and its target is recorded.
+	StateReady State = "ready"
+	// StateFailed: acquire failed and rolling back did not finish; cleanup
+	// deletes what is left.
+	StateFailed State = "failed"
+)
+
+// Claim is the local record of a lease. It holds no secrets: the lease's
+// private key lives in its own file beside the claims.
+type Claim struct {
+	ID            string                `json:"id"`
+	Slug          string                `json:"slug"`
+	Provider      string                `json:"provider"`
+	State         State                 `json:"state"`
+	CreatedAt     time.Time             `json:"createdAt"`
+	LastTouchedAt time.Time             `json:"lastTouchedAt"`
+	ExpiresAt     time.Time             `json:"expiresAt"`
+	TTLSeconds    int64                 `json:"ttlSeconds"`
+	IdleSeconds   int64                 `json:"idleTimeoutSeconds"`
+	Keep          bool                  `json:"keep,omitempty"`
+	Labels        map[string]string     `json:"labels,omitempty"`
+	Target        *provider.LeaseTarget `json:"target,omitempty"`
+	// PinnedHostKey is the box's host key in authorized_keys form, from the
+	// provider or recorded on first use. A different key later is an error.
+	PinnedHostKey string `json:"pinnedHostKey,omitempty"`
+	// Revision increases with every write; a write with a stale revision
+	// fails with ErrConflict so two processes never overwrite each other.
+	Revision int64 `json:"revision"`
+}
+
+// TTL is the lease's time to live.
+func (c Claim) TTL() time.Duration { return time.Duration(c.TTLSeconds) * time.Second }
+
+// IdleTimeout is the lease's idle timeout.
+func (c Claim) IdleTimeout() time.Duration { return time.Duration(c.IdleSeconds) * time.Second }
+
+// Expired reports whether the lease is past its expiry at now.
+func (c Claim) Expired(now time.Time) bool { return !now.Before(c.ExpiresAt) }
+
+// Store is the local lease store: one JSON file per claim, written
+// atomically with mode 0600 under a file lock.
+type Store struct {
+	dir   string
+	clock clockwork.Clock
+}
+
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// WithClock sets the clock used for lease times (default: the real clock).
+func WithClock(c clockwork.Clock) StoreOption { return func(s *Store) { s.clock = c } }
+
+// DefaultDir is the state directory: $CRABBOX_STATE_DIR, else
+// $XDG_STATE_HOME/crabbox, else the platform's per-user state location.
+func DefaultDir() (string, error) {
+	if d := os.Getenv("CRABBOX_STATE_DIR"); d != "" {
+		return d, nil
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "crabbox"), nil
+	}
+	if runtime.GOOS == "windows" {
+		if d := os.Getenv("LocalAppData"); d != "" {
+			return filepath.Join(d, "crabbox", "state"), nil
+		}
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find state directory: %w (set CRABBOX_STATE_DIR)", err)
+	}
+	return filepath.Join(home, ".local", "state", "crabbox"), nil
+}
+
+// OpenStore opens (creating if needed) the lease store in dir.
+func OpenStore(dir string, opts ...StoreOption) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("open lease store: empty directory")
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "leases"), filepath.Join(dir, "keys")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("open lease store %s: %w", dir, err)
+		}
+	}
+	s := &Store{dir: dir, clock: clockwork.NewRealClock()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+func (s *Store) claimPath(id string) string { return filepath.Join(s.dir, "leases", id+".json") }
+
+// KeyPath is where the lease's private key is kept.
+func (s *Store) KeyPath(id string) string { return filepath.Join(s.dir, "keys", id) }
+
+// locked runs fn while holding the store's lock, so reads-then-writes of
+// several processes never interleave.
+func (s *Store) locked(fn func() error) error {
+	l := flock.New(filepath.Join(s.dir, "leases", ".lock"))
+	if err := l.Lock(); err != nil {
+		return fmt.Errorf("lock lease store %s: %w", s.dir, err)
+	}
+	defer l.Unlock()
+	return fn()
+}
+
+// Create stores a new claim with revision 1. An empty slug is replaced by a
+// fresh one unique among the store's claims; a slug already in use is
+// ErrConflict.
+func (s *Store) Create(c Claim) (Claim, error) {
+	if !IsID(c.ID) {
+		return Claim{}, fmt.Errorf("create claim: lease ID %q is malformed", c.ID)
+	}
+	err := s.locked(func() error {
+		all, err := s.list()
+		if err != nil {
+			return err
+		}
+		taken := func(slug string) bool {
+			return slices.ContainsFunc(all, func(o Claim) bool { return o.Slug == slug })
+		}
+		if slices.ContainsFunc(all, func(o Claim) bool { return o.ID == c.ID }) {
+			return fmt.Errorf("create claim %s: %w: already exists", c.ID, provider.ErrConflict)
+		}
+		switch {
+		case c.Slug == "":
+			c.Slug = NewSlug(taken)
+		case !ValidSlug(c.Slug):
+			return fmt.Errorf("create claim %s: slug %q is malformed (lowercase letters, digits and dashes, at most 41)", c.ID, c.Slug)
+		case taken(c.Slug):
+			return fmt.Errorf("create claim %s: slug %q: %w: in use by another lease", c.ID, c.Slug, provider.ErrConflict)
+		}
+		c.Revision = 1
+		return s.write(c)
+	})
+	return c, err
+}
+
+// Get returns the claim with the given ID.
+func (s *Store) Get(id string) (Claim, error) {
+	c, err := s.read(s.claimPath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Claim{}, fmt.Errorf("lease %s: %w", id, provider.ErrNotFound)
+	}
+	return c, err
+}
+
+// Find returns the claim whose ID or slug is ref.
+func (s *Store) Find(ref string) (Claim, error) {
+	if err := checkRef(ref); err != nil {
+		return Claim{}, err
+	}
+	if IsID(ref) {
+		return s.Get(ref)
+	}
+	all, err := s.List()
+	if err != nil {
+		return Claim{}, err
+	}
+	for _, c := range all {
+		if c.Slug == ref {
+			return c, nil
+		}
+	}
+	return Claim{}, fmt.Errorf("lease %q: %w", ref, provider.ErrNotFound)
+}
+
+// List returns every claim, oldest first.
+func (s *Store) List() ([]Claim, error) {
+	var out []Claim
+	err := s.locked(func() (err error) {
+		out, err = s.list()
+		return err
+	})
+	return out, err
+}
+
+// Update applies fn to the current claim and writes it back atomically.
+func (s *Store) Update(id string, fn func(*Claim) error) (Claim, error) {
+	var c Claim
+	err := s.locked(func() error {
+		var err error
+		if c, err = s.Get(id); err != nil {
+			return err
+		}
+		rev := c.Revision
+		if err := fn(&c); err != nil {
+			return err
+		}
+		c.ID, c.Revision = id, rev+1
+		return s.write(c)
+	})
+	return c, err
+}
+
+// Put writes c if its revision is still the stored one (compare-and-swap);
+// otherwise it returns ErrConflict and writes nothing.
+func (s *Store) Put(c Claim) (Claim, error) {
+	err := s.locked(func() error {
+		cur, err := s.Get(c.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Revision != c.Revision {
+			return fmt.Errorf("write claim %s: %w: revision %d, stored %d", c.ID, provider.ErrConflict, c.Revision, cur.Revision)
+		}
+		c.Revision++
+		return s.write(c)
+	})
+	return c, err
+}
+
+// Delete removes the claim and its key. Deleting a missing claim is not an
+// error.
+func (s *Store) Delete(id string) error {
+	return s.locked(func() error {
+		for _, p := range []string{s.claimPath(id), s.KeyPath(id)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("delete claim %s: %w", id, err)
+			}
+		}
+		return nil
+	})
+}
+
+// SaveKey stores the lease's private key with mode 0600.
+func (s *Store) SaveKey(id string, k Key) error {
+	if err := writeFileAtomic(s.KeyPath(id), k.PEM); err != nil {
+		return fmt.Errorf("save key of %s: %w", id, err)
+	}
+	return nil
+}
+
+// LoadKey reads the lease's private key.
+func (s *Store) LoadKey(id string) (Key, error) {
+	b, err := os.ReadFile(s.KeyPath(id))
+	if err != nil {
+		return Key{}, fmt.Errorf("load key of %s: %w", id, err)
+	}
+	return ParseKey(b)
+}
+
+func (s *Store) list() ([]Claim, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, "leases"))
+	if err != nil {
+		return nil, fmt.Errorf("list leases in %s: %w", s.dir, err)
+	}
+	var out []Claim
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") || !IsID(strings.TrimSuffix(name, ".json")) {
+			continue
+		}
+		c, err := s.read(filepath.Join(s.dir, "leases", name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Claim) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+func (s *Store) read(path string) (Claim, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Claim{}, err
+	}
+	var c Claim
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Claim{}, fmt.Errorf("read claim %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func (s *Store) write(c Claim) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode claim %s: %w", c.ID, err)
+	}
+	if err := writeFileAtomic(s.claimPath(c.ID), append(b, '\n')); err != nil {
+		return fmt.Errorf("write claim %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes data to a temporary file with mode 0600 and renames
+// it over path, so readers see the old or the new content, never a part.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if err := f.Chmod(0o600); err != nil && runtime.GOOS != "windows" {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

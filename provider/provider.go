@@ -1,0 +1,244 @@
+// Package provider is the contract between crabbox's library and the
+// providers that supply boxes.
+//
+// A Provider describes itself with a Spec (kind, targets, features, options)
+// and turns its raw Config into a Backend. The library inspects which
+// interfaces the backend implements: an SSHLeaseBackend hands back an SSH
+// target and the library owns everything after that (sync, run, heartbeat,
+// release policy); a DelegatedRunBackend runs commands itself. Optional
+// abilities (cleanup, doctor) are small interfaces discovered by type
+// assertion and declared as features in the Spec.
+//
+// Providers register themselves in init with Register; a duplicate name
+// panics. Every provider also exports a plain constructor so code that wants
+// one provider never needs the registry.
+package provider
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind is a provider's execution model.
+type Kind string
+
+const (
+	// KindSSHLease providers hand crabbox an SSH target; crabbox syncs and runs.
+	KindSSHLease Kind = "ssh-lease"
+	// KindDelegatedRun providers run the command themselves and stream output.
+	KindDelegatedRun Kind = "delegated-run"
+	// KindServiceControl providers manage a long-lived service, not boxes.
+	KindServiceControl Kind = "service-control"
+)
+
+// Target is an operating system a provider's boxes can run.
+type Target string
+
+const (
+	TargetLinux   Target = "linux"
+	TargetMacOS   Target = "macos"
+	TargetWindows Target = "windows"
+)
+
+// Feature is an ability a provider declares only when it works end to end.
+type Feature string
+
+const (
+	// FeatureSSH: leases are reachable over SSH (an SSHLeaseBackend).
+	FeatureSSH Feature = "ssh"
+	// FeaturePinnedHostKey: the box's host key is known before the first
+	// connection, so it is strict from the start (no trust on first use).
+	FeaturePinnedHostKey Feature = "pinned-host-key"
+	// FeatureSelfExpiry: a box stops and removes itself at its TTL or idle
+	// timeout without anyone running cleanup.
+	FeatureSelfExpiry Feature = "self-expiry"
+	// FeatureCleanup: the backend implements CleanupBackend.
+	FeatureCleanup Feature = "cleanup"
+	// FeatureDoctor: the backend implements DoctorBackend.
+	FeatureDoctor Feature = "doctor"
+	// FeaturePTY: interactive shells with a terminal.
+	FeaturePTY Feature = "pty"
+)
+
+// CoordinatorSupport says whether a coordinator can broker the provider's leases.
+type CoordinatorSupport string
+
+const (
+	CoordinatorUnsupported CoordinatorSupport = "unsupported"
+	CoordinatorSupported   CoordinatorSupport = "supported"
+)
+
+// Option is one configuration key of a provider. The same description drives
+// flags, environment variables, config file keys and `crabbox providers
+// describe`.
+type Option struct {
+	// Name is the config key within the provider's section, e.g. "host".
+	Name string
+	// Flag is the command-line flag name, e.g. "ssh-host". Providers may
+	// share a flag name (for example "work-root"); it is registered once and
+	// applies to whichever provider is selected.
+	Flag    string
+	Default string
+	Help    string
+}
+
+// Spec describes a provider. It is the single source for the capability
+// matrix, the docs and validation.
+type Spec struct {
+	Name        string
+	Aliases     []string
+	Description string
+	Kind        Kind
+	Targets     []Target
+	Features    []Feature
+	Coordinator CoordinatorSupport
+	Options     []Option
+}
+
+// Has reports whether the spec declares feature f.
+func (s Spec) Has(f Feature) bool { return slices.Contains(s.Features, f) }
+
+// Option returns the option named name.
+func (s Spec) Option(name string) (Option, bool) {
+	for _, o := range s.Options {
+		if o.Name == name {
+			return o, true
+		}
+	}
+	return Option{}, false
+}
+
+// Provider is a source of boxes. Implementations are cheap values: creating
+// one, reading its Spec or registering its flags has no side effects.
+type Provider interface {
+	Spec() Spec
+	// Configure validates cfg (already merged with the Spec's defaults) and
+	// returns a backend. It must not create remote resources.
+	Configure(cfg Config, rt Runtime) (Backend, error)
+}
+
+// Config is a provider's raw settings: option name to value, gathered from the
+// config file, the environment and flags. Each provider parses it into its own
+// typed configuration; there is no struct holding every provider's fields.
+type Config map[string]string
+
+// Resolve merges cfg over the spec's defaults and rejects keys the spec does
+// not declare, naming them. The receiver is not modified.
+func (s Spec) Resolve(cfg Config) (Config, error) {
+	out := make(Config, len(s.Options))
+	for _, o := range s.Options {
+		out[o.Name] = o.Default
+	}
+	for k, v := range cfg {
+		if _, ok := s.Option(k); !ok {
+			return nil, fmt.Errorf("provider %q: unknown config key %q (known: %s)", s.Name, k, strings.Join(s.optionNames(), ", "))
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (s Spec) optionNames() []string {
+	names := make([]string, 0, len(s.Options))
+	for _, o := range s.Options {
+		names = append(names, o.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Int parses the integer option key, naming it in the error.
+func (c Config) Int(key string) (int, error) {
+	v := c[key]
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("config %q: %q is not an integer", key, v)
+	}
+	return n, nil
+}
+
+// Duration parses the duration option key, naming it in the error.
+func (c Config) Duration(key string) (time.Duration, error) {
+	v := c[key]
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("config %q: %q is not a duration (like 90m)", key, v)
+	}
+	return d, nil
+}
+
+// Bool parses the boolean option key, naming it in the error.
+func (c Config) Bool(key string) (bool, error) {
+	v := c[key]
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("config %q: %q is not a boolean", key, v)
+	}
+	return b, nil
+}
+
+// Backend is what Configure returns. The library inspects which of
+// SSHLeaseBackend, DelegatedRunBackend and the optional interfaces it
+// implements.
+type Backend interface {
+	Spec() Spec
+}
+
+// SSHLeaseBackend owns a provider's lease lifecycle; crabbox owns everything
+// done over SSH.
+//
+// Errors: Resolve of an unknown lease must return an error for which
+// errors.Is(err, ErrNotFound) holds. ReleaseLease of a lease that is already
+// gone must succeed.
+type SSHLeaseBackend interface {
+	Backend
+	// Acquire creates a box for req.LeaseID. On error it removes whatever it
+	// created; the library's claim covers a crash in between.
+	Acquire(ctx context.Context, req AcquireRequest) (LeaseTarget, error)
+	// Resolve finds a live lease by ID or slug.
+	Resolve(ctx context.Context, req ResolveRequest) (LeaseTarget, error)
+	// List returns the provider's live crabbox leases with their labels.
+	List(ctx context.Context, req ListRequest) ([]LeaseTarget, error)
+	// Touch records activity and moves the lease's expiry to req.ExpiresAt.
+	Touch(ctx context.Context, req TouchRequest) (LeaseTarget, error)
+	// ReleaseLease deletes the box (or, for hosts crabbox does not own, only
+	// the lease's work directory).
+	ReleaseLease(ctx context.Context, req ReleaseRequest) error
+}
+
+// DelegatedRunBackend owns execution: the provider syncs and runs itself.
+type DelegatedRunBackend interface {
+	Backend
+	Warmup(ctx context.Context, req WarmupRequest) (LeaseView, error)
+	Run(ctx context.Context, req RunRequest) (RunResult, error)
+	List(ctx context.Context, req ListRequest) ([]LeaseView, error)
+	Status(ctx context.Context, req StatusRequest) (LeaseView, error)
+	Stop(ctx context.Context, req StopRequest) error
+}
+
+// CleanupBackend removes expired boxes that provably belong to the caller.
+type CleanupBackend interface {
+	Backend
+	// Cleanup decides for every crabbox box of the provider whether to delete
+	// it, and deletes it unless req.DryRun is set. It returns every decision.
+	Cleanup(ctx context.Context, req CleanupRequest) ([]CleanupDecision, error)
+}
+
+// DoctorBackend runs cheap, non-mutating readiness checks.
+type DoctorBackend interface {
+	Backend
+	Doctor(ctx context.Context) ([]Check, error)
+}

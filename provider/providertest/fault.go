@@ -1,0 +1,115 @@
+package providertest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// Step names a call of an SSH-lease backend.
+type Step string
+
+const (
+	StepAcquire Step = "acquire"
+	StepResolve Step = "resolve"
+	StepList    Step = "list"
+	StepTouch   Step = "touch"
+	StepRelease Step = "release"
+)
+
+// Fault is a failure injected at one step.
+type Fault struct {
+	Step Step
+	// Err is returned by the step. Nil means ErrInjected.
+	Err error
+	// Hang makes the step block until its context is done, then return the
+	// context's error.
+	Hang bool
+	// OnHang, if set, is called when a hang starts (a test cancels the
+	// caller's context from it instead of waiting for a deadline).
+	OnHang func()
+	// AfterCall lets the real call happen first, then fails or hangs: the
+	// provider did its work but the caller never learns of it, as when a
+	// process dies or a network answer is lost.
+	AfterCall bool
+	// Times limits how often the fault fires; 0 means every time.
+	Times int
+}
+
+// ErrInjected is the error a Fault returns when it has no Err of its own.
+var ErrInjected = fmt.Errorf("providertest: injected failure: %w", provider.ErrTransient)
+
+// Faulty wraps an SSH-lease backend and injects faults at chosen steps. It
+// keeps any optional interfaces of the wrapped backend reachable through
+// Unwrap; it is not safe for concurrent use with changing faults.
+type Faulty struct {
+	provider.SSHLeaseBackend
+	faults []Fault
+	fired  map[int]int
+}
+
+// WithFaults wraps b so that each fault fires at its step.
+func WithFaults(b provider.SSHLeaseBackend, faults ...Fault) *Faulty {
+	return &Faulty{SSHLeaseBackend: b, faults: faults, fired: map[int]int{}}
+}
+
+// Unwrap returns the wrapped backend.
+func (f *Faulty) Unwrap() provider.SSHLeaseBackend { return f.SSHLeaseBackend }
+
+func (f *Faulty) fault(step Step) (Fault, bool) {
+	for i, ft := range f.faults {
+		if ft.Step != step || (ft.Times > 0 && f.fired[i] >= ft.Times) {
+			continue
+		}
+		f.fired[i]++
+		if ft.Err == nil {
+			ft.Err = ErrInjected
+		}
+		return ft, true
+	}
+	return Fault{}, false
+}
+
+// inject runs call under the fault for step, if any.
+func inject[T any](ctx context.Context, f *Faulty, step Step, call func() (T, error)) (T, error) {
+	ft, ok := f.fault(step)
+	if !ok {
+		return call()
+	}
+	var zero T
+	if ft.AfterCall {
+		if _, err := call(); err != nil {
+			return zero, err
+		}
+	}
+	if ft.Hang {
+		if ft.OnHang != nil {
+			ft.OnHang()
+		}
+		<-ctx.Done()
+		return zero, ctx.Err()
+	}
+	return zero, ft.Err
+}
+
+func (f *Faulty) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	return inject(ctx, f, StepAcquire, func() (provider.LeaseTarget, error) { return f.SSHLeaseBackend.Acquire(ctx, req) })
+}
+
+func (f *Faulty) Resolve(ctx context.Context, req provider.ResolveRequest) (provider.LeaseTarget, error) {
+	return inject(ctx, f, StepResolve, func() (provider.LeaseTarget, error) { return f.SSHLeaseBackend.Resolve(ctx, req) })
+}
+
+func (f *Faulty) List(ctx context.Context, req provider.ListRequest) ([]provider.LeaseTarget, error) {
+	return inject(ctx, f, StepList, func() ([]provider.LeaseTarget, error) { return f.SSHLeaseBackend.List(ctx, req) })
+}
+
+func (f *Faulty) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
+	return inject(ctx, f, StepTouch, func() (provider.LeaseTarget, error) { return f.SSHLeaseBackend.Touch(ctx, req) })
+}
+
+func (f *Faulty) ReleaseLease(ctx context.Context, req provider.ReleaseRequest) error {
+	_, err := inject(ctx, f, StepRelease, func() (struct{}, error) { return struct{}{}, f.SSHLeaseBackend.ReleaseLease(ctx, req) })
+	return err
+}

@@ -1,0 +1,146 @@
+package provider
+
+import (
+	"io"
+	"time"
+)
+
+// AcquireRequest asks an SSH-lease backend for a new box. The library has
+// already chosen the lease identity and made the lease key pair.
+type AcquireRequest struct {
+	LeaseID string
+	Slug    string
+	// PublicKey is the lease key in authorized_keys format: the only key the
+	// box must accept.
+	PublicKey   string
+	TTL         time.Duration
+	IdleTimeout time.Duration
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	Keep        bool
+	// Labels are extra labels from the caller, set on the box where the
+	// provider supports labels.
+	Labels map[string]string
+}
+
+// LeaseTarget is a neutral description of a leased box and how to reach it
+// over SSH. It is not any cloud's JSON shape.
+type LeaseTarget struct {
+	LeaseID  string
+	Slug     string
+	Provider string
+	// CloudID is the provider's own identifier of the box, if any.
+	CloudID string
+	Host    string
+	Port    int
+	User    string
+	// KeyFile is a private key file the box requires (bring-your-own hosts).
+	// Empty means the lease key made by the library.
+	KeyFile string
+	// HostKey is the box's public host key in authorized_keys format. Empty
+	// means unknown: the library trusts the first key it sees and pins it.
+	HostKey string
+	// WorkRoot is the directory under which the library creates the lease's
+	// work directory (<WorkRoot>/<LeaseID>/<repo>).
+	WorkRoot  string
+	State     string
+	Labels    map[string]string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// ResolveRequest finds a lease by ID (cbx_...) or slug.
+type ResolveRequest struct {
+	ID string
+}
+
+// ListRequest lists a provider's crabbox leases.
+type ListRequest struct{}
+
+// TouchRequest records activity on a lease.
+type TouchRequest struct {
+	Lease     LeaseTarget
+	Now       time.Time
+	ExpiresAt time.Time
+}
+
+// ReleaseRequest ends a lease.
+type ReleaseRequest struct {
+	Lease LeaseTarget
+}
+
+// CleanupRequest asks a backend to sweep expired boxes.
+type CleanupRequest struct {
+	DryRun bool
+	Now    time.Time
+	// Claimed reports whether the caller holds a claim for the lease ID.
+	// Boxes without a claim belong to someone else and are never deleted.
+	Claimed func(leaseID string) bool
+}
+
+// CleanupDecision is what cleanup decided about one box, and why.
+type CleanupDecision struct {
+	LeaseID string
+	Slug    string
+	CloudID string
+	Delete  bool
+	Reason  string
+	// Deleted is set when the box was actually deleted (never on dry run).
+	Deleted bool
+	// Err is set when the deletion was attempted and failed.
+	Err error
+}
+
+// Check is one doctor check's outcome.
+type Check struct {
+	Name   string
+	OK     bool
+	Detail string
+}
+
+// LeaseView is a normalized view of a lease for delegated backends, list and
+// status rendering.
+type LeaseView struct {
+	ID        string
+	Slug      string
+	Provider  string
+	CloudID   string
+	State     string
+	Labels    map[string]string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// WarmupRequest prepares a delegated lease.
+type WarmupRequest struct {
+	LeaseID     string
+	Slug        string
+	TTL         time.Duration
+	IdleTimeout time.Duration
+	Labels      map[string]string
+}
+
+// RunRequest runs a command on a delegated backend.
+type RunRequest struct {
+	LeaseID string
+	Command []string
+	Env     map[string]string
+	Workdir string
+	Stdout  io.Writer
+	Stderr  io.Writer
+}
+
+// RunResult is the outcome of a delegated run.
+type RunResult struct {
+	ExitCode int
+}
+
+// StatusRequest asks for one delegated lease.
+type StatusRequest struct {
+	ID string
+}
+
+// StopRequest ends a delegated lease.
+type StopRequest struct {
+	ID string
+}
