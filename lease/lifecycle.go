@@ -228,8 +228,12 @@ func (s *Store) Release(ctx context.Context, b provider.SSHLeaseBackend, c Claim
 
 // Heartbeat touches the lease every HeartbeatInterval(idle) until the
 // returned stop function is called; stop waits for the loop to end.
-// Failures are logged, not fatal: the lease simply expires if they persist.
+// Failures are logged (log may be nil), not fatal: the lease simply expires
+// if they persist.
 func (s *Store) Heartbeat(ctx context.Context, b provider.SSHLeaseBackend, l Lease, log *slog.Logger) (stop func()) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	ticker := s.clock.NewTicker(HeartbeatInterval(l.Claim.IdleTimeout()))
