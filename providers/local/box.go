@@ -1,0 +1,153 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/crabbox-dev/crabbox/internal/sshserver"
+)
+
+// serveOptions are what differs between a box served in-process and one
+// served by an agent process.
+type serveOptions struct {
+	clock clockwork.Clock
+	log   *slog.Logger
+	// pid is recorded as the serving process; 0 when serving in-process.
+	pid int
+	// ready is called once the box serves, with its port. An error stops
+	// the box before it is announced.
+	ready func(port int) error
+	// touched tells an in-process box that Touch moved its expiry; nil for
+	// agents, which find the new expiry when their timer fires.
+	touched <-chan struct{}
+}
+
+// serve runs the box of the lease directory dir: it loads the record,
+// serves SSH on a loopback port, records the port, and waits until the
+// lease's expiry passes (as re-read from the record, which Touch may have
+// moved) or ctx ends (release, Close, SIGTERM).
+//
+// Until the box is ready serve returns errors and leaves dir alone. Once it
+// is ready it always ends the same way: it closes the server, which
+// terminates every running command, and removes dir.
+func serve(ctx context.Context, dir string, o serveOptions) error {
+	rec, err := readRecord(dir)
+	if err != nil {
+		return fmt.Errorf("read lease record: %w", err)
+	}
+	id := rec.ID
+	log := o.log.With("lease", id)
+	srv, err := newServer(dir, rec, log)
+	if err != nil {
+		return fmt.Errorf("lease %s: %w", id, err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(loopback, "0"))
+	if err != nil {
+		return fmt.Errorf("lease %s: listen: %w", id, err)
+	}
+	served := make(chan struct{})
+	var serveErr error
+	go func() {
+		defer close(served)
+		serveErr = srv.Serve(l)
+	}()
+	stop := func() error {
+		err := srv.Close()
+		<-served
+		return errors.Join(err, serveErr)
+	}
+
+	port := l.Addr().(*net.TCPAddr).Port
+	rec, err = updateRecord(dir, func(r *record) { r.Port, r.PID = port, o.pid })
+	if err == nil {
+		err = o.ready(port)
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("lease %s: announce port %d: %w", id, port, err), stop())
+	}
+	log.Info("local box serving", "port", port, "expires", rec.ExpiresAt)
+
+	reason := awaitEnd(ctx, dir, rec.ExpiresAt, served, o)
+	log.Info("local box stopping", "reason", reason)
+	err = stop()
+	if rmErr := os.RemoveAll(dir); rmErr != nil {
+		err = errors.Join(err, fmt.Errorf("remove lease directory: %w", rmErr))
+	}
+	if err != nil {
+		return fmt.Errorf("lease %s: stop box: %w", id, err)
+	}
+	return nil
+}
+
+// newServer makes the SSH server of the lease in dir: its own host key,
+// the lease key as the only authorized key, commands in the work root.
+func newServer(dir string, rec record, log *slog.Logger) (*sshserver.Server, error) {
+	hostKey, err := loadHostKey(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load host key: %w", err)
+	}
+	authorized, err := parsePublicKey(rec.AuthorizedKey)
+	if err != nil {
+		return nil, fmt.Errorf("parse lease key: %w", err)
+	}
+	return sshserver.New(sshserver.Config{
+		HostKey:       hostKey,
+		AuthorizedKey: authorized,
+		User:          rec.User,
+		Dir:           filepath.Join(dir, workDir),
+		Env:           boxEnv(os.Environ()),
+		Logger:        log,
+	})
+}
+
+// boxEnv is the environment commands on a local box start with: the basics
+// of a login, never the serving process's own variables (which may hold
+// tokens). What a run forwards on purpose comes on top, from the run itself.
+func boxEnv(environ []string) []string {
+	keep := map[string]bool{
+		"HOME": true, "USER": true, "LOGNAME": true, "PATH": true, "SHELL": true,
+		"LANG": true, "LC_ALL": true, "TZ": true, "TMPDIR": true,
+	}
+	var env []string
+	for _, kv := range environ {
+		if name, _, ok := strings.Cut(kv, "="); ok && keep[name] {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// awaitEnd waits until the box should stop and says why. Whenever its timer
+// fires or Touch pokes it, it re-reads the record: an expiry moved later
+// re-arms the timer, a missing record stops the box.
+func awaitEnd(ctx context.Context, dir string, expires time.Time, served <-chan struct{}, o serveOptions) string {
+	timer := o.clock.NewTimer(o.clock.Until(expires))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "stopped"
+		case <-served:
+			return "server stopped serving"
+		case <-timer.Chan():
+		case <-o.touched:
+		}
+		rec, err := readRecord(dir)
+		if err != nil {
+			return fmt.Sprintf("lease record unreadable: %v", err)
+		}
+		if !rec.ExpiresAt.After(o.clock.Now()) {
+			return "expired at " + rec.ExpiresAt.Format(time.RFC3339)
+		}
+		timer.Reset(o.clock.Until(rec.ExpiresAt))
+	}
+}

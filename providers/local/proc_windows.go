@@ -1,0 +1,30 @@
+package local
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+
+	"golang.org/x/sys/windows"
+)
+
+// detach starts the agent in a new process group, so that Ctrl-C in the
+// console of the program that started it does not reach it.
+func detach(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{CreationFlags: windows.CREATE_NEW_PROCESS_GROUP}
+}
+
+// terminate stops an agent. Windows cannot deliver SIGTERM, so the agent
+// is killed and the caller removes its lease directory.
+func terminate(p *os.Process) error { return p.Kill() }
+
+// processAlive reports whether a process with pid exists and has not exited.
+func processAlive(pid int) bool {
+	h, err := windows.OpenProcess(windows.SYNCHRONIZE, false, uint32(pid))
+	if err != nil {
+		return false
+	}
+	defer windows.CloseHandle(h)
+	event, err := windows.WaitForSingleObject(h, 0)
+	return err == nil && event == uint32(windows.WAIT_TIMEOUT)
+}

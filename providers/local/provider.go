@@ -1,0 +1,89 @@
+// Package local is crabbox's embedded default provider: a box on this
+// machine, served by crabbox's own SSH server on 127.0.0.1.
+//
+// Every lease gets a private directory <Root>/<leaseID>/ holding the
+// provider's record (lease.json), the box's own host key and the work root.
+// The box accepts only the lease key, for the current user, and its host key
+// is returned with the lease, so the first connection is already strict.
+//
+// A box is served either in-process, by a goroutine of the Backend (the
+// default: library users and tests need no binary), or, when Config.Agent is
+// set, by a detached `<Agent> agent --lease-dir DIR` process that outlives
+// the program that acquired it (the CLI's `crabbox warmup`). Either way the
+// box stops serving and removes its directory when it is released or when
+// its expiry passes, without anyone running cleanup.
+package local
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// Name is the provider's registered name.
+const Name = "local"
+
+// Config is the local provider's typed configuration.
+type Config struct {
+	// Root is the directory holding one directory per lease.
+	Root string
+	// Agent is the program run as `<Agent> agent --lease-dir DIR` to serve
+	// each box out of process, so that leases outlive this process. Empty
+	// means boxes are served in-process and end with Backend.Close.
+	Agent string
+}
+
+var spec = provider.Spec{
+	Name:        Name,
+	Description: "a box on this machine, served by crabbox's own SSH server on 127.0.0.1",
+	Kind:        provider.KindSSHLease,
+	Targets:     []provider.Target{provider.TargetLinux, provider.TargetMacOS},
+	Features: []provider.Feature{
+		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry,
+		provider.FeatureCleanup, provider.FeaturePTY,
+	},
+	Coordinator: provider.CoordinatorUnsupported,
+	Options: []provider.Option{
+		{
+			Name: "root", Flag: "local-root",
+			Help: "directory for local leases (default: the local directory under crabbox's state directory)",
+		},
+		{
+			Name: "agent", Flag: "local-agent",
+			Help: "program to run as `<agent> agent --lease-dir DIR` so leases outlive this process (default: serve in-process)",
+		},
+	},
+}
+
+// Provider is the registered local provider.
+type Provider struct{}
+
+func init() { provider.Register(Provider{}) }
+
+// Spec describes the local provider.
+func (Provider) Spec() provider.Spec {
+	s := spec
+	s.Targets, s.Features, s.Options = slices.Clone(s.Targets), slices.Clone(s.Features), slices.Clone(s.Options)
+	return s
+}
+
+// Configure parses cfg (already merged with the Spec's defaults) and returns
+// a Backend. An empty root means rt.StateDir/local.
+func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
+	c := Config{Root: cfg["root"], Agent: cfg["agent"]}
+	if c.Root == "" {
+		if rt.StateDir == "" {
+			return nil, errors.New("local provider: no root directory: set root (--local-root) or give the runtime a state directory")
+		}
+		c.Root = filepath.Join(rt.StateDir, Name)
+	}
+	return New(c, rt)
+}
+
+var (
+	_ provider.Provider        = Provider{}
+	_ provider.SSHLeaseBackend = (*Backend)(nil)
+	_ provider.CleanupBackend  = (*Backend)(nil)
+)
