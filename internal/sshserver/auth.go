@@ -1,0 +1,41 @@
+package sshserver
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// serverVersion is the identification string the server sends.
+const serverVersion = "SSH-2.0-crabbox"
+
+// newSSHConfig returns the server side of the SSH handshake: the host key
+// and public-key authentication against Config.AuthorizedKey (and
+// Config.User, if set). No other authentication method is offered.
+func (s *Server) newSSHConfig() *ssh.ServerConfig {
+	c := &ssh.ServerConfig{
+		ServerVersion:     serverVersion,
+		PublicKeyCallback: s.checkPublicKey,
+		AuthLogCallback: func(meta ssh.ConnMetadata, method string, err error) {
+			if err != nil && method != "none" {
+				s.log.Debug("authentication failed", "remote", meta.RemoteAddr().String(), "user", meta.User(), "method", method, "err", err)
+			}
+		},
+	}
+	c.AddHostKey(s.cfg.HostKey)
+	return c
+}
+
+// checkPublicKey accepts only the authorized key, for the configured user.
+// x/crypto/ssh verifies the client's signature after this returns.
+func (s *Server) checkPublicKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+	if s.cfg.User != "" && meta.User() != s.cfg.User {
+		return nil, fmt.Errorf("user %q is not allowed", meta.User())
+	}
+	if subtle.ConstantTimeCompare(key.Marshal(), s.cfg.AuthorizedKey.Marshal()) != 1 {
+		return nil, errors.New("public key is not authorized")
+	}
+	return &ssh.Permissions{}, nil
+}
