@@ -244,7 +244,11 @@ func TestSignalRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(`trap 'echo got USR1; exit 3' USR1; sleep 1000 & echo ready; wait`); err != nil {
+	// A short foreground sleep in a loop, not one long background sleep: a
+	// child forked by the shell inherits its USR1 handler until it execs, so
+	// a signal landing in that window is swallowed and a long sleep would
+	// outlive the test. Here the shell runs its trap within a second anyway.
+	if err := s.Start(`trap 'echo got USR1; exit 3' USR1; echo ready; while :; do sleep 1; done`); err != nil {
 		t.Fatal(err)
 	}
 	r := bufio.NewReader(stdout)
