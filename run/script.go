@@ -1,0 +1,167 @@
+package run
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The remote side of a run is a wrapper script sent on the session's stdin
+// to `sh -s`, so that neither the command nor its environment appears in any
+// process's arguments. The wrapper
+//
+//   - changes into the working directory,
+//   - creates a private run directory ${TMPDIR:-/tmp}/crabbox-run-<nonce>,
+//   - reports on stdout, as its first line, "<marker> ok" or
+//     "<marker> <failure>", so the client can tell a setup failure from the
+//     command's own exit status,
+//   - starts a watchdog that kills the command when stdin reaches EOF (the
+//     client closed the session or the connection dropped),
+//   - runs the command in a process group of its own: with setsid(1) when the
+//     box has it (util-linux, busybox), otherwise as a job of a
+//     job-controlling shell (set -m without a terminal: bash can, dash and
+//     busybox ash cannot), otherwise as a plain background child, which
+//     only the command's main process can be signalled through and which
+//     starts with SIGINT and SIGQUIT ignored,
+//   - waits for it, kills what the command left running in its group,
+//     removes the run directory and exits with the command's status.
+//
+// The command runs in a small trampoline shell that records its process
+// group ("g PGID", or "p PID" when it did not get a group of its own) in
+// <rundir>/pgid, then creates <rundir>/ready, then evals the command. The
+// cancel script, run in a second session, reads that file to kill the group.
+
+const (
+	// napStep is the polling interval of the remote loops.
+	napStep = 100 * time.Millisecond
+	// publishWait bounds how long a killer waits for a starting command to
+	// record its process group.
+	publishWait = 5 * time.Second
+)
+
+// killFuncs defines crabbox_kill RUNDIR PUBLISH_STEPS GRACE_STEPS: wait up
+// to PUBLISH_STEPS for the command to record its group (if the run directory
+// still exists), send SIGTERM to the group, wait up to GRACE_STEPS for it to
+// go away, then SIGKILL it and wait a little more. It returns 3 when no
+// group was recorded (the command has not started, or has finished).
+//
+// kill -0 succeeds for zombies, and orphaned members of the group stay
+// zombies until init reaps them, which some container inits do late or
+// never; where /proc exists, crabbox_alive looks past them.
+const killFuncs = `crabbox_nap() { sleep 0.1 2>/dev/null || sleep 1; }
+crabbox_alive() {
+	kill -0 "$1" 2>/dev/null || return 1
+	case $1 in -*) ;; *) return 0 ;; esac
+	[ -r /proc/self/stat ] || return 0
+	crabbox_g=${1#-}
+	for crabbox_f in /proc/[0-9]*/stat; do
+		read -r crabbox_l 2>/dev/null <"$crabbox_f" || continue
+		set -- ${crabbox_l##*') '}
+		[ "$1" != Z ] && [ "$3" = "$crabbox_g" ] && return 0
+	done
+	return 1
+}
+crabbox_kill() {
+	crabbox_i=0
+	while [ ! -f "$1/ready" ]; do
+		[ -d "$1" ] && [ "$crabbox_i" -lt "$2" ] || return 3
+		crabbox_i=$((crabbox_i+1)); crabbox_nap
+	done
+	read -r crabbox_k crabbox_p <"$1/pgid" || return 0
+	case $crabbox_k in g) crabbox_t=-$crabbox_p ;; *) crabbox_t=$crabbox_p ;; esac
+	crabbox_alive "$crabbox_t" || return 0
+	kill -TERM "$crabbox_t" 2>/dev/null
+	crabbox_i=0
+	while crabbox_alive "$crabbox_t"; do
+		[ "$crabbox_i" -eq "$3" ] && kill -KILL "$crabbox_t" 2>/dev/null
+		[ "$crabbox_i" -gt $(($3+50)) ] && return 1
+		crabbox_i=$((crabbox_i+1)); crabbox_nap
+	done
+	return 0
+}
+`
+
+// trampoline runs the command; it is the first process of the command's
+// process group. Its text is fixed, so nothing secret is in its arguments.
+const trampoline = `crabbox_d=$CRABBOX_RUN_DIR crabbox_c=$CRABBOX_RUN_CMD
+unset CRABBOX_RUN_DIR CRABBOX_RUN_CMD
+if kill -0 -$$ 2>/dev/null; then crabbox_k=g; else crabbox_k=p; fi
+echo "$crabbox_k $$" >"$crabbox_d/pgid" && : >"$crabbox_d/ready" || exit 125
+unset crabbox_d crabbox_k
+eval "unset crabbox_c
+$crabbox_c"`
+
+// Setup failures the wrapper reports instead of "ok".
+const (
+	statusOK       = "ok"
+	statusNoDir    = "nodir"
+	statusNotDir   = "notdir"
+	statusNoAccess = "noaccess"
+	statusRunDir   = "rundir"
+)
+
+func runDir(nonce string) string {
+	return `"${TMPDIR:-/tmp}/crabbox-run-` + nonce + `"`
+}
+
+func steps(d time.Duration) int {
+	return max(1, int((d+napStep-1)/napStep))
+}
+
+// wrapperScript returns the script that runs command. The whole script is
+// one brace group, so sh has read all of it before running any of it and
+// stdin is free for the watchdog.
+func wrapperScript(nonce, marker, command, dir string, env map[string]string, grace time.Duration) string {
+	var b strings.Builder
+	b.WriteString("{\n")
+	b.WriteString("unset CDPATH\nexec 3<&0\n")
+	b.WriteString(killFuncs)
+	fmt.Fprintf(&b, "crabbox_fail() { printf '%%s %%s\\n' %s \"$1\"; exit 125; }\n", Quote(marker))
+	if dir != "" {
+		q := Quote(dir)
+		fmt.Fprintf(&b, "if ! cd -- %s 2>/dev/null; then\n", q)
+		fmt.Fprintf(&b, "\tif [ ! -e %s ]; then crabbox_fail %s; elif [ ! -d %s ]; then crabbox_fail %s; else crabbox_fail %s; fi\nfi\n",
+			q, statusNoDir, q, statusNotDir, statusNoAccess)
+	}
+	fmt.Fprintf(&b, "crabbox_d=%s\n", runDir(nonce))
+	fmt.Fprintf(&b, "(umask 077 && mkdir -- \"$crabbox_d\") 2>/dev/null || crabbox_fail %s\n", statusRunDir)
+	fmt.Fprintf(&b, "{ while read -r crabbox_l; do :; done; crabbox_kill \"$crabbox_d\" %d %d; } 0<&3 3<&- >/dev/null 2>&1 &\n",
+		steps(publishWait), steps(grace))
+	b.WriteString("crabbox_w=$!\n")
+	fmt.Fprintf(&b, "printf '%%s %%s\\n' %s %s\n", Quote(marker), statusOK)
+
+	// The command's environment: prefix assignments reach the command
+	// without touching the wrapper's own variables.
+	var assign strings.Builder
+	names := make([]string, 0, len(env))
+	for name := range env {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		fmt.Fprintf(&assign, "%s=%s ", name, Quote(env[name]))
+	}
+	fmt.Fprintf(&assign, "CRABBOX_RUN_DIR=\"$crabbox_d\" CRABBOX_RUN_CMD=%s", Quote(command))
+	tramp := Quote(trampoline)
+
+	b.WriteString("if command -v setsid >/dev/null 2>&1; then\n")
+	fmt.Fprintf(&b, "\t{ %s setsid sh -c %s </dev/null 2>&4 3<&- 4>&-; } 4>&2 2>/dev/null\n", assign.String(), tramp)
+	b.WriteString("\tcrabbox_s=$?\nelse\n")
+	b.WriteString("\tset -m 2>/dev/null\n")
+	fmt.Fprintf(&b, "\t%s sh -c %s </dev/null 3<&- &\n", assign.String(), tramp)
+	b.WriteString("\t{ wait $!; } 2>/dev/null\n\tcrabbox_s=$?\n\tset +m 2>/dev/null\nfi\n")
+	fmt.Fprintf(&b, "crabbox_kill \"$crabbox_d\" 0 %d >/dev/null 2>&1\n", steps(grace))
+	// Reaping the watchdog with stderr closed keeps a job-controlling
+	// shell from reporting it as terminated.
+	b.WriteString("{ kill \"$crabbox_w\"; wait \"$crabbox_w\"; } 2>/dev/null\n")
+	b.WriteString("rm -rf -- \"$crabbox_d\"\n")
+	b.WriteString("exit \"$crabbox_s\"\n")
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// cancelScript kills the process group of the run identified by nonce.
+func cancelScript(nonce string, grace time.Duration) string {
+	return killFuncs + fmt.Sprintf("crabbox_kill %s %d %d\nexit $?\n", runDir(nonce), steps(publishWait), steps(grace))
+}
