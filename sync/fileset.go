@@ -1,0 +1,276 @@
+package sync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// File is one entry of the set of files a sync copies: a regular file or a
+// symlink. Directories are not entries; they exist on the box as the
+// parents of files.
+type File struct {
+	// Path is relative to the root, slash-separated and clean.
+	Path string
+	// Mode is the permission bits of a regular file, or fs.ModeSymlink
+	// with permission bits for a symlink.
+	Mode fs.FileMode
+	// Size is the length of a regular file's content (0 for a symlink).
+	Size int64
+	// LinkTarget is a symlink's target, slash-separated; empty for a
+	// regular file.
+	LinkTarget string
+}
+
+// FileSet lists the files a sync of root copies, sorted by Path.
+//
+// In a git checkout these are the tracked files plus the untracked files
+// git does not ignore (git ls-files -co --exclude-standard), as they are in
+// the working tree: tracked files deleted from the working tree are left
+// out, and submodules and nested repositories are skipped. Outside a git
+// checkout, FileSet walks the tree, skipping .git directories.
+//
+// Modes come from the working tree (lstat), except on Windows, whose file
+// modes carry no exec bit: there, tracked files take their mode from the
+// git index (and symlinks checked out as plain files with
+// core.symlinks=false are restored as symlinks), and untracked files get
+// 0644.
+//
+// FileSet fails, naming the entry, on a path that is absolute, not clean or
+// contains "..", and on a symlink whose target is absolute or leads outside
+// root.
+func FileSet(ctx context.Context, root string) ([]File, error) {
+	return fileSet(ctx, root, runtime.GOOS == "windows")
+}
+
+// listed is one path git listed.
+type listed struct {
+	path      string
+	tracked   bool
+	indexMode uint32 // git's mode for tracked entries: 0100644, 0100755, 0120000, 0160000
+}
+
+const (
+	gitModeExec    = 0o100755
+	gitModeSymlink = 0o120000
+	gitModeGitlink = 0o160000
+)
+
+func fileSet(ctx context.Context, root string, indexModes bool) ([]File, error) {
+	entries, isRepo, err := gitList(ctx, root)
+	if err != nil {
+		return nil, fmt.Errorf("list files of %s: %w", root, err)
+	}
+	if !isRepo {
+		if entries, err = walk(ctx, root); err != nil {
+			return nil, fmt.Errorf("list files of %s: %w", root, err)
+		}
+	}
+	files := make([]File, 0, len(entries))
+	links := map[string]string{}
+	seen := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		// Nested repositories are listed as "dir/"; unmerged paths once per
+		// stage.
+		if strings.HasSuffix(e.path, "/") || seen[e.path] || e.indexMode == gitModeGitlink {
+			continue
+		}
+		seen[e.path] = true
+		if err := checkPath(e.path); err != nil {
+			return nil, fmt.Errorf("list files of %s: %q: %w", root, e.path, err)
+		}
+		f, ok, err := stat(root, e, indexModes)
+		if err != nil {
+			return nil, fmt.Errorf("list files of %s: %w", root, err)
+		}
+		if !ok {
+			continue
+		}
+		if f.LinkTarget != "" {
+			links[f.Path] = f.LinkTarget
+		}
+		files = append(files, f)
+	}
+	if err := checkLinks(links); err != nil {
+		return nil, fmt.Errorf("list files of %s: %w", root, err)
+	}
+	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	return files, nil
+}
+
+// stat describes e as it is in the working tree. It reports false for
+// entries that are not synced: missing ones, directories (submodules),
+// sockets and other special files.
+func stat(root string, e listed, indexModes bool) (File, bool, error) {
+	name := filepath.Join(root, filepath.FromSlash(e.path))
+	fi, err := os.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return File{}, false, nil
+	}
+	if err != nil {
+		return File{}, false, err
+	}
+	f := File{Path: e.path}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(name)
+		if err != nil {
+			return File{}, false, err
+		}
+		f.Mode = fs.ModeSymlink | 0o777
+		f.LinkTarget = filepath.ToSlash(target)
+	case fi.Mode().IsRegular():
+		f.Mode = fi.Mode().Perm()
+		f.Size = fi.Size()
+	default:
+		return File{}, false, nil
+	}
+	if indexModes {
+		if err := applyIndexMode(&f, name, e); err != nil {
+			return File{}, false, err
+		}
+	}
+	if f.Mode&fs.ModeSymlink != 0 && f.LinkTarget == "" {
+		return File{}, false, fmt.Errorf("symlink %q has an empty target", e.path)
+	}
+	return f, true, nil
+}
+
+// maxLinkFile bounds what is read from a symlink checked out as a plain
+// file.
+const maxLinkFile = 4096
+
+// applyIndexMode replaces modes the file system cannot express (Windows)
+// with the git index's.
+func applyIndexMode(f *File, name string, e listed) error {
+	switch {
+	case !e.tracked:
+		if f.LinkTarget == "" {
+			f.Mode = 0o644
+		}
+	case e.indexMode == gitModeSymlink && f.LinkTarget == "":
+		target, err := readSmall(name)
+		if err != nil {
+			return err
+		}
+		f.Mode, f.Size, f.LinkTarget = fs.ModeSymlink|0o777, 0, filepath.ToSlash(target)
+	case f.LinkTarget == "" && e.indexMode == gitModeExec:
+		f.Mode = 0o755
+	case f.LinkTarget == "":
+		f.Mode = 0o644
+	}
+	return nil
+}
+
+func readSmall(name string) (string, error) {
+	file, err := os.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer file.Close()
+	b, err := io.ReadAll(io.LimitReader(file, maxLinkFile+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxLinkFile {
+		return "", fmt.Errorf("%s: symlink in the git index but a large file in the working tree", name)
+	}
+	return string(b), nil
+}
+
+// gitList lists root's files with git. It reports false, without an error,
+// when root is not in a git work tree.
+func gitList(ctx context.Context, root string) ([]listed, bool, error) {
+	cmd := exec.CommandContext(ctx, "git", "-C", root, "ls-files", "-z", "-t", "-s", "-c", "-o", "--exclude-standard")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if errors.Is(err, exec.ErrNotFound) {
+		if _, statErr := os.Stat(filepath.Join(root, ".git")); statErr == nil {
+			return nil, false, errors.New("git is needed to list the files of a git checkout but is not installed")
+		}
+		return nil, false, nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		msg := strings.TrimSpace(stderr.String())
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) && strings.Contains(msg, "not a git repository") {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("git ls-files: %w: %s", err, msg)
+	}
+	entries, err := parseLsFiles(out)
+	return entries, err == nil, err
+}
+
+// parseLsFiles parses `git ls-files -z -t -s -c -o` output: "? PATH" for
+// untracked files, "TAG MODE OBJECT STAGE\tPATH" for tracked ones.
+func parseLsFiles(out []byte) ([]listed, error) {
+	var entries []listed
+	for rec := range bytes.SplitSeq(out, []byte{0}) {
+		if len(rec) == 0 {
+			continue
+		}
+		if len(rec) < 3 || rec[1] != ' ' {
+			return nil, fmt.Errorf("git ls-files: unexpected entry %q", rec)
+		}
+		if rec[0] == '?' {
+			entries = append(entries, listed{path: string(rec[2:])})
+			continue
+		}
+		meta, p, ok := bytes.Cut(rec[2:], []byte{'\t'})
+		fields := strings.Fields(string(meta))
+		if !ok || len(fields) != 3 {
+			return nil, fmt.Errorf("git ls-files: unexpected entry %q", rec)
+		}
+		mode, err := strconv.ParseUint(fields[0], 8, 32)
+		if err != nil {
+			return nil, fmt.Errorf("git ls-files: unexpected mode in %q", rec)
+		}
+		entries = append(entries, listed{path: string(p), tracked: true, indexMode: uint32(mode)})
+	}
+	return entries, nil
+}
+
+// walk lists the files under root, skipping .git directories.
+func walk(ctx context.Context, root string) ([]listed, error) {
+	var entries []listed
+	err := filepath.WalkDir(root, func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.Name() == ".git" && name != root {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		rel, err := filepath.Rel(root, name)
+		if err != nil {
+			return err
+		}
+		entries = append(entries, listed{path: filepath.ToSlash(rel)})
+		return nil
+	})
+	return entries, err
+}

@@ -1,0 +1,317 @@
+package sync
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/crabbox-dev/crabbox/internal/testsshd"
+)
+
+// The box is this machine: testsshd runs sshd on loopback, so the remote
+// directory can be inspected with the os package.
+
+func dial(t *testing.T) *ssh.Client {
+	t.Helper()
+	return testsshd.Start(t).Dial(t)
+}
+
+// tree describes a directory as FileSet does, plus a hash of each regular
+// file's content, leaving out crabbox's list of synced files.
+type treeEntry struct {
+	File
+	SHA256 string
+}
+
+func tree(t *testing.T, root string) []treeEntry {
+	t.Helper()
+	t.Setenv("GIT_CEILING_DIRECTORIES", filepath.Dir(root))
+	files, err := fileSet(context.Background(), root, false)
+	if err != nil {
+		t.Fatalf("list %s: %v", root, err)
+	}
+	var out []treeEntry
+	for _, f := range files {
+		if f.Path == syncedList {
+			continue
+		}
+		e := treeEntry{File: f}
+		if f.LinkTarget == "" {
+			data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f.Path)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(data)
+			e.SHA256 = hex.EncodeToString(sum[:])
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// treeOf is tree restricted to the files of a file set.
+func treeOf(t *testing.T, root string, files []File) []treeEntry {
+	t.Helper()
+	want := map[string]bool{}
+	for _, f := range files {
+		want[f.Path] = true
+	}
+	var out []treeEntry
+	for _, e := range tree(t, root) {
+		if want[e.Path] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func syncedPaths(t *testing.T, remoteDir string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(remoteDir, filepath.FromSlash(syncedList)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+}
+
+func paths(files []File) []string {
+	var out []string
+	for _, f := range files {
+		out = append(out, f.Path)
+	}
+	return out
+}
+
+func TestPush(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	big := make([]byte, 5<<20)
+	rand.Read(big)
+	write(t, root, "data/big.bin", string(big), 0o644)
+	files, err := FileSet(t.Context(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := filepath.Join(t.TempDir(), "box dir", "repo")
+
+	var calls [][2]int64
+	stats, err := Push(t.Context(), client, Options{
+		Root:      root,
+		RemoteDir: remote,
+		Progress:  func(files int, bytes int64) { calls = append(calls, [2]int64{int64(files), bytes}) },
+	})
+	if err != nil {
+		t.Fatalf("Push: %v", err)
+	}
+
+	if diff := cmp.Diff(treeOf(t, root, files), tree(t, remote)); diff != "" {
+		t.Errorf("box tree differs from the file set (-local +box):\n%s", diff)
+	}
+	for _, p := range []string{"debug.log", "build/out", "nested/inner.txt", "gone.txt"} {
+		if _, err := os.Lstat(filepath.Join(remote, p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s on the box: %v, want it absent", p, err)
+		}
+	}
+	if diff := cmp.Diff(paths(files), syncedPaths(t, remote)); diff != "" {
+		t.Errorf("list of synced paths (-want +got):\n%s", diff)
+	}
+
+	var wantBytes int64
+	for _, f := range files {
+		wantBytes += f.Size
+	}
+	if stats.Files != len(files) || stats.Bytes != wantBytes {
+		t.Errorf("Stats = %+v, want %d files, %d bytes", stats, len(files), wantBytes)
+	}
+	if len(calls) != len(files) || calls[len(calls)-1] != [2]int64{int64(len(files)), wantBytes} {
+		t.Errorf("Progress calls = %v, want %d ending at (%d, %d)", calls, len(files), len(files), wantBytes)
+	}
+}
+
+func TestPushDeletesOnlyWhatItSynced(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	remote := t.TempDir()
+	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote}); err != nil {
+		t.Fatalf("first Push: %v", err)
+	}
+
+	// The command creates files on the box, one next to a synced file.
+	write(t, remote, "made-by-command.txt", "keep me", 0o644)
+	write(t, remote, "a/b/c/cmd-output", "keep me too", 0o644)
+	// Locally: delete a tracked file, empty a directory, turn a file into
+	// a directory and a directory into a file.
+	git(t, root, "rm", "-q", "committed.txt", "link", "with space/it's a file.txt")
+	git(t, root, "rm", "-q", "a/b/c/deep.txt")
+	if err := os.Remove(filepath.Join(root, "empty")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, root, "empty/now-a-dir", "x", 0o644)
+	if err := os.RemoveAll(filepath.Join(root, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, root, "bin", "now a file", 0o644)
+
+	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote}); err != nil {
+		t.Fatalf("second Push: %v", err)
+	}
+	files, err := FileSet(t.Context(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tree(t, remote)
+	want := treeOf(t, root, files)
+	for _, p := range []string{"a/b/c/cmd-output", "made-by-command.txt"} {
+		want = append(want, treeOf(t, remote, []File{{Path: p}})...)
+	}
+	sortEntries(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("box tree after the second push (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(filepath.Join(remote, "with space")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("directory emptied by the deletions: %v, want it removed", err)
+	}
+	if diff := cmp.Diff(paths(files), syncedPaths(t, remote)); diff != "" {
+		t.Errorf("list of synced paths (-want +got):\n%s", diff)
+	}
+}
+
+func sortEntries(e []treeEntry) {
+	for i := 1; i < len(e); i++ {
+		for j := i; j > 0 && e[j].Path < e[j-1].Path; j-- {
+			e[j], e[j-1] = e[j-1], e[j]
+		}
+	}
+}
+
+func TestPushNotGit(t *testing.T) {
+	client := dial(t)
+	root := t.TempDir()
+	write(t, root, "x.txt", "x", 0o644)
+	write(t, root, "bin/tool", "#!/bin/sh\n", 0o755)
+	write(t, root, ".git/config", "not a repository", 0o644)
+	remote := t.TempDir()
+	t.Setenv("GIT_CEILING_DIRECTORIES", filepath.Dir(root))
+	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote}); err != nil {
+		t.Fatalf("Push: %v", err)
+	}
+	want := []File{{Path: "bin/tool", Mode: 0o755, Size: 10}, {Path: "x.txt", Mode: 0o644, Size: 1}}
+	var got []File
+	for _, e := range tree(t, remote) {
+		got = append(got, e.File)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("box tree (-want +got):\n%s", diff)
+	}
+}
+
+func TestPushRejectsEscapingSymlinkBeforeTransfer(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	symlink(t, root, "evil", "../../etc")
+	remote := filepath.Join(t.TempDir(), "repo")
+	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote})
+	if err == nil || !strings.Contains(err.Error(), `"evil"`) || !strings.Contains(err.Error(), `"../../etc"`) {
+		t.Fatalf("Push = %v, want an error naming the symlink and its target", err)
+	}
+	if _, err := os.Stat(remote); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("remote directory: %v, want nothing created", err)
+	}
+}
+
+func TestPushRejectsHostileList(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	base := t.TempDir()
+	remote := filepath.Join(base, "repo")
+	write(t, base, "outside.txt", "precious", 0o644)
+	write(t, remote, syncedList, "committed.txt\x00../outside.txt\x00", 0o644)
+	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote})
+	if err == nil || !strings.Contains(err.Error(), `"../outside.txt"`) {
+		t.Fatalf("Push = %v, want an error naming the unsafe path", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "outside.txt")); err != nil {
+		t.Errorf("file outside the remote directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(remote, "committed.txt")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Push transferred files despite the bad list: %v", err)
+	}
+}
+
+func TestPushDoesNotDeleteThroughSymlinks(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	outside := t.TempDir()
+	write(t, outside, "victim", "precious", 0o644)
+	remote := t.TempDir()
+	// The command made a symlink out of the remote directory, and the list
+	// names a path through it.
+	symlink(t, remote, "out", outside)
+	write(t, remote, syncedList, "out/victim\x00", 0o644)
+	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote}); err != nil {
+		t.Fatalf("Push: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "victim")); err != nil {
+		t.Errorf("file behind a symlink on the box: %v, want it kept", err)
+	}
+}
+
+func TestPushRemoteFailure(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	file := filepath.Join(t.TempDir(), "file")
+	write(t, filepath.Dir(file), "file", "", 0o644)
+	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: file + "/repo"})
+	if err == nil || !strings.Contains(err.Error(), "Not a directory") {
+		t.Errorf("Push = %v, want an error with the box's reason", err)
+	}
+}
+
+func TestPushReservedPath(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	write(t, root, ".crabbox/synced", "", 0o644)
+	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Errorf("Push = %v, want a reserved-path error", err)
+	}
+}
+
+func TestPushCanceled(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := Push(ctx, client, Options{Root: root, RemoteDir: t.TempDir()})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Push = %v, want context.Canceled", err)
+	}
+}
+
+func TestPushOptionErrors(t *testing.T) {
+	for _, opts := range []Options{{RemoteDir: "x"}, {Root: "x"}, {Root: "x", RemoteDir: "a\x00b"}} {
+		if _, err := Push(t.Context(), nil, opts); err == nil {
+			t.Errorf("Push(%+v) = nil error", opts)
+		}
+	}
+}
+
+func TestDeleteScriptQuotesPaths(t *testing.T) {
+	script := deleteScript("/w'd", []string{"a'b", "c/d e"})
+	for _, want := range []string{`cd -- '/w'\''d'`, `crabbox_safe 'a'\''b'`, `'c/d e'`, `rmdir -- "$@"`} {
+		if !bytes.Contains([]byte(script), []byte(want)) {
+			t.Errorf("delete script lacks %q:\n%s", want, script)
+		}
+	}
+}
