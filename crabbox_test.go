@@ -1,0 +1,253 @@
+package crabbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	gosync "sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/provider/providertest"
+	"github.com/crabbox-dev/crabbox/providers/local"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newClient(t *testing.T, state string, opts ...crabbox.Option) *crabbox.Client {
+	t.Helper()
+	c, err := crabbox.New(append([]crabbox.Option{crabbox.WithStateDir(state)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// gitRepo makes a repository with a committed, an untracked and an ignored file.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"committed.txt": "committed\n", "untracked.txt": "untracked\n",
+		".gitignore": "*.log\n", "ignored.log": "ignored\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"init", "-q"}, {"add", "committed.txt", ".gitignore"},
+		{"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "init"},
+	} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	return dir
+}
+
+func noLeases(t *testing.T, c *crabbox.Client) {
+	t.Helper()
+	infos, err := c.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 0 {
+		t.Errorf("leases left behind: %+v", infos)
+	}
+}
+
+func TestRunSyncsCheckoutAndPassesExitCode(t *testing.T) {
+	repo := gitRepo(t)
+	c := newClient(t, t.TempDir())
+	var out bytes.Buffer
+	res, err := c.Run(context.Background(), crabbox.RunRequest{
+		Root:    repo,
+		Command: []string{"sh", "-c", "cat committed.txt untracked.txt; test -e ignored.log && echo ignored-synced; pwd; exit 7"},
+		Stdout:  &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.ExitCode != 7 {
+		t.Errorf("ExitCode = %d, want 7", res.ExitCode)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || lines[0] != "committed" || lines[1] != "untracked" {
+		t.Fatalf("output = %q, want the two files' contents and the workdir", out.String())
+	}
+	if wd := lines[2]; wd == repo || !strings.HasSuffix(wd, "/"+res.LeaseID+"/"+filepath.Base(repo)) {
+		t.Errorf("command ran in %q, want <workRoot>/%s/%s, not the checkout", wd, res.LeaseID, filepath.Base(repo))
+	}
+	if res.Kept {
+		t.Errorf("one-shot lease was kept")
+	}
+	noLeases(t, c)
+}
+
+func TestWarmLeaseIsReusedByIDAndSlug(t *testing.T) {
+	state, repo := t.TempDir(), gitRepo(t)
+	owner := newClient(t, state)
+	ctx := context.Background()
+	box, err := owner.Acquire(ctx, crabbox.AcquireOptions{Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+
+	// Another client over the same state directory, as another process would be.
+	other := newClient(t, state)
+	for i, ref := range []string{box.ID(), box.Slug()} {
+		var out bytes.Buffer
+		res, err := other.Run(ctx, crabbox.RunRequest{
+			Lease: ref, Root: repo, Stdout: &out,
+			Shell: "echo run >> ../runs.txt; wc -l < ../runs.txt",
+		})
+		if err != nil {
+			t.Fatalf("Run --id %s: %v", ref, err)
+		}
+		if got, want := strings.TrimSpace(out.String()), string(rune('1'+i)); res.ExitCode != 0 || got != want || !res.Kept || res.LeaseID != box.ID() {
+			t.Errorf("run %d on %s: exit %d, output %q (want %q), kept %v, lease %s", i, ref, res.ExitCode, got, want, res.Kept, res.LeaseID)
+		}
+	}
+	// The box is served in-process by owner, so owner stops it. (Leases that
+	// outlive their process come from the CLI's agent; see cmd/crabbox.)
+	if err := owner.Stop(ctx, box.Slug()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	noLeases(t, owner)
+	if _, err := os.Stat(box.Target().WorkRoot); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("work root %s still there after stop (err %v)", box.Target().WorkRoot, err)
+	}
+}
+
+func TestUnknownLeaseIsNotFound(t *testing.T) {
+	c := newClient(t, t.TempDir())
+	for _, ref := range []string{"nope", "cbx_000000000000"} {
+		_, err := c.Run(context.Background(), crabbox.RunRequest{Lease: ref, Command: []string{"true"}})
+		if !errors.Is(err, crabbox.ErrNotFound) {
+			t.Errorf("Run --id %s: err = %v, want ErrNotFound", ref, err)
+		}
+	}
+	if _, err := c.Resolve(context.Background(), "cbx_XYZ"); err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Errorf("Resolve of a malformed ID: err = %v, want it named malformed", err)
+	}
+}
+
+func TestUnknownProviderListsKnownOnes(t *testing.T) {
+	c := newClient(t, t.TempDir(), crabbox.WithProvider("nope"))
+	_, err := c.Acquire(context.Background(), crabbox.AcquireOptions{})
+	if err == nil || !strings.Contains(err.Error(), `unknown provider "nope"`) || !strings.Contains(err.Error(), "local") {
+		t.Fatalf("err = %v, want unknown provider with the known names", err)
+	}
+}
+
+func TestBadProviderConfigIsNamed(t *testing.T) {
+	c := newClient(t, t.TempDir(), crabbox.WithProviderConfig("local", provider.Config{"colour": "blue"}))
+	_, err := c.Acquire(context.Background(), crabbox.AcquireOptions{})
+	if err == nil || !strings.Contains(err.Error(), `unknown config key "colour"`) {
+		t.Fatalf("err = %v, want the unknown key named", err)
+	}
+}
+
+// faultyLocal is the local provider with faults injected into its backend.
+type faultyLocal struct {
+	local.Provider
+	faults []providertest.Fault
+	mu     gosync.Mutex
+	inner  provider.SSHLeaseBackend
+}
+
+func (p *faultyLocal) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
+	b, err := p.Provider.Configure(cfg, rt)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.inner = b.(provider.SSHLeaseBackend)
+	p.mu.Unlock()
+	return closingFaulty{providertest.WithFaults(p.inner, p.faults...), b.(io.Closer)}, nil
+}
+
+type closingFaulty struct {
+	*providertest.Faulty
+	io.Closer
+}
+
+func TestFailedAcquireLeavesNothing(t *testing.T) {
+	for _, ft := range []providertest.Fault{
+		{Step: providertest.StepAcquire},
+		{Step: providertest.StepAcquire, AfterCall: true},
+	} {
+		p := &faultyLocal{faults: []providertest.Fault{ft}}
+		reg := provider.NewRegistry()
+		reg.Register(p)
+		c := newClient(t, t.TempDir(), crabbox.WithRegistry(reg))
+		_, err := c.Run(context.Background(), crabbox.RunRequest{Command: []string{"true"}, Root: t.TempDir()})
+		if !errors.Is(err, providertest.ErrInjected) {
+			t.Fatalf("fault %+v: err = %v, want the injected failure", ft, err)
+		}
+		claims, err := c.Store().List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(claims) != 0 {
+			t.Errorf("fault %+v: claims left: %+v", ft, claims)
+		}
+		boxes, err := p.inner.List(context.Background(), provider.ListRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(0, len(boxes)); diff != "" {
+			t.Errorf("fault %+v: boxes left: %+v", ft, boxes)
+		}
+	}
+}
+
+// signalWriter reports on a channel when a marker has been written.
+type signalWriter struct {
+	mu     gosync.Mutex
+	buf    bytes.Buffer
+	marker string
+	seen   chan struct{}
+	once   gosync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.marker) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func TestCancelledRunReleasesOneShotLease(t *testing.T) {
+	c := newClient(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &signalWriter{marker: "started", seen: make(chan struct{})}
+	go func() {
+		<-w.seen
+		cancel()
+	}()
+	_, err := c.Run(ctx, crabbox.RunRequest{Root: t.TempDir(), Shell: "echo started; sleep 1000", Stdout: w})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: err = %v, want context.Canceled", err)
+	}
+	noLeases(t, c)
+}

@@ -1,0 +1,53 @@
+package crabbox_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDependencyDirection holds the layering of DESIGN.md: no library
+// package depends on a concrete provider, on cmd/, or on a CLI-only module.
+func TestDependencyDirection(t *testing.T) {
+	const module = "github.com/crabbox-dev/crabbox"
+	forbidden := []string{
+		module + "/providers/",
+		module + "/cmd/",
+		module + "/examples/",
+		"github.com/peterbourgon/ff",
+	}
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg, deps := fields[0], fields[1:]
+		if isConsumer(module, pkg) {
+			continue
+		}
+		checked++
+		for _, dep := range deps {
+			for _, bad := range forbidden {
+				if strings.HasPrefix(dep, bad) {
+					t.Errorf("library package %s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("checked only %d library packages; go list output looks wrong:\n%s", checked, out)
+	}
+}
+
+// isConsumer reports whether pkg may import providers and CLI libraries:
+// main packages, examples and the providers themselves.
+func isConsumer(module, pkg string) bool {
+	for _, prefix := range []string{"/cmd/", "/examples/", "/providers/"} {
+		if strings.HasPrefix(pkg, module+prefix) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,98 @@
+package crabbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/crabbox-dev/crabbox"
+	_ "github.com/crabbox-dev/crabbox/providers/local"
+	"github.com/crabbox-dev/crabbox/run"
+)
+
+// exampleCheckout makes a small directory to sync.
+func exampleCheckout() string {
+	dir, _ := os.MkdirTemp("", "crabbox-example-")
+	_ = os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hello from the checkout\n"), 0o644)
+	return dir
+}
+
+// The one-shot workflow: acquire a box, sync the checkout, run the command,
+// release the box.
+func ExampleClient_Run() {
+	ctx := context.Background()
+	state, _ := os.MkdirTemp("", "crabbox-state-")
+	defer os.RemoveAll(state)
+	checkout := exampleCheckout()
+	defer os.RemoveAll(checkout)
+
+	client, err := crabbox.New(crabbox.WithStateDir(state))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	res, err := client.Run(ctx, crabbox.RunRequest{
+		Root:    checkout,
+		Command: []string{"sh", "-c", "cat hello.txt; exit 3"},
+		Stdout:  os.Stdout,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("exit code:", res.ExitCode)
+	// Output:
+	// hello from the checkout
+	// exit code: 3
+}
+
+// The same steps one by one, keeping the box between commands.
+func ExampleClient_Acquire() {
+	ctx := context.Background()
+	state, _ := os.MkdirTemp("", "crabbox-state-")
+	defer os.RemoveAll(state)
+	checkout := exampleCheckout()
+	defer os.RemoveAll(checkout)
+
+	client, err := crabbox.New(crabbox.WithStateDir(state))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	box, err := client.Acquire(ctx, crabbox.AcquireOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer box.Release(ctx)
+	fmt.Println("lease ID looks right:", strings.HasPrefix(box.ID(), "cbx_"))
+
+	stats, err := box.Sync(ctx, checkout, crabbox.SyncOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("files synced:", stats.Files)
+
+	res, err := box.Run(ctx, run.Request{
+		Command: []string{"wc", "-l", "hello.txt"},
+		Dir:     box.Workdir(filepath.Base(checkout)),
+		Stdout:  os.Stdout,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("exit code:", res.ExitCode)
+	// Output:
+	// lease ID looks right: true
+	// files synced: 1
+	// 1 hello.txt
+	// exit code: 0
+}

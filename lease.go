@@ -1,0 +1,332 @@
+package crabbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"path/filepath"
+	"strconv"
+	gosync "sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/run"
+	"github.com/crabbox-dev/crabbox/sync"
+)
+
+// AcquireOptions shape a new lease.
+type AcquireOptions struct {
+	// Provider overrides the client's provider for this lease.
+	Provider    string
+	Slug        string
+	TTL         time.Duration // default 90m
+	IdleTimeout time.Duration // default 30m
+	Keep        bool
+	Labels      map[string]string
+}
+
+// Lease is a box held by this client: a claim in the lease store and, once
+// used, one SSH connection that sync and commands share.
+type Lease struct {
+	client  *Client
+	backend provider.SSHLeaseBackend
+
+	mu    gosync.Mutex
+	lease lease.Lease
+	conn  *ssh.Client
+}
+
+// ID is the lease ID (cbx_...).
+func (l *Lease) ID() string { return l.snapshot().Claim.ID }
+
+// Slug is the lease's friendly name.
+func (l *Lease) Slug() string { return l.snapshot().Claim.Slug }
+
+// Provider is the name of the provider that supplied the box.
+func (l *Lease) Provider() string { return l.snapshot().Claim.Provider }
+
+// ExpiresAt is when the lease expires unless touched.
+func (l *Lease) ExpiresAt() time.Time { return l.snapshot().Claim.ExpiresAt }
+
+// Target is how the box is reached.
+func (l *Lease) Target() provider.LeaseTarget { return l.snapshot().Target }
+
+// Claim is the lease's record in the local store.
+func (l *Lease) Claim() lease.Claim { return l.snapshot().Claim }
+
+func (l *Lease) snapshot() lease.Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lease
+}
+
+// Workdir is the directory on the box that a checkout named repo syncs to:
+// <workRoot>/<leaseID>/<repo>.
+func (l *Lease) Workdir(repo string) string {
+	s := l.snapshot()
+	return path.Join(s.Target.WorkRoot, s.Claim.ID, repo)
+}
+
+// Acquire leases a new box.
+func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, error) {
+	b, err := c.sshBackend(opts.Provider)
+	if err != nil {
+		return nil, err
+	}
+	l, err := c.store.Acquire(ctx, b, lease.AcquireOptions{
+		Slug: opts.Slug, TTL: opts.TTL, IdleTimeout: opts.IdleTimeout, Keep: opts.Keep, Labels: opts.Labels,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("lease acquired", "lease", l.Claim.ID, "slug", l.Claim.Slug, "provider", l.Claim.Provider)
+	return &Lease{client: c, backend: b, lease: l}, nil
+}
+
+// Resolve finds a live lease by ID or slug among this client's claims.
+func (c *Client) Resolve(ctx context.Context, ref string) (*Lease, error) {
+	claim, err := c.store.Find(ref)
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.sshBackend(claim.Provider)
+	if err != nil {
+		return nil, err
+	}
+	l, err := c.store.Resolve(ctx, b, claim.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{client: c, backend: b, lease: l}, nil
+}
+
+// LeaseInfo is a lease as list and status report it.
+type LeaseInfo struct {
+	ID        string            `json:"id"`
+	Slug      string            `json:"slug"`
+	Provider  string            `json:"provider"`
+	State     string            `json:"state"`
+	Host      string            `json:"host,omitempty"`
+	Port      int               `json:"port,omitempty"`
+	WorkRoot  string            `json:"workRoot,omitempty"`
+	CreatedAt time.Time         `json:"createdAt"`
+	ExpiresAt time.Time         `json:"expiresAt"`
+	Keep      bool              `json:"keep"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// Lease states reported by List and Status besides the claim's own.
+const (
+	StateGone    = "gone"    // the claim remains but the provider no longer has the box
+	StateExpired = "expired" // past its expiry
+)
+
+// List returns this client's leases, oldest first, with their state checked
+// against each provider: a box the provider no longer has is "gone".
+func (c *Client) List(ctx context.Context) ([]LeaseInfo, error) {
+	claims, err := c.store.List()
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]map[string]bool{} // provider -> lease IDs the provider lists
+	out := make([]LeaseInfo, 0, len(claims))
+	for _, cl := range claims {
+		info := infoOf(cl, c.rt.Clock.Now())
+		if info.State == string(lease.StateReady) {
+			ids, err := c.liveIDs(ctx, cl.Provider, live)
+			if err != nil {
+				return nil, err
+			}
+			if !ids[cl.ID] {
+				info.State = StateGone
+			}
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func (c *Client) liveIDs(ctx context.Context, name string, cache map[string]map[string]bool) (map[string]bool, error) {
+	if ids, ok := cache[name]; ok {
+		return ids, nil
+	}
+	b, err := c.sshBackend(name)
+	if err != nil {
+		return nil, err
+	}
+	targets, err := b.List(ctx, provider.ListRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list %s leases: %w", name, err)
+	}
+	ids := map[string]bool{}
+	for _, t := range targets {
+		ids[t.LeaseID] = true
+	}
+	cache[name] = ids
+	return ids, nil
+}
+
+// Status reports one lease by ID or slug.
+func (c *Client) Status(ctx context.Context, ref string) (LeaseInfo, error) {
+	claim, err := c.store.Find(ref)
+	if err != nil {
+		return LeaseInfo{}, err
+	}
+	info := infoOf(claim, c.rt.Clock.Now())
+	if info.State == string(lease.StateReady) {
+		b, err := c.sshBackend(claim.Provider)
+		if err != nil {
+			return LeaseInfo{}, err
+		}
+		_, err = b.Resolve(ctx, provider.ResolveRequest{ID: claim.ID})
+		switch {
+		case errors.Is(err, provider.ErrNotFound):
+			info.State = StateGone
+		case err != nil:
+			return LeaseInfo{}, fmt.Errorf("status of lease %s: %w", claim.ID, err)
+		}
+	}
+	return info, nil
+}
+
+func infoOf(cl lease.Claim, now time.Time) LeaseInfo {
+	info := LeaseInfo{
+		ID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, State: string(cl.State),
+		CreatedAt: cl.CreatedAt, ExpiresAt: cl.ExpiresAt, Keep: cl.Keep, Labels: cl.Labels,
+	}
+	if cl.Target != nil {
+		info.Host, info.Port, info.WorkRoot = cl.Target.Host, cl.Target.Port, cl.Target.WorkRoot
+	}
+	if cl.State == lease.StateReady && cl.Expired(now) {
+		info.State = StateExpired
+	}
+	return info
+}
+
+// Stop releases the lease with the given ID or slug. A claim whose box is
+// already gone is simply dropped.
+func (c *Client) Stop(ctx context.Context, ref string) error {
+	claim, err := c.store.Find(ref)
+	if err != nil {
+		return err
+	}
+	b, err := c.sshBackend(claim.Provider)
+	if err != nil {
+		return err
+	}
+	return c.store.Release(ctx, b, claim)
+}
+
+// Touch records activity, moving the lease's expiry.
+func (l *Lease) Touch(ctx context.Context) error {
+	cur := l.snapshot()
+	next, err := l.client.store.Touch(ctx, l.backend, cur)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.lease = next
+	l.mu.Unlock()
+	return nil
+}
+
+// Release closes the connection and ends the lease at its provider.
+func (l *Lease) Release(ctx context.Context) error {
+	closeErr := l.Close()
+	if err := l.client.store.Release(ctx, l.backend, l.snapshot().Claim); err != nil {
+		return err
+	}
+	return closeErr
+}
+
+// Close closes the lease's SSH connection without releasing the lease.
+func (l *Lease) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return nil
+	}
+	err := l.conn.Close()
+	l.conn = nil
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// SSH returns the lease's SSH connection, dialing it on first use with the
+// lease key and the pinned host key.
+func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		return l.conn, nil
+	}
+	t := l.lease.Target
+	addr := net.JoinHostPort(t.Host, strconv.Itoa(t.Port))
+	cfg := &ssh.ClientConfig{
+		User:            t.User,
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(l.lease.Key.Signer)},
+		HostKeyCallback: l.client.store.HostKeyCallback(l.lease.Claim.ID),
+		Timeout:         30 * time.Second,
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("connect to lease %s at %s: %w", l.lease.Claim.ID, addr, err)
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(deadline)
+	}
+	conn, chans, reqs, err := ssh.NewClientConn(nc, addr, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("connect to lease %s at %s: %w", l.lease.Claim.ID, addr, err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	l.conn = ssh.NewClient(conn, chans, reqs)
+	return l.conn, nil
+}
+
+// SyncOptions control a sync.
+type SyncOptions struct {
+	// Progress, if set, is called as files are sent.
+	Progress func(files int, bytes int64)
+}
+
+// Sync copies the checkout at root to the lease's workdir for it
+// (Workdir(base name of root)).
+func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.Stats, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return sync.Stats{}, fmt.Errorf("sync %s: %w", root, err)
+	}
+	conn, err := l.SSH(ctx)
+	if err != nil {
+		return sync.Stats{}, err
+	}
+	stats, err := sync.Push(ctx, conn, sync.Options{Root: abs, RemoteDir: l.Workdir(filepath.Base(abs)), Progress: opts.Progress})
+	if err != nil {
+		return stats, fmt.Errorf("sync %s to %s: %w", abs, l.ID(), err)
+	}
+	return stats, nil
+}
+
+// Run runs a command on the box. A non-zero exit is not an error: it is in
+// the result. Errors are crabbox's own failures (connection, cancellation).
+func (l *Lease) Run(ctx context.Context, req run.Request) (run.Result, error) {
+	conn, err := l.SSH(ctx)
+	if err != nil {
+		return run.Result{}, err
+	}
+	res, err := run.Run(ctx, conn, req)
+	if err != nil {
+		return res, fmt.Errorf("run on %s: %w", l.ID(), err)
+	}
+	return res, nil
+}
