@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox/providers/local"
+)
+
+func (a *app) agentCmd() *ffcli.Command {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	dir := fs.String("lease-dir", "", "the local lease directory to serve")
+	return &ffcli.Command{
+		Name:       "agent",
+		ShortUsage: "crabbox agent --lease-dir DIR",
+		ShortHelp:  "serve a local lease over SSH until it expires or is released (started by crabbox itself)",
+		FlagSet:    fs,
+		Exec: func(ctx context.Context, args []string) error {
+			if *dir == "" || len(args) != 0 {
+				return usagef("agent: want --lease-dir DIR and no arguments")
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
+			return local.ServeAgent(ctx, *dir, a.stdout, logger)
+		},
+	}
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// Exit codes: a remote command's own code passes through unchanged.
+const (
+	exitUsage       = 2   // bad flags or arguments
+	exitFailure     = 125 // crabbox itself failed (config, lease, connection, sync), as docker run does
+	exitInterrupted = 130 // Ctrl-C
+)
+
+// exitError carries a remote command's exit code out of a command.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError is a mistake in how a command was called.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// app is what every command shares: output writers and the common flags.
+type app struct {
+	stdout, stderr io.Writer
+}
+
+// Main runs the CLI with args (without the program name) and returns the
+// process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr}
+	root := &ffcli.Command{
+		ShortUsage: "crabbox <command> [flags] [args...]",
+		ShortHelp:  "lease a box, sync your checkout, run a command, release the box",
+		LongHelp: `crabbox leases a box, copies your dirty checkout onto it, runs a command
+there with the output streamed back and the exact exit code, and releases it.
+
+  crabbox run -- go test ./...
+
+Flags come from the command line, then CRABBOX_* environment variables, then
+the config file (--config; lines of "flag value"). Exit status is the remote
+command's; 125 when crabbox itself fails, 130 when interrupted.`,
+		FlagSet: flag.NewFlagSet("crabbox", flag.ContinueOnError),
+		Subcommands: []*ffcli.Command{
+			a.runCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(), a.agentCmd(),
+		},
+		Exec: func(context.Context, []string) error { return flag.ErrHelp },
+	}
+	for _, c := range root.Subcommands {
+		c.FlagSet.SetOutput(stderr)
+	}
+	root.FlagSet.SetOutput(stderr)
+
+	err := root.ParseAndRun(ctx, args)
+	var exit exitError
+	var usage usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.code
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "crabbox: %s\n", usage.msg)
+		return exitUsage
+	case strings.Contains(err.Error(), "error parsing commandline arguments"):
+		fmt.Fprintf(stderr, "crabbox: %v\n", err)
+		return exitUsage
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		fmt.Fprintln(stderr, "crabbox: interrupted")
+		return exitInterrupted
+	default:
+		fmt.Fprintf(stderr, "crabbox: %s\n", oneLine(err))
+		return exitFailure
+	}
+}
+
+// oneLine keeps an error on one line of stderr.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+}
+
+// leaseFlags are the flags every command that talks to a provider has.
+type leaseFlags struct {
+	provider  string
+	config    string
+	verbose   bool
+	providers *provider.Flags
+}
+
+// newFlagSet returns a command's flag set with the common flags and every
+// provider's option flags. Registering them touches nothing.
+func newFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	lf := &leaseFlags{}
+	fs.StringVar(&lf.provider, "provider", crabbox.DefaultProvider, "provider of boxes (see crabbox providers)")
+	fs.StringVar(&lf.config, "config", defaultConfigPath(), "config file of \"flag value\" lines")
+	fs.BoolVar(&lf.verbose, "v", false, "log what crabbox does to stderr")
+	var specs []provider.Spec
+	for _, p := range provider.Default().All() {
+		specs = append(specs, p.Spec())
+	}
+	lf.providers = provider.RegisterFlags(fs, specs...)
+	return fs, lf
+}
+
+// ffOptions: flags, then CRABBOX_* environment variables, then the config file.
+func ffOptions() []ff.Option {
+	return []ff.Option{
+		ff.WithEnvVarPrefix("CRABBOX"),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(ff.PlainParser),
+		ff.WithAllowMissingConfigFile(true),
+		ff.WithIgnoreUndefined(true),
+	}
+}
+
+func defaultConfigPath() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "crabbox", "config")
+}
+
+// client builds a library client from the parsed flags. Providers get only
+// the flags of their own options, applied now that one is selected.
+// With detach, local leases are served by a `crabbox agent` process so they
+// outlive this one; without, they are served in-process (a one-shot run).
+func (a *app) client(lf *leaseFlags, detach bool) (*crabbox.Client, error) {
+	logger := slog.New(slog.DiscardHandler)
+	if lf.verbose {
+		logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	opts := []crabbox.Option{crabbox.WithProvider(lf.provider), crabbox.WithLogger(logger)}
+	for _, p := range provider.Default().All() {
+		spec := p.Spec()
+		cfg := lf.providers.Apply(spec, nil)
+		if spec.Name == "local" && cfg["agent"] == "" && detach {
+			if exe, err := os.Executable(); err == nil {
+				cfg["agent"] = exe
+			}
+		}
+		opts = append(opts, crabbox.WithProviderConfig(spec.Name, cfg))
+	}
+	return crabbox.New(opts...)
+}
+
+// oneArg returns the single ID-or-slug argument of a command.
+func oneArg(args []string, what string) (string, error) {
+	if len(args) != 1 {
+		return "", usagef("want exactly one %s, got %d arguments", what, len(args))
+	}
+	return args[0], nil
+}

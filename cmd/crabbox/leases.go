@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+)
+
+func (a *app) stopCmd() *ffcli.Command {
+	fs, lf := newFlagSet("stop")
+	return &ffcli.Command{
+		Name:       "stop",
+		ShortUsage: "crabbox stop ID|slug",
+		ShortHelp:  "release a lease: its box is deleted (or, on your own host, its work directory)",
+		FlagSet:    fs,
+		Options:    ffOptions(),
+		Exec: func(ctx context.Context, args []string) error {
+			ref, err := oneArg(args, "lease ID or slug")
+			if err != nil {
+				return err
+			}
+			c, err := a.client(lf, true)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return c.Stop(ctx, ref)
+		},
+	}
+}
+
+func (a *app) listCmd() *ffcli.Command {
+	fs, lf := newFlagSet("list")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	return &ffcli.Command{
+		Name:       "list",
+		ShortUsage: "crabbox list [--json]",
+		ShortHelp:  "list your leases",
+		FlagSet:    fs,
+		Options:    ffOptions(),
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) != 0 {
+				return usagef("list takes no arguments, got %q", args)
+			}
+			c, err := a.client(lf, true)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			infos, err := c.List(ctx)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(a.stdout, infos)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSLUG\tPROVIDER\tSTATE\tEXPIRES")
+			for _, i := range infos {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Slug, i.Provider, i.State, i.ExpiresAt.Local().Format(time.DateTime))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func (a *app) statusCmd() *ffcli.Command {
+	fs, lf := newFlagSet("status")
+	asJSON := fs.Bool("json", false, "print a JSON object")
+	return &ffcli.Command{
+		Name:       "status",
+		ShortUsage: "crabbox status [--json] ID|slug",
+		ShortHelp:  "show one lease",
+		FlagSet:    fs,
+		Options:    ffOptions(),
+		Exec: func(ctx context.Context, args []string) error {
+			ref, err := oneArg(args, "lease ID or slug")
+			if err != nil {
+				return err
+			}
+			c, err := a.client(lf, true)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			info, err := c.Status(ctx, ref)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(a.stdout, info)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			for _, row := range [][2]string{
+				{"id", info.ID}, {"slug", info.Slug}, {"provider", info.Provider}, {"state", info.State},
+				{"host", fmt.Sprintf("%s:%d", info.Host, info.Port)}, {"work root", info.WorkRoot},
+				{"created", info.CreatedAt.Local().Format(time.DateTime)}, {"expires", info.ExpiresAt.Local().Format(time.DateTime)},
+			} {
+				fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/testsshd"
+)
+
+// The test binary doubles as the crabbox binary: with CRABBOX_TEST_MAIN=1 it
+// runs the CLI. Tests start it as separate processes, as users do, and local
+// leases made by warmup are served by it as `crabbox agent`.
+func TestMain(m *testing.M) {
+	if os.Getenv("CRABBOX_TEST_MAIN") == "1" {
+		os.Exit(Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// crabboxCmd runs the CLI as a separate process in dir with its own state.
+func crabboxCmd(t *testing.T, env []string, dir string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append([]string{"CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}, env...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("crabbox %v: %v", args, err)
+	}
+	return result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}
+}
+
+// stateEnv gives a test its own state and an empty config.
+func stateEnv(t *testing.T) []string {
+	t.Helper()
+	return []string{"CRABBOX_STATE_DIR=" + t.TempDir(), "CRABBOX_CONFIG=" + filepath.Join(t.TempDir(), "none")}
+}
+
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range map[string]string{"committed.txt": "committed\n", "untracked.txt": "untracked\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"init", "-q"}, {"add", "committed.txt"},
+		{"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "init"},
+	} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	return dir
+}
+
+func TestRunOneShot(t *testing.T) {
+	t.Parallel()
+	env, repo := stateEnv(t), gitRepo(t)
+	r := crabboxCmd(t, env, repo, "run", "--", "sh", "-c", "cat committed.txt untracked.txt; pwd")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || lines[0] != "committed" || lines[1] != "untracked" || lines[2] == repo {
+		t.Errorf("stdout = %q, want both files' contents and a workdir that is not %s", r.stdout, repo)
+	}
+	if r := crabboxCmd(t, env, repo, "run", "--", "sh", "-c", "exit 7"); r.code != 7 {
+		t.Errorf("sh -c 'exit 7': exit %d, want 7 (stderr %q)", r.code, r.stderr)
+	}
+	if r := crabboxCmd(t, env, repo, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("list after one-shot runs = %q, want []", r.stdout)
+	}
+}
+
+func TestCrabboxFailuresExit125(t *testing.T) {
+	t.Parallel()
+	env, repo := stateEnv(t), gitRepo(t)
+	tests := []struct {
+		args     []string
+		code     int
+		inStderr string
+	}{
+		{[]string{"run", "--id", "nope", "--", "true"}, 125, `crabbox: lease "nope": not found`},
+		{[]string{"run", "--provider", "nope", "--", "true"}, 125, `unknown provider "nope" (known: local, ssh)`},
+		{[]string{"run", "--provider", "ssh", "--", "true"}, 125, `host is required`},
+		{[]string{"stop", "cbx_000000000000"}, 125, `not found`},
+		{[]string{"run"}, 2, "no command given"},
+		{[]string{"run", "--bogus", "--", "true"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"status"}, 2, "want exactly one lease ID or slug"},
+	}
+	for _, tt := range tests {
+		r := crabboxCmd(t, env, repo, tt.args...)
+		if r.code != tt.code || !strings.Contains(r.stderr, tt.inStderr) {
+			t.Errorf("crabbox %v: exit %d, stderr %q; want exit %d with %q", tt.args, r.code, r.stderr, tt.code, tt.inStderr)
+		}
+		if tt.code == 125 && strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("crabbox %v: stderr is not one line: %q", tt.args, r.stderr)
+		}
+	}
+}
+
+// warmup, two runs from separate processes, stop: the lease outlives each
+// process, and stop removes the box and its work root.
+func testWarmLease(t *testing.T, env []string, providerArgs ...string) {
+	repo := gitRepo(t)
+	r := crabboxCmd(t, env, repo, append([]string{"warmup", "--json"}, providerArgs...)...)
+	if r.code != 0 {
+		t.Fatalf("warmup: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var warm crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &warm); err != nil {
+		t.Fatalf("warmup --json output %q: %v", r.stdout, err)
+	}
+	if !strings.HasPrefix(warm.ID, "cbx_") || warm.Slug == "" || warm.Provider == "" || warm.ExpiresAt.IsZero() || warm.State != "ready" {
+		t.Fatalf("warmup --json = %+v, want id, slug, provider, expiresAt and state ready", warm)
+	}
+	t.Cleanup(func() { crabboxCmd(t, env, repo, "stop", warm.ID) })
+
+	for i, ref := range []string{warm.Slug, warm.ID} {
+		r := crabboxCmd(t, env, repo, "run", "--id", ref, "--", "sh", "-c", "cat committed.txt; echo x >> ../count; wc -l < ../count")
+		want := "committed\n" + strconv.Itoa(i+1) + "\n"
+		if r.code != 0 || strings.ReplaceAll(r.stdout, " ", "") != want {
+			t.Errorf("run --id %s: exit %d, stdout %q, stderr %q; want %q", ref, r.code, r.stdout, r.stderr, want)
+		}
+	}
+
+	r = crabboxCmd(t, env, repo, "status", "--json", warm.Slug)
+	var status crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &status); err != nil || status.ID != warm.ID || status.State != "ready" {
+		t.Errorf("status --json = %q (%v), want lease %s ready", r.stdout, err, warm.ID)
+	}
+
+	if r := crabboxCmd(t, env, repo, "stop", warm.ID); r.code != 0 {
+		t.Fatalf("stop: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = crabboxCmd(t, env, repo, "list", "--json")
+	var list []crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+		t.Fatalf("list --json output %q: %v", r.stdout, err)
+	}
+	if diff := cmp.Diff([]crabbox.LeaseInfo{}, list); diff != "" {
+		t.Errorf("list after stop (-want +got):\n%s", diff)
+	}
+	leaseDir := warm.WorkRoot + "/" + warm.ID
+	if _, err := os.Stat(leaseDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lease directory %s still there after stop (err %v)", leaseDir, err)
+	}
+}
+
+func TestWarmLeaseLocal(t *testing.T) {
+	t.Parallel()
+	testWarmLease(t, stateEnv(t))
+}
+
+func TestWarmLeaseSSH(t *testing.T) {
+	t.Parallel()
+	sshd := testsshd.Start(t)
+	keyFile := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(keyFile, sshd.ClientKeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Provider settings from the environment, as a CI job would set them.
+	env := append(stateEnv(t),
+		"CRABBOX_PROVIDER=ssh", "CRABBOX_SSH_HOST="+sshd.Host, "CRABBOX_SSH_PORT="+strconv.Itoa(sshd.Port),
+		"CRABBOX_SSH_USER="+sshd.User, "CRABBOX_SSH_KEY="+keyFile, "CRABBOX_WORK_ROOT="+t.TempDir())
+	testWarmLease(t, env)
+}
+
+// Flags win over the environment, which wins over the config file.
+func TestConfigPrecedence(t *testing.T) {
+	t.Parallel()
+	repo := gitRepo(t)
+	config := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(config, []byte("# crabbox config\nprovider from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"CRABBOX_STATE_DIR=" + t.TempDir(), "CRABBOX_CONFIG=" + config}
+	if r := crabboxCmd(t, env, repo, "run", "--", "true"); r.code != 125 || !strings.Contains(r.stderr, `"from-file"`) {
+		t.Errorf("config file provider: exit %d, stderr %q; want the file's provider used", r.code, r.stderr)
+	}
+	envOverride := append(env, "CRABBOX_PROVIDER=from-env")
+	if r := crabboxCmd(t, envOverride, repo, "run", "--", "true"); r.code != 125 || !strings.Contains(r.stderr, `"from-env"`) {
+		t.Errorf("env provider: exit %d, stderr %q; want the environment's provider used", r.code, r.stderr)
+	}
+	if r := crabboxCmd(t, envOverride, repo, "run", "--provider", "local", "--", "true"); r.code != 0 {
+		t.Errorf("flag provider: exit %d, stderr %q; want the flag to win", r.code, r.stderr)
+	}
+}
+
+func TestEnvAllowList(t *testing.T) {
+	t.Parallel()
+	env := append(stateEnv(t), "CI=yes", "CRABBOX_TEST_SECRET=hidden", "FORWARDED=shown")
+	r := crabboxCmd(t, env, gitRepo(t), "run", "--env", "FORWARDED", "--", "sh", "-c", `echo "$CI ${CRABBOX_TEST_SECRET-unset} $FORWARDED"`)
+	if got := strings.TrimSpace(r.stdout); r.code != 0 || got != "yes unset shown" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want CI and --env variables only", r.code, got, r.stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if code := Main(context.Background(), []string{"version"}, &out, &out); code != 0 || !strings.HasPrefix(out.String(), "crabbox ") {
+		t.Errorf("version: exit %d, output %q", code, out.String())
+	}
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox"
+)
+
+func (a *app) warmupCmd() *ffcli.Command {
+	fs, lf := newFlagSet("warmup")
+	ttl := fs.Duration("ttl", 0, "maximum lifetime of the lease (default 90m)")
+	idle := fs.Duration("idle-timeout", 0, "the lease expires after this long without use (default 30m)")
+	slug := fs.String("slug", "", "friendly name for the lease (default: a fresh adjective-noun)")
+	asJSON := fs.Bool("json", false, "print the lease as JSON")
+	return &ffcli.Command{
+		Name:       "warmup",
+		ShortUsage: "crabbox warmup [flags]",
+		ShortHelp:  "acquire a box and keep it for later runs (crabbox run --id)",
+		FlagSet:    fs,
+		Options:    ffOptions(),
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) != 0 {
+				return usagef("warmup takes no arguments, got %q", args)
+			}
+			c, err := a.client(lf, true)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			l, err := c.Acquire(ctx, crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Slug: *slug, Keep: true})
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			info, err := c.Status(ctx, l.ID())
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(a.stdout, info)
+			}
+			fmt.Fprintf(a.stdout, "%s %s\n", info.ID, info.Slug)
+			return nil
+		},
+	}
+}

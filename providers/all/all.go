@@ -1,0 +1,8 @@
+// Package all registers every built-in provider. Only main packages import
+// it; library code never imports a concrete provider.
+package all
+
+import (
+	_ "github.com/crabbox-dev/crabbox/providers/local"
+	_ "github.com/crabbox-dev/crabbox/providers/ssh"
+)
