@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/internal/atomicfile"
+
 	"github.com/gofrs/flock"
 	"github.com/jonboulle/clockwork"
 
@@ -254,7 +256,7 @@ func (s *Store) Delete(id string) error {
 
 // SaveKey stores the lease's private key with mode 0600.
 func (s *Store) SaveKey(id string, k Key) error {
-	if err := writeFileAtomic(s.KeyPath(id), k.PEM); err != nil {
+	if err := atomicfile.Write(s.KeyPath(id), k.PEM); err != nil {
 		return fmt.Errorf("save key of %s: %w", id, err)
 	}
 	return nil
@@ -310,35 +312,8 @@ func (s *Store) write(c Claim) error {
 	if err != nil {
 		return fmt.Errorf("encode claim %s: %w", c.ID, err)
 	}
-	if err := writeFileAtomic(s.claimPath(c.ID), append(b, '\n')); err != nil {
+	if err := atomicfile.Write(s.claimPath(c.ID), append(b, '\n')); err != nil {
 		return fmt.Errorf("write claim %s: %w", c.ID, err)
 	}
 	return nil
-}
-
-// writeFileAtomic writes data to a temporary file with mode 0600 and renames
-// it over path, so readers see the old or the new content, never a part.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if err := f.Chmod(0o600); err != nil && runtime.GOOS != "windows" {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -39,6 +39,8 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/internal/remote"
+
 	"golang.org/x/crypto/ssh"
 )
 
@@ -150,7 +152,7 @@ func (req Request) commandLine() (string, error) {
 		if err := checkEnv(req.Env); err != nil {
 			return "", err
 		}
-		return commandLine(req.Command), nil
+		return remote.CommandLine(req.Command), nil
 	case req.Shell != "":
 		if containsNUL(req.Shell) {
 			return "", errors.New("Shell contains a NUL byte")
@@ -196,7 +198,7 @@ type remoteRun struct {
 const closeWait = 10 * time.Second
 
 func (r *remoteRun) run(ctx context.Context, script string) (Result, error) {
-	sess, err := newSession(ctx, r.client)
+	sess, err := remote.NewSession(ctx, r.client)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{ExitCode: canceledCode(ctx.Err())}, fmt.Errorf("run %q: %w", r.desc, ctx.Err())
@@ -290,7 +292,7 @@ func (r *remoteRun) kill() error {
 }
 
 func (r *remoteRun) runKill(ctx context.Context) error {
-	sess, err := newSession(ctx, r.client)
+	sess, err := remote.NewSession(ctx, r.client)
 	if err != nil {
 		return fmt.Errorf("open SSH session: %w", err)
 	}
@@ -396,30 +398,4 @@ func signalFromStatus(code int) string {
 		return ""
 	}
 	return portableSignals[code-128]
-}
-
-// newSession opens a session on client, giving up when ctx is done (a hung
-// connection would otherwise block forever); a session that opens after
-// that is closed.
-func newSession(ctx context.Context, client *ssh.Client) (*ssh.Session, error) {
-	type opened struct {
-		sess *ssh.Session
-		err  error
-	}
-	c := make(chan opened, 1)
-	go func() {
-		sess, err := client.NewSession()
-		c <- opened{sess, err}
-	}()
-	select {
-	case o := <-c:
-		return o.sess, o.err
-	case <-ctx.Done():
-		go func() {
-			if o := <-c; o.sess != nil {
-				o.sess.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/internal/remote"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
@@ -130,7 +132,7 @@ func TestOutputStreamsBeforeExit(t *testing.T) {
 	stdoutR, stdoutW := io.Pipe()
 	stderrR, stderrW := io.Pipe()
 	done := startRun(t, client, run.Request{
-		Shell:  "echo first; echo oops >&2; read x <" + run.Quote(fifo) + "; echo \"got $x\"",
+		Shell:  "echo first; echo oops >&2; read x <" + remote.Quote(fifo) + "; echo \"got $x\"",
 		Stdout: stdoutW,
 		Stderr: stderrW,
 	}, stdoutW, stderrW)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
 // The remote side of a run is a wrapper script sent on the session's stdin
@@ -117,9 +119,9 @@ func wrapperScript(nonce, marker, command, dir string, env map[string]string, gr
 	b.WriteString("{\n")
 	b.WriteString("unset CDPATH\nexec 3<&0\n")
 	b.WriteString(killFuncs)
-	fmt.Fprintf(&b, "crabbox_fail() { printf '%%s %%s\\n' %s \"$1\"; exit 125; }\n", Quote(marker))
+	fmt.Fprintf(&b, "crabbox_fail() { printf '%%s %%s\\n' %s \"$1\"; exit 125; }\n", remote.Quote(marker))
 	if dir != "" {
-		q := Quote(dir)
+		q := remote.Quote(dir)
 		fmt.Fprintf(&b, "if ! cd -- %s 2>/dev/null; then\n", q)
 		fmt.Fprintf(&b, "\tif [ ! -e %s ]; then crabbox_fail %s; elif [ ! -d %s ]; then crabbox_fail %s; else crabbox_fail %s; fi\nfi\n",
 			q, statusNoDir, q, statusNotDir, statusNoAccess)
@@ -129,7 +131,7 @@ func wrapperScript(nonce, marker, command, dir string, env map[string]string, gr
 	fmt.Fprintf(&b, "{ while read -r crabbox_l; do :; done; crabbox_kill \"$crabbox_d\" %d %d; } 0<&3 3<&- >/dev/null 2>&1 &\n",
 		steps(publishWait), steps(grace))
 	b.WriteString("crabbox_w=$!\n")
-	fmt.Fprintf(&b, "printf '%%s %%s\\n' %s %s\n", Quote(marker), statusOK)
+	fmt.Fprintf(&b, "printf '%%s %%s\\n' %s %s\n", remote.Quote(marker), statusOK)
 
 	// The command's environment: prefix assignments reach the command
 	// without touching the wrapper's own variables.
@@ -140,10 +142,10 @@ func wrapperScript(nonce, marker, command, dir string, env map[string]string, gr
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		fmt.Fprintf(&assign, "%s=%s ", name, Quote(env[name]))
+		fmt.Fprintf(&assign, "%s=%s ", name, remote.Quote(env[name]))
 	}
-	fmt.Fprintf(&assign, "CRABBOX_RUN_DIR=\"$crabbox_d\" CRABBOX_RUN_CMD=%s", Quote(command))
-	tramp := Quote(trampoline)
+	fmt.Fprintf(&assign, "CRABBOX_RUN_DIR=\"$crabbox_d\" CRABBOX_RUN_CMD=%s", remote.Quote(command))
+	tramp := remote.Quote(trampoline)
 
 	b.WriteString("if command -v setsid >/dev/null 2>&1; then\n")
 	fmt.Fprintf(&b, "\t{ %s setsid sh -c %s </dev/null 2>&4 3<&- 4>&-; } 4>&2 2>/dev/null\n", assign.String(), tramp)

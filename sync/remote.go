@@ -6,6 +6,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
 // The box keeps, in RemoteDir/.crabbox/synced, the NUL-separated list of
@@ -24,14 +26,9 @@ func reserved(p string) bool {
 	return p == syncedList || strings.HasPrefix(p, syncedList+".")
 }
 
-// quote quotes s as one word for a POSIX shell.
-func quote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
 // readListCommand prints the previous list, or nothing on the first push.
 func readListCommand(remoteDir string) string {
-	f := quote(remoteDir + "/" + syncedList)
+	f := remote.Quote(remoteDir + "/" + syncedList)
 	return fmt.Sprintf("if [ -e %s ]; then cat -- %s; fi", f, f)
 }
 
@@ -79,7 +76,7 @@ const deleteBatch = 256
 // through a symlink: every parent of a path must be a real directory.
 func deleteScript(remoteDir string, paths []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "cd -- %s || exit 1\n", quote(remoteDir))
+	fmt.Fprintf(&b, "cd -- %s || exit 1\n", remote.Quote(remoteDir))
 	b.WriteString(`crabbox_safe() {
 	crabbox_p=$1 crabbox_d=.
 	while :; do
@@ -95,7 +92,7 @@ func deleteScript(remoteDir string, paths []string) string {
 		for chunk := range slices.Chunk(items, deleteBatch) {
 			b.WriteString("set --\n")
 			for _, p := range chunk {
-				q := quote(p)
+				q := remote.Quote(p)
 				fmt.Fprintf(&b, "crabbox_safe %s && set -- \"$@\" %s\n", q, q)
 			}
 			fmt.Fprintf(&b, "[ $# -eq 0 ] || %s -- \"$@\" 2>/dev/null\n", cmd)
@@ -133,7 +130,7 @@ func parentDirs(paths []string) []string {
 // and, only if that succeeded, moves the new list (the archive's last
 // entry) into place.
 func extractCommand(remoteDir, listTmp string) string {
-	tmp := quote(listTmp)
+	tmp := remote.Quote(listTmp)
 	return fmt.Sprintf("mkdir -p -- %s && cd -- %s && { tar -xf - || { crabbox_s=$?; rm -f -- %s; exit $crabbox_s; }; } && mv -f -- %s %s",
-		quote(remoteDir), quote(remoteDir), tmp, tmp, quote(syncedList))
+		remote.Quote(remoteDir), remote.Quote(remoteDir), tmp, tmp, remote.Quote(syncedList))
 }

@@ -31,6 +31,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/internal/remote"
+
 	"golang.org/x/crypto/ssh"
 )
 
@@ -121,7 +123,7 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 
 // readPrevious reads the list of paths the last push synced.
 func readPrevious(ctx context.Context, client *ssh.Client, remoteDir string) ([]string, error) {
-	sess, err := newSession(ctx, client)
+	sess, err := remote.NewSession(ctx, client)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -159,7 +161,7 @@ func readPrevious(ctx context.Context, client *ssh.Client, remoteDir string) ([]
 
 // runScript runs a script with sh on the box, sending it on stdin.
 func runScript(ctx context.Context, client *ssh.Client, script string) error {
-	sess, err := newSession(ctx, client)
+	sess, err := remote.NewSession(ctx, client)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -189,7 +191,7 @@ func transfer(ctx context.Context, client *ssh.Client, opts Options, files []Fil
 	}
 	listTmp := syncedList + ".tmp-" + hex.EncodeToString(nonce)
 
-	sess, err := newSession(ctx, client)
+	sess, err := remote.NewSession(ctx, client)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Stats{}, ctx.Err()
@@ -381,30 +383,4 @@ func (t *tail) suffix() string {
 		return ""
 	}
 	return ": " + s
-}
-
-// newSession opens a session on client, giving up when ctx is done (a hung
-// connection would otherwise block forever); a session that opens after
-// that is closed.
-func newSession(ctx context.Context, client *ssh.Client) (*ssh.Session, error) {
-	type opened struct {
-		sess *ssh.Session
-		err  error
-	}
-	c := make(chan opened, 1)
-	go func() {
-		sess, err := client.NewSession()
-		c <- opened{sess, err}
-	}()
-	select {
-	case o := <-c:
-		return o.sess, o.err
-	case <-ctx.Done():
-		go func() {
-			if o := <-c; o.sess != nil {
-				o.sess.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
 }

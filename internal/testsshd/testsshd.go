@@ -66,6 +66,9 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	if _, err := os.Stat(SSHDPath); err != nil {
+		if os.Getenv("CRABBOX_REQUIRE_SSHD") == "1" {
+			t.Fatalf("testsshd: OpenSSH server not installed at %s (%v), and CRABBOX_REQUIRE_SSHD=1 forbids skipping", SSHDPath, err)
+		}
 		t.Skipf("testsshd: OpenSSH server not installed at %s (%v); skipping test that needs a real sshd", SSHDPath, err)
 	}
 	u, err := user.Current()

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/internal/remote"
+
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh"
 
@@ -220,7 +222,7 @@ func checkSSH(t *testing.T, spec provider.Spec, target provider.LeaseTarget, key
 	dir := target.WorkRoot + "/" + target.LeaseID
 	var out bytes.Buffer
 	sess.Stdout = &out
-	cmd := fmt.Sprintf("mkdir -p %s && cd %s && echo crabbox > probe && cat probe", shellQuote(dir), shellQuote(dir))
+	cmd := fmt.Sprintf("mkdir -p %s && cd %s && echo crabbox > probe && cat probe", remote.Quote(dir), remote.Quote(dir))
 	if err := sess.Run(cmd); err != nil {
 		t.Fatalf("run %q on lease %s: %v", cmd, target.LeaseID, err)
 	}
@@ -343,6 +345,3 @@ func testNoLeak(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend) {
 		})
 	}
 }
-
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -10,9 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"time"
+
+	"github.com/crabbox-dev/crabbox/internal/atomicfile"
 
 	"golang.org/x/crypto/ssh"
 
@@ -102,7 +103,7 @@ func writeRecord(dir string, r record) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, recordFile), append(b, '\n'))
+	return atomicfile.Write(filepath.Join(dir, recordFile), append(b, '\n'))
 }
 
 // updateRecord rewrites the record in dir with fn applied.
@@ -113,29 +114,6 @@ func updateRecord(dir string, fn func(*record)) (record, error) {
 	}
 	fn(&r)
 	return r, writeRecord(dir, r)
-}
-
-// writeFileAtomic writes data to a temporary 0600 file beside path and
-// renames it over path.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if err := f.Chmod(0o600); err != nil && runtime.GOOS != "windows" {
-		_ = f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // newHostKey makes the box's ed25519 host key, writes its private half to
@@ -149,7 +127,7 @@ func newHostKey(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, hostKeyFile), pem.EncodeToMemory(block)); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, hostKeyFile), pem.EncodeToMemory(block)); err != nil {
 		return "", err
 	}
 	sshPub, err := ssh.NewPublicKey(pub)

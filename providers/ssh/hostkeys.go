@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/crabbox-dev/crabbox/internal/atomicfile"
+
 	cryptossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 )
@@ -100,7 +102,7 @@ func (p *pins) check(addr string, key cryptossh.PublicKey) error {
 			data = append(data, '\n')
 		}
 		data = append(data, knownhosts.Line([]string{addr}, key)+"\n"...)
-		if err := writeFileAtomic(p.path, data); err != nil {
+		if err := atomicfile.Write(p.path, data); err != nil {
 			return fmt.Errorf("pin host key of %s in %s: %w", addr, p.path, err)
 		}
 		return nil

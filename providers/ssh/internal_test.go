@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/crabbox-dev/crabbox/internal/remote"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/crabbox-dev/crabbox/provider"
@@ -57,12 +59,12 @@ func TestShellQuoteSurvivesSh(t *testing.T) {
 		t.Skip("needs a POSIX sh")
 	}
 	for _, s := range []string{"", "plain", "with space", "it's", `"dq" $HOME $(id) ; | & * ? ~ #`, "'''", "new\nline"} {
-		out, err := exec.Command("sh", "-c", "printf %s "+shellQuote(s)).Output()
+		out, err := exec.Command("sh", "-c", "printf %s "+remote.Quote(s)).Output()
 		if err != nil {
 			t.Fatalf("sh with %q: %v", s, err)
 		}
 		if string(out) != s {
-			t.Errorf("sh printed %q for shellQuote(%q), want it unchanged", out, s)
+			t.Errorf("sh printed %q for remote.Quote(%q), want it unchanged", out, s)
 		}
 	}
 }

@@ -9,11 +9,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/crabbox-dev/crabbox/internal/atomicfile"
 
 	"github.com/gofrs/flock"
 
@@ -222,7 +223,7 @@ func (s *records) write(r record) error {
 	if err != nil {
 		return fmt.Errorf("encode record of lease %s: %w", r.LeaseID, err)
 	}
-	if err := writeFileAtomic(s.path(r.LeaseID), append(b, '\n')); err != nil {
+	if err := atomicfile.Write(s.path(r.LeaseID), append(b, '\n')); err != nil {
 		return fmt.Errorf("write record of lease %s: %w", r.LeaseID, err)
 	}
 	return nil
@@ -239,35 +240,4 @@ func withLock(path string, fn func() error) error {
 	}
 	defer l.Unlock()
 	return fn()
-}
-
-// writeFileAtomic writes data to a temporary file with mode 0600 in path's
-// directory (created if needed) and renames it over path, so readers see
-// the old or the new content, never a part.
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if err := f.Chmod(0o600); err != nil && runtime.GOOS != "windows" {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

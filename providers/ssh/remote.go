@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/internal/remote"
+
 	cryptossh "golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/lease"
@@ -40,12 +42,7 @@ const (
 // shellCommand renders sh -c script with dir as $1, quoted for any POSIX
 // login shell.
 func shellCommand(script, dir string) string {
-	return "sh -c " + shellQuote(script) + " crabbox " + shellQuote(dir)
-}
-
-// shellQuote quotes s as one single-quoted shell word.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return "sh -c " + remote.Quote(script) + " crabbox " + remote.Quote(dir)
 }
 
 // connect dials r's host as r's user with r's key file and checks the host

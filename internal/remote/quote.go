@@ -1,4 +1,6 @@
-package run
+// Package remote holds what every part of crabbox that talks to a POSIX box
+// over SSH needs: shell quoting and sessions that respect a context.
+package remote
 
 import "strings"
 
@@ -37,9 +39,9 @@ var reservedWords = map[string]bool{
 	"function": true, "time": true, "coproc": true,
 }
 
-// commandLine quotes argv into a shell command line that runs argv[0] with
+// CommandLine quotes argv into a shell command line that runs argv[0] with
 // the remaining words as its arguments.
-func commandLine(argv []string) string {
+func CommandLine(argv []string) string {
 	words := make([]string, len(argv))
 	for i, w := range argv {
 		if i == 0 && reservedWords[w] {

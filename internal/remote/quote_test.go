@@ -1,11 +1,11 @@
-package run_test
+package remote_test
 
 import (
 	"os/exec"
 	"strings"
 	"testing"
 
-	"github.com/crabbox-dev/crabbox/run"
+	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
 func TestQuote(t *testing.T) {
@@ -21,7 +21,7 @@ func TestQuote(t *testing.T) {
 		{"x\ny", "'x\ny'"},
 	}
 	for _, tt := range tests {
-		if got := run.Quote(tt.in); got != tt.want {
+		if got := remote.Quote(tt.in); got != tt.want {
 			t.Errorf("Quote(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
@@ -40,12 +40,12 @@ func FuzzQuote(f *testing.F) {
 		if strings.ContainsRune(s, 0) {
 			t.Skip("arguments cannot hold NUL")
 		}
-		out, err := exec.Command(sh, "-c", "printf %s "+run.Quote(s)).Output()
+		out, err := exec.Command(sh, "-c", "printf %s "+remote.Quote(s)).Output()
 		if err != nil {
-			t.Fatalf("sh -c printf %%s %s: %v", run.Quote(s), err)
+			t.Fatalf("sh -c printf %%s %s: %v", remote.Quote(s), err)
 		}
 		if string(out) != s {
-			t.Errorf("sh read Quote(%q) = %s back as %q", s, run.Quote(s), out)
+			t.Errorf("sh read Quote(%q) = %s back as %q", s, remote.Quote(s), out)
 		}
 	})
 }

@@ -1,0 +1,41 @@
+// Package atomicfile writes files so that readers see the old content or
+// the new, never a part: a temporary file beside the target, synced, then
+// renamed over it.
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+)
+
+// Write writes data to path with mode 0600, creating path's directory
+// (0700) if needed.
+func Write(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if err := f.Chmod(0o600); err != nil && runtime.GOOS != "windows" {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
