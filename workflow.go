@@ -39,6 +39,7 @@ type RunRequest struct {
 // Timing is where a run's time went.
 type Timing struct {
 	Lease   time.Duration
+	Connect time.Duration
 	Sync    time.Duration
 	Command time.Duration
 	Total   time.Duration
@@ -97,6 +98,11 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		return res, fmt.Errorf("run: checkout %s: %w", req.Root, err)
 	}
 	workdir := l.Workdir(filepath.Base(root))
+	connectStart := c.rt.Clock.Now()
+	if _, err := l.SSH(ctx); err != nil {
+		return res, err
+	}
+	res.Timing.Connect = c.rt.Clock.Since(connectStart)
 	syncStart := c.rt.Clock.Now()
 	if req.NoSync {
 		err = l.ensureDir(ctx, workdir)
