@@ -251,3 +251,38 @@ func TestCancelledRunReleasesOneShotLease(t *testing.T) {
 	}
 	noLeases(t, c)
 }
+
+// Run from a directory inside a checkout syncs the whole checkout and runs
+// in the same directory on the box.
+func TestRunFromSubdirectory(t *testing.T) {
+	repo := gitRepo(t)
+	sub := filepath.Join(repo, "pkg", "inner")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "here.txt"), []byte("here\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, t.TempDir())
+	var out bytes.Buffer
+	res, err := c.Run(context.Background(), crabbox.RunRequest{
+		Root: sub, Shell: "cat here.txt ../../committed.txt; pwd", Stdout: &out,
+	})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run: %v (exit %d)", err, res.ExitCode)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := "/" + res.LeaseID + "/" + filepath.Base(repo) + "/pkg/inner"
+	if len(lines) != 3 || lines[0] != "here" || lines[1] != "committed" || !strings.HasSuffix(lines[2], want) {
+		t.Errorf("output = %q, want both files and a workdir ending in %s", out.String(), want)
+	}
+}
+
+func TestRunRejectsMissingCheckout(t *testing.T) {
+	c := newClient(t, t.TempDir())
+	_, err := c.Run(context.Background(), crabbox.RunRequest{Root: filepath.Join(t.TempDir(), "nope"), Command: []string{"true"}})
+	if err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Fatalf("err = %v, want the checkout named", err)
+	}
+	noLeases(t, c)
+}

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/run"
@@ -24,6 +28,8 @@ type RunRequest struct {
 	Command []string
 	Shell   string
 	// Root is the local checkout to sync (default: the current directory).
+	// A directory inside a git checkout stands for the whole checkout: it
+	// is all synced, and the command runs in the same directory on the box.
 	Root   string
 	NoSync bool
 	// Keep keeps a newly acquired lease after the run.
@@ -67,6 +73,10 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	}
 	start := c.rt.Clock.Now()
 	defer func() { res.Timing.Total = c.rt.Clock.Since(start) }()
+	root, rel, err := checkout(ctx, req.Root)
+	if err != nil {
+		return res, err
+	}
 
 	l, acquired, err := c.leaseFor(ctx, req)
 	if err != nil {
@@ -89,15 +99,7 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	stop := c.store.Heartbeat(ctx, l.backend, l.snapshot(), c.log)
 	defer stop()
 
-	root := req.Root
-	if root == "" {
-		root = "."
-	}
-	root, err = filepath.Abs(root)
-	if err != nil {
-		return res, fmt.Errorf("run: checkout %s: %w", req.Root, err)
-	}
-	workdir := l.Workdir(filepath.Base(root))
+	workdir := path.Join(l.Workdir(filepath.Base(root)), rel)
 	connectStart := c.rt.Clock.Now()
 	if _, err := l.SSH(ctx); err != nil {
 		return res, err
@@ -143,4 +145,33 @@ func (l *Lease) ensureDir(ctx context.Context, dir string) error {
 		return fmt.Errorf("create workdir %s on %s: mkdir exited %d", dir, l.ID(), res.ExitCode)
 	}
 	return nil
+}
+
+// checkout returns the directory to sync for dir (the top of its git
+// checkout, or dir itself outside git) and dir's slash-separated path
+// relative to it.
+func checkout(ctx context.Context, dir string) (root, rel string, err error) {
+	if dir == "" {
+		dir = "."
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", "", fmt.Errorf("run: checkout %s: %w", dir, err)
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return "", "", fmt.Errorf("run: checkout %s is not a directory", abs)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real // git reports the top without symlinks (macOS /tmp)
+	}
+	out, err := exec.CommandContext(ctx, "git", "-C", abs, "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return abs, ".", nil // not a git checkout (or no git): sync the directory itself
+	}
+	top := filepath.Clean(strings.TrimSpace(string(out)))
+	rel, err = filepath.Rel(top, abs)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return abs, ".", nil
+	}
+	return top, filepath.ToSlash(rel), nil
 }
