@@ -164,6 +164,17 @@ func (a *app) client(lf *leaseFlags, detach bool) (*crabbox.Client, error) {
 	return crabbox.New(opts...)
 }
 
+// withClient runs fn with a library client built from lf and closes the
+// client afterwards.
+func (a *app) withClient(lf *leaseFlags, detach bool, fn func(*crabbox.Client) error) error {
+	c, err := a.client(lf, detach)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
 // oneArg returns the single ID-or-slug argument of a command.
 func oneArg(args []string, what string) (string, error) {
 	if len(args) != 1 {

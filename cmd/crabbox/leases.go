@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox"
 )
 
 func (a *app) stopCmd() *ffcli.Command {
@@ -24,12 +26,9 @@ func (a *app) stopCmd() *ffcli.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.client(lf, true)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return c.Stop(ctx, ref)
+			return a.withClient(lf, true, func(c *crabbox.Client) error {
+				return c.Stop(ctx, ref)
+			})
 		},
 	}
 }
@@ -47,24 +46,21 @@ func (a *app) listCmd() *ffcli.Command {
 			if len(args) != 0 {
 				return usagef("list takes no arguments, got %q", args)
 			}
-			c, err := a.client(lf, true)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			infos, err := c.List(ctx)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return writeJSON(a.stdout, infos)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSLUG\tPROVIDER\tSTATE\tEXPIRES")
-			for _, i := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Slug, i.Provider, i.State, i.ExpiresAt.Local().Format(time.DateTime))
-			}
-			return tw.Flush()
+			return a.withClient(lf, true, func(c *crabbox.Client) error {
+				infos, err := c.List(ctx)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, infos)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSLUG\tPROVIDER\tSTATE\tEXPIRES")
+				for _, i := range infos {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Slug, i.Provider, i.State, i.ExpiresAt.Local().Format(time.DateTime))
+				}
+				return tw.Flush()
+			})
 		},
 	}
 }
@@ -83,27 +79,24 @@ func (a *app) statusCmd() *ffcli.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.client(lf, true)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			info, err := c.Status(ctx, ref)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return writeJSON(a.stdout, info)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			for _, row := range [][2]string{
-				{"id", info.ID}, {"slug", info.Slug}, {"provider", info.Provider}, {"state", info.State},
-				{"host", fmt.Sprintf("%s:%d", info.Host, info.Port)}, {"work root", info.WorkRoot},
-				{"created", info.CreatedAt.Local().Format(time.DateTime)}, {"expires", info.ExpiresAt.Local().Format(time.DateTime)},
-			} {
-				fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
-			}
-			return tw.Flush()
+			return a.withClient(lf, true, func(c *crabbox.Client) error {
+				info, err := c.Status(ctx, ref)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, info)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+				for _, row := range [][2]string{
+					{"id", info.ID}, {"slug", info.Slug}, {"provider", info.Provider}, {"state", info.State},
+					{"host", fmt.Sprintf("%s:%d", info.Host, info.Port)}, {"work root", info.WorkRoot},
+					{"created", info.CreatedAt.Local().Format(time.DateTime)}, {"expires", info.ExpiresAt.Local().Format(time.DateTime)},
+				} {
+					fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+				}
+				return tw.Flush()
+			})
 		},
 	}
 }

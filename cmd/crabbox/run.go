@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"os"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
@@ -41,29 +39,22 @@ directory to it, run the command there and release the box (unless --keep or
 			if len(args) == 0 {
 				return usagef("run: no command given (crabbox run -- command [args...])")
 			}
-			c, err := a.client(lf, *keep)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			res, err := c.Run(ctx, crabbox.RunRequest{
-				Lease:   *id,
-				Acquire: crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Keep: *keep},
-				Command: args, NoSync: *noSync, Keep: *keep,
-				Env:    run.AllowEnv(os.Environ(), append([]string{"CI"}, env...)),
-				Stdout: a.stdout, Stderr: a.stderr,
-			})
-			if err != nil {
-				if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-					fmt.Fprintln(a.stderr, "crabbox: interrupted")
-					return exitError{exitInterrupted}
+			return a.withClient(lf, *keep, func(c *crabbox.Client) error {
+				res, err := c.Run(ctx, crabbox.RunRequest{
+					Lease:   *id,
+					Acquire: crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Keep: *keep},
+					Command: args, NoSync: *noSync, Keep: *keep,
+					Env:    run.AllowEnv(os.Environ(), append([]string{"CI"}, env...)),
+					Stdout: a.stdout, Stderr: a.stderr,
+				})
+				if err != nil {
+					return err // Main turns an interrupted run into exit 130
 				}
-				return err
-			}
-			if res.ExitCode != 0 {
-				return exitError{res.ExitCode}
-			}
-			return nil
+				if res.ExitCode != 0 {
+					return exitError{res.ExitCode}
+				}
+				return nil
+			})
 		},
 	}
 }

@@ -25,25 +25,22 @@ func (a *app) warmupCmd() *ffcli.Command {
 			if len(args) != 0 {
 				return usagef("warmup takes no arguments, got %q", args)
 			}
-			c, err := a.client(lf, true)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			l, err := c.Acquire(ctx, crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Slug: *slug, Keep: true})
-			if err != nil {
-				return err
-			}
-			defer l.Close()
-			info, err := c.Status(ctx, l.ID())
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return writeJSON(a.stdout, info)
-			}
-			fmt.Fprintf(a.stdout, "%s %s\n", info.ID, info.Slug)
-			return nil
+			return a.withClient(lf, true, func(c *crabbox.Client) error {
+				l, err := c.Acquire(ctx, crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Slug: *slug, Keep: true})
+				if err != nil {
+					return err
+				}
+				defer l.Close()
+				info, err := c.Status(ctx, l.ID())
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, info)
+				}
+				fmt.Fprintf(a.stdout, "%s %s\n", info.ID, info.Slug)
+				return nil
+			})
 		},
 	}
 }
