@@ -24,7 +24,7 @@ import (
 // leases made by warmup are served by it as `crabbox agent`.
 func TestMain(m *testing.M) {
 	if os.Getenv("CRABBOX_TEST_MAIN") == "1" {
-		os.Exit(Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+		main() // exits
 	}
 	goleak.VerifyTestMain(m)
 }
