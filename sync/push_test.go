@@ -315,3 +315,34 @@ func TestDeleteScriptQuotesPaths(t *testing.T) {
 		}
 	}
 }
+
+// A sync past its limits fails before anything reaches the box, unless
+// forced; past a warning limit it goes on and says so.
+func TestPushGuardrails(t *testing.T) {
+	client := dial(t)
+	root := t.TempDir()
+	for _, name := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remoteDir := filepath.Join(t.TempDir(), "box")
+	_, err := Push(context.Background(), client, Options{Root: root, RemoteDir: remoteDir, Limits: &Limits{MaxFiles: 2}})
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Push over the limit: err = %v, want ErrTooLarge", err)
+	}
+	if _, err := os.Stat(remoteDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("refused push touched the box: %s exists (%v)", remoteDir, err)
+	}
+	var warnings []string
+	stats, err := Push(context.Background(), client, Options{
+		Root: root, RemoteDir: remoteDir, Limits: &Limits{WarnFiles: 1, MaxFiles: 2}, Force: true,
+		Warn: func(w string) { warnings = append(warnings, w) },
+	})
+	if err != nil || stats.Files != 3 {
+		t.Fatalf("forced Push = %+v, %v; want 3 files sent", stats, err)
+	}
+	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "large sync: 3 files") {
+		t.Errorf("warnings = %q, want one large-sync warning", warnings)
+	}
+}

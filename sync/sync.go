@@ -46,6 +46,12 @@ type Options struct {
 	// Progress, if set, is called after each file is sent with the
 	// number of files and bytes of content sent so far.
 	Progress func(files int, bytes int64)
+	// Limits are the guardrails checked before anything moves; nil means
+	// DefaultLimits. Force ignores the Max limits.
+	Limits *Limits
+	Force  bool
+	// Warn, if set, receives the warning of a sync past a Warn limit.
+	Warn func(string)
 }
 
 // Stats describes a finished push.
@@ -106,6 +112,9 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 		if reserved(f.Path) {
 			return fail(fmt.Errorf("%q is reserved for crabbox's list of synced files", f.Path))
 		}
+	}
+	if err := checkLimits(opts, files); err != nil {
+		return fail(err)
 	}
 
 	if paths := stale(prev.paths, files); len(paths) > 0 {
@@ -383,4 +392,20 @@ func (t *tail) suffix() string {
 		return ""
 	}
 	return ": " + s
+}
+
+// checkLimits applies the guardrails to the file set before anything moves.
+func checkLimits(opts Options, files []File) error {
+	limits := DefaultLimits()
+	if opts.Limits != nil {
+		limits = *opts.Limits
+	}
+	if opts.Force {
+		limits.MaxFiles, limits.MaxBytes = 0, 0
+	}
+	warning, err := planOf(opts.Root, files).Check(limits)
+	if warning != "" && opts.Warn != nil {
+		opts.Warn(warning)
+	}
+	return err
 }

@@ -59,7 +59,7 @@ the config file (--config; lines of "flag value"). Exit status is the remote
 command's; 125 when crabbox itself fails, 130 when interrupted.`,
 		FlagSet: flag.NewFlagSet("crabbox", flag.ContinueOnError),
 		Subcommands: []*ffcli.Command{
-			a.runCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(), a.agentCmd(),
+			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(), a.agentCmd(),
 		},
 		Exec: func(context.Context, []string) error { return flag.ErrHelp },
 	}

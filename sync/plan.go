@@ -1,0 +1,124 @@
+package sync
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Limits are the guardrails that stop an accidental huge sync before any
+// byte moves: past a Warn limit the sync goes on with a warning, past a Max
+// limit it fails unless forced.
+type Limits struct {
+	WarnFiles int
+	WarnBytes int64
+	MaxFiles  int
+	MaxBytes  int64
+}
+
+// DefaultLimits warns at 50,000 files or 5 GiB and fails at 150,000 files
+// or 20 GiB.
+func DefaultLimits() Limits {
+	return Limits{WarnFiles: 50_000, WarnBytes: 5 << 30, MaxFiles: 150_000, MaxBytes: 20 << 30}
+}
+
+// ErrTooLarge is returned (wrapped) when a sync exceeds its Max limits.
+var ErrTooLarge = errors.New("sync too large")
+
+// DirSize is the share of one top-level directory in a plan.
+type DirSize struct {
+	Dir   string `json:"dir"`
+	Files int    `json:"files"`
+	Bytes int64  `json:"bytes"`
+}
+
+// Plan is what a sync of a checkout would send, computed without a box.
+type Plan struct {
+	Root  string `json:"root"`
+	Files int    `json:"files"`
+	Bytes int64  `json:"bytes"`
+	// TopDirs are the largest top-level directories by bytes (files at the
+	// top level count under "."), at most topDirs of them.
+	TopDirs []DirSize `json:"topDirs"`
+}
+
+const topDirs = 10
+
+// MakePlan computes the plan for syncing root.
+func MakePlan(ctx context.Context, root string) (Plan, error) {
+	files, err := FileSet(ctx, root)
+	if err != nil {
+		return Plan{}, fmt.Errorf("plan sync of %s: %w", root, err)
+	}
+	return planOf(root, files), nil
+}
+
+func planOf(root string, files []File) Plan {
+	p := Plan{Root: root}
+	dirs := map[string]*DirSize{}
+	for _, f := range files {
+		dir := "."
+		if i := strings.IndexByte(f.Path, '/'); i >= 0 {
+			dir = f.Path[:i]
+		}
+		d := dirs[dir]
+		if d == nil {
+			d = &DirSize{Dir: dir}
+			dirs[dir] = d
+		}
+		d.Files++
+		d.Bytes += f.Size
+		p.Files++
+		p.Bytes += f.Size
+	}
+	for _, d := range dirs {
+		p.TopDirs = append(p.TopDirs, *d)
+	}
+	slices.SortFunc(p.TopDirs, func(a, b DirSize) int {
+		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(b.Files, a.Files), cmp.Compare(a.Dir, b.Dir))
+	})
+	if len(p.TopDirs) > topDirs {
+		p.TopDirs = p.TopDirs[:topDirs]
+	}
+	return p
+}
+
+// Check applies the limits: it returns a warning past a Warn limit and an
+// error wrapping ErrTooLarge past a Max limit, naming the largest
+// directories and how to go ahead anyway.
+func (p Plan) Check(l Limits) (warning string, err error) {
+	size := fmt.Sprintf("%d files, %s", p.Files, FormatBytes(p.Bytes))
+	if (l.MaxFiles > 0 && p.Files > l.MaxFiles) || (l.MaxBytes > 0 && p.Bytes > l.MaxBytes) {
+		return "", fmt.Errorf("%w: %s is over the limit of %d files or %s (largest: %s); exclude them in .gitignore, or pass --force-sync-large",
+			ErrTooLarge, size, l.MaxFiles, FormatBytes(l.MaxBytes), p.largest())
+	}
+	if (l.WarnFiles > 0 && p.Files > l.WarnFiles) || (l.WarnBytes > 0 && p.Bytes > l.WarnBytes) {
+		return fmt.Sprintf("large sync: %s (largest: %s)", size, p.largest()), nil
+	}
+	return "", nil
+}
+
+func (p Plan) largest() string {
+	var parts []string
+	for _, d := range p.TopDirs[:min(3, len(p.TopDirs))] {
+		parts = append(parts, fmt.Sprintf("%s/ %d files %s", d.Dir, d.Files, FormatBytes(d.Bytes)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// FormatBytes renders n in binary units (KiB, MiB, GiB).
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
