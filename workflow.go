@@ -10,8 +10,10 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	gosync "sync"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/run"
 	"github.com/crabbox-dev/crabbox/sync"
 )
@@ -24,16 +26,39 @@ type RunRequest struct {
 	Lease string
 	// Acquire shapes a new lease (ignored when Lease is set).
 	Acquire AcquireOptions
-	// Command is the argv to run; Shell is a shell command string instead.
+	// Command is the argv to run; Shell is a shell command string instead;
+	// Script is the content of a script run by sh. Set exactly one, or
+	// none with SyncOnly.
 	Command []string
 	Shell   string
+	Script  string
+	// ScriptName names the script in the run history.
+	ScriptName string
 	// Root is the local checkout to sync (default: the current directory).
 	// A directory inside a git checkout stands for the whole checkout: it
 	// is all synced, and the command runs in the same directory on the box.
 	Root   string
 	NoSync bool
+	// SyncOnly syncs the checkout and runs nothing.
+	SyncOnly bool
 	// Keep keeps a newly acquired lease after the run.
 	Keep bool
+	// KeepOnFailure keeps a newly acquired lease when the command exits
+	// non-zero (timeouts included), so it can be inspected.
+	KeepOnFailure bool
+	// Timeout bounds the command (not acquire or sync). When it passes the
+	// command's process group is stopped and the exit code is
+	// run.ExitTimeout (124), as with timeout(1).
+	Timeout time.Duration
+	// JUnit is a glob, relative to the workdir on the box and expanded by
+	// the box's shell, of JUnit XML files to count after the command.
+	// Several globs may be separated by spaces.
+	JUnit string
+	// RunID identifies the run (default: a new lease.NewRunID()).
+	RunID string
+	// RecordHistory records the run and its output (the last
+	// DefaultLogLimit bytes) in the client's run history (Client.History).
+	RecordHistory bool
 	// Env holds the variables to set on the box (already allow-listed).
 	Env    map[string]string
 	Stdout io.Writer
@@ -53,26 +78,109 @@ type Timing struct {
 
 // RunResult is the outcome of Client.Run.
 type RunResult struct {
+	RunID    string
 	LeaseID  string
 	Slug     string
 	Provider string
+	// StartedAt is when the run started.
+	StartedAt time.Time
 	// Kept is set when the lease is still held after the run.
 	Kept bool
 	// ExitCode is the remote command's exit code (128+n for signal n).
 	ExitCode int
+	// TimedOut is set when RunRequest.Timeout stopped the command.
+	TimedOut bool
 	Sync     sync.Stats
-	Timing   Timing
+	// SyncSkipped is set when nothing was sent: NoSync, or the checkout
+	// on the box was already up to date.
+	SyncSkipped bool
+	// JUnit is set when RunRequest.JUnit was.
+	JUnit  *JUnitReport
+	Timing Timing
 }
 
 // Run is the one-shot workflow. The returned error is crabbox's own failure
 // (config, lease, connection, sync); the command's exit code, zero or not,
 // is in the result.
 func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err error) {
-	if len(req.Command) == 0 && req.Shell == "" {
-		return res, errors.New("run: no command given")
+	if err := req.check(); err != nil {
+		return res, err
+	}
+	if req.RunID == "" {
+		req.RunID = lease.NewRunID()
 	}
 	start := c.rt.Clock.Now()
-	defer func() { res.Timing.Total = c.rt.Clock.Since(start) }()
+	if !req.RecordHistory {
+		res, err = c.run(ctx, req, start)
+		res.Timing.Total = c.rt.Clock.Since(start)
+		return res, err
+	}
+	h := c.History()
+	log, err := h.createLog(req.RunID)
+	if err != nil {
+		return res, err
+	}
+	var mu gosync.Mutex
+	req.Stdout = teeWriter{mu: &mu, w: req.Stdout, log: log}
+	req.Stderr = teeWriter{mu: &mu, w: req.Stderr, log: log}
+	res, err = c.run(ctx, req, start)
+	res.Timing.Total = c.rt.Clock.Since(start)
+	if lerr := log.Close(); lerr != nil {
+		c.log.Warn("run log incomplete", "run", req.RunID, "err", lerr)
+	}
+	if herr := h.Append(historyEntry(req, res, err)); herr != nil {
+		c.log.Warn("run not recorded in history", "run", req.RunID, "err", herr)
+	}
+	return res, err
+}
+
+func (req RunRequest) check() error {
+	given := 0
+	for _, set := range []bool{len(req.Command) > 0, req.Shell != "", req.Script != ""} {
+		if set {
+			given++
+		}
+	}
+	switch {
+	case req.SyncOnly && given > 0:
+		return errors.New("run: a sync-only run takes no command")
+	case req.SyncOnly && req.NoSync:
+		return errors.New("run: sync-only and no-sync contradict each other")
+	case !req.SyncOnly && given == 0:
+		return errors.New("run: no command given")
+	case given > 1:
+		return errors.New("run: give one of a command, a shell command line and a script")
+	case req.RunID != "" && !IsRunID(req.RunID):
+		return fmt.Errorf("run: run ID %q is malformed: want run_ and 12 lowercase hex digits", req.RunID)
+	case req.Timeout < 0:
+		return fmt.Errorf("run: negative timeout %s", req.Timeout)
+	}
+	if req.JUnit != "" {
+		return checkJUnitGlob(req.JUnit)
+	}
+	return nil
+}
+
+func historyEntry(req RunRequest, res RunResult, err error) HistoryEntry {
+	e := HistoryEntry{
+		RunID: req.RunID, LeaseID: res.LeaseID, Slug: res.Slug, Provider: res.Provider,
+		Command: displayCommand(req), StartedAt: res.StartedAt, ExitCode: res.ExitCode,
+		LeaseMs: res.Timing.Lease.Milliseconds(), SyncMs: res.Timing.Sync.Milliseconds(),
+		SyncSkipped: res.SyncSkipped, CommandMs: res.Timing.Command.Milliseconds(),
+		TotalMs: res.Timing.Total.Milliseconds(), Kept: res.Kept, TimedOut: res.TimedOut,
+	}
+	if err != nil {
+		e.Error = err.Error()
+	}
+	if res.JUnit != nil {
+		counts := res.JUnit.JUnitCounts
+		e.JUnit = &counts
+	}
+	return e
+}
+
+func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res RunResult, err error) {
+	res.RunID, res.StartedAt = req.RunID, start
 	root, rel, err := checkout(ctx, req.Root)
 	if err != nil {
 		return res, err
@@ -86,6 +194,9 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	res.Timing.Lease = c.rt.Clock.Since(start)
 	res.Kept = !acquired || req.Keep
 	defer func() {
+		if acquired && req.KeepOnFailure && err == nil && res.ExitCode != 0 {
+			res.Kept = true
+		}
 		if res.Kept {
 			err = errors.Join(err, l.Close())
 			return
@@ -112,18 +223,47 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		res.Sync, err = l.Sync(ctx, root, SyncOptions{Progress: req.SyncProgress})
 	}
 	res.Timing.Sync = c.rt.Clock.Since(syncStart)
-	if err != nil {
+	res.SyncSkipped = req.NoSync || res.Sync.Files == 0
+	if err != nil || req.SyncOnly {
 		return res, err
 	}
 
+	res.ExitCode, res.TimedOut, err = c.command(ctx, l, req, workdir, &res.Timing)
+	if err != nil {
+		return res, err
+	}
+	if req.JUnit != "" {
+		rep, err := l.collectJUnit(ctx, workdir, req.JUnit)
+		if err != nil {
+			return res, err
+		}
+		res.JUnit = &rep
+	}
+	return res, nil
+}
+
+// command runs the request's command in workdir, within its timeout.
+func (c *Client) command(ctx context.Context, l *Lease, req RunRequest, workdir string, t *Timing) (exit int, timedOut bool, err error) {
+	cmdCtx := ctx
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		cmdCtx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	shell := req.Shell
+	if req.Script != "" {
+		shell = req.Script
+	}
 	cmdStart := c.rt.Clock.Now()
-	out, err := l.Run(ctx, run.Request{
-		Command: req.Command, Shell: req.Shell, Dir: workdir, Env: req.Env,
+	out, err := l.Run(cmdCtx, run.Request{
+		Command: req.Command, Shell: shell, Dir: workdir, Env: req.Env,
 		Stdout: req.Stdout, Stderr: req.Stderr,
 	})
-	res.Timing.Command = c.rt.Clock.Since(cmdStart)
-	res.ExitCode = out.ExitCode
-	return res, err
+	t.Command = c.rt.Clock.Since(cmdStart)
+	if err != nil && ctx.Err() == nil && errors.Is(cmdCtx.Err(), context.DeadlineExceeded) {
+		return run.ExitTimeout, true, nil
+	}
+	return out.ExitCode, false, err
 }
 
 func (c *Client) leaseFor(ctx context.Context, req RunRequest) (l *Lease, acquired bool, err error) {

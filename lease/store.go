@@ -124,6 +124,12 @@ func (s *Store) claimPath(id string) string { return filepath.Join(s.dir, "lease
 // KeyPath is where the lease's private key is kept.
 func (s *Store) KeyPath(id string) string { return filepath.Join(s.dir, "keys", id) }
 
+// KnownHostsPath is where an OpenSSH known_hosts file holding the lease's
+// pinned host key is written for external ssh clients; Delete removes it.
+func (s *Store) KnownHostsPath(id string) string {
+	return filepath.Join(s.dir, "keys", id+".known_hosts")
+}
+
 // locked runs fn while holding the store's lock, so reads-then-writes of
 // several processes never interleave.
 func (s *Store) locked(fn func() error) error {
@@ -241,11 +247,11 @@ func (s *Store) Put(c Claim) (Claim, error) {
 	return c, err
 }
 
-// Delete removes the claim and its key. Deleting a missing claim is not an
-// error.
+// Delete removes the claim, its key and its known_hosts file. Deleting a
+// missing claim is not an error.
 func (s *Store) Delete(id string) error {
 	return s.locked(func() error {
-		for _, p := range []string{s.claimPath(id), s.KeyPath(id)} {
+		for _, p := range []string{s.claimPath(id), s.KeyPath(id), s.KnownHostsPath(id)} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("delete claim %s: %w", id, err)
 			}

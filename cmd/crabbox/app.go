@@ -60,6 +60,9 @@ command's; 125 when crabbox itself fails, 130 when interrupted.`,
 		FlagSet: flag.NewFlagSet("crabbox", flag.ContinueOnError),
 		Subcommands: []*ffcli.Command{
 			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(), a.agentCmd(),
+			a.sshCmd(), a.heartbeatCmd(), a.cleanupCmd(), a.providersCmd(), a.doctorCmd(), a.configCmd(),
+			a.historyCmd(),
+			a.logsCmd(),
 		},
 		Exec: func(context.Context, []string) error { return flag.ErrHelp },
 	}

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
@@ -17,46 +20,126 @@ type stringList []string
 func (l *stringList) String() string     { return "" }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
+// runFlags are run's own flags.
+type runFlags struct {
+	id, shell, script, timingJSON, junit  string
+	keep, keepOnFailure, noSync, syncOnly bool
+	failOnTestFailures, quiet             bool
+	ttl, idle, timeout                    time.Duration
+	env                                   stringList
+}
+
 func (a *app) runCmd() *ffcli.Command {
 	fs, lf := newFlagSet("run")
-	id := fs.String("id", "", "reuse the warm lease with this ID or slug instead of acquiring one")
-	keep := fs.Bool("keep", false, "keep a newly acquired lease after the run (stop it with crabbox stop)")
-	noSync := fs.Bool("no-sync", false, "do not copy the checkout; run in the existing workdir")
-	ttl := fs.Duration("ttl", 0, "maximum lifetime of a new lease (default 90m)")
-	idle := fs.Duration("idle-timeout", 0, "a new lease expires after this long without use (default 30m)")
-	var env stringList
-	fs.Var(&env, "env", "forward this environment variable to the box (repeatable; CI is always forwarded)")
+	var f runFlags
+	fs.StringVar(&f.id, "id", "", "reuse the warm lease with this ID or slug instead of acquiring one")
+	fs.BoolVar(&f.keep, "keep", false, "keep a newly acquired lease after the run (stop it with crabbox stop)")
+	fs.BoolVar(&f.keepOnFailure, "keep-on-failure", false, "keep a newly acquired lease when the command exits non-zero")
+	fs.BoolVar(&f.noSync, "no-sync", false, "do not copy the checkout; run in the existing workdir")
+	fs.BoolVar(&f.syncOnly, "sync-only", false, "copy the checkout and run nothing")
+	fs.StringVar(&f.shell, "shell", "", "run this shell command line (sh -c) instead of a command after --")
+	fs.StringVar(&f.script, "script", "", "run this local script file with sh on the box")
+	fs.DurationVar(&f.timeout, "timeout", 0, "stop the command after this long and exit 124 (0: no limit)")
+	fs.DurationVar(&f.ttl, "ttl", 0, "maximum lifetime of a new lease (default 90m)")
+	fs.DurationVar(&f.idle, "idle-timeout", 0, "a new lease expires after this long without use (default 30m)")
+	fs.StringVar(&f.timingJSON, "timing-json", "", "write the run's timings as JSON to this file (- for stderr)")
+	fs.StringVar(&f.junit, "junit", "", "after the run, count the JUnit XML files matching this glob (relative to the workdir on the box)")
+	fs.BoolVar(&f.failOnTestFailures, "fail-on-test-failures", false, "exit 1 when JUnit reports failures or errors and the command exited 0")
+	fs.BoolVar(&f.quiet, "quiet", false, "do not print the summary line after the run")
+	fs.Var(&f.env, "env", "forward this environment variable to the box (repeatable; CI is always forwarded)")
 	return &ffcli.Command{
 		Name:       "run",
-		ShortUsage: "crabbox run [flags] -- command [args...]",
+		ShortUsage: "crabbox run [flags] -- command [args...] | --shell 'cmd' | --script FILE | --sync-only",
 		ShortHelp:  "run a command on a box with your checkout synced to it",
 		LongHelp: `Acquire a box (or reuse one with --id), copy the checkout in the current
-directory to it, run the command there and release the box (unless --keep or
---id). The exit status is the command's own; 125 means crabbox failed.`,
+directory to it, run the command there and release the box (unless --keep,
+--keep-on-failure after a failure, or --id). The exit status is the command's
+own; 124 when --timeout stopped it; 125 means crabbox failed. A summary line
+(lease, sync, command, total, exit) follows on stderr unless --quiet. Runs are
+recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
 		FlagSet: fs,
 		Options: ffOptions(),
 		Exec: func(ctx context.Context, args []string) error {
-			if len(args) == 0 {
-				return usagef("run: no command given (crabbox run -- command [args...])")
+			req, err := f.request(args)
+			if err != nil {
+				return err
 			}
-			return a.withClient(lf, *keep, func(c *crabbox.Client) error {
-				res, err := c.Run(ctx, crabbox.RunRequest{
-					Lease:   *id,
-					Acquire: crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Keep: *keep},
-					Command: args, NoSync: *noSync, Keep: *keep,
-					Env:    run.AllowEnv(os.Environ(), append([]string{"CI"}, env...)),
-					Stdout: a.stdout, Stderr: a.stderr,
-				})
+			req.Env = run.AllowEnv(os.Environ(), append([]string{"CI"}, f.env...))
+			req.Stdout, req.Stderr = a.stdout, a.stderr
+			return a.withClient(lf, f.keep || f.keepOnFailure, func(c *crabbox.Client) error {
+				res, err := c.Run(ctx, req)
 				if err != nil {
 					return err // Main turns an interrupted run into exit 130
 				}
-				if res.ExitCode != 0 {
-					return exitError{res.ExitCode}
-				}
-				return nil
+				return a.report(f, res)
 			})
 		},
 	}
+}
+
+// request turns the flags and arguments into a library request.
+func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
+	req := crabbox.RunRequest{
+		Lease:   f.id,
+		Acquire: crabbox.AcquireOptions{TTL: f.ttl, IdleTimeout: f.idle, Keep: f.keep},
+		Command: args, Shell: f.shell, NoSync: f.noSync, SyncOnly: f.syncOnly,
+		Keep: f.keep, KeepOnFailure: f.keepOnFailure, Timeout: f.timeout,
+		JUnit: f.junit, RecordHistory: true,
+	}
+	given := 0
+	for _, set := range []bool{len(args) > 0, f.shell != "", f.script != ""} {
+		if set {
+			given++
+		}
+	}
+	switch {
+	case f.syncOnly && given > 0:
+		return req, usagef("run: --sync-only takes no command")
+	case f.syncOnly && f.noSync:
+		return req, usagef("run: --sync-only and --no-sync contradict each other")
+	case !f.syncOnly && given == 0:
+		return req, usagef("run: no command given (crabbox run -- command [args...], --shell, --script or --sync-only)")
+	case given > 1:
+		return req, usagef("run: give one of a command after --, --shell and --script")
+	case f.timeout < 0:
+		return req, usagef("run: --timeout must not be negative")
+	case f.failOnTestFailures && f.junit == "":
+		return req, usagef("run: --fail-on-test-failures needs --junit")
+	}
+	if f.script != "" {
+		body, err := os.ReadFile(f.script)
+		if err != nil {
+			return req, fmt.Errorf("run: read script: %w", err)
+		}
+		if len(body) == 0 {
+			return req, fmt.Errorf("run: script %s is empty", f.script)
+		}
+		req.Script, req.ScriptName = string(body), filepath.Base(f.script)
+	}
+	return req, nil
+}
+
+// report prints what follows a run and turns its outcome into the exit
+// status.
+func (a *app) report(f runFlags, res crabbox.RunResult) error {
+	if res.JUnit != nil {
+		a.printJUnit(*res.JUnit, f.quiet)
+	}
+	if !f.quiet {
+		fmt.Fprintln(a.stderr, summaryLine(res))
+	}
+	if f.timingJSON != "" {
+		if err := a.writeTiming(f.timingJSON, res); err != nil {
+			return err
+		}
+	}
+	switch {
+	case res.ExitCode != 0:
+		return exitError{res.ExitCode}
+	case f.failOnTestFailures && res.JUnit != nil && res.JUnit.Failures+res.JUnit.Errors > 0:
+		return exitError{1}
+	}
+	return nil
 }
 
 var _ flag.Value = (*stringList)(nil)

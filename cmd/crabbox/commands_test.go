@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// crabboxStdin runs the CLI as a separate process with stdin (not a terminal).
+func crabboxStdin(t *testing.T, env []string, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), append([]string{"CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}, env...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("crabbox %v: %v", args, err)
+	}
+	return result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}
+}
+
+func stateDir(env []string) string {
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "CRABBOX_STATE_DIR="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// A warm lease: ssh --print, a shell without a terminal, heartbeat, and a
+// cleanup that keeps it.
+func TestWarmLeaseCommands(t *testing.T) {
+	t.Parallel()
+	env, dir := stateEnv(t), t.TempDir()
+	r := crabboxCmd(t, env, dir, "warmup", "--json")
+	var warm crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
+		t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	t.Cleanup(func() { crabboxCmd(t, env, dir, "stop", warm.ID) })
+
+	r = crabboxCmd(t, env, dir, "ssh", "--print", warm.Slug)
+	words := strings.Fields(strings.ReplaceAll(r.stdout, "'", "")) // no quotes inside the test's paths
+	if r.code != 0 || len(words) != 14 || words[0] != "ssh" || !strings.HasPrefix(words[6], "UserKnownHostsFile=") {
+		t.Fatalf("ssh --print: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	store, err := lease.OpenStore(stateDir(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := store.Get(warm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantWords := []string{
+		"ssh", "-i", store.KeyPath(warm.ID), "-p", words[4],
+		"-o", "UserKnownHostsFile=" + store.KnownHostsPath(warm.ID), "-o", "StrictHostKeyChecking=yes",
+		"-o", "IdentitiesOnly=yes", "-o", "ForwardAgent=no", claim.Target.User + "@" + warm.Host,
+	}
+	if diff := cmp.Diff(wantWords, words); diff != "" {
+		t.Errorf("ssh --print (-want +got):\n%s", diff)
+	}
+	knownHosts, err := os.ReadFile(store.KnownHostsPath(warm.ID))
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(knownHosts)), claim.PinnedHostKey) || claim.PinnedHostKey == "" {
+		t.Errorf("known_hosts = %q (%v), want the pinned key %q", knownHosts, err, claim.PinnedHostKey)
+	}
+
+	if r := crabboxStdin(t, env, "echo hi; exit 3\n", "ssh", warm.ID); r.code != 3 || r.stdout != "hi\n" {
+		t.Errorf("ssh with piped stdin: exit %d, stdout %q, stderr %q; want 3 and hi", r.code, r.stdout, r.stderr)
+	}
+
+	r = crabboxCmd(t, env, dir, "heartbeat", "--json", "--idle-timeout", "2h", warm.Slug)
+	var beat crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &beat); r.code != 0 || err != nil || beat.ID != warm.ID || !beat.ExpiresAt.After(warm.ExpiresAt) {
+		t.Errorf("heartbeat --json: exit %d, stdout %q, stderr %q; want a later expiry than %s", r.code, r.stdout, r.stderr, warm.ExpiresAt)
+	}
+	if r := crabboxCmd(t, env, dir, "heartbeat", "--idle-timeout", "0s", warm.ID); r.code != exitUsage {
+		t.Errorf("heartbeat --idle-timeout 0s: exit %d, want %d", r.code, exitUsage)
+	}
+
+	r = crabboxCmd(t, env, dir, "cleanup", "--dry-run", "--json")
+	var ds []crabbox.CleanupDecision
+	if err := json.Unmarshal([]byte(r.stdout), &ds); r.code != 0 || err != nil || len(ds) != 1 || ds[0].LeaseID != warm.ID || ds[0].Action != crabbox.CleanupKeep {
+		t.Errorf("cleanup --dry-run --json: exit %d, stdout %q, stderr %q; want the lease kept", r.code, r.stdout, r.stderr)
+	}
+	r = crabboxCmd(t, env, dir, "cleanup")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "LEASE") || !strings.Contains(lines[1], " keep ") {
+		t.Errorf("cleanup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestProvidersCommand(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"providers", "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("providers --json: exit %d, stderr %q", code, errOut.String())
+	}
+	var infos []crabbox.ProviderInfo
+	if err := json.Unmarshal(out.Bytes(), &infos); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range infos {
+		names = append(names, p.Name)
+	}
+	if !slices.Contains(names, "local") || !slices.Contains(names, "ssh") {
+		t.Errorf("providers = %q, want local and ssh", names)
+	}
+	out.Reset()
+	if code := Main(context.Background(), []string{"providers", "describe", "byo"}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), "--ssh-host") || !strings.Contains(out.String(), "CRABBOX_SSH_HOST") {
+		t.Errorf("providers describe byo: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+}
+
+func TestDoctorCommand(t *testing.T) {
+	t.Parallel()
+	env := stateEnv(t)
+	if r := crabboxCmd(t, env, t.TempDir(), "doctor"); r.code != 0 || strings.Contains(r.stdout, "FAIL") || !strings.Contains(r.stdout, "git") {
+		t.Errorf("doctor: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r := crabboxCmd(t, env, t.TempDir(), "doctor", "--json", "--provider", "nope")
+	var checks []crabbox.Check
+	if err := json.Unmarshal([]byte(r.stdout), &checks); r.code != exitFailure || err != nil || checks[len(checks)-1].OK {
+		t.Errorf("doctor --provider nope: exit %d, stdout %q, stderr %q; want a failed check and %d", r.code, r.stdout, r.stderr, exitFailure)
+	}
+}
+
+func TestConfigCommands(t *testing.T) {
+	t.Parallel()
+	config := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(config, []byte("ssh-host build.example\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"CRABBOX_STATE_DIR=" + t.TempDir(), "CRABBOX_CONFIG=" + config, "CRABBOX_SSH_KEY=/keys/id", "CRABBOX_PROVIDER=ssh"}
+	if r := crabboxCmd(t, env, t.TempDir(), "config", "path"); r.code != 0 || r.stdout != config+"\n" {
+		t.Errorf("config path: exit %d, stdout %q, stderr %q; want %s", r.code, r.stdout, r.stderr, config)
+	}
+	r := crabboxCmd(t, env, t.TempDir(), "config", "show", "--json")
+	var got struct {
+		ConfigFile string
+		Settings   []setting
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != 0 || err != nil {
+		t.Fatalf("config show --json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	want := []setting{
+		{Key: "provider", Flag: "provider", Value: "ssh"},
+		{Provider: "ssh", Key: "host", Flag: "ssh-host", Value: "build.example"},
+		{Provider: "ssh", Key: "key", Flag: "ssh-key", Value: "/keys/id"},
+	}
+	if diff := cmp.Diff(want, got.Settings); diff != "" || got.ConfigFile != config {
+		t.Errorf("config show --json settings (-want +got):\n%s\nconfig file %q", diff, got.ConfigFile)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	tests := []struct {
+		opt  provider.Option
+		want string
+	}{
+		{provider.Option{Name: "host", Flag: "ssh-host"}, "v"},
+		{provider.Option{Name: "key", Flag: "ssh-key", Help: "private key file"}, "v"},
+		{provider.Option{Name: "api-token", Flag: "hcloud-token", Help: "API token"}, "<redacted>"},
+		{provider.Option{Name: "client-secret", Help: "the secret"}, "<redacted>"},
+		{provider.Option{Name: "access-key", Help: "access key ID"}, "<redacted>"},
+		{provider.Option{Name: "token-file", Help: "read the token from this file"}, "v"},
+	}
+	for _, tt := range tests {
+		if got := redact(tt.opt, "v"); got != tt.want {
+			t.Errorf("redact(%s) = %q, want %q", tt.opt.Name, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox"
+)
+
+func (a *app) historyCmd() *ffcli.Command {
+	fs, lf := newFlagSet("history")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	limit := fs.Int("limit", 20, "show at most this many runs (0: all)")
+	return &ffcli.Command{
+		Name:       "history",
+		ShortUsage: "crabbox history [--json] [--limit N]",
+		ShortHelp:  "list your recent runs, newest first",
+		LongHelp: `List the runs recorded in the local state directory, newest first: run ID,
+start, lease, exit code, timings and command. crabbox logs RUN_ID prints a
+run's output (its last 1 MiB).`,
+		FlagSet: fs,
+		Options: ffOptions(),
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) != 0 {
+				return usagef("history takes no arguments, got %q", args)
+			}
+			if *limit < 0 {
+				return usagef("history: --limit must not be negative")
+			}
+			return a.withClient(lf, true, func(c *crabbox.Client) error {
+				entries, err := c.History().List(*limit)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, entries)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "RUN\tSTARTED\tLEASE\tEXIT\tSYNC\tCOMMAND\tTOTAL\tCOMMAND LINE")
+				for _, e := range entries {
+					exit := fmt.Sprint(e.ExitCode)
+					if e.Error != "" {
+						exit = "error"
+					}
+					sync := human(time.Duration(e.SyncMs) * time.Millisecond)
+					if e.SyncSkipped {
+						sync = "skipped"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.RunID, e.StartedAt.Local().Format(time.DateTime),
+						orDash(e.Slug), exit, sync, human(time.Duration(e.CommandMs)*time.Millisecond),
+						human(time.Duration(e.TotalMs)*time.Millisecond), e.Command)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

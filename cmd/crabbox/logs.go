@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox"
+)
+
+func (a *app) logsCmd() *ffcli.Command {
+	fs, lf := newFlagSet("logs")
+	return &ffcli.Command{
+		Name:       "logs",
+		ShortUsage: "crabbox logs RUN_ID",
+		ShortHelp:  "print a recorded run's output (its last 1 MiB)",
+		FlagSet:    fs,
+		Options:    ffOptions(),
+		Exec: func(ctx context.Context, args []string) error {
+			id, err := oneArg(args, "run ID")
+			if err != nil {
+				return err
+			}
+			if !crabbox.IsRunID(id) {
+				return usagef("logs: %q is not a run ID (run_ and 12 lowercase hex digits; see crabbox history)", id)
+			}
+			return a.withClient(lf, true, func(c *crabbox.Client) error {
+				out, err := c.History().Log(id)
+				if err != nil {
+					return err
+				}
+				_, err = a.stdout.Write(out)
+				return err
+			})
+		},
+	}
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+func (a *app) providersCmd() *ffcli.Command {
+	fs := flag.NewFlagSet("providers", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	return &ffcli.Command{
+		Name:       "providers",
+		ShortUsage: "crabbox providers [--json] | crabbox providers describe P [--json]",
+		ShortHelp:  "list the providers of boxes and what each can do",
+		LongHelp: `Print the capability matrix of every provider: kind, targets, features and
+coordinator support. "describe" lists one provider's options.
+
+  crabbox providers describe ssh`,
+		FlagSet:     fs,
+		Subcommands: []*ffcli.Command{a.describeProviderCmd()},
+		Exec: func(_ context.Context, args []string) error {
+			if len(args) != 0 {
+				return usagef("providers: unknown arguments %q (want describe P)", args)
+			}
+			infos := crabbox.ProviderInfos(provider.Default())
+			if *asJSON {
+				return writeJSON(a.stdout, infos)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tALIASES\tKIND\tTARGETS\tFEATURES\tCOORDINATOR")
+			for _, p := range infos {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, list(p.Aliases), p.Kind, list(p.Targets), list(p.Features), p.Coordinator)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func (a *app) describeProviderCmd() *ffcli.Command {
+	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print a JSON object")
+	return &ffcli.Command{
+		Name:       "describe",
+		ShortUsage: "crabbox providers describe P [--json]",
+		ShortHelp:  "list a provider's options: config key, flag, environment variable, default",
+		LongHelp: `List the options of one provider and the ways to set each: the flag, the
+environment variable, and the config file line "flag value".
+
+  crabbox providers describe local`,
+		FlagSet: fs,
+		Exec: func(_ context.Context, args []string) error {
+			name, err := oneArg(args, "provider name")
+			if err != nil {
+				return err
+			}
+			info, err := crabbox.DescribeProvider(provider.Default(), name)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(a.stdout, info)
+			}
+			fmt.Fprintf(a.stdout, "%s (%s): %s\n", info.Name, info.Kind, info.Description)
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "KEY\tFLAG\tENV\tDEFAULT\tHELP")
+			for _, o := range info.Options {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", o.Key, dash("--"+o.Flag, o.Flag), dash(o.Env, o.Env), dash(o.Default, o.Default), o.Help)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// list joins values with commas, or "-" for none.
+func list[T ~string](vs []T) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = string(v)
+	}
+	return dash(strings.Join(s, ","), strings.Join(s, ","))
+}
+
+// dash is s, or "-" when cond is empty.
+func dash(s, cond string) string {
+	if cond == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,305 @@
+package crabbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/crabbox-dev/crabbox/internal/remote"
+)
+
+// DefaultLogLimit is how much of a run's output History keeps: the last
+// 1 MiB.
+const DefaultLogLimit = 1 << 20
+
+var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{12}$`)
+
+// IsRunID reports whether s has the shape of a run ID (run_ and 12
+// lowercase hex digits).
+func IsRunID(s string) bool { return runIDPattern.MatchString(s) }
+
+// HistoryEntry is one run as the local history records it.
+type HistoryEntry struct {
+	RunID       string    `json:"runId"`
+	LeaseID     string    `json:"leaseId,omitempty"`
+	Slug        string    `json:"slug,omitempty"`
+	Provider    string    `json:"provider,omitempty"`
+	Command     string    `json:"command"`
+	StartedAt   time.Time `json:"startedAt"`
+	ExitCode    int       `json:"exitCode"`
+	LeaseMs     int64     `json:"leaseMs"`
+	SyncMs      int64     `json:"syncMs"`
+	SyncSkipped bool      `json:"syncSkipped"`
+	CommandMs   int64     `json:"commandMs"`
+	TotalMs     int64     `json:"totalMs"`
+	Kept        bool      `json:"kept,omitempty"`
+	TimedOut    bool      `json:"timedOut,omitempty"`
+	// Error is crabbox's own failure, if the run had one.
+	Error string       `json:"error,omitempty"`
+	JUnit *JUnitCounts `json:"junit,omitempty"`
+}
+
+// History is the local record of runs in a state directory:
+// history/runs.jsonl (one JSON entry per line, appended under a file lock)
+// and history/logs/<runID>.log (the last LogLimit bytes of each run's
+// output).
+type History struct {
+	dir string
+	// LogLimit bounds each run's stored output (default DefaultLogLimit).
+	LogLimit int64
+}
+
+// OpenHistory returns the history kept under stateDir. It creates nothing
+// until a run is recorded.
+func OpenHistory(stateDir string) *History {
+	return &History{dir: filepath.Join(stateDir, "history"), LogLimit: DefaultLogLimit}
+}
+
+// History is the run history in the client's state directory.
+func (c *Client) History() *History { return OpenHistory(c.store.Dir()) }
+
+func (h *History) logPath(runID string) string {
+	return filepath.Join(h.dir, "logs", runID+".log")
+}
+
+func (h *History) locked(fn func() error) error {
+	if err := os.MkdirAll(h.dir, 0o700); err != nil {
+		return fmt.Errorf("run history %s: %w", h.dir, err)
+	}
+	l := flock.New(filepath.Join(h.dir, ".lock"))
+	if err := l.Lock(); err != nil {
+		return fmt.Errorf("lock run history %s: %w", h.dir, err)
+	}
+	defer l.Unlock()
+	return fn()
+}
+
+// Append records a run.
+func (h *History) Append(e HistoryEntry) error {
+	if !IsRunID(e.RunID) {
+		return fmt.Errorf("record run %q: malformed run ID", e.RunID)
+	}
+	line, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("record run %s: %w", e.RunID, err)
+	}
+	return h.locked(func() error {
+		f, err := os.OpenFile(filepath.Join(h.dir, "runs.jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("record run %s: %w", e.RunID, err)
+		}
+		_, werr := f.Write(append(line, '\n'))
+		if err := errors.Join(werr, f.Close()); err != nil {
+			return fmt.Errorf("record run %s: %w", e.RunID, err)
+		}
+		return nil
+	})
+}
+
+// List returns up to limit runs, newest first (limit <= 0: all). Lines that
+// do not parse (a torn write) are skipped.
+func (h *History) List(limit int) ([]HistoryEntry, error) {
+	var entries []HistoryEntry
+	err := h.locked(func() error {
+		f, err := os.Open(filepath.Join(h.dir, "runs.jsonl"))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read run history: %w", err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+		for sc.Scan() {
+			var e HistoryEntry
+			if json.Unmarshal(sc.Bytes(), &e) == nil && IsRunID(e.RunID) {
+				entries = append(entries, e)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("read run history %s: %w", f.Name(), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(entries)
+	if limit > 0 && len(entries) > limit {
+		entries = entries[:limit]
+	}
+	if entries == nil {
+		entries = []HistoryEntry{}
+	}
+	return entries, nil
+}
+
+// Log returns the stored output of a run (its last LogLimit bytes). An
+// unknown run is ErrNotFound.
+func (h *History) Log(runID string) ([]byte, error) {
+	if !IsRunID(runID) {
+		return nil, fmt.Errorf("run %q: malformed run ID: want run_ and 12 lowercase hex digits", runID)
+	}
+	data, err := os.ReadFile(h.logPath(runID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("run %s: no log in the run history: %w", runID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read log of run %s: %w", runID, err)
+	}
+	return data, nil
+}
+
+// createLog opens a new bounded log for a run.
+func (h *History) createLog(runID string) (*runLog, error) {
+	if !IsRunID(runID) {
+		return nil, fmt.Errorf("log run %q: malformed run ID", runID)
+	}
+	if err := os.MkdirAll(filepath.Join(h.dir, "logs"), 0o700); err != nil {
+		return nil, fmt.Errorf("log run %s: %w", runID, err)
+	}
+	f, err := os.OpenFile(h.logPath(runID), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("log run %s: %w", runID, err)
+	}
+	limit := h.LogLimit
+	if limit <= 0 {
+		limit = DefaultLogLimit
+	}
+	return &runLog{f: f, limit: limit}, nil
+}
+
+// runLog is a file that keeps the last limit bytes written to it. It grows
+// to twice the limit before dropping its front, so trimming is amortised.
+type runLog struct {
+	mu    gosync.Mutex
+	f     *os.File
+	size  int64
+	limit int64
+	err   error
+}
+
+func (l *runLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return 0, l.err
+	}
+	if int64(len(p)) > l.limit {
+		if err := l.reset(); err != nil {
+			return 0, err
+		}
+		n := len(p)
+		p = p[int64(len(p))-l.limit:]
+		if _, err := l.write(p); err != nil {
+			return 0, err
+		}
+		return n, nil
+	}
+	if n, err := l.write(p); err != nil {
+		return n, err
+	}
+	if l.size > 2*l.limit {
+		if err := l.trim(); err != nil {
+			return len(p), err
+		}
+	}
+	return len(p), nil
+}
+
+func (l *runLog) write(p []byte) (int, error) {
+	n, err := l.f.WriteAt(p, l.size)
+	l.size += int64(n)
+	if err != nil {
+		l.err = err
+	}
+	return n, err
+}
+
+func (l *runLog) reset() error {
+	if err := l.f.Truncate(0); err != nil {
+		l.err = err
+		return err
+	}
+	l.size = 0
+	return nil
+}
+
+// trim keeps only the last limit bytes.
+func (l *runLog) trim() error {
+	if l.size <= l.limit {
+		return nil
+	}
+	tail := make([]byte, l.limit)
+	if _, err := l.f.ReadAt(tail, l.size-l.limit); err != nil && err != io.EOF {
+		l.err = err
+		return err
+	}
+	if err := l.reset(); err != nil {
+		return err
+	}
+	_, err := l.write(tail)
+	return err
+}
+
+// Close trims the log to its limit and closes it.
+func (l *runLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.err
+	if err == nil {
+		err = l.trim()
+	}
+	return errors.Join(err, l.f.Close())
+}
+
+// teeWriter copies what is written to w into log as well, ignoring the
+// log's errors (a full disk must not stop the command). Both tees of a run
+// share mu, so a writer given as both stdout and stderr still sees one
+// write at a time.
+type teeWriter struct {
+	mu  *gosync.Mutex
+	w   io.Writer
+	log io.Writer
+}
+
+func (t teeWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, _ = t.log.Write(p)
+	if t.w == nil {
+		return len(p), nil
+	}
+	return t.w.Write(p)
+}
+
+// displayCommand is a run's command as history shows it.
+func displayCommand(req RunRequest) string {
+	switch {
+	case req.SyncOnly:
+		return "(sync only)"
+	case req.Script != "" && req.ScriptName != "":
+		return "script " + req.ScriptName
+	case req.Script != "":
+		return "script"
+	case req.Shell != "":
+		return req.Shell
+	}
+	words := make([]string, len(req.Command))
+	for i, w := range req.Command {
+		words[i] = remote.Quote(w)
+	}
+	return strings.Join(words, " ")
+}

@@ -1,0 +1,39 @@
+package crabbox
+
+import (
+	"bytes"
+	"os"
+	"testing"
+)
+
+func TestRunLogKeepsLastBytes(t *testing.T) {
+	h := OpenHistory(t.TempDir())
+	h.LogLimit = 10
+	l, err := h.createLog("run_0123456789ab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all bytes.Buffer
+	for _, chunk := range []string{"abc", "defghij", "klmnopqrstu", "v", "wxyz0123", "45", "6789"} {
+		all.WriteString(chunk)
+		if n, err := l.Write([]byte(chunk)); err != nil || n != len(chunk) {
+			t.Fatalf("Write(%q) = %d, %v", chunk, n, err)
+		}
+		if l.size > 2*l.limit {
+			t.Fatalf("log grew to %d bytes, limit %d", l.size, l.limit)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.Log("run_0123456789ab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := all.Bytes()[all.Len()-10:]; !bytes.Equal(got, want) {
+		t.Errorf("log = %q, want the last 10 bytes %q", got, want)
+	}
+	if fi, err := os.Stat(h.logPath("run_0123456789ab")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("log file mode = %v (%v), want 0600", fi.Mode(), err)
+	}
+}

@@ -1,0 +1,193 @@
+package crabbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/run"
+)
+
+func TestRunScriptIsRecordedInHistory(t *testing.T) {
+	repo := gitRepo(t)
+	c := newClient(t, t.TempDir())
+	var out bytes.Buffer
+	res, err := c.Run(context.Background(), crabbox.RunRequest{
+		Root: repo, Script: "#!/bin/sh\necho out\necho err >&2\ncat committed.txt\nexit 3\n", ScriptName: "check.sh",
+		RecordHistory: true, Stdout: &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || !crabbox.IsRunID(res.RunID) || res.Kept {
+		t.Errorf("result = %+v, want exit 3, a run ID and the lease released", res)
+	}
+	entries, err := c.History().List(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []crabbox.HistoryEntry{{
+		RunID: res.RunID, LeaseID: res.LeaseID, Slug: res.Slug, Provider: "local",
+		Command: "script check.sh", ExitCode: 3,
+	}}
+	ignore := cmpopts.IgnoreFields(crabbox.HistoryEntry{}, "StartedAt", "LeaseMs", "SyncMs", "CommandMs", "TotalMs")
+	if diff := cmp.Diff(want, entries, ignore); diff != "" {
+		t.Errorf("history (-want +got):\n%s", diff)
+	}
+	if entries[0].StartedAt.IsZero() || entries[0].TotalMs < entries[0].CommandMs {
+		t.Errorf("history entry timings = %+v, want a start time and total >= command", entries[0])
+	}
+	log, err := c.History().Log(res.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(log) != out.String() || !strings.Contains(string(log), "out\n") || !strings.Contains(string(log), "committed\n") {
+		t.Errorf("stored log = %q, want what the run printed (%q)", log, out.String())
+	}
+	noLeases(t, c)
+}
+
+func TestRunTimeoutExits124AndReleases(t *testing.T) {
+	c := newClient(t, t.TempDir())
+	res, err := c.Run(context.Background(), crabbox.RunRequest{
+		Root: gitRepo(t), Shell: "echo started; exec sleep 60", Timeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != run.ExitTimeout || !res.TimedOut {
+		t.Errorf("exit %d, timed out %v; want %d and timed out", res.ExitCode, res.TimedOut, run.ExitTimeout)
+	}
+	noLeases(t, c)
+}
+
+func TestRunKeepOnFailure(t *testing.T) {
+	repo := gitRepo(t)
+	c := newClient(t, t.TempDir())
+	ctx := context.Background()
+	ok, err := c.Run(ctx, crabbox.RunRequest{Root: repo, Command: []string{"true"}, KeepOnFailure: true})
+	if err != nil || ok.Kept {
+		t.Fatalf("successful run: kept %v, err %v; want the lease released", ok.Kept, err)
+	}
+	noLeases(t, c)
+	failed, err := c.Run(ctx, crabbox.RunRequest{Root: repo, Command: []string{"sh", "-c", "exit 4"}, KeepOnFailure: true})
+	if err != nil || !failed.Kept || failed.ExitCode != 4 {
+		t.Fatalf("failed run: exit %d, kept %v, err %v; want exit 4 and the lease kept", failed.ExitCode, failed.Kept, err)
+	}
+	var out bytes.Buffer
+	again, err := c.Run(ctx, crabbox.RunRequest{Lease: failed.Slug, Root: repo, NoSync: true, Command: []string{"cat", "committed.txt"}, Stdout: &out})
+	if err != nil || again.ExitCode != 0 || out.String() != "committed\n" {
+		t.Errorf("run in the kept lease: exit %d, stdout %q, err %v", again.ExitCode, out.String(), err)
+	}
+	if err := c.Stop(ctx, failed.LeaseID); err != nil {
+		t.Fatal(err)
+	}
+	noLeases(t, c)
+}
+
+func TestRunSyncOnlyRunsNothing(t *testing.T) {
+	repo := gitRepo(t)
+	c := newClient(t, t.TempDir())
+	ctx := context.Background()
+	var out bytes.Buffer
+	res, err := c.Run(ctx, crabbox.RunRequest{Root: repo, SyncOnly: true, Keep: true, Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop(ctx, res.LeaseID) })
+	if res.Sync.Files == 0 || res.SyncSkipped || res.Timing.Command != 0 || out.Len() != 0 {
+		t.Errorf("sync-only: %+v, output %q; want files sent, no command", res, out.String())
+	}
+	res2, err := c.Run(ctx, crabbox.RunRequest{Lease: res.LeaseID, Root: repo, Command: []string{"cat", "untracked.txt"}, Stdout: &out})
+	if err != nil || res2.ExitCode != 0 || out.String() != "untracked\n" {
+		t.Errorf("run after sync-only: exit %d, stdout %q, err %v", res2.ExitCode, out.String(), err)
+	}
+	if _, err := c.Run(ctx, crabbox.RunRequest{Root: repo, SyncOnly: true, Command: []string{"true"}}); err == nil {
+		t.Error("sync-only with a command: no error")
+	}
+}
+
+func TestRunCollectsJUnit(t *testing.T) {
+	c := newClient(t, t.TempDir())
+	script := `mkdir -p reports/sub
+cat > reports/a.xml <<'X'
+<testsuite><testcase name="1"/><testcase name="2"><failure/></testcase></testsuite>
+X
+cat > reports/sub/b.xml <<'X'
+<testsuites><testsuite><testcase name="3"><skipped/></testcase><testcase name="4"><error/></testcase></testsuite></testsuites>
+X
+printf '<testsuite><testcase' > reports/broken.xml
+`
+	res, err := c.Run(context.Background(), crabbox.RunRequest{
+		Root: gitRepo(t), Shell: script, JUnit: "reports/*.xml reports/sub/*.xml reports/none/*.xml",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &crabbox.JUnitReport{
+		JUnitCounts: crabbox.JUnitCounts{Tests: 4, Failures: 1, Errors: 1, Skipped: 1},
+		Files:       []string{"reports/a.xml", "reports/sub/b.xml"},
+		Broken:      []crabbox.JUnitFileError{{File: "reports/broken.xml"}},
+	}
+	if diff := cmp.Diff(want, res.JUnit, cmpopts.IgnoreFields(crabbox.JUnitFileError{}, "Err")); diff != "" {
+		t.Errorf("junit report (-want +got):\n%s", diff)
+	}
+	if res.JUnit != nil && len(res.JUnit.Broken) == 1 && !strings.Contains(res.JUnit.Broken[0].Err, "XML") {
+		t.Errorf("broken file error = %q, want it to say the XML is bad", res.JUnit.Broken[0].Err)
+	}
+	if _, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), Command: []string{"true"}, JUnit: "*.xml; rm -rf /"}); err == nil {
+		t.Error("junit glob with ;: no error")
+	}
+	noLeases(t, c)
+}
+
+func TestHistoryListNewestFirstWithLimit(t *testing.T) {
+	state := t.TempDir()
+	h := crabbox.OpenHistory(state)
+	ids := []string{"run_000000000001", "run_000000000002", "run_000000000003"}
+	for i, id := range ids {
+		if err := h.Append(crabbox.HistoryEntry{RunID: id, Command: "true", ExitCode: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A torn line is skipped, not fatal.
+	f, err := os.OpenFile(filepath.Join(state, "history", "runs.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"runId":"run_0000`)
+	f.Close()
+
+	got, err := h.List(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []crabbox.HistoryEntry{{RunID: ids[2], Command: "true", ExitCode: 2}, {RunID: ids[1], Command: "true", ExitCode: 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("List(2) (-want +got):\n%s", diff)
+	}
+	if all, err := h.List(0); err != nil || len(all) != 3 {
+		t.Errorf("List(0) = %d entries, %v; want 3", len(all), err)
+	}
+	if fi, err := os.Stat(filepath.Join(state, "history", "runs.jsonl")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("runs.jsonl mode = %v (%v), want 0600", fi.Mode(), err)
+	}
+	if _, err := h.Log("run_00000000000f"); !errors.Is(err, crabbox.ErrNotFound) {
+		t.Errorf("Log(unknown) error = %v, want ErrNotFound", err)
+	}
+	if _, err := h.Log("../../etc/passwd"); err == nil || errors.Is(err, crabbox.ErrNotFound) {
+		t.Errorf("Log(path) error = %v, want a malformed-ID error", err)
+	}
+	if empty, err := crabbox.OpenHistory(t.TempDir()).List(20); err != nil || len(empty) != 0 {
+		t.Errorf("empty history = %v, %v", empty, err)
+	}
+}

@@ -1,0 +1,129 @@
+package crabbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/crabbox-dev/crabbox/internal/atomicfile"
+)
+
+// WindowSize is a terminal size in characters.
+type WindowSize struct {
+	Width, Height int
+}
+
+// ShellOptions shape an interactive shell on a box.
+type ShellOptions struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Term is the terminal type for a pty (like "xterm-256color"). Empty
+	// means no pty: the shell reads commands from Stdin.
+	Term          string
+	Width, Height int
+	// Resize, if set, delivers the local terminal's new sizes; each is
+	// forwarded to the box's pty.
+	Resize <-chan WindowSize
+}
+
+// Shell runs the login shell of the box's user in a session of the lease's
+// SSH connection and returns its exit code (128+n when killed by signal n).
+// Cancelling ctx closes the session.
+func (l *Lease) Shell(ctx context.Context, opts ShellOptions) (exitCode int, err error) {
+	conn, err := l.SSH(ctx)
+	if err != nil {
+		return 0, err
+	}
+	sess, err := conn.NewSession()
+	if err != nil {
+		return 0, fmt.Errorf("shell on lease %s: %w", l.ID(), err)
+	}
+	defer sess.Close()
+	if opts.Term != "" {
+		modes := ssh.TerminalModes{ssh.ECHO: 1, ssh.TTY_OP_ISPEED: 14400, ssh.TTY_OP_OSPEED: 14400}
+		if err := sess.RequestPty(opts.Term, opts.Height, opts.Width, modes); err != nil {
+			return 0, fmt.Errorf("shell on lease %s: request pty: %w", l.ID(), err)
+		}
+	}
+	sess.Stdin, sess.Stdout, sess.Stderr = opts.Stdin, opts.Stdout, opts.Stderr
+	if err := sess.Shell(); err != nil {
+		return 0, fmt.Errorf("shell on lease %s: %w", l.ID(), err)
+	}
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go forwardResizes(sess, opts.Resize, done)
+
+	err = sess.Wait()
+	var exit *ssh.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return 0, fmt.Errorf("shell on lease %s: %w", l.ID(), ctx.Err())
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &exit):
+		return exit.ExitStatus(), nil
+	default:
+		return 0, fmt.Errorf("shell on lease %s: %w", l.ID(), err)
+	}
+}
+
+func forwardResizes(sess *ssh.Session, sizes <-chan WindowSize, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case s, ok := <-sizes: // a nil channel blocks until done
+			if !ok {
+				return
+			}
+			_ = sess.WindowChange(s.Height, s.Width)
+		}
+	}
+}
+
+// OpenSSHCommand returns an OpenSSH command line that opens a shell on the
+// box like Shell does: the lease's key, only that key, no agent forwarding,
+// and a known_hosts file (written into the state directory, mode 0600)
+// holding the pinned host key, checked strictly. A box whose host key is not
+// pinned yet is connected to once to pin it.
+func (l *Lease) OpenSSHCommand(ctx context.Context) ([]string, error) {
+	store := l.client.store
+	claim, err := store.Get(l.ID())
+	if err == nil && claim.PinnedHostKey == "" {
+		if _, err = l.SSH(ctx); err == nil {
+			claim, err = store.Get(l.ID())
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	pinned, _, _, _, err := ssh.ParseAuthorizedKey([]byte(claim.PinnedHostKey))
+	if err != nil {
+		return nil, fmt.Errorf("pinned host key of %s: %w", claim.ID, err)
+	}
+	t := l.Target()
+	addr := net.JoinHostPort(t.Host, strconv.Itoa(t.Port))
+	knownHosts := store.KnownHostsPath(claim.ID)
+	line := knownhosts.Line([]string{knownhosts.Normalize(addr)}, pinned) + "\n"
+	if err := atomicfile.Write(knownHosts, []byte(line)); err != nil {
+		return nil, fmt.Errorf("write known_hosts of %s: %w", claim.ID, err)
+	}
+	keyFile := t.KeyFile
+	if keyFile == "" {
+		keyFile = store.KeyPath(claim.ID)
+	}
+	return []string{
+		"ssh", "-i", keyFile, "-p", strconv.Itoa(t.Port),
+		"-o", "UserKnownHostsFile=" + knownHosts, "-o", "StrictHostKeyChecking=yes",
+		"-o", "IdentitiesOnly=yes", "-o", "ForwardAgent=no",
+		t.User + "@" + t.Host,
+	}, nil
+}
