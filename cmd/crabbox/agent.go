@@ -20,7 +20,12 @@ func (a *app) agentCmd() *ffcli.Command {
 		Name:       "agent",
 		ShortUsage: "crabbox agent --lease-dir DIR",
 		ShortHelp:  "serve a local lease over SSH until it expires or is released (started by crabbox itself)",
-		FlagSet:    fs,
+		LongHelp: `Serve one local lease over SSH until it expires or is released. crabbox
+starts this itself so that warm local leases outlive the command that made
+them; there is no need to run it by hand.
+
+  crabbox agent --lease-dir ~/.local/state/crabbox/local/cbx_0123456789ab`,
+		FlagSet: fs,
 		Exec: func(ctx context.Context, args []string) error {
 			if *dir == "" || len(args) != 0 {
 				return usagef("agent: want --lease-dir DIR and no arguments")

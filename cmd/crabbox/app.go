@@ -37,15 +37,16 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-// app is what every command shares: output writers and the common flags.
+// app is what every command shares: the standard streams.
 type app struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 }
 
-// Main runs the CLI with args (without the program name) and returns the
-// process exit code.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr}
+// Main runs the CLI with args (without the program name) and the given
+// standard streams, and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := &ffcli.Command{
 		ShortUsage: "crabbox <command> [flags] [args...]",
 		ShortHelp:  "lease a box, sync your checkout, run a command, release the box",

@@ -109,7 +109,7 @@ func TestWarmLeaseCommands(t *testing.T) {
 func TestProvidersCommand(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
-	if code := Main(context.Background(), []string{"providers", "--json"}, &out, &errOut); code != 0 {
+	if code := Main(context.Background(), []string{"providers", "--json"}, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("providers --json: exit %d, stderr %q", code, errOut.String())
 	}
 	var infos []crabbox.ProviderInfo
@@ -124,7 +124,7 @@ func TestProvidersCommand(t *testing.T) {
 		t.Errorf("providers = %q, want local and ssh", names)
 	}
 	out.Reset()
-	if code := Main(context.Background(), []string{"providers", "describe", "byo"}, &out, &errOut); code != 0 ||
+	if code := Main(context.Background(), []string{"providers", "describe", "byo"}, strings.NewReader(""), &out, &errOut); code != 0 ||
 		!strings.Contains(out.String(), "--ssh-host") || !strings.Contains(out.String(), "CRABBOX_SSH_HOST") {
 		t.Errorf("providers describe byo: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}

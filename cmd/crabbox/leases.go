@@ -19,8 +19,12 @@ func (a *app) stopCmd() *ffcli.Command {
 		Name:       "stop",
 		ShortUsage: "crabbox stop ID|slug",
 		ShortHelp:  "release a lease: its box is deleted (or, on your own host, its work directory)",
-		FlagSet:    fs,
-		Options:    ffOptions(),
+		LongHelp: `Release a lease by ID or slug: a local or cloud box is deleted; on your
+own host (provider ssh) only the lease's work directory is removed.
+
+  crabbox stop tidal-lobster`,
+		FlagSet: fs,
+		Options: ffOptions(),
 		Exec: func(ctx context.Context, args []string) error {
 			ref, err := oneArg(args, "lease ID or slug")
 			if err != nil {
@@ -40,8 +44,12 @@ func (a *app) listCmd() *ffcli.Command {
 		Name:       "list",
 		ShortUsage: "crabbox list [--json]",
 		ShortHelp:  "list your leases",
-		FlagSet:    fs,
-		Options:    ffOptions(),
+		LongHelp: `List the leases recorded in the state directory, oldest first, with their
+state checked against the provider ("gone" when the box no longer exists).
+
+  crabbox list --json`,
+		FlagSet: fs,
+		Options: ffOptions(),
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("list takes no arguments, got %q", args)
@@ -72,8 +80,12 @@ func (a *app) statusCmd() *ffcli.Command {
 		Name:       "status",
 		ShortUsage: "crabbox status [--json] ID|slug",
 		ShortHelp:  "show one lease",
-		FlagSet:    fs,
-		Options:    ffOptions(),
+		LongHelp: `Show one lease by ID or slug: provider, state, SSH address, work root,
+creation and expiry times.
+
+  crabbox status --json tidal-lobster`,
+		FlagSet: fs,
+		Options: ffOptions(),
 		Exec: func(ctx context.Context, args []string) error {
 			ref, err := oneArg(args, "lease ID or slug")
 			if err != nil {

@@ -14,8 +14,12 @@ func (a *app) logsCmd() *ffcli.Command {
 		Name:       "logs",
 		ShortUsage: "crabbox logs RUN_ID",
 		ShortHelp:  "print a recorded run's output (its last 1 MiB)",
-		FlagSet:    fs,
-		Options:    ffOptions(),
+		LongHelp: `Print the stored output of a past run (the last MiB of it). Run IDs are
+listed by crabbox history.
+
+  crabbox logs run_0123456789ab`,
+		FlagSet: fs,
+		Options: ffOptions(),
 		Exec: func(ctx context.Context, args []string) error {
 			id, err := oneArg(args, "run ID")
 			if err != nil {

@@ -21,7 +21,7 @@ func main() {
 		<-interrupts
 		os.Exit(exitInterrupted) // second Ctrl-C: leave at once
 	}()
-	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	cancel()
 	os.Exit(code)
 }

@@ -223,7 +223,7 @@ func TestEnvAllowList(t *testing.T) {
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	if code := Main(context.Background(), []string{"version"}, &out, &out); code != 0 || !strings.HasPrefix(out.String(), "crabbox ") {
+	if code := Main(context.Background(), []string{"version"}, strings.NewReader(""), &out, &out); code != 0 || !strings.HasPrefix(out.String(), "crabbox ") {
 		t.Errorf("version: exit %d, output %q", code, out.String())
 	}
 }

@@ -65,9 +65,12 @@ recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
 				return err
 			}
 			req.Env = run.AllowEnv(os.Environ(), append([]string{"CI"}, f.env...))
-			req.Stdout, req.Stderr = a.stdout, a.stderr
+			status := &statusLine{w: a.stderr}
+			req.Stdout, req.Stderr = status.before(a.stdout), status.before(a.stderr)
+			req.SyncProgress = status.syncProgress()
 			return a.withClient(lf, f.keep || f.keepOnFailure, func(c *crabbox.Client) error {
 				res, err := c.Run(ctx, req)
+				status.clear()
 				if err != nil {
 					return err // Main turns an interrupted run into exit 130
 				}

@@ -65,11 +65,12 @@ command line with the lease key and the pinned host key instead.
 // shell runs an interactive shell with the local terminal in raw mode, or
 // a plain shell reading stdin when stdin is not a terminal.
 func (a *app) shell(ctx context.Context, l *crabbox.Lease) (int, error) {
-	opts := crabbox.ShellOptions{Stdin: os.Stdin, Stdout: a.stdout, Stderr: a.stderr}
-	fd := int(os.Stdin.Fd())
-	if !term.IsTerminal(fd) {
+	opts := crabbox.ShellOptions{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr}
+	f, ok := a.stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return l.Shell(ctx, opts)
 	}
+	fd := int(f.Fd())
 	opts.Term = os.Getenv("TERM")
 	if opts.Term == "" {
 		opts.Term = "xterm-256color"

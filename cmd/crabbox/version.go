@@ -17,7 +17,10 @@ func (a *app) versionCmd() *ffcli.Command {
 		Name:       "version",
 		ShortUsage: "crabbox version",
 		ShortHelp:  "print the version",
-		FlagSet:    flag.NewFlagSet("version", flag.ContinueOnError),
+		LongHelp: `Print crabbox's version.
+
+  crabbox version`,
+		FlagSet: flag.NewFlagSet("version", flag.ContinueOnError),
 		Exec: func(context.Context, []string) error {
 			v := version
 			if v == "" {

@@ -19,8 +19,13 @@ func (a *app) warmupCmd() *ffcli.Command {
 		Name:       "warmup",
 		ShortUsage: "crabbox warmup [flags]",
 		ShortHelp:  "acquire a box and keep it for later runs (crabbox run --id)",
-		FlagSet:    fs,
-		Options:    ffOptions(),
+		LongHelp: `Acquire a box and keep it for later runs. It prints the lease ID and slug
+(--json: an object with id, slug, provider, state, expiresAt, ...). Reuse it
+with crabbox run --id, release it with crabbox stop.
+
+  crabbox warmup --ttl 2h --json`,
+		FlagSet: fs,
+		Options: ffOptions(),
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("warmup takes no arguments, got %q", args)
