@@ -33,7 +33,7 @@ const (
 
 // CleanupDecision is what cleanup decided about one box or claim.
 type CleanupDecision struct {
-	LeaseID  string `json:"lease"`
+	LeaseID  string `json:"leaseId"`
 	Slug     string `json:"slug,omitempty"`
 	Provider string `json:"provider"`
 	Action   string `json:"action"`
