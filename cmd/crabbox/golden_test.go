@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	stdcmp "cmp"
 	"context"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,8 +38,10 @@ var normalizers = []struct {
 }
 
 func normalize(s string, replace map[string]string) string {
-	for from, to := range replace {
-		s = strings.ReplaceAll(s, from, to)
+	// Longest first, so a path is replaced before its base name.
+	froms := slices.SortedFunc(maps.Keys(replace), func(a, b string) int { return stdcmp.Compare(len(b), len(a)) })
+	for _, from := range froms {
+		s = strings.ReplaceAll(s, from, replace[from])
 	}
 	for _, n := range normalizers {
 		s = n.re.ReplaceAllString(s, n.with)
