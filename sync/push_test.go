@@ -28,7 +28,7 @@ func dial(t *testing.T) *ssh.Client {
 }
 
 // tree describes a directory as FileSet does, plus a hash of each regular
-// file's content, leaving out crabbox's list of synced files.
+// file's content, leaving out crabbox's state in .crabbox.
 type treeEntry struct {
 	File
 	SHA256 string
@@ -43,7 +43,7 @@ func tree(t *testing.T, root string) []treeEntry {
 	}
 	var out []treeEntry
 	for _, f := range files {
-		if f.Path == syncedList {
+		if strings.HasPrefix(f.Path, stateDir+"/") {
 			continue
 		}
 		e := treeEntry{File: f}
@@ -76,13 +76,47 @@ func treeOf(t *testing.T, root string, files []File) []treeEntry {
 	return out
 }
 
+// syncedPaths reads the box's manifest, checking that the fingerprint
+// beside it matches it and that no push is marked as unfinished.
 func syncedPaths(t *testing.T, remoteDir string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(remoteDir, filepath.FromSlash(syncedList)))
+	entries := remoteManifest(t, remoteDir)
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Path)
+	}
+	return out
+}
+
+func remoteManifest(t *testing.T, remoteDir string) []Entry {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(remoteDir, filepath.FromSlash(manifestFile)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+	entries, err := parseManifest(data)
+	if err != nil {
+		t.Fatalf("manifest on the box: %v", err)
+	}
+	fp, err := os.ReadFile(filepath.Join(remoteDir, filepath.FromSlash(fingerprintFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(fp), fingerprint(entries)+"\n"; got != want {
+		t.Errorf("fingerprint on the box = %q, want %q (of the manifest)", got, want)
+	}
+	for _, p := range []string{pendingFile, stateDir + "/lock"} {
+		if _, err := os.Lstat(filepath.Join(remoteDir, p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s on the box after a push: %v, want it absent", p, err)
+		}
+	}
+	return entries
+}
+
+// writeManifest plants a manifest on the box.
+func writeManifest(t *testing.T, remoteDir string, entries []Entry) {
+	t.Helper()
+	write(t, remoteDir, manifestFile, string(encodeManifest(entries)), 0o644)
 }
 
 func paths(files []File) []string {
@@ -236,7 +270,10 @@ func TestPushRejectsHostileList(t *testing.T) {
 	base := t.TempDir()
 	remote := filepath.Join(base, "repo")
 	write(t, base, "outside.txt", "precious", 0o644)
-	write(t, remote, syncedList, "committed.txt\x00../outside.txt\x00", 0o644)
+	writeManifest(t, remote, []Entry{
+		{Path: "../outside.txt", Mode: 0o644, SHA256: strings.Repeat("a", 64)},
+		{Path: "committed.txt", Mode: 0o644, SHA256: strings.Repeat("a", 64)},
+	})
 	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote})
 	if err == nil || !strings.Contains(err.Error(), `"../outside.txt"`) {
 		t.Fatalf("Push = %v, want an error naming the unsafe path", err)
@@ -246,6 +283,13 @@ func TestPushRejectsHostileList(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(remote, "committed.txt")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Push transferred files despite the bad list: %v", err)
+	}
+	// The failed push released the lock.
+	if err := os.Remove(filepath.Join(remote, manifestFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote}); err != nil {
+		t.Errorf("Push after removing the bad manifest: %v", err)
 	}
 }
 
@@ -258,7 +302,7 @@ func TestPushDoesNotDeleteThroughSymlinks(t *testing.T) {
 	// The command made a symlink out of the remote directory, and the list
 	// names a path through it.
 	symlink(t, remote, "out", outside)
-	write(t, remote, syncedList, "out/victim\x00", 0o644)
+	writeManifest(t, remote, []Entry{{Path: "out/victim", Mode: 0o644, Size: 8, SHA256: strings.Repeat("a", 64)}})
 	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote}); err != nil {
 		t.Fatalf("Push: %v", err)
 	}
@@ -308,8 +352,8 @@ func TestPushOptionErrors(t *testing.T) {
 }
 
 func TestDeleteScriptQuotesPaths(t *testing.T) {
-	script := deleteScript("/w'd", []string{"a'b", "c/d e"})
-	for _, want := range []string{`cd -- '/w'\''d'`, `crabbox_safe 'a'\''b'`, `'c/d e'`, `rmdir -- "$@"`} {
+	script := deleteSection([]string{"a'b", "c/d e"})
+	for _, want := range []string{`crabbox_safe 'a'\''b'`, `'c/d e'`, `rmdir -- "$@"`} {
 		if !bytes.Contains([]byte(script), []byte(want)) {
 			t.Errorf("delete script lacks %q:\n%s", want, script)
 		}

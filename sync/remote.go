@@ -1,82 +1,252 @@
 package sync
 
 import (
-	"bytes"
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
-// The box keeps, in RemoteDir/.crabbox/synced, the NUL-separated list of
-// the paths the last push wrote. Only paths on that list are ever deleted.
+// The box keeps crabbox's state in RemoteDir/.crabbox:
+//
+//   - manifest: what the last complete push synced (see encodeManifest).
+//     Only paths on it are ever deleted.
+//   - fingerprint: the fingerprint of that manifest.
+//   - pending: present while a push changes the tree (deletions and
+//     extraction): the manifest that push meant to install, empty until
+//     its archive starts. A later push trusts only the entries on which
+//     manifest and pending agree, and deletes from both.
+//   - lock: a directory held by the push running now, holding "TOKEN PID".
 const (
-	stateDir   = ".crabbox"
-	syncedList = stateDir + "/synced"
+	stateDir        = ".crabbox"
+	manifestFile    = stateDir + "/manifest"
+	fingerprintFile = stateDir + "/fingerprint"
+	pendingFile     = stateDir + "/pending"
+	manifestTmp     = manifestFile + ".tmp"
+	fingerprintTmp  = fingerprintFile + ".tmp"
+	// legacyList is the first version's list of synced paths; a push
+	// removes it.
+	legacyList = stateDir + "/synced"
 )
 
-// maxListSize bounds the previous list read back from the box (the fail
-// guardrail of 150,000 files at a generous 1 KiB per path fits).
-const maxListSize = 256 << 20
+// stateNames are the names in stateDir that crabbox uses.
+var stateNames = []string{"manifest", "fingerprint", "pending", "lock", "step", "synced"}
 
 // reserved reports whether p collides with crabbox's own files on the box.
 func reserved(p string) bool {
-	return p == syncedList || strings.HasPrefix(p, syncedList+".")
+	if p == stateDir {
+		return true
+	}
+	rest, ok := strings.CutPrefix(p, stateDir+"/")
+	if !ok {
+		return false
+	}
+	for _, n := range stateNames {
+		if after, ok := strings.CutPrefix(rest, n); ok && (after == "" || strings.ContainsAny(after[:1], "./-")) {
+			return true
+		}
+	}
+	return false
 }
 
-// readListCommand prints the previous list, or nothing on the first push.
-func readListCommand(remoteDir string) string {
-	f := remote.Quote(remoteDir + "/" + syncedList)
-	return fmt.Sprintf("if [ -e %s ]; then cat -- %s; fi", f, f)
+// Lock timing on the box: a waiting push retries every 0.2 s (1 s where
+// sleep takes only integers) up to lockTries times. A lock whose holder
+// process is gone is broken at once; one without an owner yet, after
+// staleMinutes.
+var lockTries = 3000 // a variable for tests
+
+const staleMinutes = 1
+
+// sessionScript is the one command a push runs on the box, with the
+// arguments DIR FINGERPRINT MODE TOKEN STALE TRIES. It creates DIR, takes
+// the lock, and either reports that the box already holds FINGERPRINT
+// (MODE "quick") or prints the state (fingerprint, manifest, pending, each
+// as "NAME SIZE\n" and SIZE bytes, or "NAME -") and then runs the steps the
+// client sends on stdin, each as "SIZE\n" and SIZE bytes of sh script,
+// until stdin ends. A step may read stdin itself (tar). The lock is
+// released when the script ends, however it ends.
+//
+// The script contains no backslash, so it survives any login shell's
+// quoting; it reads steps with read and dd, which never read ahead, unlike
+// sh -s.
+const sessionScript = `crabbox_dir=$1 crabbox_fp=$2 crabbox_mode=$3 crabbox_token=$4 crabbox_stale=$5 crabbox_tries=$6
+s=.crabbox
+crabbox_held=
+crabbox_release() {
+	rm -f "$s/step-$crabbox_token"
+	if [ -n "$crabbox_held" ] && [ "$(cat "$s/lock/owner" 2>/dev/null)" = "$crabbox_token $$" ]; then
+		rm -rf "$s/lock"
+	fi
+}
+trap crabbox_release EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 141' PIPE
+trap 'exit 143' TERM
+mkdir -p -- "$crabbox_dir/.crabbox" || exit 1
+cd -- "$crabbox_dir" || exit 1
+crabbox_i=0
+until mkdir "$s/lock" 2>/dev/null; do
+	crabbox_owner=$(cat "$s/lock/owner" 2>/dev/null)
+	if [ -n "$crabbox_owner" ]; then
+		if ! kill -0 "${crabbox_owner#* }" 2>/dev/null; then
+			rm -rf "$s/lock"
+			continue
+		fi
+	elif [ -n "$(find "$s/lock" -prune -mmin "+$crabbox_stale" 2>/dev/null)" ]; then
+		rm -rf "$s/lock"
+		continue
+	fi
+	crabbox_i=$((crabbox_i + 1))
+	if [ "$crabbox_i" -gt "$crabbox_tries" ]; then
+		echo "another sync into $crabbox_dir holds $crabbox_dir/.crabbox/lock; remove it if none is running" >&2
+		exit 75
+	fi
+	sleep 0.2 2>/dev/null || sleep 1
+done
+crabbox_held=1
+echo "$crabbox_token $$" > "$s/lock/owner" || exit 1
+if [ "$crabbox_mode" = quick ] && [ ! -e "$s/pending" ] && [ "$(cat "$s/fingerprint" 2>/dev/null)" = "$crabbox_fp" ]; then
+	echo "crabbox-sync same"
+	exit 0
+fi
+crabbox_show() {
+	if [ -f "$2" ]; then
+		crabbox_n=$(wc -c < "$2") || exit 1
+		echo "$1 $crabbox_n"
+		cat -- "$2" || exit 1
+	else
+		echo "$1 -"
+	fi
+}
+echo "crabbox-sync differ"
+crabbox_show fingerprint "$s/fingerprint"
+crabbox_show manifest "$s/manifest"
+crabbox_show pending "$s/pending"
+while IFS= read -r crabbox_n; do
+	case $crabbox_n in
+	''|*[!0-9]*) echo "crabbox: malformed step" >&2; exit 1 ;;
+	esac
+	dd bs=1 count="$crabbox_n" of="$s/step-$crabbox_token" 2>/dev/null || exit 1
+	[ "$(($(wc -c < "$s/step-$crabbox_token")))" -eq "$crabbox_n" ] || exit 1
+	. "./$s/step-$crabbox_token"
+done
+exit 0
+`
+
+// sessionCommand is the command line running sessionScript.
+func sessionCommand(remoteDir, fp, mode, token string) string {
+	return remote.CommandLine([]string{"sh", "-c", sessionScript, "crabbox-sync",
+		remoteDir, fp, mode, token, strconv.Itoa(staleMinutes), strconv.Itoa(lockTries)})
 }
 
-// parseList parses and validates the previous list.
-func parseList(data []byte) ([]string, error) {
-	var paths []string
-	for rec := range bytes.SplitSeq(data, []byte{0}) {
-		if len(rec) == 0 {
+// step frames a script as one step for sessionScript.
+func step(script string) []byte {
+	return []byte(strconv.Itoa(len(script)) + "\n" + script)
+}
+
+// hashedMarker ends the output of a hash step.
+const hashedMarker = "crabbox-sync hashed"
+
+// hashBatch bounds the arguments of one command on the box.
+const hashBatch = 256
+
+// hashStep prints the SHA-256 of the given paths that are regular files
+// (not symlinks) on the box, in sha256sum's format, then hashedMarker.
+func hashStep(paths []string) string {
+	var b strings.Builder
+	b.WriteString(`crabbox_hash() {
+	if command -v sha256sum >/dev/null 2>&1; then sha256sum -- "$@"; else shasum -a 256 -- "$@"; fi
+}
+`)
+	for chunk := range slices.Chunk(paths, hashBatch) {
+		b.WriteString("set --\n")
+		for _, p := range chunk {
+			q := remote.Quote(p)
+			fmt.Fprintf(&b, "[ -f %s ] && [ ! -L %s ] && set -- \"$@\" %s\n", q, q, q)
+		}
+		b.WriteString("[ $# -eq 0 ] || crabbox_hash \"$@\" 2>/dev/null\n")
+	}
+	b.WriteString("echo '" + hashedMarker + "'\n")
+	return b.String()
+}
+
+// parseHashes parses sha256sum (or shasum -a 256) output into a map from
+// path to hash. Names holding a backslash or a newline are escaped, the
+// line then starting with a backslash.
+func parseHashes(lines []string) map[string]string {
+	out := make(map[string]string, len(lines))
+	for _, l := range lines {
+		escaped := strings.HasPrefix(l, `\`)
+		if escaped {
+			l = l[1:]
+		}
+		if len(l) < 66 || (l[64] != ' ') || (l[65] != ' ' && l[65] != '*') {
 			continue
 		}
-		p := string(rec)
-		if err := checkPath(p); err != nil {
-			return nil, fmt.Errorf("unsafe path %q: %w", p, err)
+		sum, name := l[:64], l[66:]
+		if escaped {
+			name = unescapeName(name)
 		}
-		if reserved(p) {
-			return nil, fmt.Errorf("unsafe path %q: crabbox's own state", p)
-		}
-		paths = append(paths, p)
+		out[name] = strings.ToLower(sum)
 	}
-	return paths, nil
+	return out
 }
 
-// stale returns the previously synced paths that are not in files.
-func stale(previous []string, files []File) []string {
-	current := make(map[string]bool, len(files))
-	for _, f := range files {
-		current[f.Path] = true
-	}
-	var out []string
-	for _, p := range previous {
-		if !current[p] {
-			current[p] = true // once
-			out = append(out, p)
+func unescapeName(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		i++
+		switch s[i] {
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		default:
+			b.WriteByte(s[i])
 		}
 	}
-	slices.Sort(out)
-	return out
+	return b.String()
+}
+
+// transferStep marks the tree as changing, deletes the stale paths,
+// extracts the archive that follows on stdin and, only if that succeeded,
+// installs the new manifest and fingerprint (the archive's last entries).
+func transferStep(del []string) string {
+	var b strings.Builder
+	b.WriteString("rm -f .crabbox/fingerprint .crabbox/manifest.tmp .crabbox/fingerprint.tmp\n")
+	b.WriteString(": > .crabbox/pending || exit 1\n")
+	b.WriteString(deleteSection(del))
+	b.WriteString(`if tar -xf -; then :; else
+	crabbox_st=$?
+	rm -f .crabbox/manifest.tmp .crabbox/fingerprint.tmp
+	exit "$crabbox_st"
+fi
+mv -f .crabbox/manifest.tmp .crabbox/manifest && mv -f .crabbox/fingerprint.tmp .crabbox/fingerprint && rm -f .crabbox/pending .crabbox/synced
+exit $?
+`)
+	return b.String()
 }
 
 // deleteBatch bounds the arguments of one rm or rmdir on the box.
 const deleteBatch = 256
 
-// deleteScript removes the stale paths under remoteDir, then the
-// directories that held them if they are now empty. Nothing is removed
-// through a symlink: every parent of a path must be a real directory.
-func deleteScript(remoteDir string, paths []string) string {
+// deleteSection removes the stale paths (relative to the current
+// directory), then the directories that held them if they are now empty.
+// Nothing is removed through a symlink: every parent of a path must be a
+// real directory.
+func deleteSection(paths []string) string {
+	if len(paths) == 0 {
+		return ""
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "cd -- %s || exit 1\n", remote.Quote(remoteDir))
 	b.WriteString(`crabbox_safe() {
 	crabbox_p=$1 crabbox_d=.
 	while :; do
@@ -100,7 +270,6 @@ func deleteScript(remoteDir string, paths []string) string {
 	}
 	batch("rm -f", paths)
 	batch("rmdir", parentDirs(paths))
-	b.WriteString("exit 0\n")
 	return b.String()
 }
 
@@ -124,13 +293,4 @@ func parentDirs(paths []string) []string {
 		return strings.Compare(a, b)
 	})
 	return dirs
-}
-
-// extractCommand creates remoteDir, extracts the archive on stdin into it
-// and, only if that succeeded, moves the new list (the archive's last
-// entry) into place.
-func extractCommand(remoteDir, listTmp string) string {
-	tmp := remote.Quote(listTmp)
-	return fmt.Sprintf("mkdir -p -- %s && cd -- %s && { tar -xf - || { crabbox_s=$?; rm -f -- %s; exit $crabbox_s; }; } && mv -f -- %s %s",
-		remote.Quote(remoteDir), remote.Quote(remoteDir), tmp, tmp, remote.Quote(syncedList))
 }

@@ -3,17 +3,20 @@
 //
 // FileSet decides what is copied (a git checkout's tracked and untracked,
 // non-ignored files, as they are in the working tree) and rejects paths and
-// symlinks that would land outside the destination. Push streams those files
-// as one tar archive into `tar -xf -` on the box, so any POSIX box with sh
-// and tar works and nothing but git is needed on the client.
+// symlinks that would land outside the destination. Push compares the
+// checkout's manifest (per file: mode, size, link target, SHA-256 of the
+// content) with the one the box keeps from the last push and streams only
+// what changed as one tar archive into `tar -xf -` on the box, so any POSIX
+// box with sh and tar works and nothing but git is needed on the client.
 //
-// The box keeps the list of paths crabbox synced in
-// RemoteDir/.crabbox/synced. A later push deletes the paths on that list
-// that are no longer in the file set, and nothing else: files the command
-// created on the box stay.
-//
-// This first version sends every file on every push; the incremental
-// version compares manifests and sends only what changed.
+// The box keeps the manifest of what crabbox synced in
+// RemoteDir/.crabbox/manifest and its fingerprint in
+// RemoteDir/.crabbox/fingerprint. A push whose fingerprint the box already
+// has transfers nothing. A later push deletes the paths of the previous
+// manifest that are no longer in the file set, and nothing else: files the
+// command created on the box stay. Pushes into one RemoteDir take a lock on
+// the box, so concurrent pushes leave one of the trees with its correct
+// fingerprint.
 package sync
 
 import (
@@ -21,6 +24,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -28,7 +32,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
@@ -52,34 +59,69 @@ type Options struct {
 	Force  bool
 	// Warn, if set, receives the warning of a sync past a Warn limit.
 	Warn func(string)
+	// CacheFile, if set, is a local file caching content hashes by path,
+	// size, mtime and inode, so that unchanged files are not read again.
+	CacheFile string
+	// Checksum verifies the content of the files on the box (sha256sum or
+	// shasum -a 256 there) instead of trusting the box's manifest; files
+	// whose content differs are sent again. It never skips.
+	Checksum bool
+	// FullResync deletes everything the previous manifest lists and sends
+	// the whole file set again.
+	FullResync bool
 }
 
 // Stats describes a finished push.
 type Stats struct {
-	// Files is the number of files and symlinks sent.
+	// Files is the number of files and symlinks sent (the same as Sent;
+	// kept for callers of the first version).
 	Files int
 	// Bytes is the total size of the regular files' content sent.
 	Bytes int64
+	// Total is the number of files and symlinks in the file set.
+	Total int
+	// Sent is the number of files and symlinks sent.
+	Sent int
+	// Deleted is the number of previously synced paths deleted.
+	Deleted int
+	// Skipped reports that the box already held the file set (equal
+	// fingerprints) and nothing was transferred.
+	Skipped bool
+	// Plan is the time to list and hash the file set, read the box's
+	// state (waiting for another push's lock) and decide what to send; Transfer the time to stream the
+	// archive; Apply the time the box took after the stream to finish
+	// extracting and install the new manifest.
+	Plan, Transfer, Apply time.Duration
 	// Duration is the wall time of the whole push.
 	Duration time.Duration
 }
 
-// Push copies the file set of opts.Root into opts.RemoteDir on the box and
-// deletes what the previous push copied that is no longer in the set. Files
-// are sent as they are read, in one tar stream, never held in memory whole.
-// Files that disappear locally while the push runs are left out; a file
-// that grows is sent as it was when opened.
+// sessionsOpened counts SSH sessions opened by Push (a test hook).
+var sessionsOpened atomic.Int64
+
+// Push copies the file set of opts.Root into opts.RemoteDir on the box,
+// sending only what differs from the box's manifest, and deletes what the
+// previous pushes copied that is no longer in the set. Files are sent as
+// they are read, in one tar stream, never held in memory whole. Files that
+// disappear locally while the push runs are left out; a file that grows is
+// sent as it was when opened.
 //
-// Nothing is transferred when the file set is invalid. If the transfer
-// fails, the box may hold part of the new files, but the list of synced
-// paths is only replaced after a complete extraction, so the next push still
-// knows what to clean up.
+// Everything happens in one SSH session: a push whose fingerprint the box
+// already has costs one round trip. Nothing is deleted or transferred when
+// the file set is invalid or the box's manifest is malformed. If the
+// transfer fails, the box may hold part of the new files, but it is marked
+// so that the next push trusts only what it can, deletes what either push
+// synced and never skips.
 //
-// Two pushes to the same RemoteDir at the same time are not coordinated.
+// Pushes to the same RemoteDir hold a lock on the box (a directory in
+// RemoteDir/.crabbox) from reading the box's state to installing the new
+// one, so concurrent pushes run one after the other.
 func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) {
 	start := time.Now()
+	var stats Stats
 	fail := func(err error) (Stats, error) {
-		return Stats{Duration: time.Since(start)}, fmt.Errorf("sync %s to %s: %w", opts.Root, opts.RemoteDir, err)
+		stats.Duration = time.Since(start)
+		return stats, fmt.Errorf("sync %s to %s: %w", opts.Root, opts.RemoteDir, err)
 	}
 	switch {
 	case opts.Root == "":
@@ -90,39 +132,31 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 		return fail(errors.New("remote directory contains a NUL byte"))
 	}
 
-	// Read what the last push left while listing the checkout.
-	type previous struct {
-		paths []string
-		err   error
-	}
-	prevc := make(chan previous, 1)
-	go func() {
-		paths, err := readPrevious(ctx, client, opts.RemoteDir)
-		prevc <- previous{paths, err}
-	}()
 	files, err := FileSet(ctx, opts.Root)
-	prev := <-prevc
 	if err != nil {
 		return fail(err)
 	}
-	if prev.err != nil {
-		return fail(prev.err)
-	}
 	for _, f := range files {
 		if reserved(f.Path) {
-			return fail(fmt.Errorf("%q is reserved for crabbox's list of synced files", f.Path))
+			return fail(fmt.Errorf("%q is reserved for crabbox's own state on the box", f.Path))
 		}
 	}
 	if err := checkLimits(opts, files); err != nil {
 		return fail(err)
 	}
-
-	if paths := stale(prev.paths, files); len(paths) > 0 {
-		if err := runScript(ctx, client, deleteScript(opts.RemoteDir, paths)); err != nil {
-			return fail(fmt.Errorf("delete %d files no longer in the checkout: %w", len(paths), err))
-		}
+	cache := loadCache(opts.CacheFile)
+	local, err := buildManifest(ctx, opts.Root, files, cache)
+	if err != nil {
+		return fail(err)
 	}
-	stats, err := transfer(ctx, client, opts, files)
+	if err := cache.save(); err != nil && opts.Warn != nil {
+		opts.Warn(fmt.Sprintf("could not save the sync hash cache %s: %v", opts.CacheFile, err))
+	}
+	stats.Total = len(local)
+
+	s := &session{opts: opts, stats: &stats, planStart: start}
+	err = s.run(ctx, client, local)
+	stats.Files = stats.Sent
 	stats.Duration = time.Since(start)
 	if err != nil {
 		return fail(err)
@@ -130,46 +164,29 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 	return stats, nil
 }
 
-// readPrevious reads the list of paths the last push synced.
-func readPrevious(ctx context.Context, client *ssh.Client, remoteDir string) ([]string, error) {
-	sess, err := remote.NewSession(ctx, client)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("read %s/%s on the box: open SSH session: %w", remoteDir, syncedList, err)
-	}
-	defer sess.Close()
-	stop := context.AfterFunc(ctx, func() { sess.Close() })
-	defer stop()
-	stderr := &tail{}
-	sess.Stderr = stderr
-	stdout, err := sess.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := sess.Start(readListCommand(remoteDir)); err != nil {
-		return nil, fmt.Errorf("read %s/%s on the box: %w", remoteDir, syncedList, err)
-	}
-	data, readErr := io.ReadAll(io.LimitReader(stdout, maxListSize+1))
-	if len(data) > maxListSize {
-		return nil, fmt.Errorf("read %s/%s on the box: larger than %d bytes", remoteDir, syncedList, maxListSize)
-	}
-	if err := errors.Join(sess.Wait(), readErr); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("read %s/%s on the box: %w%s", remoteDir, syncedList, err, stderr.suffix())
-	}
-	paths, err := parseList(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s/%s on the box holds an %w; remove the file to start over", remoteDir, syncedList, err)
-	}
-	return paths, nil
+// session is one push's conversation with the box.
+type session struct {
+	opts      Options
+	stats     *Stats
+	planStart time.Time
+
+	sess   *ssh.Session
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+	stderr *tail
 }
 
-// runScript runs a script with sh on the box, sending it on stdin.
-func runScript(ctx context.Context, client *ssh.Client, script string) error {
+func (s *session) run(ctx context.Context, client *ssh.Client, local []Entry) error {
+	fp := fingerprint(local)
+	mode := "quick"
+	if s.opts.Checksum || s.opts.FullResync {
+		mode = "full"
+	}
+	nonce := make([]byte, 8)
+	if _, err := rand.Read(nonce); err != nil {
+		return err
+	}
+
 	sess, err := remote.NewSession(ctx, client)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -177,70 +194,217 @@ func runScript(ctx context.Context, client *ssh.Client, script string) error {
 		}
 		return fmt.Errorf("open SSH session: %w", err)
 	}
+	sessionsOpened.Add(1)
+	s.sess = sess
 	defer sess.Close()
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
-	stderr := &tail{}
-	sess.Stderr = stderr
-	sess.Stdin = strings.NewReader(script)
-	if err := sess.Run("sh -s"); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w%s", err, stderr.suffix())
+	s.stderr = &tail{}
+	sess.Stderr = s.stderr
+	if s.stdin, err = sess.StdinPipe(); err != nil {
+		return err
+	}
+	stdout, err := sess.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	s.stdout = bufio.NewReaderSize(stdout, 64<<10)
+	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce))); err != nil {
+		return fmt.Errorf("start sync on the box: %w", err)
+	}
+
+	err = s.converse(ctx, local)
+	if err != nil && !errors.Is(err, errRemote) {
+		// A local failure aborts: the box stops at the end of its
+		// input, before installing anything.
+		sess.Close()
+	} else {
+		s.stdin.Close()
+	}
+	applyStart := time.Now()
+	waitErr := sess.Wait()
+	if s.stats.Transfer != 0 {
+		s.stats.Apply = time.Since(applyStart)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil && !errors.Is(err, errRemote):
+		return err
+	case waitErr != nil:
+		return fmt.Errorf("on the box: %w%s", waitErr, s.stderr.suffix())
+	case err != nil:
+		return fmt.Errorf("on the box: %w%s", err, s.stderr.suffix())
 	}
 	return nil
 }
 
-// transfer streams files as a tar archive into tar -xf - on the box.
-func transfer(ctx context.Context, client *ssh.Client, opts Options, files []File) (Stats, error) {
-	nonce := make([]byte, 8)
-	if _, err := rand.Read(nonce); err != nil {
-		return Stats{}, err
-	}
-	listTmp := syncedList + ".tmp-" + hex.EncodeToString(nonce)
+// errProtocol marks output from the box that does not follow the protocol.
+var errProtocol = errors.New("unexpected output from the box")
 
-	sess, err := remote.NewSession(ctx, client)
+func (s *session) readLine() (string, error) {
+	line, err := s.stdout.ReadString('\n')
 	if err != nil {
-		if ctx.Err() != nil {
-			return Stats{}, ctx.Err()
+		if errors.Is(err, io.EOF) {
+			// The box ended the session early: its reason is on stderr.
+			return "", fmt.Errorf("%w: the session ended early", errRemote)
 		}
-		return Stats{}, fmt.Errorf("open SSH session: %w", err)
+		return "", err
 	}
-	defer sess.Close()
-	stop := context.AfterFunc(ctx, func() { sess.Close() })
-	defer stop()
-	stderr := &tail{}
-	sess.Stderr = stderr
-	stdin, err := sess.StdinPipe()
+	return strings.TrimSuffix(line, "\n"), nil
+}
+
+// readBlock reads "NAME SIZE\n" and SIZE bytes, or "NAME -" (absent).
+func (s *session) readBlock(name string, limit int64) ([]byte, bool, error) {
+	line, err := s.readLine()
 	if err != nil {
-		return Stats{}, err
+		return nil, false, err
 	}
-	if err := sess.Start(extractCommand(opts.RemoteDir, listTmp)); err != nil {
-		return Stats{}, fmt.Errorf("start tar on the box: %w", err)
+	fields := strings.Fields(line)
+	if len(fields) != 2 || fields[0] != name {
+		return nil, false, fmt.Errorf("%w: %q, want %s", errProtocol, line, name)
+	}
+	if fields[1] == "-" {
+		return nil, false, nil
+	}
+	n, err := strconv.ParseInt(fields[1], 10, 64)
+	if err != nil || n < 0 {
+		return nil, false, fmt.Errorf("%w: %q", errProtocol, line)
+	}
+	if n > limit {
+		return nil, false, fmt.Errorf("%s/%s on the box is larger than %d bytes; remove it to start over", s.opts.RemoteDir, stateDir+"/"+name, limit)
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(s.stdout, data); err != nil {
+		return nil, false, fmt.Errorf("read %s from the box: %w", name, err)
+	}
+	return data, true, nil
+}
+
+// converse runs the protocol of sessionScript.
+func (s *session) converse(ctx context.Context, local []Entry) error {
+	line, err := s.readLine()
+	if err != nil {
+		return err
+	}
+	switch line {
+	case "crabbox-sync same":
+		s.stats.Skipped = true
+		s.stats.Plan = time.Since(s.planStart)
+		return nil
+	case "crabbox-sync differ":
+	default:
+		return fmt.Errorf("%w: %q", errProtocol, line)
+	}
+	if _, _, err := s.readBlock("fingerprint", 4096); err != nil {
+		return err
+	}
+	manifestData, _, err := s.readBlock("manifest", maxManifestSize)
+	if err != nil {
+		return err
+	}
+	pendingData, dirty, err := s.readBlock("pending", maxManifestSize)
+	if err != nil {
+		return err
+	}
+	prev, err := parseManifest(manifestData)
+	if err != nil {
+		return fmt.Errorf("%s/%s on the box is malformed (%w); nothing was changed; remove it to start over", s.opts.RemoteDir, manifestFile, err)
+	}
+	// An interrupted push's plan is only a hint: a malformed one (cut
+	// short) means trusting nothing.
+	pending, pendingErr := parseManifest(pendingData)
+	if pendingErr != nil {
+		pending = nil
 	}
 
-	stats, writeErr := writeArchive(ctx, stdin, opts, files, listTmp)
-	if writeErr == nil || errors.Is(writeErr, errRemote) {
-		// On a remote failure the box has the reason: let it arrive.
-		stdin.Close()
-	} else {
-		// A local failure aborts the archive before its last entry, the
-		// new list, so the box keeps the old one.
-		sess.Close()
+	trusted := make(map[string]Entry, len(prev))
+	previous := make([]string, 0, len(prev)+len(pending))
+	for _, e := range prev {
+		trusted[e.Path] = e
+		previous = append(previous, e.Path)
 	}
-	waitErr := sess.Wait()
+	if dirty {
+		byPath := make(map[string]Entry, len(pending))
+		for _, e := range pending {
+			byPath[e.Path] = e
+			previous = append(previous, e.Path)
+		}
+		for p, e := range trusted {
+			if pe, ok := byPath[p]; !ok || !pe.same(e) {
+				delete(trusted, p)
+			}
+		}
+	}
 	switch {
-	case ctx.Err() != nil:
-		return stats, ctx.Err()
-	case writeErr != nil && !errors.Is(writeErr, errRemote):
-		return stats, writeErr
-	case waitErr != nil:
-		return stats, fmt.Errorf("extract on the box: %w%s", waitErr, stderr.suffix())
-	case writeErr != nil:
-		return stats, fmt.Errorf("extract on the box: %w%s", writeErr, stderr.suffix())
+	case s.opts.FullResync:
+		clear(trusted)
+	case s.opts.Checksum:
+		if trusted, err = s.verify(ctx, local, trusted); err != nil {
+			return err
+		}
 	}
-	return stats, nil
+	send, del := diffManifests(local, trusted, previous)
+	if s.opts.FullResync {
+		// Remove every synced path, even those sent again.
+		del = dedupSorted(previous)
+	}
+	s.stats.Deleted = len(del)
+	s.stats.Plan = time.Since(s.planStart)
+
+	transferStart := time.Now()
+	defer func() { s.stats.Transfer = time.Since(transferStart) }()
+	w := remoteWriter{s.stdin}
+	if _, err := w.Write(step(transferStep(del))); err != nil {
+		return err
+	}
+	previousSet := make(map[string]bool, len(previous))
+	for _, p := range previous {
+		previousSet[p] = true
+	}
+	return s.writeArchive(ctx, w, local, send, trusted, previousSet)
+}
+
+func dedupSorted(paths []string) []string {
+	out := slices.Clone(paths)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// verify hashes on the box the files the trusted manifest would leave
+// alone and returns the entries the box's content confirms.
+func (s *session) verify(ctx context.Context, local []Entry, trusted map[string]Entry) (map[string]Entry, error) {
+	var check []string
+	for _, e := range local {
+		if t, ok := trusted[e.Path]; ok && t.same(e) && e.Link == "" {
+			check = append(check, e.Path)
+		}
+	}
+	if _, err := (remoteWriter{s.stdin}).Write(step(hashStep(check))); err != nil {
+		return nil, err
+	}
+	var lines []string
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		line, err := s.readLine()
+		if err != nil {
+			return nil, err
+		}
+		if line == hashedMarker {
+			break
+		}
+		lines = append(lines, line)
+	}
+	sums := parseHashes(lines)
+	verified := make(map[string]Entry, len(check))
+	for _, p := range check {
+		if t := trusted[p]; sums[p] == t.SHA256 {
+			verified[p] = t
+		}
+	}
+	return verified, nil
 }
 
 // errRemote marks a failure to write to the box, whose reason is on the
@@ -258,118 +422,150 @@ func (r remoteWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// writeArchive writes files, then the new list of synced paths, as a tar
-// archive to w.
-func writeArchive(ctx context.Context, w io.Writer, opts Options, files []File, listTmp string) (Stats, error) {
-	bw := bufio.NewWriterSize(remoteWriter{w}, 256<<10)
+// writeArchive writes the archive of a push: the plan (pendingFile), the
+// files to send, then the new manifest and fingerprint, describing what was
+// actually sent.
+func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, send []int, trusted map[string]Entry, previous map[string]bool) error {
+	bw := bufio.NewWriterSize(w, 256<<10)
 	tw := tar.NewWriter(bw)
-	var stats Stats
-	var list strings.Builder
-	for _, f := range files {
+	now := time.Now()
+	if err := addState(tw, pendingFile, encodeManifest(local), now); err != nil {
+		return err
+	}
+	final := make([]Entry, len(local))
+	copy(final, local)
+	drop := map[int]bool{}
+	for _, i := range send {
 		if err := ctx.Err(); err != nil {
-			return stats, err
+			return err
 		}
-		n, ok, err := writeFile(tw, opts.Root, f)
+		e := &final[i]
+		n, sum, ok, err := writeFile(tw, s.opts.Root, *e)
 		if err != nil {
-			return stats, err
+			return err
 		}
 		if !ok {
+			// Vanished locally: the box keeps what it had.
+			switch t, trustedOK := trusted[e.Path]; {
+			case trustedOK:
+				*e = t
+			case previous[e.Path]:
+				// Unknown content, still crabbox's: never matches.
+				*e = Entry{Path: e.Path, SHA256: strings.Repeat("0", 64)}
+			default:
+				drop[i] = true
+			}
 			continue
 		}
-		list.WriteString(f.Path)
-		list.WriteByte(0)
-		stats.Files++
-		stats.Bytes += n
-		if opts.Progress != nil {
-			opts.Progress(stats.Files, stats.Bytes)
+		if e.Link == "" {
+			e.Size, e.SHA256 = n, sum
+		}
+		s.stats.Sent++
+		s.stats.Bytes += n
+		if s.opts.Progress != nil {
+			s.opts.Progress(s.stats.Sent, s.stats.Bytes)
 		}
 	}
-	hdr := &tar.Header{
-		Typeflag: tar.TypeReg,
-		Name:     listTmp,
-		Mode:     0o644,
-		Size:     int64(list.Len()),
-		ModTime:  time.Now(),
+	if len(drop) > 0 {
+		kept := final[:0]
+		for i, e := range final {
+			if !drop[i] {
+				kept = append(kept, e)
+			}
+		}
+		final = kept
 	}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return stats, err
+	if err := addState(tw, manifestTmp, encodeManifest(final), now); err != nil {
+		return err
 	}
-	if _, err := io.WriteString(tw, list.String()); err != nil {
-		return stats, err
+	if err := addState(tw, fingerprintTmp, []byte(fingerprint(final)+"\n"), now); err != nil {
+		return err
 	}
 	if err := tw.Close(); err != nil {
-		return stats, err
+		return err
 	}
-	return stats, bw.Flush()
+	return bw.Flush()
 }
 
-// writeFile adds f to the archive and returns the content bytes written.
-// It reports false for a file that vanished since it was listed.
-func writeFile(tw *tar.Writer, root string, f File) (int64, bool, error) {
-	name := filepath.Join(root, filepath.FromSlash(f.Path))
-	if f.LinkTarget != "" {
+// addState adds one of crabbox's state files to the archive.
+func addState(tw *tar.Writer, name string, data []byte, now time.Time) error {
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: now}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	_, err := tw.Write(data)
+	return err
+}
+
+// writeFile adds e to the archive and returns the content bytes written
+// and their SHA-256. It reports false for a file that vanished since it was
+// listed.
+func writeFile(tw *tar.Writer, root string, e Entry) (int64, string, bool, error) {
+	name := filepath.Join(root, filepath.FromSlash(e.Path))
+	if e.Link != "" {
 		fi, err := os.Lstat(name)
 		if errors.Is(err, fs.ErrNotExist) {
-			return 0, false, nil
+			return 0, "", false, nil
 		}
 		if err != nil {
-			return 0, false, err
+			return 0, "", false, err
 		}
 		hdr := &tar.Header{
 			Typeflag: tar.TypeSymlink,
-			Name:     f.Path,
-			Linkname: f.LinkTarget,
+			Name:     e.Path,
+			Linkname: e.Link,
 			Mode:     0o777,
 			ModTime:  fi.ModTime(),
 		}
-		return 0, true, tw.WriteHeader(hdr)
+		return 0, "", true, tw.WriteHeader(hdr)
 	}
 
 	// Open what was listed, and only that: a path swapped for a symlink
 	// since must not make Push read outside the root.
 	before, err := os.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
+		return 0, "", false, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return 0, "", false, err
 	}
 	if !before.Mode().IsRegular() {
-		return 0, false, fmt.Errorf("%q changed from a regular file while syncing", f.Path)
+		return 0, "", false, fmt.Errorf("%q changed from a regular file while syncing", e.Path)
 	}
 	file, err := os.Open(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
+		return 0, "", false, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return 0, "", false, err
 	}
 	defer file.Close()
 	fi, err := file.Stat()
 	if err != nil {
-		return 0, false, err
+		return 0, "", false, err
 	}
 	if !os.SameFile(before, fi) {
-		return 0, false, fmt.Errorf("%q was replaced while syncing", f.Path)
+		return 0, "", false, fmt.Errorf("%q was replaced while syncing", e.Path)
 	}
 	hdr := &tar.Header{
 		Typeflag: tar.TypeReg,
-		Name:     f.Path,
-		Mode:     int64(f.Mode.Perm()),
+		Name:     e.Path,
+		Mode:     int64(e.Mode.Perm()),
 		Size:     fi.Size(),
 		ModTime:  fi.ModTime(),
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
-		return 0, false, err
+		return 0, "", false, err
 	}
-	n, err := io.CopyN(tw, file, hdr.Size)
+	h := sha256.New()
+	n, err := io.CopyN(io.MultiWriter(tw, h), file, hdr.Size)
 	if errors.Is(err, io.EOF) {
-		return n, false, fmt.Errorf("%q shrank while syncing", f.Path)
+		return n, "", false, fmt.Errorf("%q shrank while syncing", e.Path)
 	}
 	if err != nil {
-		return n, false, fmt.Errorf("send %q: %w", f.Path, err)
+		return n, "", false, fmt.Errorf("send %q: %w", e.Path, err)
 	}
-	return n, true, nil
+	return n, hex.EncodeToString(h.Sum(nil)), true, nil
 }
 
 // tail keeps the end of a remote command's stderr for error messages.

@@ -1,0 +1,345 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/ssh"
+)
+
+// plainTree writes n files (not a git checkout) whose content depends on
+// seed, back-dated so the hash cache accepts them, and returns the root.
+func plainTree(t *testing.T, n int, seed string) string {
+	t.Helper()
+	root := t.TempDir()
+	t.Setenv("GIT_CEILING_DIRECTORIES", filepath.Dir(root))
+	for i := range n {
+		write(t, root, fmt.Sprintf("d%d/f%03d.txt", i%7, i), fmt.Sprintf("%s file %d\n", seed, i), 0o644)
+	}
+	symlink(t, root, "link", "d0/f000.txt")
+	backdate(t, root)
+	return root
+}
+
+// backdate sets every file's mtime an hour back.
+func backdate(t *testing.T, root string) {
+	t.Helper()
+	old := time.Now().Add(-time.Hour)
+	err := filepath.Walk(root, func(name string, fi os.FileInfo, err error) error {
+		if err != nil || fi.Mode()&os.ModeSymlink != 0 {
+			return err
+		}
+		return os.Chtimes(name, old, old)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func push(t *testing.T, client *ssh.Client, opts Options) Stats {
+	t.Helper()
+	stats, err := Push(t.Context(), client, opts)
+	if err != nil {
+		t.Fatalf("Push: %v", err)
+	}
+	return stats
+}
+
+// sameTree checks that the box holds exactly root's file set (plus the
+// extra paths) and a consistent manifest.
+func sameTree(t *testing.T, root, remoteDir string, extra ...string) {
+	t.Helper()
+	want := tree(t, root)
+	for _, p := range extra {
+		want = append(want, treeOf(t, remoteDir, []File{{Path: p}})...)
+	}
+	sortEntries(want)
+	if diff := cmp.Diff(want, tree(t, remoteDir)); diff != "" {
+		t.Errorf("box tree (-want +got):\n%s", diff)
+	}
+	files, err := FileSet(t.Context(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(paths(files), syncedPaths(t, remoteDir)); diff != "" {
+		t.Errorf("manifest paths (-want +got):\n%s", diff)
+	}
+}
+
+func TestPushIncremental(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 40, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir}
+
+	first := push(t, client, opts)
+	if first.Skipped || first.Sent != 41 || first.Files != 41 || first.Total != 41 || first.Deleted != 0 {
+		t.Errorf("first push: %+v, want all 41 sent", first)
+	}
+	sameTree(t, root, remoteDir)
+
+	sessions := sessionsOpened.Load()
+	second := push(t, client, opts)
+	if !second.Skipped || second.Sent != 0 || second.Files != 0 || second.Total != 41 {
+		t.Errorf("unchanged push: %+v, want skipped", second)
+	}
+	if n := sessionsOpened.Load() - sessions; n != 1 {
+		t.Errorf("unchanged push opened %d SSH sessions, want 1", n)
+	}
+
+	// The command leaves a file behind; locally 10 files change, one is
+	// added and one deleted. Touching a file changes nothing.
+	write(t, remoteDir, "d1/made-by-command", "keep", 0o644)
+	for i := range 10 {
+		write(t, root, fmt.Sprintf("d%d/f%03d.txt", i%7, i), fmt.Sprintf("v2 file %d\n", i), 0o644)
+	}
+	write(t, root, "new/added.txt", "added", 0o755)
+	if err := os.Remove(filepath.Join(root, "d3/f031.txt")); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := os.Chtimes(filepath.Join(root, "d5/f033.txt"), now, now); err != nil {
+		t.Fatal(err)
+	}
+	third := push(t, client, opts)
+	if third.Skipped || third.Sent != 11 || third.Deleted != 1 || third.Total != 41 {
+		t.Errorf("incremental push: %+v, want 11 sent and 1 deleted", third)
+	}
+	sameTree(t, root, remoteDir, "d1/made-by-command")
+
+	// A mode change alone is sent.
+	if err := os.Chmod(filepath.Join(root, "new/added.txt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st := push(t, client, opts); st.Sent != 1 || st.Deleted != 0 {
+		t.Errorf("push after chmod: %+v, want 1 sent", st)
+	}
+	sameTree(t, root, remoteDir, "d1/made-by-command")
+}
+
+func TestPushChecksum(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 5, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir}
+	push(t, client, opts)
+
+	// Behind crabbox's back, same size, same mtime.
+	victim := filepath.Join(remoteDir, "d1/f001.txt")
+	fi, err := os.Stat(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, remoteDir, "d1/f001.txt", "XX file 1\n", 0o644)
+	if err := os.Chtimes(victim, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if st := push(t, client, opts); !st.Skipped {
+		t.Errorf("push trusting the manifest: %+v, want skipped", st)
+	}
+	opts.Checksum = true
+	if st := push(t, client, opts); st.Skipped || st.Sent != 2 { // the file and the symlink
+		t.Errorf("checksum push: %+v, want the modified file and the symlink sent", st)
+	}
+	sameTree(t, root, remoteDir)
+	if st := push(t, client, opts); st.Skipped || st.Sent != 1 {
+		t.Errorf("second checksum push: %+v, want only the symlink sent", st)
+	}
+}
+
+func TestPushFullResync(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 5, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir}
+	push(t, client, opts)
+	write(t, remoteDir, "made-by-command", "keep", 0o644)
+	if err := os.Remove(filepath.Join(root, "d2/f002.txt")); err != nil {
+		t.Fatal(err)
+	}
+	opts.FullResync = true
+	st := push(t, client, opts)
+	if st.Skipped || st.Sent != 5 || st.Deleted != 6 {
+		t.Errorf("full resync: %+v, want 5 sent, 6 deleted", st)
+	}
+	sameTree(t, root, remoteDir, "made-by-command")
+}
+
+func TestPushHashCache(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 20, "v1")
+	cacheFile := filepath.Join(t.TempDir(), "cache", "hashes.json")
+	opts := Options{Root: root, RemoteDir: t.TempDir(), CacheFile: cacheFile}
+
+	hashed := hashedFiles.Load()
+	push(t, client, opts)
+	if n := hashedFiles.Load() - hashed; n != 20 {
+		t.Errorf("first push hashed %d files, want 20", n)
+	}
+	c := loadCache(cacheFile)
+	if len(c.old) != 20 || len(c.old["d0/f000.txt"].SHA256) != 64 {
+		t.Errorf("cache file holds %d entries (%+v), want 20 with hashes", len(c.old), c.old["d0/f000.txt"])
+	}
+
+	write(t, root, "d0/f000.txt", "changed", 0o644)
+	old := time.Now().Add(-30 * time.Minute)
+	if err := os.Chtimes(filepath.Join(root, "d0/f000.txt"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	hashed = hashedFiles.Load()
+	if st := push(t, client, opts); st.Sent != 1 {
+		t.Errorf("push: %+v, want 1 sent", st)
+	}
+	if n := hashedFiles.Load() - hashed; n != 1 {
+		t.Errorf("push with a cache hashed %d files, want 1", n)
+	}
+	// A file modified just now is hashed but not cached.
+	write(t, root, "d0/f007.txt", "fresh", 0o644)
+	push(t, client, opts)
+	hashed = hashedFiles.Load()
+	push(t, client, opts)
+	if n := hashedFiles.Load() - hashed; n != 1 {
+		t.Errorf("push hashed %d files, want 1 (the fresh one)", n)
+	}
+}
+
+// Two pushes of different trees into one directory at once leave one of
+// the trees, with its fingerprint.
+func TestPushConcurrent(t *testing.T) {
+	clientA, clientB := dial(t), dial(t)
+	rootA := plainTree(t, 60, "A")
+	rootB := plainTree(t, 45, "B")
+	write(t, rootB, "only-b/x", "b", 0o644)
+	treeA, treeB := tree(t, rootA), tree(t, rootB)
+	for i := range 4 {
+		remoteDir := t.TempDir()
+		if i%2 == 1 {
+			push(t, clientA, Options{Root: rootB, RemoteDir: remoteDir})
+		}
+		var wg gosync.WaitGroup
+		errs := make([]error, 2)
+		for j, c := range []struct {
+			client *ssh.Client
+			root   string
+		}{{clientA, rootA}, {clientB, rootB}} {
+			wg.Go(func() {
+				_, errs[j] = Push(t.Context(), c.client, Options{Root: c.root, RemoteDir: remoteDir})
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("concurrent Push: %v", err)
+			}
+		}
+		got := tree(t, remoteDir)
+		if cmp.Diff(treeA, got) != "" && cmp.Diff(treeB, got) != "" {
+			t.Errorf("round %d: box tree is neither A nor B:\n%s", i, cmp.Diff(treeA, got))
+		}
+		entries := remoteManifest(t, remoteDir) // checks the fingerprint
+		var want []File
+		for _, e := range got {
+			want = append(want, e.File)
+		}
+		var have []File
+		for _, e := range entries {
+			have = append(have, File{Path: e.Path, Mode: e.Mode, Size: e.Size, LinkTarget: e.Link})
+		}
+		if diff := cmp.Diff(want, have); diff != "" {
+			t.Errorf("round %d: manifest does not describe the box tree (-tree +manifest):\n%s", i, diff)
+		}
+	}
+}
+
+func TestPushLock(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 3, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir}
+
+	// A lock left by a process that is gone is broken.
+	write(t, remoteDir, ".crabbox/lock/owner", "deadbeef 999999999\n", 0o644)
+	push(t, client, opts)
+	sameTree(t, root, remoteDir)
+
+	// A live holder makes the push wait, then give up.
+	defer func(n int) { lockTries = n }(lockTries)
+	lockTries = 2
+	write(t, remoteDir, ".crabbox/lock/owner", fmt.Sprintf("feedface %d\n", os.Getpid()), 0o644)
+	_, err := Push(t.Context(), client, opts)
+	if err == nil || !strings.Contains(err.Error(), ".crabbox/lock") {
+		t.Errorf("Push with the lock held = %v, want an error naming the lock", err)
+	}
+}
+
+// A push cut short leaves pending behind: the next one trusts nothing,
+// never skips, and cleans up.
+func TestPushAfterInterruptedPush(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 5, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir}
+	push(t, client, opts)
+	// The interrupted push had planned a file that is not local now, and
+	// had started sending a changed d1/f001.txt.
+	var planned []Entry
+	for _, e := range remoteManifest(t, remoteDir) {
+		if e.Path == "d1/f001.txt" {
+			e.SHA256 = strings.Repeat("c", 64)
+		}
+		planned = append(planned, e)
+	}
+	planned = append(planned, Entry{Path: "zz-planned", Mode: 0o644, Size: 1, SHA256: strings.Repeat("b", 64)})
+	write(t, remoteDir, "zz-planned", "x", 0o644)
+	write(t, remoteDir, "d1/f001.txt", "half-sent", 0o644)
+	write(t, remoteDir, pendingFile, string(encodeManifest(planned)), 0o644)
+	if st := push(t, client, opts); st.Skipped || st.Sent != 1 || st.Deleted != 1 {
+		t.Errorf("push after an interrupted one: %+v, want 1 sent, 1 deleted", st)
+	}
+	sameTree(t, root, remoteDir)
+
+	// Cut short before its archive began: nothing is trusted.
+	write(t, remoteDir, "d1/f001.txt", "half-sent", 0o644)
+	write(t, remoteDir, pendingFile, "", 0o644)
+	st := push(t, client, opts)
+	if st.Skipped || st.Sent != 6 {
+		t.Errorf("push after an interrupted one: %+v, want all 6 sent", st)
+	}
+	sameTree(t, root, remoteDir)
+	if _, err := os.Stat(filepath.Join(remoteDir, "zz-planned")); err == nil {
+		t.Errorf("file planned by the interrupted push survived")
+	}
+}
+
+// A push canceled mid-stream leaves the box so that the next push, after
+// the local change is reverted, still restores the old content.
+func TestPushCanceledMidStream(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 3, "v1")
+	v1 := strings.Repeat("one ", 300_000)
+	write(t, root, "big1", v1, 0o644)
+	write(t, root, "big2", v1, 0o644)
+	remoteDir := t.TempDir()
+	push(t, client, Options{Root: root, RemoteDir: remoteDir})
+
+	v2 := strings.Repeat("two ", 300_000)
+	write(t, root, "big1", v2, 0o644)
+	write(t, root, "big2", v2, 0o644)
+	ctx, cancel := context.WithCancel(t.Context())
+	_, err := Push(ctx, client, Options{Root: root, RemoteDir: remoteDir, Progress: func(int, int64) { cancel() }})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled Push = %v, want context.Canceled", err)
+	}
+	write(t, root, "big1", v1, 0o644)
+	write(t, root, "big2", v1, 0o644)
+	push(t, client, Options{Root: root, RemoteDir: remoteDir})
+	sameTree(t, root, remoteDir)
+}

@@ -1,0 +1,286 @@
+package sync
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+)
+
+// Entry is one file of a manifest: what a file of the set was (locally) or
+// is believed to be (on the box).
+type Entry struct {
+	Path string `json:"path"`
+	// Mode is as in File: permission bits, or fs.ModeSymlink|0777.
+	Mode fs.FileMode `json:"mode"`
+	Size int64       `json:"size"`
+	// MTime is the local modification time in nanoseconds since the Unix
+	// epoch. It only serves the local hash cache: it is not part of the
+	// fingerprint and never decides whether a file is sent.
+	MTime int64 `json:"mtime"`
+	// Link is a symlink's target; empty for a regular file.
+	Link string `json:"link,omitempty"`
+	// SHA256 is the hex SHA-256 of a regular file's content; empty for a
+	// symlink.
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// same reports whether two entries describe the same content on the box.
+func (e Entry) same(o Entry) bool {
+	return e.Path == o.Path && e.Mode == o.Mode && e.Size == o.Size && e.Link == o.Link && e.SHA256 == o.SHA256
+}
+
+// manifestHeader is the first line of a manifest file; each following line
+// is one Entry as a JSON object, sorted by path.
+const manifestHeader = "crabbox-manifest 1"
+
+// maxManifestSize bounds a manifest read back from the box (the fail
+// guardrail of 150,000 files at a generous 1.5 KiB per entry fits).
+const maxManifestSize = 256 << 20
+
+// encodeManifest renders entries, which must be sorted by path.
+func encodeManifest(entries []Entry) []byte {
+	var b bytes.Buffer
+	b.Grow(len(manifestHeader) + 1 + len(entries)*160)
+	b.WriteString(manifestHeader)
+	b.WriteByte('\n')
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	for _, e := range entries {
+		enc.Encode(e) // cannot fail: plain fields; Encode adds the newline
+	}
+	return b.Bytes()
+}
+
+// parseManifest parses and validates a manifest read from the box. It
+// rejects anything a hostile box could use to make a push delete or write
+// outside RemoteDir: unsafe or reserved paths, duplicates, unsorted entries,
+// modes other than a regular file's or a symlink's, malformed hashes.
+func parseManifest(data []byte) ([]Entry, error) {
+	if len(data) > maxManifestSize {
+		return nil, fmt.Errorf("manifest larger than %d bytes", maxManifestSize)
+	}
+	if len(data) == 0 {
+		return nil, nil
+	}
+	header, rest, ok := bytes.Cut(data, []byte{'\n'})
+	if !ok || string(header) != manifestHeader {
+		return nil, errors.New("manifest does not start with " + strconv.Quote(manifestHeader))
+	}
+	var entries []Entry
+	line := 1
+	for len(rest) > 0 {
+		line++
+		var rec []byte
+		rec, rest, ok = bytes.Cut(rest, []byte{'\n'})
+		if !ok {
+			return nil, fmt.Errorf("manifest line %d: not terminated by a newline", line)
+		}
+		var e Entry
+		dec := json.NewDecoder(bytes.NewReader(rec))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&e); err != nil {
+			return nil, fmt.Errorf("manifest line %d: %w", line, err)
+		}
+		if dec.More() {
+			return nil, fmt.Errorf("manifest line %d: trailing data", line)
+		}
+		if err := checkEntry(e); err != nil {
+			return nil, fmt.Errorf("manifest line %d: %w", line, err)
+		}
+		if n := len(entries); n > 0 && entries[n-1].Path >= e.Path {
+			return nil, fmt.Errorf("manifest line %d: path %q out of order or repeated", line, e.Path)
+		}
+		entries = append(entries, e)
+	}
+	return entries, nil
+}
+
+func checkEntry(e Entry) error {
+	if err := checkPath(e.Path); err != nil {
+		return fmt.Errorf("unsafe path %q: %w", e.Path, err)
+	}
+	if reserved(e.Path) {
+		return fmt.Errorf("unsafe path %q: crabbox's own state", e.Path)
+	}
+	switch {
+	case e.Size < 0:
+		return fmt.Errorf("%q: negative size", e.Path)
+	case e.Mode&^fs.ModePerm == 0:
+		if e.Link != "" {
+			return fmt.Errorf("%q: regular file with a link target", e.Path)
+		}
+		if len(e.SHA256) != sha256.Size*2 || strings.ToLower(e.SHA256) != e.SHA256 {
+			return fmt.Errorf("%q: malformed content hash", e.Path)
+		}
+		if _, err := hex.DecodeString(e.SHA256); err != nil {
+			return fmt.Errorf("%q: malformed content hash", e.Path)
+		}
+	case e.Mode&^fs.ModePerm == fs.ModeSymlink:
+		if e.Link == "" || strings.IndexByte(e.Link, 0) >= 0 || e.Size != 0 || e.SHA256 != "" {
+			return fmt.Errorf("%q: malformed symlink entry", e.Path)
+		}
+	default:
+		return fmt.Errorf("%q: unsupported mode %v", e.Path, e.Mode)
+	}
+	return nil
+}
+
+// fingerprint is the SHA-256 over the sorted entries' paths, modes, sizes,
+// link targets and content hashes (not their mtimes): equal fingerprints
+// mean equal trees.
+func fingerprint(entries []Entry) string {
+	h := sha256.New()
+	w := bufio.NewWriterSize(h, 64<<10)
+	var buf []byte
+	for _, e := range entries {
+		buf = buf[:0]
+		buf = strconv.AppendQuote(buf, e.Path)
+		buf = append(buf, ' ')
+		buf = strconv.AppendUint(buf, uint64(e.Mode), 8)
+		buf = append(buf, ' ')
+		buf = strconv.AppendInt(buf, e.Size, 10)
+		buf = append(buf, ' ')
+		buf = strconv.AppendQuote(buf, e.Link)
+		buf = append(buf, ' ')
+		buf = append(buf, e.SHA256...)
+		buf = append(buf, '\n')
+		w.Write(buf)
+	}
+	w.Flush()
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// diffManifests decides what a push does: the indexes of the local entries
+// to send (those without an equal trusted entry) and the previously synced
+// paths to delete (those no longer local), sorted.
+func diffManifests(local []Entry, trusted map[string]Entry, previous []string) (send []int, del []string) {
+	current := make(map[string]bool, len(local))
+	for i, e := range local {
+		current[e.Path] = true
+		if t, ok := trusted[e.Path]; !ok || !t.same(e) {
+			send = append(send, i)
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range previous {
+		if !current[p] && !seen[p] {
+			seen[p] = true
+			del = append(del, p)
+		}
+	}
+	slices.Sort(del)
+	return send, del
+}
+
+// hashedFiles counts the files read to compute their hash (a test hook).
+var hashedFiles atomic.Int64
+
+// buildManifest describes files with their content hashes, reading only
+// the files the cache (if any) does not know with the same size, mtime and
+// inode.
+func buildManifest(ctx context.Context, root string, files []File, cache *hashCache) ([]Entry, error) {
+	entries := make([]Entry, len(files))
+	var todo []int
+	for i, f := range files {
+		e := Entry{Path: f.Path, Mode: f.Mode, Size: f.Size, Link: f.LinkTarget}
+		entries[i] = e
+		if f.LinkTarget != "" {
+			continue
+		}
+		todo = append(todo, i)
+	}
+	workers := min(runtime.GOMAXPROCS(0), 16, max(len(todo), 1))
+	next := make(chan int)
+	var wg gosync.WaitGroup
+	var mu gosync.Mutex
+	var firstErr error
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := describe(root, &entries[i], cache); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+feed:
+	for _, i := range todo {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return entries, nil
+}
+
+// describe fills in a regular file's size, mtime and hash, from the cache
+// when it knows the file as it is.
+func describe(root string, e *Entry, cache *hashCache) error {
+	name := filepath.Join(root, filepath.FromSlash(e.Path))
+	fi, err := os.Lstat(name)
+	if err != nil {
+		return fmt.Errorf("hash %q: %w", e.Path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("hash %q: changed from a regular file while syncing", e.Path)
+	}
+	e.Size, e.MTime = fi.Size(), fi.ModTime().UnixNano()
+	ino := inode(fi)
+	if h, ok := cache.lookup(e.Path, e.Size, e.MTime, ino); ok {
+		e.SHA256 = h
+		return nil
+	}
+	hashedFiles.Add(1)
+	file, err := os.Open(name)
+	if err != nil {
+		return fmt.Errorf("hash %q: %w", e.Path, err)
+	}
+	defer file.Close()
+	after, err := file.Stat()
+	if err != nil {
+		return fmt.Errorf("hash %q: %w", e.Path, err)
+	}
+	if !os.SameFile(fi, after) {
+		return fmt.Errorf("hash %q: replaced while syncing", e.Path)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, file)
+	if err != nil {
+		return fmt.Errorf("hash %q: %w", e.Path, err)
+	}
+	e.Size = n
+	e.SHA256 = hex.EncodeToString(h.Sum(nil))
+	// A file still changing is hashed again next time.
+	if n == fi.Size() && after.ModTime().Equal(fi.ModTime()) {
+		cache.store(e.Path, e.Size, e.MTime, ino, e.SHA256)
+	}
+	return nil
+}

@@ -1,0 +1,288 @@
+package sync
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var sampleEntries = []Entry{
+	{Path: "a b/c'd", Mode: 0o755, Size: 3, MTime: 1700000000123456789, SHA256: strings.Repeat("0a", 32)},
+	{Path: "link", Mode: fs.ModeSymlink | 0o777, MTime: 5, Link: "a b/c'd"},
+	{Path: "new\nline", Mode: 0o644, SHA256: strings.Repeat("e3", 32)},
+}
+
+func TestManifestRoundTrip(t *testing.T) {
+	data := encodeManifest(sampleEntries)
+	got, err := parseManifest(data)
+	if err != nil {
+		t.Fatalf("parseManifest: %v\n%s", err, data)
+	}
+	if diff := cmp.Diff(sampleEntries, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	if got, err := parseManifest(nil); err != nil || got != nil {
+		t.Errorf("parseManifest(empty) = %v, %v", got, err)
+	}
+}
+
+func TestParseManifestRejects(t *testing.T) {
+	hash := strings.Repeat("a", 64)
+	line := func(e string) string { return manifestHeader + "\n" + e + "\n" }
+	tests := map[string]string{
+		"no header":      `{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n",
+		"dot dot":        line(`{"path":"../x","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
+		"inner dot dot":  line(`{"path":"a/../../x","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
+		"absolute":       line(`{"path":"/etc/passwd","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
+		"nul":            line(`{"path":"a\u0000b","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
+		"not clean":      line(`{"path":"a//b","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
+		"reserved":       line(`{"path":".crabbox/manifest","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
+		"directory mode": line(`{"path":"a","mode":2147484141,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
+		"bad hash":       line(`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"zz"}`),
+		"upper hash":     line(`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + strings.ToUpper(hash) + `"}`),
+		"negative size":  line(`{"path":"a","mode":420,"size":-1,"mtime":0,"sha256":"` + hash + `"}`),
+		"empty link":     line(`{"path":"a","mode":134218239,"size":0,"mtime":0}`),
+		"unknown field":  line(`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `","x":1}`),
+		"trailing data":  line(`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"} {}`),
+		"unterminated":   manifestHeader + "\n" + `{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`,
+		"unsorted": manifestHeader + "\n" + `{"path":"b","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n" +
+			`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n",
+		"duplicate": manifestHeader + "\n" + `{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n" +
+			`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n",
+	}
+	for name, data := range tests {
+		if _, err := parseManifest([]byte(data)); err == nil {
+			t.Errorf("%s: parseManifest accepted %q", name, data)
+		}
+	}
+	big := make([]byte, maxManifestSize+1)
+	if _, err := parseManifest(big); err == nil || !strings.Contains(err.Error(), "larger") {
+		t.Errorf("oversize manifest: %v", err)
+	}
+}
+
+// FuzzParseManifest checks that whatever a box sends, an accepted manifest
+// names only safe paths and survives a round trip.
+func FuzzParseManifest(f *testing.F) {
+	f.Add(encodeManifest(sampleEntries))
+	f.Add([]byte(manifestHeader + "\n" + `{"path":"../x","mode":420,"size":0,"mtime":0,"sha256":""}` + "\n"))
+	f.Add([]byte(manifestHeader + "\n{}\n"))
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		entries, err := parseManifest(data)
+		if err != nil {
+			return
+		}
+		for i, e := range entries {
+			if checkPath(e.Path) != nil || reserved(e.Path) {
+				t.Fatalf("accepted unsafe path %q", e.Path)
+			}
+			if i > 0 && entries[i-1].Path >= e.Path {
+				t.Fatalf("accepted unsorted paths %q, %q", entries[i-1].Path, e.Path)
+			}
+		}
+		again, err := parseManifest(encodeManifest(entries))
+		if err != nil {
+			t.Fatalf("re-encoded manifest rejected: %v", err)
+		}
+		if len(entries) > 0 && !cmp.Equal(entries, again) {
+			t.Fatalf("round trip changed the manifest:\n%s", cmp.Diff(entries, again))
+		}
+	})
+}
+
+func TestFingerprint(t *testing.T) {
+	fp := fingerprint(sampleEntries)
+	if len(fp) != 64 || fp != fingerprint(sampleEntries) {
+		t.Fatalf("fingerprint = %q", fp)
+	}
+	touched := append([]Entry(nil), sampleEntries...)
+	touched[0].MTime++
+	if fingerprint(touched) != fp {
+		t.Error("fingerprint depends on mtimes")
+	}
+	for _, change := range []func(*Entry){
+		func(e *Entry) { e.Mode = 0o644 },
+		func(e *Entry) { e.SHA256 = strings.Repeat("0b", 32) },
+		func(e *Entry) { e.Size++ },
+		func(e *Entry) { e.Path = "other" },
+	} {
+		changed := append([]Entry(nil), sampleEntries...)
+		change(&changed[0])
+		if fingerprint(changed) == fp {
+			t.Errorf("fingerprint ignores a change: %+v", changed[0])
+		}
+	}
+	if fingerprint(sampleEntries[:2]) == fp {
+		t.Error("fingerprint ignores a missing entry")
+	}
+}
+
+func TestDiffManifests(t *testing.T) {
+	h := func(c string) string { return strings.Repeat(c, 64) }
+	local := []Entry{
+		{Path: "changed", Mode: 0o644, Size: 1, SHA256: h("1")},
+		{Path: "chmod", Mode: 0o755, Size: 1, SHA256: h("2")},
+		{Path: "new", Mode: 0o644, Size: 1, SHA256: h("3")},
+		{Path: "same", Mode: 0o644, Size: 1, MTime: 99, SHA256: h("4")},
+		{Path: "relinked", Mode: fs.ModeSymlink | 0o777, Link: "b"},
+	}
+	trusted := map[string]Entry{
+		"changed":  {Path: "changed", Mode: 0o644, Size: 1, SHA256: h("9")},
+		"chmod":    {Path: "chmod", Mode: 0o644, Size: 1, SHA256: h("2")},
+		"same":     {Path: "same", Mode: 0o644, Size: 1, MTime: 1, SHA256: h("4")},
+		"relinked": {Path: "relinked", Mode: fs.ModeSymlink | 0o777, Link: "a"},
+	}
+	send, del := diffManifests(local, trusted, []string{"gone", "same", "changed", "gone", "a/gone"})
+	if diff := cmp.Diff([]int{0, 1, 2, 4}, send); diff != "" {
+		t.Errorf("send (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"a/gone", "gone"}, del); diff != "" {
+		t.Errorf("delete (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseHashes(t *testing.T) {
+	h := strings.Repeat("ab", 32)
+	out := []string{
+		h + "  plain",
+		h + " *binary mode",
+		`\` + h + `  new\nline and back\\slash`,
+		"sha256sum: missing: No such file or directory",
+		"short",
+	}
+	want := map[string]string{"plain": h, "binary mode": h, "new\nline and back\\slash": h}
+	if diff := cmp.Diff(want, parseHashes(out)); diff != "" {
+		t.Errorf("parseHashes (-want +got):\n%s", diff)
+	}
+}
+
+func TestReserved(t *testing.T) {
+	for _, p := range []string{".crabbox", ".crabbox/manifest", ".crabbox/manifest.tmp", ".crabbox/lock/owner", ".crabbox/step-ab", ".crabbox/synced", ".crabbox/pending", ".crabbox/fingerprint.tmp"} {
+		if !reserved(p) {
+			t.Errorf("reserved(%q) = false", p)
+		}
+	}
+	for _, p := range []string{".crabbox/config", ".crabbox/manifests", ".crabboxrc", "x/.crabbox/manifest", ".crabbox/lockfile"} {
+		if reserved(p) {
+			t.Errorf("reserved(%q) = true", p)
+		}
+	}
+}
+
+// A hostile box cannot make a push delete through its pending file or
+// fingerprint either.
+func TestPushIgnoresHostilePending(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 3, "v1")
+	base := t.TempDir()
+	remoteDir := filepath.Join(base, "repo")
+	write(t, base, "outside.txt", "precious", 0o644)
+	bad := manifestHeader + "\n" + `{"path":"../outside.txt","mode":420,"size":0,"mtime":0,"sha256":"` + strings.Repeat("a", 64) + `"}` + "\n"
+	write(t, remoteDir, pendingFile, bad, 0o644)
+	write(t, remoteDir, fingerprintFile, "x\ncrabbox-sync same\n", 0o644)
+	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir}); err != nil {
+		t.Fatalf("Push: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "outside.txt")); err != nil {
+		t.Errorf("file outside the remote directory: %v", err)
+	}
+	sameTree(t, root, remoteDir)
+}
+
+// benchTree writes n files of a few KiB.
+func benchTree(b *testing.B, n int) (string, []File) {
+	b.Helper()
+	root := b.TempDir()
+	content := bytes.Repeat([]byte("crabbox "), 512)
+	for i := range n {
+		dir := filepath.Join(root, fmt.Sprintf("d%02d", i%50))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d", i)), append(content, byte(i)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	backdateB(b, root)
+	b.Setenv("GIT_CEILING_DIRECTORIES", filepath.Dir(root))
+	files, err := FileSet(b.Context(), root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return root, files
+}
+
+func backdateB(b *testing.B, root string) {
+	b.Helper()
+	err := filepath.Walk(root, func(name string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(name, fi.ModTime().Add(-3600e9), fi.ModTime().Add(-3600e9))
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkManifest(b *testing.B) {
+	root, files := benchTree(b, 5000)
+	b.Run("nocache", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := buildManifest(b.Context(), root, files, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cache", func(b *testing.B) {
+		name := filepath.Join(b.TempDir(), "cache")
+		c := loadCache(name)
+		if _, err := buildManifest(b.Context(), root, files, c); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.save(); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			c := loadCache(name)
+			if _, err := buildManifest(b.Context(), root, files, c); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.save(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkDiff(b *testing.B) {
+	const n = 50_000
+	local := make([]Entry, n)
+	trusted := make(map[string]Entry, n)
+	previous := make([]string, 0, n)
+	for i := range n {
+		e := Entry{Path: fmt.Sprintf("dir%03d/file%06d.go", i%500, i), Mode: 0o644, Size: int64(i), SHA256: fmt.Sprintf("%064x", i)}
+		local[i] = e
+		if i%100 == 0 {
+			e.SHA256 = fmt.Sprintf("%064x", i+1)
+		}
+		trusted[e.Path] = e
+		previous = append(previous, e.Path)
+	}
+	previous = append(previous, "gone/a", "gone/b")
+	b.ResetTimer()
+	for b.Loop() {
+		send, del := diffManifests(local, trusted, previous)
+		if len(send) != n/100 || len(del) != 2 {
+			b.Fatalf("diff: %d to send, %d to delete", len(send), len(del))
+		}
+		_ = fingerprint(local)
+	}
+}
