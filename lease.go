@@ -2,6 +2,8 @@ package crabbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -297,6 +299,14 @@ func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
 type SyncOptions struct {
 	// Progress, if set, is called as files are sent.
 	Progress func(files int, bytes int64)
+	// Checksum verifies file contents on the box instead of trusting the
+	// manifest crabbox left there; FullResync starts the workdir over.
+	Checksum   bool
+	FullResync bool
+	// ForceLarge goes past the guardrails' hard limits (150,000 files or
+	// 20 GiB); Warn, if set, receives the warning past the soft ones.
+	ForceLarge bool
+	Warn       func(string)
 }
 
 // Sync copies the checkout at root to the lease's workdir for it
@@ -310,7 +320,11 @@ func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.S
 	if err != nil {
 		return sync.Stats{}, err
 	}
-	stats, err := sync.Push(ctx, conn, sync.Options{Root: abs, RemoteDir: l.Workdir(filepath.Base(abs)), Progress: opts.Progress})
+	stats, err := sync.Push(ctx, conn, sync.Options{
+		Root: abs, RemoteDir: l.Workdir(filepath.Base(abs)), Progress: opts.Progress,
+		Checksum: opts.Checksum, FullResync: opts.FullResync, Force: opts.ForceLarge, Warn: opts.Warn,
+		CacheFile: l.client.hashCache(abs),
+	})
 	if err != nil {
 		return stats, fmt.Errorf("sync %s to %s: %w", abs, l.ID(), err)
 	}
@@ -329,4 +343,11 @@ func (l *Lease) Run(ctx context.Context, req run.Request) (run.Result, error) {
 		return res, fmt.Errorf("run on %s: %w", l.ID(), err)
 	}
 	return res, nil
+}
+
+// hashCache is the file caching content hashes of the checkout at root, so
+// that unchanged files are not read again on the next sync.
+func (c *Client) hashCache(root string) string {
+	sum := sha256.Sum256([]byte(root))
+	return filepath.Join(c.store.Dir(), "cache", hex.EncodeToString(sum[:8])+".hashes")
 }

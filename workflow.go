@@ -65,6 +65,12 @@ type RunRequest struct {
 	Stderr io.Writer
 	// SyncProgress, if set, is called as files are sent.
 	SyncProgress func(files int, bytes int64)
+	// Checksum, FullResync, ForceSyncLarge and SyncWarn are passed to the
+	// sync (see SyncOptions).
+	Checksum       bool
+	FullResync     bool
+	ForceSyncLarge bool
+	SyncWarn       func(string)
 }
 
 // Timing is where a run's time went.
@@ -220,10 +226,13 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	if req.NoSync {
 		err = l.ensureDir(ctx, workdir)
 	} else {
-		res.Sync, err = l.Sync(ctx, root, SyncOptions{Progress: req.SyncProgress})
+		res.Sync, err = l.Sync(ctx, root, SyncOptions{
+			Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
+			ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn,
+		})
 	}
 	res.Timing.Sync = c.rt.Clock.Since(syncStart)
-	res.SyncSkipped = req.NoSync || res.Sync.Files == 0
+	res.SyncSkipped = req.NoSync || res.Sync.Skipped
 	if err != nil || req.SyncOnly {
 		return res, err
 	}

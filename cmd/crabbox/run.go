@@ -25,6 +25,7 @@ type runFlags struct {
 	id, shell, script, timingJSON, junit  string
 	keep, keepOnFailure, noSync, syncOnly bool
 	failOnTestFailures, quiet             bool
+	checksum, fullResync, forceSyncLarge  bool
 	ttl, idle, timeout                    time.Duration
 	env                                   stringList
 }
@@ -37,6 +38,9 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.BoolVar(&f.keepOnFailure, "keep-on-failure", false, "keep a newly acquired lease when the command exits non-zero")
 	fs.BoolVar(&f.noSync, "no-sync", false, "do not copy the checkout; run in the existing workdir")
 	fs.BoolVar(&f.syncOnly, "sync-only", false, "copy the checkout and run nothing")
+	fs.BoolVar(&f.checksum, "checksum", false, "verify file contents on the box instead of trusting what crabbox synced last")
+	fs.BoolVar(&f.fullResync, "full-resync", false, "delete what crabbox synced to the box before and copy everything again")
+	fs.BoolVar(&f.forceSyncLarge, "force-sync-large", false, "sync even past 150,000 files or 20 GiB (see crabbox sync-plan)")
 	fs.StringVar(&f.shell, "shell", "", "run this shell command line (sh -c) instead of a command after --")
 	fs.StringVar(&f.script, "script", "", "run this local script file with sh on the box")
 	fs.DurationVar(&f.timeout, "timeout", 0, "stop the command after this long and exit 124 (0: no limit)")
@@ -68,6 +72,7 @@ recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
 			status := &statusLine{w: a.stderr}
 			req.Stdout, req.Stderr = status.before(a.stdout), status.before(a.stderr)
 			req.SyncProgress = status.syncProgress()
+			req.SyncWarn = func(w string) { fmt.Fprintf(req.Stderr, "crabbox: %s\n", w) }
 			return a.withClient(lf, f.keep || f.keepOnFailure, func(c *crabbox.Client) error {
 				res, err := c.Run(ctx, req)
 				status.clear()
@@ -88,6 +93,7 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		Command: args, Shell: f.shell, NoSync: f.noSync, SyncOnly: f.syncOnly,
 		Keep: f.keep, KeepOnFailure: f.keepOnFailure, Timeout: f.timeout,
 		JUnit: f.junit, RecordHistory: true,
+		Checksum: f.checksum, FullResync: f.fullResync, ForceSyncLarge: f.forceSyncLarge,
 	}
 	given := 0
 	for _, set := range []bool{len(args) > 0, f.shell != "", f.script != ""} {
