@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,22 +16,6 @@ import (
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 )
-
-// crabboxStdin runs the CLI as a separate process with stdin (not a terminal).
-func crabboxStdin(t *testing.T, env []string, stdin string, args ...string) result {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), append([]string{"CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}, env...)...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("crabbox %v: %v", args, err)
-	}
-	return result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}
-}
 
 func stateDir(env []string) string {
 	for _, e := range env {
@@ -82,7 +64,7 @@ func TestWarmLeaseCommands(t *testing.T) {
 		t.Errorf("known_hosts = %q (%v), want the pinned key %q", knownHosts, err, claim.PinnedHostKey)
 	}
 
-	if r := crabboxStdin(t, env, "echo hi; exit 3\n", "ssh", warm.ID); r.code != 3 || r.stdout != "hi\n" {
+	if r := crabboxInput(t, env, "echo hi; exit 3\n", "ssh", warm.ID); r.code != 3 || r.stdout != "hi\n" {
 		t.Errorf("ssh with piped stdin: exit %d, stdout %q, stderr %q; want 3 and hi", r.code, r.stdout, r.stderr)
 	}
 

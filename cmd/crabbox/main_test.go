@@ -37,9 +37,21 @@ type result struct {
 // crabboxCmd runs the CLI as a separate process in dir with its own state.
 func crabboxCmd(t *testing.T, env []string, dir string, args ...string) result {
 	t.Helper()
+	return runCLI(t, env, dir, "", args...)
+}
+
+// crabboxInput runs the CLI as a separate process with stdin (not a terminal).
+func crabboxInput(t *testing.T, env []string, stdin string, args ...string) result {
+	t.Helper()
+	return runCLI(t, env, "", stdin, args...)
+}
+
+func runCLI(t *testing.T, env []string, dir, stdin string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), append([]string{"CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}, env...)...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
