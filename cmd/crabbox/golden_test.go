@@ -30,7 +30,7 @@ var normalizers = []struct {
 	{regexp.MustCompile(`cbx_[0-9a-f]{12}`), "cbx_LEASE"},
 	{regexp.MustCompile(`run_[0-9a-f]{12}`), "run_RUN"},
 	{regexp.MustCompile(`\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?Z?`), "TIME"},
-	{regexp.MustCompile(`"(port|leaseMs|connectMs|syncMs|commandMs|totalMs)":( ?)\d+`), `"$1":${2}N`},
+	{regexp.MustCompile(`"(port|leaseMs|connectMs|syncMs|syncPlanMs|syncTransferMs|syncApplyMs|commandMs|totalMs)":( ?)\d+`), `"$1":${2}N`},
 	{regexp.MustCompile(`(127\.0\.0\.1):\d+`), "$1:PORT"},
 	{regexp.MustCompile(`\b(\d+m)?\d+(\.\d+)?(ns|µs|ms|s)\b`), "DUR"},
 	// Table columns pad to the widest cell, which varies with slugs.

@@ -13,22 +13,29 @@ import (
 // timingReport is what --timing-json writes: stable camelCase fields,
 // durations in whole milliseconds.
 type timingReport struct {
-	Provider    string               `json:"provider"`
-	LeaseID     string               `json:"leaseId"`
-	Slug        string               `json:"slug"`
-	RunID       string               `json:"runId"`
-	LeaseMs     int64                `json:"leaseMs"`
-	ConnectMs   int64                `json:"connectMs"`
-	SyncMs      int64                `json:"syncMs"`
-	SyncSkipped bool                 `json:"syncSkipped"`
-	SyncFiles   int                  `json:"syncFiles"`
-	SyncBytes   int64                `json:"syncBytes"`
-	CommandMs   int64                `json:"commandMs"`
-	TotalMs     int64                `json:"totalMs"`
-	ExitCode    int                  `json:"exitCode"`
-	TimedOut    bool                 `json:"timedOut"`
-	Kept        bool                 `json:"kept"`
-	JUnit       *crabbox.JUnitReport `json:"junit,omitempty"`
+	Provider    string `json:"provider"`
+	LeaseID     string `json:"leaseId"`
+	Slug        string `json:"slug"`
+	RunID       string `json:"runId"`
+	LeaseMs     int64  `json:"leaseMs"`
+	ConnectMs   int64  `json:"connectMs"`
+	SyncMs      int64  `json:"syncMs"`
+	SyncSkipped bool   `json:"syncSkipped"`
+	// The sync's phases: listing and hashing the checkout and comparing it
+	// with the box's manifest, streaming the changes, and the box applying
+	// them.
+	SyncPlanMs     int64                `json:"syncPlanMs"`
+	SyncTransferMs int64                `json:"syncTransferMs"`
+	SyncApplyMs    int64                `json:"syncApplyMs"`
+	SyncFiles      int                  `json:"syncFiles"`
+	SyncDeleted    int                  `json:"syncDeleted"`
+	SyncBytes      int64                `json:"syncBytes"`
+	CommandMs      int64                `json:"commandMs"`
+	TotalMs        int64                `json:"totalMs"`
+	ExitCode       int                  `json:"exitCode"`
+	TimedOut       bool                 `json:"timedOut"`
+	Kept           bool                 `json:"kept"`
+	JUnit          *crabbox.JUnitReport `json:"junit,omitempty"`
 }
 
 func timingOf(res crabbox.RunResult) timingReport {
@@ -37,7 +44,9 @@ func timingOf(res crabbox.RunResult) timingReport {
 		Provider: res.Provider, LeaseID: res.LeaseID, Slug: res.Slug, RunID: res.RunID,
 		LeaseMs: t.Lease.Milliseconds(), ConnectMs: t.Connect.Milliseconds(),
 		SyncMs: t.Sync.Milliseconds(), SyncSkipped: res.SyncSkipped,
-		SyncFiles: res.Sync.Files, SyncBytes: res.Sync.Bytes,
+		SyncPlanMs: res.Sync.Plan.Milliseconds(), SyncTransferMs: res.Sync.Transfer.Milliseconds(),
+		SyncApplyMs: res.Sync.Apply.Milliseconds(),
+		SyncFiles:   res.Sync.Files, SyncDeleted: res.Sync.Deleted, SyncBytes: res.Sync.Bytes,
 		CommandMs: t.Command.Milliseconds(), TotalMs: t.Total.Milliseconds(),
 		ExitCode: res.ExitCode, TimedOut: res.TimedOut, Kept: res.Kept, JUnit: res.JUnit,
 	}
