@@ -307,6 +307,9 @@ type SyncOptions struct {
 	// 20 GiB); Warn, if set, receives the warning past the soft ones.
 	ForceLarge bool
 	Warn       func(string)
+	// Exclude holds gitignore-style patterns left out of the sync, on top
+	// of the built-in excludes and the checkout's .crabboxignore.
+	Exclude []string
 }
 
 // Sync copies the checkout at root to the lease's workdir for it
@@ -323,7 +326,7 @@ func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.S
 	stats, err := sync.Push(ctx, conn, sync.Options{
 		Root: abs, RemoteDir: l.Workdir(filepath.Base(abs)), Progress: opts.Progress,
 		Checksum: opts.Checksum, FullResync: opts.FullResync, Force: opts.ForceLarge, Warn: opts.Warn,
-		CacheFile: l.client.hashCache(abs),
+		CacheFile: l.client.hashCache(abs), Exclude: opts.Exclude,
 	})
 	if err != nil {
 		return stats, fmt.Errorf("sync %s to %s: %w", abs, l.ID(), err)

@@ -18,13 +18,14 @@ type SyncPlan struct {
 }
 
 // PlanSync computes the sync plan for dir ("" means the current directory)
-// under the default limits.
-func PlanSync(ctx context.Context, dir string) (SyncPlan, error) {
+// under the default limits, leaving out what exclude (gitignore-style
+// patterns), the built-in excludes and .crabboxignore leave out.
+func PlanSync(ctx context.Context, dir string, exclude []string) (SyncPlan, error) {
 	root, _, err := checkout(ctx, dir)
 	if err != nil {
 		return SyncPlan{}, err
 	}
-	p, err := sync.MakePlan(ctx, root)
+	p, err := sync.MakePlanWith(ctx, root, sync.FileSetOptions{Exclude: exclude})
 	if err != nil {
 		return SyncPlan{}, err
 	}

@@ -71,6 +71,7 @@ type RunRequest struct {
 	FullResync     bool
 	ForceSyncLarge bool
 	SyncWarn       func(string)
+	SyncExclude    []string
 }
 
 // Timing is where a run's time went.
@@ -228,7 +229,7 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	} else {
 		res.Sync, err = l.Sync(ctx, root, SyncOptions{
 			Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
-			ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn,
+			ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn, Exclude: req.SyncExclude,
 		})
 	}
 	res.Timing.Sync = c.rt.Clock.Since(syncStart)

@@ -50,8 +50,42 @@ type File struct {
 // FileSet fails, naming the entry, on a path that is absolute, not clean or
 // contains "..", and on a symlink whose target is absolute or leads outside
 // root.
+//
+// FileSet leaves out the built-in excludes and what root's .crabboxignore
+// excludes; it is FileSetWith with no options.
 func FileSet(ctx context.Context, root string) ([]File, error) {
-	return fileSet(ctx, root, runtime.GOOS == "windows")
+	return FileSetWith(ctx, root, FileSetOptions{})
+}
+
+// FileSetOptions adjust what FileSetWith lists.
+type FileSetOptions struct {
+	// Exclude are gitignore-syntax patterns (the config's sync.exclude),
+	// read as if they were lines appended to root's .crabboxignore.
+	Exclude []string
+}
+
+// FileSetWith lists the files a sync of root copies, like FileSet, and
+// then leaves out, in this order:
+//
+//   - untracked files inside a directory named in BuiltinExcludes
+//     (node_modules, .venv, target, dist, build, ...) at any depth. Files
+//     git tracks are never left out by the built-ins: a checked-in dist/
+//     is synced. Outside a git checkout every file is untracked, and such
+//     directories are not read at all.
+//   - files excluded by the gitignore-syntax patterns of root's
+//     .crabboxignore followed by opts.Exclude: comments (#), negation (!),
+//     directory-only patterns (trailing /), patterns anchored to root
+//     (a leading or inner /), *, ?, [...] and **. As in git, the last
+//     pattern that matches decides, a file inside an excluded directory
+//     cannot be re-included, and a pattern without a slash matches a name
+//     at any depth. Unlike the built-ins these apply to tracked files too,
+//     since the user asked for them. A ! pattern also re-includes an
+//     untracked directory the built-ins leave out (say !dist/).
+//
+// Matching is case-sensitive on every platform.
+func FileSetWith(ctx context.Context, root string, opts FileSetOptions) ([]File, error) {
+	files, _, err := fileSet(ctx, root, runtime.GOOS == "windows", opts)
+	return files, err
 }
 
 // listed is one path git listed.
@@ -67,14 +101,29 @@ const (
 	gitModeGitlink = 0o160000
 )
 
-func fileSet(ctx context.Context, root string, indexModes bool) ([]File, error) {
+// fileSet lists root's files and the number of paths the excludes left
+// out (outside git, an excluded directory counts once: it is not read).
+func fileSet(ctx context.Context, root string, indexModes bool, opts FileSetOptions) ([]File, int, error) {
+	files, excluded, err := listFiles(ctx, root, indexModes, opts)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list files of %s: %w", root, err)
+	}
+	return files, excluded, nil
+}
+
+func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOptions) ([]File, int, error) {
 	entries, isRepo, err := gitList(ctx, root)
 	if err != nil {
-		return nil, fmt.Errorf("list files of %s: %w", root, err)
+		return nil, 0, err
 	}
+	m, err := newMatcher(root, opts.Exclude)
+	if err != nil {
+		return nil, 0, err
+	}
+	excluded := 0
 	if !isRepo {
-		if entries, err = walk(ctx, root); err != nil {
-			return nil, fmt.Errorf("list files of %s: %w", root, err)
+		if entries, excluded, err = walk(ctx, root, m); err != nil {
+			return nil, 0, err
 		}
 	}
 	files := make([]File, 0, len(entries))
@@ -88,11 +137,15 @@ func fileSet(ctx context.Context, root string, indexModes bool) ([]File, error) 
 		}
 		seen[e.path] = true
 		if err := checkPath(e.path); err != nil {
-			return nil, fmt.Errorf("list files of %s: %q: %w", root, e.path, err)
+			return nil, 0, fmt.Errorf("%q: %w", e.path, err)
+		}
+		if isRepo && m.excluded(e.path, false, e.tracked) {
+			excluded++
+			continue
 		}
 		f, ok, err := stat(root, e, indexModes)
 		if err != nil {
-			return nil, fmt.Errorf("list files of %s: %w", root, err)
+			return nil, 0, err
 		}
 		if !ok {
 			continue
@@ -103,10 +156,10 @@ func fileSet(ctx context.Context, root string, indexModes bool) ([]File, error) 
 		files = append(files, f)
 	}
 	if err := checkLinks(links); err != nil {
-		return nil, fmt.Errorf("list files of %s: %w", root, err)
+		return nil, 0, err
 	}
 	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
-	return files, nil
+	return files, excluded, nil
 }
 
 // stat describes e as it is in the working tree. It reports false for
@@ -246,9 +299,11 @@ func parseLsFiles(out []byte) ([]listed, error) {
 	return entries, nil
 }
 
-// walk lists the files under root, skipping .git directories.
-func walk(ctx context.Context, root string) ([]listed, error) {
+// walk lists the files under root that m does not exclude, skipping .git
+// directories, and counts the excluded files and directories.
+func walk(ctx context.Context, root string, m *matcher) ([]listed, int, error) {
 	var entries []listed
+	excluded := 0
 	err := filepath.WalkDir(root, func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -262,15 +317,26 @@ func walk(ctx context.Context, root string) ([]listed, error) {
 			}
 			return nil
 		}
-		if d.IsDir() {
+		if name == root {
 			return nil
 		}
 		rel, err := filepath.Rel(root, name)
 		if err != nil {
 			return err
 		}
-		entries = append(entries, listed{path: filepath.ToSlash(rel)})
+		rel = filepath.ToSlash(rel)
+		if m.excluded(rel, d.IsDir(), false) {
+			excluded++
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		entries = append(entries, listed{path: rel})
 		return nil
 	})
-	return entries, err
+	return entries, excluded, err
 }

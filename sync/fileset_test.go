@@ -236,7 +236,7 @@ func TestFileSetIndexModes(t *testing.T) {
 	}
 	write(t, root, "untracked", "x", 0o755)
 
-	got, err := fileSet(t.Context(), root, true)
+	got, _, err := fileSet(t.Context(), root, true, FileSetOptions{})
 	if err != nil {
 		t.Fatalf("fileSet: %v", err)
 	}

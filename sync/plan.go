@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 )
@@ -40,6 +41,10 @@ type Plan struct {
 	Root  string `json:"root"`
 	Files int    `json:"files"`
 	Bytes int64  `json:"bytes"`
+	// Excluded is the number of files the built-in excludes,
+	// .crabboxignore and the configured excludes left out (outside git, an
+	// excluded directory counts once: it is not read).
+	Excluded int `json:"excluded"`
 	// TopDirs are the largest top-level directories by bytes (files at the
 	// top level count under "."), at most topDirs of them.
 	TopDirs []DirSize `json:"topDirs"`
@@ -47,13 +52,21 @@ type Plan struct {
 
 const topDirs = 10
 
-// MakePlan computes the plan for syncing root.
+// MakePlan computes the plan for syncing root with no configured excludes.
 func MakePlan(ctx context.Context, root string) (Plan, error) {
-	files, err := FileSet(ctx, root)
+	return MakePlanWith(ctx, root, FileSetOptions{})
+}
+
+// MakePlanWith computes the plan for syncing root with opts, the file set
+// Push sends given Options.Exclude == opts.Exclude.
+func MakePlanWith(ctx context.Context, root string, opts FileSetOptions) (Plan, error) {
+	files, excluded, err := fileSet(ctx, root, runtime.GOOS == "windows", opts)
 	if err != nil {
 		return Plan{}, fmt.Errorf("plan sync of %s: %w", root, err)
 	}
-	return planOf(root, files), nil
+	p := planOf(root, files)
+	p.Excluded = excluded
+	return p, nil
 }
 
 func planOf(root string, files []File) Plan {
@@ -92,7 +105,7 @@ func planOf(root string, files []File) Plan {
 func (p Plan) Check(l Limits) (warning string, err error) {
 	size := fmt.Sprintf("%d files, %s", p.Files, FormatBytes(p.Bytes))
 	if (l.MaxFiles > 0 && p.Files > l.MaxFiles) || (l.MaxBytes > 0 && p.Bytes > l.MaxBytes) {
-		return "", fmt.Errorf("%w: %s is over the limit of %d files or %s (largest: %s); exclude them in .gitignore, or pass --force-sync-large",
+		return "", fmt.Errorf("%w: %s is over the limit of %d files or %s (largest: %s); exclude them in .gitignore, .crabboxignore or sync.exclude, or pass --force-sync-large",
 			ErrTooLarge, size, l.MaxFiles, FormatBytes(l.MaxBytes), p.largest())
 	}
 	if (l.WarnFiles > 0 && p.Files > l.WarnFiles) || (l.WarnBytes > 0 && p.Bytes > l.WarnBytes) {

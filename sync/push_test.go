@@ -37,7 +37,7 @@ type treeEntry struct {
 func tree(t *testing.T, root string) []treeEntry {
 	t.Helper()
 	t.Setenv("GIT_CEILING_DIRECTORIES", filepath.Dir(root))
-	files, err := fileSet(context.Background(), root, false)
+	files, _, err := fileSet(context.Background(), root, false, FileSetOptions{})
 	if err != nil {
 		t.Fatalf("list %s: %v", root, err)
 	}

@@ -69,6 +69,10 @@ type Options struct {
 	// FullResync deletes everything the previous manifest lists and sends
 	// the whole file set again.
 	FullResync bool
+	// Exclude are gitignore-syntax patterns (the config's sync.exclude)
+	// leaving files out of the sync, after the built-in excludes and
+	// Root's .crabboxignore; see FileSetWith.
+	Exclude []string
 }
 
 // Stats describes a finished push.
@@ -132,7 +136,7 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 		return fail(errors.New("remote directory contains a NUL byte"))
 	}
 
-	files, err := FileSet(ctx, opts.Root)
+	files, err := FileSetWith(ctx, opts.Root, FileSetOptions{Exclude: opts.Exclude})
 	if err != nil {
 		return fail(err)
 	}

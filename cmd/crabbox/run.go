@@ -27,7 +27,7 @@ type runFlags struct {
 	failOnTestFailures, quiet             bool
 	checksum, fullResync, forceSyncLarge  bool
 	ttl, idle, timeout                    time.Duration
-	env                                   stringList
+	env, syncExclude                      stringList
 }
 
 func (a *app) runCmd() *ffcli.Command {
@@ -40,6 +40,7 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.BoolVar(&f.syncOnly, "sync-only", false, "copy the checkout and run nothing")
 	fs.BoolVar(&f.checksum, "checksum", false, "verify file contents on the box instead of trusting what crabbox synced last")
 	fs.BoolVar(&f.fullResync, "full-resync", false, "delete what crabbox synced to the box before and copy everything again")
+	fs.Var(&f.syncExclude, "sync-exclude", "leave files matching this gitignore-style pattern out of the sync (repeatable; also .crabboxignore)")
 	fs.BoolVar(&f.forceSyncLarge, "force-sync-large", false, "sync even past 150,000 files or 20 GiB (see crabbox sync-plan)")
 	fs.StringVar(&f.shell, "shell", "", "run this shell command line (sh -c) instead of a command after --")
 	fs.StringVar(&f.script, "script", "", "run this local script file with sh on the box")
@@ -93,7 +94,7 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		Command: args, Shell: f.shell, NoSync: f.noSync, SyncOnly: f.syncOnly,
 		Keep: f.keep, KeepOnFailure: f.keepOnFailure, Timeout: f.timeout,
 		JUnit: f.junit, RecordHistory: true,
-		Checksum: f.checksum, FullResync: f.fullResync, ForceSyncLarge: f.forceSyncLarge,
+		Checksum: f.checksum, FullResync: f.fullResync, ForceSyncLarge: f.forceSyncLarge, SyncExclude: f.syncExclude,
 	}
 	given := 0
 	for _, set := range []bool{len(args) > 0, f.shell != "", f.script != ""} {

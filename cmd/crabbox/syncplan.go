@@ -15,6 +15,8 @@ import (
 func (a *app) syncPlanCmd() *ffcli.Command {
 	fs := flag.NewFlagSet("sync-plan", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
+	var exclude stringList
+	fs.Var(&exclude, "sync-exclude", "leave files matching this gitignore-style pattern out of the sync (repeatable)")
 	return &ffcli.Command{
 		Name:       "sync-plan",
 		ShortUsage: "crabbox sync-plan [--json]",
@@ -26,18 +28,19 @@ would stop it.
 
   crabbox sync-plan --json`,
 		FlagSet: fs,
+		Options: ffOptions(),
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("sync-plan takes no arguments, got %q", args)
 			}
-			plan, err := crabbox.PlanSync(ctx, "")
+			plan, err := crabbox.PlanSync(ctx, "", exclude)
 			if err != nil {
 				return err
 			}
 			if *asJSON {
 				return writeJSON(a.stdout, plan)
 			}
-			fmt.Fprintf(a.stdout, "%s: %d files, %s\n", plan.Root, plan.Files, sync.FormatBytes(plan.Bytes))
+			fmt.Fprintf(a.stdout, "%s: %d files, %s (%d left out by excludes)\n", plan.Root, plan.Files, sync.FormatBytes(plan.Bytes), plan.Excluded)
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "DIR\tFILES\tBYTES")
 			for _, d := range plan.TopDirs {
