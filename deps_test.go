@@ -42,9 +42,9 @@ func TestDependencyDirection(t *testing.T) {
 }
 
 // isConsumer reports whether pkg may import providers and CLI libraries:
-// main packages, examples and the providers themselves.
+// main packages, examples, benchmarks and the providers themselves.
 func isConsumer(module, pkg string) bool {
-	for _, prefix := range []string{"/cmd/", "/examples/", "/providers/"} {
+	for _, prefix := range []string{"/cmd/", "/examples/", "/providers/", "/bench/"} {
 		if strings.HasPrefix(pkg, module+prefix) {
 			return true
 		}
