@@ -1,0 +1,503 @@
+// Command syncbench measures crabbox's sync against rsync and tar over ssh,
+// side by side on one machine, as DESIGN.md's "Performance targets" ask.
+//
+//	go run ./bench/syncbench [-files 20000] [-runs 5] [-seed 1]
+//
+// It starts its own OpenSSH sshd on a free 127.0.0.1 port with generated
+// keys, builds a synthetic git checkout of -files files, builds crabbox and
+// times whole processes (median of -runs) for a first full
+// sync, a no-op resync, an incremental resync and a no-op run. Everything it
+// creates lives in one directory under os.TempDir (set TMPDIR=/dev/shm to put
+// it on tmpfs), removed with sshd killed on exit and on Ctrl-C. It installs
+// nothing: sshd, ssh, rsync, tar and git must be present. Only 127.0.0.1 is
+// contacted.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+func main() {
+	var cfg config
+	flag.IntVar(&cfg.files, "files", 20000, "number of files in the synthetic checkout")
+	flag.IntVar(&cfg.runs, "runs", 5, "timed runs per scenario and tool (the median is reported)")
+	flag.Uint64Var(&cfg.seed, "seed", 1, "seed of the synthetic checkout's layout and contents")
+	flag.BoolVar(&cfg.verbose, "v", false, "print every timed command and its duration")
+	flag.Parse()
+	if cfg.files < 20 || cfg.runs < 1 || flag.NArg() != 0 {
+		fmt.Fprintln(os.Stderr, "usage: syncbench [-files N>=20] [-runs N>=1] [-seed N] [-v]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, cfg)
+	interrupted := ctx.Err() != nil
+	stop()
+	if err != nil {
+		if interrupted {
+			fmt.Fprintln(os.Stderr, "syncbench: interrupted; sshd stopped and temporary files removed")
+			os.Exit(130)
+		}
+		fmt.Fprintln(os.Stderr, "syncbench:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	files, runs int
+	seed        uint64
+	verbose     bool
+}
+
+// requirements are the programs syncbench runs, with the Debian package
+// providing each.
+var requirements = []struct{ prog, pkg string }{
+	{sshdPath, "openssh-server"},
+	{"ssh", "openssh-client"},
+	{"rsync", "rsync"},
+	{"tar", "tar"},
+	{"git", "git"},
+	{"go", "golang (or https://go.dev/dl)"},
+}
+
+func checkRequirements() error {
+	var missing, pkgs []string
+	for _, r := range requirements {
+		if _, err := exec.LookPath(r.prog); err != nil {
+			missing = append(missing, r.prog)
+			pkgs = append(pkgs, r.pkg)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s; install with: apt-get install -y %s", strings.Join(missing, ", "), strings.Join(pkgs, " "))
+	}
+	return nil
+}
+
+// bench is the state of one benchmark: the sshd, the checkout and the tools.
+type bench struct {
+	cfg      config
+	base     string // temporary directory holding everything
+	src      string // the checkout
+	remote   string // parent of destination directories ("the box")
+	crabbox  string // binary
+	srv      *sshd
+	sshArgs  []string
+	login    string // user@127.0.0.1
+	specs    []fileSpec
+	mutation int // mutations applied so far
+}
+
+func run(ctx context.Context, cfg config) (err error) {
+	if err := checkRequirements(); err != nil {
+		return err
+	}
+	repo, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	base, err := os.MkdirTemp(os.TempDir(), "crabbox-syncbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(base)
+	b := &bench{cfg: cfg, base: base, src: filepath.Join(base, "checkout"), remote: filepath.Join(base, "remote")}
+	for _, d := range []string{b.src, b.remote, filepath.Join(base, "sshd")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+
+	// Built into the temporary directory, not the repository's tmp/, so
+	// that nothing else cleaning the tree can pull it away mid-run.
+	b.crabbox = filepath.Join(base, "bin", "crabbox")
+	fmt.Fprintf(os.Stderr, "building crabbox into %s\n", b.crabbox)
+	if out, err := b.command(ctx, repo, "go", "build", "-o", b.crabbox, "./cmd/crabbox").CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/crabbox: %v\n%s", err, out)
+	}
+
+	b.srv, err = startSSHD(filepath.Join(base, "sshd"))
+	if err != nil {
+		return fmt.Errorf("start sshd: %w", err)
+	}
+	defer b.srv.Stop()
+	b.login = b.srv.User + "@127.0.0.1"
+	b.sshArgs = []string{"-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=" + b.srv.Known,
+		"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR",
+		"-i", b.srv.KeyFile, "-p", strconv.Itoa(b.srv.Port)}
+	fmt.Fprintf(os.Stderr, "sshd on 127.0.0.1:%d, work in %s\n", b.srv.Port, base)
+
+	if err := b.makeCheckout(ctx); err != nil {
+		return err
+	}
+	rows, err := b.measure(ctx)
+	if err != nil {
+		return err
+	}
+	printTable(os.Stdout, cfg, rows)
+	return nil
+}
+
+// moduleRoot finds the crabbox module root from the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.Contains(data, []byte("module github.com/crabbox-dev/crabbox\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run syncbench inside the crabbox repository (go run ./bench/syncbench)")
+		}
+		dir = parent
+	}
+}
+
+func (b *bench) makeCheckout(ctx context.Context) error {
+	start := time.Now()
+	b.specs = planTree(b.cfg.files, b.cfg.seed)
+	if err := writeTree(ctx, b.src, b.cfg.seed, b.specs); err != nil {
+		return fmt.Errorf("write checkout: %w", err)
+	}
+	git := [][]string{
+		{"init", "-q"},
+		{"add", "-A"},
+		{"-c", "user.name=syncbench", "-c", "user.email=syncbench@localhost", "commit", "-q", "-m", "synthetic checkout"},
+	}
+	for _, args := range git {
+		if out, err := b.command(ctx, b.src, "git", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %v\n%s", args[0], err, out)
+		}
+	}
+	var total int64
+	for _, s := range b.specs {
+		total += int64(s.Size)
+	}
+	fmt.Fprintf(os.Stderr, "checkout: %d files, %.0f MB, committed, in %v\n", len(b.specs), float64(total)/1e6, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// command prepares a program in its own process group, killed as a group
+// when ctx ends. crabbox finds no CRABBOX_* settings from the caller's
+// environment and no config file.
+func (b *bench) command(ctx context.Context, dir, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CRABBOX_") })
+	cmd.Env = append(cmd.Env, "CRABBOX_CONFIG="+filepath.Join(b.base, "no-config"))
+	return cmd
+}
+
+// timed runs a program to completion and returns its wall-clock time.
+func (b *bench) timed(ctx context.Context, name string, args ...string) (time.Duration, error) {
+	cmd := b.command(ctx, b.src, name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	syscall.Sync() // start each timing without other runs' dirty pages
+	start := time.Now()
+	err := cmd.Run()
+	d := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
+	}
+	if b.cfg.verbose {
+		line := filepath.Base(name) + " " + strings.Join(args, " ")
+		line = strings.ReplaceAll(line, shellJoin(b.sshArgs), "<ssh opts>")
+		line = strings.ReplaceAll(line, b.base, "$TMP")
+		fmt.Fprintf(os.Stderr, "  %8v  %s\n", d.Round(time.Millisecond), line)
+	}
+	return d, nil
+}
+
+// crab runs crabbox with the ssh provider against the benchmark's sshd.
+func (b *bench) crab(ctx context.Context, state, workRoot string, args ...string) *exec.Cmd {
+	sub, rest := args[0], args[1:]
+	full := []string{sub, "--provider", "ssh", "--ssh-host", "127.0.0.1", "--ssh-port", strconv.Itoa(b.srv.Port),
+		"--ssh-user", b.srv.User, "--ssh-key", b.srv.KeyFile, "--work-root", workRoot}
+	cmd := b.command(ctx, b.src, b.crabbox, append(full, rest...)...)
+	cmd.Env = append(cmd.Env, "CRABBOX_STATE_DIR="+state)
+	return cmd
+}
+
+func (b *bench) rsyncArgs(dest string) []string {
+	return []string{"-a", "--delete", "--exclude=/.git", "-e", shellJoin(append([]string{"ssh"}, b.sshArgs...)), "./", b.login + ":" + dest + "/"}
+}
+
+// row is one line of the result table.
+type row struct {
+	scenario, baseline string
+	crabbox, base      []time.Duration
+	phases             []string // crabbox's timing report per run
+	target             float64  // minimum baseline/crabbox ratio; 0 for none
+	note               string
+}
+
+func (r *row) add(d time.Duration, phases string) {
+	r.crabbox = append(r.crabbox, d)
+	r.phases = append(r.phases, phases)
+}
+
+// medianPhases is the timing report of the crabbox run with the median time.
+func (r row) medianPhases() string {
+	m := median(r.crabbox)
+	best := 0
+	for i, d := range r.crabbox {
+		if (d - m).Abs() < (r.crabbox[best] - m).Abs() {
+			best = i
+		}
+	}
+	return r.phases[best]
+}
+
+func (b *bench) measure(ctx context.Context) ([]row, error) {
+	full := row{scenario: "first full sync", baseline: "rsync -a"}
+	tar := row{scenario: "first full sync", baseline: "tar|ssh|tar", target: 1}
+	noop := row{scenario: "no-op resync", baseline: "rsync -a --delete", target: 5}
+	incr := row{scenario: "incremental (10 changed, 1 new, 1 deleted)", baseline: "rsync -a --delete", target: 3}
+	noopRun := row{scenario: "no-op run -- true", baseline: "rsync && ssh true", target: 8, note: "~100 ms floor"}
+
+	var state, workRoot, rsyncDest, id string
+	fmt.Fprintln(os.Stderr, "first full sync")
+	for i := range b.cfg.runs {
+		last := i == b.cfg.runs-1
+		state = filepath.Join(b.base, fmt.Sprintf("state%d", i))
+		workRoot = filepath.Join(b.remote, fmt.Sprintf("crabbox%d", i))
+		rsyncDest = filepath.Join(b.remote, fmt.Sprintf("rsync%d", i))
+		tarDest := filepath.Join(b.remote, fmt.Sprintf("tar%d", i))
+
+		d, ph, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--sync-only", "--keep", "--quiet")
+		if err != nil {
+			return nil, err
+		}
+		full.add(d, ph)
+		tar.add(d, ph)
+		if d, err = b.timed(ctx, "rsync", b.rsyncArgs(rsyncDest)...); err != nil {
+			return nil, err
+		}
+		full.base = append(full.base, d)
+		pipe := "tar --exclude=./.git -cf - . | ssh " + shellJoin(b.sshArgs) + " " + shellQuote(b.login) + " " +
+			shellQuote("mkdir -p "+shellQuote(tarDest)+" && tar -xf - -C "+shellQuote(tarDest))
+		if d, err = b.timed(ctx, "sh", "-c", pipe); err != nil {
+			return nil, err
+		}
+		tar.base = append(tar.base, d)
+
+		os.RemoveAll(tarDest)
+		if !last {
+			os.RemoveAll(state)
+			os.RemoveAll(workRoot)
+			os.RemoveAll(rsyncDest)
+		}
+	}
+	id, err := b.leaseID(ctx, state, workRoot)
+	if err != nil {
+		return nil, err
+	}
+
+	fmt.Fprintln(os.Stderr, "no-op resync")
+	for range b.cfg.runs {
+		d, ph, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--sync-only", "--quiet")
+		if err != nil {
+			return nil, err
+		}
+		noop.add(d, ph)
+		if d, err = b.timed(ctx, "rsync", b.rsyncArgs(rsyncDest)...); err != nil {
+			return nil, err
+		}
+		noop.base = append(noop.base, d)
+	}
+
+	fmt.Fprintln(os.Stderr, "incremental resync")
+	for range b.cfg.runs {
+		b.mutation++
+		var m mutation
+		m, b.specs = planMutation(b.specs, b.cfg.seed, b.mutation)
+		if err := m.apply(b.src, b.cfg.seed, b.mutation); err != nil {
+			return nil, err
+		}
+		d, ph, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--sync-only", "--quiet")
+		if err != nil {
+			return nil, err
+		}
+		incr.add(d, ph)
+		if d, err = b.timed(ctx, "rsync", b.rsyncArgs(rsyncDest)...); err != nil {
+			return nil, err
+		}
+		incr.base = append(incr.base, d)
+	}
+
+	fmt.Fprintln(os.Stderr, "no-op run")
+	both := shellJoin(append([]string{"rsync"}, b.rsyncArgs(rsyncDest)...)) + " && ssh " + shellJoin(b.sshArgs) + " " + shellQuote(b.login) + " true"
+	for range b.cfg.runs {
+		d, ph, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--quiet", "--", "true")
+		if err != nil {
+			return nil, err
+		}
+		noopRun.add(d, ph)
+		if d, err = b.timed(ctx, "sh", "-c", both); err != nil {
+			return nil, err
+		}
+		noopRun.base = append(noopRun.base, d)
+	}
+
+	if err := b.verify(ctx, state, workRoot, id, rsyncDest); err != nil {
+		return nil, err
+	}
+	return []row{full, tar, noop, incr, noopRun}, nil
+}
+
+// timedCrabEnv times one crabbox invocation.
+// It also returns crabbox's own account of where the time went
+// (--timing-json), as a short "phase=ms" summary.
+func (b *bench) timedCrabEnv(ctx context.Context, state, workRoot string, args ...string) (time.Duration, string, error) {
+	timing := filepath.Join(b.base, "timing.json")
+	os.Remove(timing)
+	args = append([]string{args[0], "--timing-json", timing}, args[1:]...)
+	cmd := b.crab(ctx, state, workRoot, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	syscall.Sync()
+	start := time.Now()
+	err := cmd.Run()
+	d := time.Since(start)
+	if err != nil {
+		return 0, "", fmt.Errorf("crabbox %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	phases := phaseSummary(timing)
+	if b.cfg.verbose {
+		fmt.Fprintf(os.Stderr, "  %8v  crabbox %s  [%s]\n", d.Round(time.Millisecond), strings.Join(args[3:], " "), phases)
+	}
+	return d, phases, nil
+}
+
+// phaseSummary reads crabbox's --timing-json report and lists its non-zero
+// phase durations.
+func phaseSummary(file string) string {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "no timing report"
+	}
+	var t map[string]any
+	if json.Unmarshal(data, &t) != nil {
+		return "bad timing report"
+	}
+	var parts []string
+	for _, k := range []string{"leaseMs", "connectMs", "syncPlanMs", "syncTransferMs", "syncApplyMs", "syncMs", "commandMs", "totalMs"} {
+		if v, ok := t[k].(float64); ok && v > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%.0f", strings.TrimSuffix(k, "Ms"), v))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// leaseID returns the one lease recorded in state.
+func (b *bench) leaseID(ctx context.Context, state, workRoot string) (string, error) {
+	out, err := b.crab(ctx, state, workRoot, "list", "--json").Output()
+	if err != nil {
+		return "", fmt.Errorf("crabbox list: %w", err)
+	}
+	var infos []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(out, &infos); err != nil || len(infos) != 1 {
+		return "", fmt.Errorf("crabbox list --json: want one lease, got %q (%v)", out, err)
+	}
+	return infos[0].ID, nil
+}
+
+// verify checks, untimed, that crabbox's copy and rsync's copy both match
+// the checkout, so that no tool is fast for doing less.
+func (b *bench) verify(ctx context.Context, state, workRoot, id, rsyncDest string) error {
+	out, err := b.crab(ctx, state, workRoot, "run", "--id", id, "--quiet", "--no-sync", "--", "pwd").Output()
+	if err != nil {
+		return fmt.Errorf("crabbox run -- pwd: %w", err)
+	}
+	workdir := strings.TrimSpace(string(out))
+	for _, dest := range []string{workdir, rsyncDest} {
+		diff := b.command(ctx, b.src, "diff", "-rq", "--exclude=.git", "--exclude=.crabbox*", b.src, dest)
+		if out, err := diff.CombinedOutput(); err != nil {
+			return fmt.Errorf("copy in %s differs from the checkout: %v\n%s", dest, err, out)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "verified: crabbox's and rsync's copies match the checkout")
+	return nil
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func printTable(w *os.File, cfg config, rows []row) {
+	fmt.Fprintf(w, "\nsyncbench: %d files, median of %d runs, OpenSSH sshd on 127.0.0.1\n\n", cfg.files, cfg.runs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tVS\tCRABBOX\tBASELINE\tRATIO\tTARGET\tMET")
+	for _, r := range rows {
+		c, bl := median(r.crabbox), median(r.base)
+		ratio := float64(bl) / float64(c)
+		target, met := "-", "-"
+		if r.target > 0 {
+			target = fmt.Sprintf(">= %gx", r.target)
+			met = "no"
+			if ratio >= r.target {
+				met = "yes"
+			}
+		}
+		if r.note != "" {
+			target += " (" + r.note + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%.2fx\t%s\t%s\n", r.scenario, r.baseline, c.Round(time.Millisecond), bl.Round(time.Millisecond), ratio, target, met)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\ncrabbox's own timing (--timing-json, ms) of its median run:\n")
+	for i, r := range rows {
+		if i > 0 && rows[i-1].scenario == r.scenario {
+			continue
+		}
+		fmt.Fprintf(w, "  %-44s %s\n", r.scenario, r.medianPhases())
+	}
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=@:,+", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func shellJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestMedian(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	for _, c := range []struct {
+		in   []time.Duration
+		want time.Duration
+	}{
+		{nil, 0},
+		{ms(7), 7 * time.Millisecond},
+		{ms(9, 1, 5), 5 * time.Millisecond},
+		{ms(4, 1, 3, 2), 2500 * time.Microsecond},
+	} {
+		in := slices.Clone(c.in)
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+		if !slices.Equal(in, c.in) {
+			t.Errorf("median reordered its input: %v", c.in)
+		}
+	}
+}
+
+func TestPlanTreeDeterministic(t *testing.T) {
+	a, b := planTree(500, 42), planTree(500, 42)
+	if !slices.Equal(a, b) {
+		t.Fatal("planTree differs between calls with the same seed")
+	}
+	if slices.Equal(a, planTree(500, 43)) {
+		t.Fatal("planTree ignores its seed")
+	}
+	seen := map[string]bool{}
+	big := 0
+	for _, s := range a {
+		if seen[s.Path] {
+			t.Fatalf("duplicate path %s", s.Path)
+		}
+		seen[s.Path] = true
+		switch {
+		case s.Size >= 1<<20:
+			big++
+		case s.Size < 1024 || s.Size > 20*1024:
+			t.Fatalf("%s: size %d outside 1-20 KB", s.Path, s.Size)
+		}
+	}
+	if big != 1 {
+		t.Fatalf("%d MB-sized files in 500, want 1", big)
+	}
+}
+
+func TestWriteTreeDeterministic(t *testing.T) {
+	specs := planTree(40, 7)
+	d1, d2 := t.TempDir(), t.TempDir()
+	for _, d := range []string{d1, d2} {
+		if err := writeTree(t.Context(), d, 7, specs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range specs {
+		x, err := os.ReadFile(filepath.Join(d1, s.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := os.ReadFile(filepath.Join(d2, s.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(x) != s.Size || !bytes.Equal(x, y) {
+			t.Fatalf("%s: contents differ between writes or size %d != %d", s.Path, len(x), s.Size)
+		}
+	}
+}
+
+func TestMutation(t *testing.T) {
+	specs := planTree(100, 3)
+	m, next := planMutation(specs, 3, 1)
+	m2, _ := planMutation(specs, 3, 1)
+	if !slices.Equal(m.Changed, m2.Changed) || m.Added != m2.Added || m.Deleted != m2.Deleted {
+		t.Fatal("planMutation is not deterministic")
+	}
+	if len(m.Changed) != 10 || len(next) != len(specs) {
+		t.Fatalf("changed %d files, %d -> %d files; want 10 changed and the same count", len(m.Changed), len(specs), len(next))
+	}
+	if slices.Contains(m.Changed, m.Deleted) || slices.Contains(next, m.Deleted) || !slices.Contains(next, m.Added) {
+		t.Fatalf("bad mutation %+v", m)
+	}
+	root := t.TempDir()
+	if err := writeTree(t.Context(), root, 3, specs); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(root, m.Changed[0].Path))
+	if err := m.apply(root, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(filepath.Join(root, m.Changed[0].Path))
+	if bytes.Equal(before, after) {
+		t.Fatal("changed file has the same contents")
+	}
+	if _, err := os.Stat(filepath.Join(root, m.Deleted.Path)); !os.IsNotExist(err) {
+		t.Fatalf("deleted file still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, m.Added.Path)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{"": "''", "a/b-c": "a/b-c", "a b": "'a b'", "it's": `'it'\''s'`} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
