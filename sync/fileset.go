@@ -104,14 +104,23 @@ const (
 // fileSet lists root's files and the number of paths the excludes left
 // out (outside git, an excluded directory counts once: it is not read).
 func fileSet(ctx context.Context, root string, indexModes bool, opts FileSetOptions) ([]File, int, error) {
-	files, excluded, err := listFiles(ctx, root, indexModes, opts)
+	files, excluded, err := listFiles(ctx, root, indexModes, opts, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list files of %s: %w", root, err)
 	}
 	return files, excluded, nil
 }
 
-func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOptions) ([]File, int, error) {
+// fileStamp is what the hash cache is keyed by, besides path and size,
+// recorded while listing so that a cache hit costs no second lstat.
+type fileStamp struct {
+	mtime int64
+	ino   uint64
+}
+
+// listFiles lists root's files; when stamps is not nil it records each
+// regular file's fileStamp in it.
+func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOptions, stamps map[string]fileStamp) ([]File, int, error) {
 	entries, isRepo, err := gitList(ctx, root)
 	if err != nil {
 		return nil, 0, err
@@ -143,12 +152,15 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 			excluded++
 			continue
 		}
-		f, ok, err := stat(root, e, indexModes)
+		f, stamp, ok, err := stat(root, e, indexModes)
 		if err != nil {
 			return nil, 0, err
 		}
 		if !ok {
 			continue
+		}
+		if stamps != nil && f.LinkTarget == "" {
+			stamps[f.Path] = stamp
 		}
 		if f.LinkTarget != "" {
 			links[f.Path] = f.LinkTarget
@@ -165,21 +177,22 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 // stat describes e as it is in the working tree. It reports false for
 // entries that are not synced: missing ones, directories (submodules),
 // sockets and other special files.
-func stat(root string, e listed, indexModes bool) (File, bool, error) {
+func stat(root string, e listed, indexModes bool) (File, fileStamp, bool, error) {
 	name := filepath.Join(root, filepath.FromSlash(e.path))
 	fi, err := os.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return File{}, false, nil
+		return File{}, fileStamp{}, false, nil
 	}
 	if err != nil {
-		return File{}, false, err
+		return File{}, fileStamp{}, false, err
 	}
+	stamp := fileStamp{mtime: fi.ModTime().UnixNano(), ino: inode(fi)}
 	f := File{Path: e.path}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		target, err := os.Readlink(name)
 		if err != nil {
-			return File{}, false, err
+			return File{}, fileStamp{}, false, err
 		}
 		f.Mode = fs.ModeSymlink | 0o777
 		f.LinkTarget = filepath.ToSlash(target)
@@ -187,17 +200,17 @@ func stat(root string, e listed, indexModes bool) (File, bool, error) {
 		f.Mode = fi.Mode().Perm()
 		f.Size = fi.Size()
 	default:
-		return File{}, false, nil
+		return File{}, fileStamp{}, false, nil
 	}
 	if indexModes {
 		if err := applyIndexMode(&f, name, e); err != nil {
-			return File{}, false, err
+			return File{}, fileStamp{}, false, err
 		}
 	}
 	if f.Mode&fs.ModeSymlink != 0 && f.LinkTarget == "" {
-		return File{}, false, fmt.Errorf("symlink %q has an empty target", e.path)
+		return File{}, fileStamp{}, false, fmt.Errorf("symlink %q has an empty target", e.path)
 	}
-	return f, true, nil
+	return f, stamp, true, nil
 }
 
 // maxLinkFile bounds what is read from a symlink checked out as a plain

@@ -176,7 +176,7 @@ func TestPushFullResync(t *testing.T) {
 func TestPushHashCache(t *testing.T) {
 	client := dial(t)
 	root := plainTree(t, 20, "v1")
-	cacheFile := filepath.Join(t.TempDir(), "cache", "hashes.json")
+	cacheFile := filepath.Join(t.TempDir(), "cache", "hashes")
 	opts := Options{Root: root, RemoteDir: t.TempDir(), CacheFile: cacheFile}
 
 	hashed := hashedFiles.Load()

@@ -244,6 +244,14 @@ feed:
 // describe fills in a regular file's size, mtime and hash, from the cache
 // when it knows the file as it is.
 func describe(root string, e *Entry, cache *hashCache) error {
+	if cache != nil {
+		if st, ok := cache.stamps[e.Path]; ok {
+			if h, ok := cache.lookup(e.Path, e.Size, st.mtime, st.ino); ok {
+				e.MTime, e.SHA256 = st.mtime, h
+				return nil
+			}
+		}
+	}
 	name := filepath.Join(root, filepath.FromSlash(e.Path))
 	fi, err := os.Lstat(name)
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,9 +137,10 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 		return fail(errors.New("remote directory contains a NUL byte"))
 	}
 
-	files, err := FileSetWith(ctx, opts.Root, FileSetOptions{Exclude: opts.Exclude})
+	stamps := map[string]fileStamp{}
+	files, _, err := listFiles(ctx, opts.Root, runtime.GOOS == "windows", FileSetOptions{Exclude: opts.Exclude}, stamps)
 	if err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("list files of %s: %w", opts.Root, err))
 	}
 	for _, f := range files {
 		if reserved(f.Path) {
@@ -149,6 +151,9 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 		return fail(err)
 	}
 	cache := loadCache(opts.CacheFile)
+	if cache != nil {
+		cache.stamps = stamps
+	}
 	local, err := buildManifest(ctx, opts.Root, files, cache)
 	if err != nil {
 		return fail(err)

@@ -1,0 +1,45 @@
+package sync
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestCacheFormatRoundTrip(t *testing.T) {
+	hash := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	entries := map[string]cacheEntry{
+		"a.txt":                 {Size: 1, MTime: 2, Inode: 3, SHA256: hash},
+		"dir/with space/b c.go": {Size: 10, MTime: -5, Inode: 0, SHA256: hash},
+		"odd\nname":             {Size: 0, MTime: 1, Inode: 1 << 40, SHA256: hash},
+	}
+	got, err := parseCache(formatCache(entries))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(entries, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"", "{}", cacheHeader + "1 2 3 short a\x00", cacheHeader + "1 2 3 " + hash + " a", cacheHeader + "x 2 3 " + hash + " a\x00"} {
+		if _, err := parseCache([]byte(bad)); err == nil {
+			t.Errorf("parseCache(%q) accepted malformed content", bad)
+		}
+	}
+}
+
+func FuzzParseCache(f *testing.F) {
+	f.Add([]byte(cacheHeader + "1 2 3 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef a\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		entries, err := parseCache(data)
+		if err != nil {
+			return
+		}
+		again, err := parseCache(formatCache(entries))
+		if err != nil {
+			t.Fatalf("reparse of formatted cache: %v", err)
+		}
+		if diff := cmp.Diff(entries, again); diff != "" {
+			t.Errorf("format/parse not stable (-first +second):\n%s", diff)
+		}
+	})
+}
