@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command syncbench measures crabbox's sync against rsync and tar over ssh,
 // side by side on one machine, as DESIGN.md's "Performance targets" ask.
 //
