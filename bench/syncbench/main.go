@@ -32,6 +32,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/crabbox-dev/crabbox/internal/sshd"
 )
 
 func main() {
@@ -68,7 +70,7 @@ type config struct {
 // requirements are the programs syncbench runs, with the Debian package
 // providing each.
 var requirements = []struct{ prog, pkg string }{
-	{sshdPath, "openssh-server"},
+	{sshd.SSHDPath, "openssh-server"},
 	{"ssh", "openssh-client"},
 	{"rsync", "rsync"},
 	{"tar", "tar"},
@@ -97,7 +99,7 @@ type bench struct {
 	src      string // the checkout
 	remote   string // parent of destination directories ("the box")
 	crabbox  string // binary
-	srv      *sshd
+	srv      *sshd.Server
 	sshArgs  []string
 	login    string // user@127.0.0.1
 	specs    []fileSpec
@@ -132,15 +134,19 @@ func run(ctx context.Context, cfg config) (err error) {
 		return fmt.Errorf("go build ./cmd/crabbox: %v\n%s", err, out)
 	}
 
-	b.srv, err = startSSHD(filepath.Join(base, "sshd"))
-	if err != nil {
-		return fmt.Errorf("start sshd: %w", err)
+	sshdDir := filepath.Join(base, "sshd")
+	if err := os.MkdirAll(sshdDir, 0o700); err != nil {
+		return err
 	}
-	defer b.srv.Stop()
+	b.srv, err = sshd.Launch(sshdDir)
+	if err != nil {
+		return err
+	}
+	defer b.srv.Close()
 	b.login = b.srv.User + "@127.0.0.1"
-	b.sshArgs = []string{"-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=" + b.srv.Known,
+	b.sshArgs = []string{"-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=" + filepath.Join(sshdDir, "known_hosts"),
 		"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR",
-		"-i", b.srv.KeyFile, "-p", strconv.Itoa(b.srv.Port)}
+		"-i", b.srv.ClientKeyFile, "-p", strconv.Itoa(b.srv.Port)}
 	fmt.Fprintf(os.Stderr, "sshd on 127.0.0.1:%d, work in %s\n", b.srv.Port, base)
 
 	if err := b.makeCheckout(ctx); err != nil {
@@ -235,7 +241,7 @@ func (b *bench) timed(ctx context.Context, name string, args ...string) (time.Du
 func (b *bench) crab(ctx context.Context, state, workRoot string, args ...string) *exec.Cmd {
 	sub, rest := args[0], args[1:]
 	full := []string{sub, "--provider", "ssh", "--ssh-host", "127.0.0.1", "--ssh-port", strconv.Itoa(b.srv.Port),
-		"--ssh-user", b.srv.User, "--ssh-key", b.srv.KeyFile, "--work-root", workRoot}
+		"--ssh-user", b.srv.User, "--ssh-key", b.srv.ClientKeyFile, "--work-root", workRoot}
 	cmd := b.command(ctx, b.src, b.crabbox, append(full, rest...)...)
 	cmd.Env = append(cmd.Env, "CRABBOX_STATE_DIR="+state)
 	return cmd

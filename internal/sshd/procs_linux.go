@@ -1,6 +1,6 @@
 //go:build linux
 
-package testsshd
+package sshd
 
 import (
 	"bytes"

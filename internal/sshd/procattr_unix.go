@@ -1,0 +1,7 @@
+//go:build unix
+
+package sshd
+
+import "syscall"
+
+func ownProcessGroup() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

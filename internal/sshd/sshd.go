@@ -1,0 +1,273 @@
+// Package sshd starts a real OpenSSH sshd on 127.0.0.1 with generated keys,
+// for crabbox's tests (through internal/testsshd) and its sync benchmark, so
+// that SSH code is measured and tested against the server users meet.
+//
+// Each server keeps its files in a directory of the caller's: an ed25519
+// host key, an authorized_keys file with a generated client key (also
+// written as client_key), a PID file and an sshd_config. It accepts
+// public-key logins for the current user only.
+package sshd
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// SSHDPath is where Launch expects the OpenSSH server binary. sshd must be
+// run by its absolute path because it re-executes itself per connection.
+const SSHDPath = "/usr/sbin/sshd"
+
+// privsepDir is the privilege-separation directory sshd requires when it
+// runs as root.
+const privsepDir = "/run/sshd"
+
+const (
+	startTimeout = 10 * time.Second
+	bindAttempts = 5
+)
+
+// Server is a running sshd. Its exported fields describe how to reach it;
+// they must not be modified.
+type Server struct {
+	// Addr is Host:Port.
+	Addr string
+	Host string
+	Port int
+	// User is the login the server accepts (the current user).
+	User string
+	// ClientKey is the key authorized to log in as User; ClientKeyPEM is
+	// the same key as an OpenSSH PEM private key, also written (0600) to
+	// ClientKeyFile.
+	ClientKey     ssh.Signer
+	ClientKeyPEM  []byte
+	ClientKeyFile string
+	// HostKey is the server's host key, for strict host key checking.
+	HostKey ssh.PublicKey
+
+	cmd    *exec.Cmd
+	log    *lockedBuffer
+	exited chan struct{}
+	err    error // valid once exited is closed
+}
+
+// Launch writes keys and a config into dir and starts sshd on a free
+// 127.0.0.1 port, retrying with another port when the chosen one is taken
+// before sshd binds it. Close stops it.
+func Launch(dir string) (*Server, error) {
+	if _, err := os.Stat(SSHDPath); err != nil {
+		return nil, fmt.Errorf("OpenSSH server not installed at %s (apt-get install openssh-server): %w", SSHDPath, err)
+	}
+	u, err := user.Current()
+	if err != nil {
+		return nil, fmt.Errorf("look up current user: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.MkdirAll(privsepDir, 0o755); err != nil {
+			return nil, fmt.Errorf("create privilege separation directory %q: %w", privsepDir, err)
+		}
+	}
+	hostKey, hostPEM, err := newKey()
+	if err != nil {
+		return nil, err
+	}
+	clientKey, clientPEM, err := newKey()
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{
+		"ssh_host_ed25519_key": hostPEM,
+		"client_key":           clientPEM,
+		"authorized_keys":      ssh.MarshalAuthorizedKey(clientKey.PublicKey()),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return nil, fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	s := &Server{
+		Host: "127.0.0.1", User: u.Username,
+		ClientKey: clientKey, ClientKeyPEM: clientPEM, ClientKeyFile: filepath.Join(dir, "client_key"),
+		HostKey: hostKey.PublicKey(),
+	}
+	var lastErr error
+	for range bindAttempts {
+		port, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		if lastErr = s.start(dir, port); lastErr == nil {
+			return s, nil
+		}
+		if !errors.Is(lastErr, errPortTaken) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("start sshd: %w", lastErr)
+}
+
+// ClientConfig returns a configuration that logs in as s.User with
+// s.ClientKey and accepts only s.HostKey.
+func (s *Server) ClientConfig() *ssh.ClientConfig {
+	return &ssh.ClientConfig{
+		User:            s.User,
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(s.ClientKey)},
+		HostKeyCallback: ssh.FixedHostKey(s.HostKey),
+		Timeout:         startTimeout,
+	}
+}
+
+// Log is what sshd has logged so far.
+func (s *Server) Log() string { return s.log.String() }
+
+// Close kills sshd, its session processes and whatever the sessions left
+// behind, and waits for sshd to exit. It returns what it found left behind.
+func (s *Server) Close() (leftBehind []string) {
+	victims := descendants(s.cmd.Process.Pid)
+	s.kill()
+	for _, v := range victims {
+		killPID(v)
+	}
+	return sweep(s.Port, startTimeout)
+}
+
+var errPortTaken = errors.New("port already in use")
+
+func (s *Server) start(dir string, port int) error {
+	cfg := filepath.Join(dir, "sshd_config")
+	if err := os.WriteFile(cfg, []byte(config(dir, s.User, port)), 0o600); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	s.cmd = exec.Command(SSHDPath, "-D", "-e", "-f", cfg)
+	s.log, s.exited = &lockedBuffer{}, make(chan struct{})
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	// Its own process group: Ctrl-C at a terminal reaches only the program
+	// that started it, which then stops it.
+	s.cmd.SysProcAttr = ownProcessGroup()
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("run %s: %w", SSHDPath, err)
+	}
+	go func() {
+		s.err = s.cmd.Wait()
+		close(s.exited)
+	}()
+	s.Port, s.Addr = port, net.JoinHostPort(s.Host, strconv.Itoa(port))
+	if err := s.waitListening(); err != nil {
+		s.kill()
+		return err
+	}
+	return nil
+}
+
+func config(dir, login string, port int) string {
+	lines := []string{
+		fmt.Sprintf("ListenAddress 127.0.0.1:%d", port),
+		"HostKey " + filepath.Join(dir, "ssh_host_ed25519_key"),
+		"AuthorizedKeysFile " + filepath.Join(dir, "authorized_keys"),
+		"PidFile " + filepath.Join(dir, "sshd.pid"),
+		"AllowUsers " + login,
+		"PermitRootLogin prohibit-password",
+		"PubkeyAuthentication yes",
+		"PasswordAuthentication no",
+		"KbdInteractiveAuthentication no",
+		"UsePAM no",
+		// The key files live in a temporary directory whose parents sshd
+		// would otherwise refuse.
+		"StrictModes no",
+		"UseDNS no",
+		"PrintMotd no",
+		"X11Forwarding no",
+		"MaxSessions 64",
+		"MaxStartups 64",
+		"LogLevel VERBOSE",
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// waitListening polls until sshd accepts TCP connections, sshd exits, or the
+// start timeout passes.
+func (s *Server) waitListening() error {
+	deadline := time.NewTimer(startTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if c, err := net.DialTimeout("tcp", s.Addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-s.exited:
+			out := s.log.String()
+			if strings.Contains(out, "Address already in use") || strings.Contains(out, "Cannot bind") {
+				return fmt.Errorf("listen on %s: %w", s.Addr, errPortTaken)
+			}
+			return fmt.Errorf("sshd exited before listening on %s (%v); its log:\n%s", s.Addr, s.err, out)
+		case <-deadline.C:
+			return fmt.Errorf("sshd not listening on %s after %v; its log:\n%s", s.Addr, startTimeout, s.log.String())
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Server) kill() {
+	s.cmd.Process.Kill()
+	<-s.exited
+}
+
+func newKey() (ssh.Signer, []byte, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("signer from key: %w", err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "crabbox-sshd")
+	if err != nil {
+		return nil, nil, fmt.Errorf("marshal key: %w", err)
+	}
+	return signer, pem.EncodeToMemory(block), nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// lockedBuffer collects sshd's log; exec copies into it from a goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
