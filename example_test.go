@@ -78,7 +78,7 @@ func ExampleClient_Acquire() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("files synced:", stats.Files)
+	fmt.Println("files synced:", stats.Sent)
 
 	res, err := box.Run(ctx, run.Request{
 		Command: []string{"wc", "-l", "hello.txt"},

@@ -104,7 +104,7 @@ func TestRunSyncOnlyRunsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Stop(ctx, res.LeaseID) })
-	if res.Sync.Files == 0 || res.SyncSkipped || res.Timing.Command != 0 || out.Len() != 0 {
+	if res.Sync.Sent == 0 || res.SyncSkipped || res.Timing.Command != 0 || out.Len() != 0 {
 		t.Errorf("sync-only: %+v, output %q; want files sent, no command", res, out.String())
 	}
 	res2, err := c.Run(ctx, crabbox.RunRequest{Lease: res.LeaseID, Root: repo, Command: []string{"cat", "untracked.txt"}, Stdout: &out})

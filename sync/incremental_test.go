@@ -81,14 +81,14 @@ func TestPushIncremental(t *testing.T) {
 	opts := Options{Root: root, RemoteDir: remoteDir}
 
 	first := push(t, client, opts)
-	if first.Skipped || first.Sent != 41 || first.Files != 41 || first.Total != 41 || first.Deleted != 0 {
+	if first.Skipped || first.Sent != 41 || first.Total != 41 || first.Deleted != 0 {
 		t.Errorf("first push: %+v, want all 41 sent", first)
 	}
 	sameTree(t, root, remoteDir)
 
 	sessions := sessionsOpened.Load()
 	second := push(t, client, opts)
-	if !second.Skipped || second.Sent != 0 || second.Files != 0 || second.Total != 41 {
+	if !second.Skipped || second.Sent != 0 || second.Total != 41 {
 		t.Errorf("unchanged push: %+v, want skipped", second)
 	}
 	if n := sessionsOpened.Load() - sessions; n != 1 {
@@ -179,9 +179,7 @@ func TestPushHashCache(t *testing.T) {
 	cacheFile := filepath.Join(t.TempDir(), "cache", "hashes")
 	opts := Options{Root: root, RemoteDir: t.TempDir(), CacheFile: cacheFile}
 
-	hashed := hashedFiles.Load()
-	push(t, client, opts)
-	if n := hashedFiles.Load() - hashed; n != 20 {
+	if n := push(t, client, opts).Hashed; n != 20 {
 		t.Errorf("first push hashed %d files, want 20", n)
 	}
 	c := loadCache(cacheFile)
@@ -194,19 +192,17 @@ func TestPushHashCache(t *testing.T) {
 	if err := os.Chtimes(filepath.Join(root, "d0/f000.txt"), old, old); err != nil {
 		t.Fatal(err)
 	}
-	hashed = hashedFiles.Load()
-	if st := push(t, client, opts); st.Sent != 1 {
+	st := push(t, client, opts)
+	if st.Sent != 1 {
 		t.Errorf("push: %+v, want 1 sent", st)
 	}
-	if n := hashedFiles.Load() - hashed; n != 1 {
+	if n := st.Hashed; n != 1 {
 		t.Errorf("push with a cache hashed %d files, want 1", n)
 	}
 	// A file modified just now is hashed but not cached.
 	write(t, root, "d0/f007.txt", "fresh", 0o644)
 	push(t, client, opts)
-	hashed = hashedFiles.Load()
-	push(t, client, opts)
-	if n := hashedFiles.Load() - hashed; n != 1 {
+	if n := push(t, client, opts).Hashed; n != 1 {
 		t.Errorf("push hashed %d files, want 1 (the fresh one)", n)
 	}
 }
@@ -271,8 +267,7 @@ func TestPushLock(t *testing.T) {
 	sameTree(t, root, remoteDir)
 
 	// A live holder makes the push wait, then give up.
-	defer func(n int) { lockTries = n }(lockTries)
-	lockTries = 2
+	opts.lockTries = 2
 	write(t, remoteDir, ".crabbox/lock/owner", fmt.Sprintf("feedface %d\n", os.Getpid()), 0o644)
 	_, err := Push(t.Context(), client, opts)
 	if err == nil || !strings.Contains(err.Error(), ".crabbox/lock") {

@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	gosync "sync"
-	"sync/atomic"
 )
 
 // Entry is one file of a manifest: what a file of the set was (locally) or
@@ -187,14 +186,11 @@ func diffManifests(local []Entry, trusted map[string]Entry, previous []string) (
 	return send, del
 }
 
-// hashedFiles counts the files read to compute their hash (a test hook).
-var hashedFiles atomic.Int64
-
 // buildManifest describes files with their content hashes, reading only
 // the files the cache (if any) does not know with the same size, mtime and
 // inode.
-func buildManifest(ctx context.Context, root string, files []File, cache *hashCache) ([]Entry, error) {
-	entries := make([]Entry, len(files))
+func buildManifest(ctx context.Context, root string, files []File, cache *hashCache) (entries []Entry, hashed int, err error) {
+	entries = make([]Entry, len(files))
 	var todo []int
 	for i, f := range files {
 		e := Entry{Path: f.Path, Mode: f.Mode, Size: f.Size, Link: f.LinkTarget}
@@ -212,13 +208,15 @@ func buildManifest(ctx context.Context, root string, files []File, cache *hashCa
 	for range workers {
 		wg.Go(func() {
 			for i := range next {
-				if err := describe(root, &entries[i], cache); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
+				read, err := describe(root, &entries[i], cache)
+				mu.Lock()
+				if read {
+					hashed++
 				}
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -233,56 +231,55 @@ feed:
 	close(next)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if firstErr != nil {
-		return nil, firstErr
+		return nil, 0, firstErr
 	}
-	return entries, nil
+	return entries, hashed, nil
 }
 
 // describe fills in a regular file's size, mtime and hash, from the cache
 // when it knows the file as it is.
-func describe(root string, e *Entry, cache *hashCache) error {
+func describe(root string, e *Entry, cache *hashCache) (read bool, err error) {
 	if cache != nil {
 		if st, ok := cache.stamps[e.Path]; ok {
 			if h, ok := cache.lookup(e.Path, e.Size, st.mtime, st.ino); ok {
 				e.MTime, e.SHA256 = st.mtime, h
-				return nil
+				return false, nil
 			}
 		}
 	}
 	name := filepath.Join(root, filepath.FromSlash(e.Path))
 	fi, err := os.Lstat(name)
 	if err != nil {
-		return fmt.Errorf("hash %q: %w", e.Path, err)
+		return false, fmt.Errorf("hash %q: %w", e.Path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("hash %q: changed from a regular file while syncing", e.Path)
+		return false, fmt.Errorf("hash %q: changed from a regular file while syncing", e.Path)
 	}
 	e.Size, e.MTime = fi.Size(), fi.ModTime().UnixNano()
 	ino := inode(fi)
 	if h, ok := cache.lookup(e.Path, e.Size, e.MTime, ino); ok {
 		e.SHA256 = h
-		return nil
+		return false, nil
 	}
-	hashedFiles.Add(1)
 	file, err := os.Open(name)
 	if err != nil {
-		return fmt.Errorf("hash %q: %w", e.Path, err)
+		return false, fmt.Errorf("hash %q: %w", e.Path, err)
 	}
 	defer file.Close()
 	after, err := file.Stat()
 	if err != nil {
-		return fmt.Errorf("hash %q: %w", e.Path, err)
+		return false, fmt.Errorf("hash %q: %w", e.Path, err)
 	}
 	if !os.SameFile(fi, after) {
-		return fmt.Errorf("hash %q: replaced while syncing", e.Path)
+		return false, fmt.Errorf("hash %q: replaced while syncing", e.Path)
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, file)
 	if err != nil {
-		return fmt.Errorf("hash %q: %w", e.Path, err)
+		return false, fmt.Errorf("hash %q: %w", e.Path, err)
 	}
 	e.Size = n
 	e.SHA256 = hex.EncodeToString(h.Sum(nil))
@@ -290,5 +287,5 @@ func describe(root string, e *Entry, cache *hashCache) error {
 	if n == fi.Size() && after.ModTime().Equal(fi.ModTime()) {
 		cache.store(e.Path, e.Size, e.MTime, ino, e.SHA256)
 	}
-	return nil
+	return true, nil
 }

@@ -236,7 +236,7 @@ func BenchmarkManifest(b *testing.B) {
 	root, files := benchTree(b, 5000)
 	b.Run("nocache", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := buildManifest(b.Context(), root, files, nil); err != nil {
+			if _, _, err := buildManifest(b.Context(), root, files, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -244,7 +244,7 @@ func BenchmarkManifest(b *testing.B) {
 	b.Run("cache", func(b *testing.B) {
 		name := filepath.Join(b.TempDir(), "cache")
 		c := loadCache(name)
-		if _, err := buildManifest(b.Context(), root, files, c); err != nil {
+		if _, _, err := buildManifest(b.Context(), root, files, c); err != nil {
 			b.Fatal(err)
 		}
 		if err := c.save(); err != nil {
@@ -252,7 +252,7 @@ func BenchmarkManifest(b *testing.B) {
 		}
 		for b.Loop() {
 			c := loadCache(name)
-			if _, err := buildManifest(b.Context(), root, files, c); err != nil {
+			if _, _, err := buildManifest(b.Context(), root, files, c); err != nil {
 				b.Fatal(err)
 			}
 			if err := c.save(); err != nil {

@@ -165,7 +165,7 @@ func TestPush(t *testing.T) {
 	for _, f := range files {
 		wantBytes += f.Size
 	}
-	if stats.Files != len(files) || stats.Bytes != wantBytes {
+	if stats.Sent != len(files) || stats.Bytes != wantBytes {
 		t.Errorf("Stats = %+v, want %d files, %d bytes", stats, len(files), wantBytes)
 	}
 	if len(calls) != len(files) || calls[len(calls)-1] != [2]int64{int64(len(files)), wantBytes} {
@@ -383,7 +383,7 @@ func TestPushGuardrails(t *testing.T) {
 		Root: root, RemoteDir: remoteDir, Limits: &Limits{WarnFiles: 1, MaxFiles: 2}, Force: true,
 		Warn: func(w string) { warnings = append(warnings, w) },
 	})
-	if err != nil || stats.Files != 3 {
+	if err != nil || stats.Sent != 3 {
 		t.Fatalf("forced Push = %+v, %v; want 3 files sent", stats, err)
 	}
 	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "large sync: 3 files") {

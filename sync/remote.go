@@ -53,10 +53,10 @@ func reserved(p string) bool {
 }
 
 // Lock timing on the box: a waiting push retries every 0.2 s (1 s where
-// sleep takes only integers) up to lockTries times. A lock whose holder
+// sleep takes only integers) up to defaultLockTries times. A lock whose holder
 // process is gone is broken at once; one without an owner yet, after
 // staleMinutes.
-var lockTries = 3000 // a variable for tests
+const defaultLockTries = 3000
 
 const staleMinutes = 1
 
@@ -138,7 +138,7 @@ exit 0
 `
 
 // sessionCommand is the command line running sessionScript.
-func sessionCommand(remoteDir, fp, mode, token string) string {
+func sessionCommand(remoteDir, fp, mode, token string, lockTries int) string {
 	return remote.CommandLine([]string{"sh", "-c", sessionScript, "crabbox-sync",
 		remoteDir, fp, mode, token, strconv.Itoa(staleMinutes), strconv.Itoa(lockTries)})
 }

@@ -22,6 +22,7 @@ package sync
 import (
 	"archive/tar"
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -74,19 +75,23 @@ type Options struct {
 	// leaving files out of the sync, after the built-in excludes and
 	// Root's .crabboxignore; see FileSetWith.
 	Exclude []string
+
+	// lockTries bounds the waits for another push's lock on the box; zero
+	// means defaultLockTries (tests shorten it).
+	lockTries int
 }
 
 // Stats describes a finished push.
 type Stats struct {
-	// Files is the number of files and symlinks sent (the same as Sent;
-	// kept for callers of the first version).
-	Files int
 	// Bytes is the total size of the regular files' content sent.
 	Bytes int64
 	// Total is the number of files and symlinks in the file set.
 	Total int
 	// Sent is the number of files and symlinks sent.
 	Sent int
+	// Hashed is the number of files read to hash them: those the local hash
+	// cache did not know as they are.
+	Hashed int
 	// Deleted is the number of previously synced paths deleted.
 	Deleted int
 	// Skipped reports that the box already held the file set (equal
@@ -154,18 +159,17 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 	if cache != nil {
 		cache.stamps = stamps
 	}
-	local, err := buildManifest(ctx, opts.Root, files, cache)
+	local, hashed, err := buildManifest(ctx, opts.Root, files, cache)
 	if err != nil {
 		return fail(err)
 	}
 	if err := cache.save(); err != nil && opts.Warn != nil {
 		opts.Warn(fmt.Sprintf("could not save the sync hash cache %s: %v", opts.CacheFile, err))
 	}
-	stats.Total = len(local)
+	stats.Total, stats.Hashed = len(local), hashed
 
 	s := &session{opts: opts, stats: &stats, planStart: start}
 	err = s.run(ctx, client, local)
-	stats.Files = stats.Sent
 	stats.Duration = time.Since(start)
 	if err != nil {
 		return fail(err)
@@ -218,7 +222,7 @@ func (s *session) run(ctx context.Context, client *ssh.Client, local []Entry) er
 		return err
 	}
 	s.stdout = bufio.NewReaderSize(stdout, 64<<10)
-	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce))); err != nil {
+	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce), cmp.Or(s.opts.lockTries, defaultLockTries))); err != nil {
 		return fmt.Errorf("start sync on the box: %w", err)
 	}
 

@@ -46,7 +46,7 @@ func timingOf(res crabbox.RunResult) timingReport {
 		SyncMs: t.Sync.Milliseconds(), SyncSkipped: res.SyncSkipped,
 		SyncPlanMs: res.Sync.Plan.Milliseconds(), SyncTransferMs: res.Sync.Transfer.Milliseconds(),
 		SyncApplyMs: res.Sync.Apply.Milliseconds(),
-		SyncFiles:   res.Sync.Files, SyncDeleted: res.Sync.Deleted, SyncBytes: res.Sync.Bytes,
+		SyncFiles:   res.Sync.Sent, SyncDeleted: res.Sync.Deleted, SyncBytes: res.Sync.Bytes,
 		CommandMs: t.Command.Milliseconds(), TotalMs: t.Total.Milliseconds(),
 		ExitCode: res.ExitCode, TimedOut: res.TimedOut, Kept: res.Kept, JUnit: res.JUnit,
 	}
