@@ -9,9 +9,10 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/crabbox-dev/crabbox/lease"
 
 	"github.com/crabbox-dev/crabbox/internal/atomicfile"
 
@@ -70,13 +71,11 @@ func (r record) target(dir string) provider.LeaseTarget {
 	}
 }
 
-// idPattern is what a lease ID must look like to name a directory under the
-// root: one path element, no separators, no dot files.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
-
+// checkLeaseID accepts only crabbox lease IDs, which are safe directory
+// names under the root (one path element, no separators, no dots).
 func checkLeaseID(id string) error {
-	if !idPattern.MatchString(id) || strings.Contains(id, "..") {
-		return fmt.Errorf("lease ID %q cannot name a directory (want letters, digits, '_', '.', '-')", id)
+	if !lease.IsID(id) {
+		return fmt.Errorf("lease ID %q is malformed: want cbx_ and 12 lowercase hex digits", id)
 	}
 	return nil
 }
