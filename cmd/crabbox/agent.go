@@ -16,9 +16,10 @@ import (
 func (a *app) agentCmd() *ffcli.Command {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	dir := fs.String("lease-dir", "", "the local lease directory to serve")
+	listen := fs.String("listen", "", "TCP address to serve on (default: a free port on 127.0.0.1)")
 	return &ffcli.Command{
 		Name:       "agent",
-		ShortUsage: "crabbox agent --lease-dir DIR",
+		ShortUsage: "crabbox agent --lease-dir DIR [--listen ADDR]",
 		ShortHelp:  "serve a local lease over SSH until it expires or is released (started by crabbox itself)",
 		LongHelp: `Serve one local lease over SSH until it expires or is released. crabbox
 starts this itself so that warm local leases outlive the command that made
@@ -33,7 +34,7 @@ them; there is no need to run it by hand.
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
-			return local.ServeAgent(ctx, *dir, a.stdout, logger)
+			return local.ServeAgentOn(ctx, *dir, *listen, a.stdout, logger)
 		},
 	}
 }

@@ -44,6 +44,14 @@ const (
 // It returns nil when the box ran and stopped, and an error when it could
 // not start serving (leaseDir is then left alone).
 func ServeAgent(ctx context.Context, leaseDir string, ready io.Writer, log *slog.Logger) error {
+	return ServeAgentOn(ctx, leaseDir, "", ready, log)
+}
+
+// ServeAgentOn is ServeAgent serving on the TCP address listen instead of
+// a free loopback port; empty means the latter. A box in a container serves
+// on a fixed port of all its interfaces (":2222"), which the engine
+// publishes on the host's loopback.
+func ServeAgentOn(ctx context.Context, leaseDir, listen string, ready io.Writer, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -52,9 +60,10 @@ func ServeAgent(ctx context.Context, leaseDir string, ready io.Writer, log *slog
 		return fmt.Errorf("local agent: lease directory %s: %w", leaseDir, err)
 	}
 	return serve(ctx, dir, serveOptions{
-		clock: clockwork.NewRealClock(),
-		log:   log,
-		pid:   os.Getpid(),
+		clock:  clockwork.NewRealClock(),
+		log:    log,
+		pid:    os.Getpid(),
+		listen: listen,
 		ready: func(port int) error {
 			_, err := fmt.Fprintf(ready, "ready %d\n", port)
 			return err

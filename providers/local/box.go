@@ -29,6 +29,8 @@ type serveOptions struct {
 	// touched tells an in-process box that Touch moved its expiry; nil for
 	// agents, which find the new expiry when their timer fires.
 	touched <-chan struct{}
+	// listen is the address to serve on; empty means a free loopback port.
+	listen string
 }
 
 // serve runs the box of the lease directory dir: it loads the record,
@@ -50,7 +52,11 @@ func serve(ctx context.Context, dir string, o serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("lease %s: %w", id, err)
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(loopback, "0"))
+	addr := o.listen
+	if addr == "" {
+		addr = net.JoinHostPort(loopback, "0")
+	}
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("lease %s: listen: %w", id, err)
 	}

@@ -1,10 +1,7 @@
 package local
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"maps"
 	"os"
@@ -98,11 +95,11 @@ func readRecord(dir string) (record, error) {
 // writeRecord replaces <dir>/lease.json atomically, so that a reader in any
 // process sees the old or the new record, never a part of one.
 func writeRecord(dir string, r record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := encodeRecord(r)
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(filepath.Join(dir, recordFile), append(b, '\n'))
+	return atomicfile.Write(filepath.Join(dir, recordFile), b)
 }
 
 // updateRecord rewrites the record in dir with fn applied.
@@ -118,22 +115,14 @@ func updateRecord(dir string, fn func(*record)) (record, error) {
 // newHostKey makes the box's ed25519 host key, writes its private half to
 // <dir>/host_key (0600) and returns the public half in authorized_keys form.
 func newHostKey(dir string) (string, error) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	private, public, err := NewHostKey()
 	if err != nil {
 		return "", err
 	}
-	block, err := ssh.MarshalPrivateKey(priv, "crabbox local box host key")
-	if err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, hostKeyFile), private); err != nil {
 		return "", err
 	}
-	if err := atomicfile.Write(filepath.Join(dir, hostKeyFile), pem.EncodeToMemory(block)); err != nil {
-		return "", err
-	}
-	sshPub, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		return "", err
-	}
-	return formatPublicKey(sshPub), nil
+	return public, nil
 }
 
 func loadHostKey(dir string) (ssh.Signer, error) {

@@ -1,0 +1,279 @@
+package docker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/local"
+)
+
+const (
+	// readyTimeout bounds how long a started box may take to announce that
+	// it serves, when the caller's context has no earlier deadline.
+	readyTimeout = 30 * time.Second
+	// rollbackTimeout bounds removing a half-made container after a failed
+	// acquire, which runs even when the caller's context is cancelled.
+	rollbackTimeout = time.Minute
+	// logTailBytes is how much of a failed box's output an error quotes.
+	logTailBytes = 2048
+)
+
+// Acquire creates, fills and starts the lease's container and waits until
+// its agent serves. If any step after the container's creation fails, it
+// removes the container. Its errors do not repeat the lease ID, which the
+// caller's own error names.
+func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	if err := b.checkRequest(req); err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	unlock, err := b.lockAcquire(req.LeaseID)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	defer func() {
+		if err := unlock(); err != nil {
+			b.rt.Logger.Warn("docker acquire lock not removed", "lease", req.LeaseID, "err", err)
+		}
+	}()
+	target, err := b.acquire(ctx, req)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	b.rt.Logger.Info("docker lease acquired", "lease", req.LeaseID, "container", target.CloudID, "port", target.Port, "expires", target.ExpiresAt)
+	return target, nil
+}
+
+func (b *Backend) checkRequest(req provider.AcquireRequest) error {
+	if !lease.IsID(req.LeaseID) {
+		return fmt.Errorf("lease ID %q is malformed: want cbx_ and 12 lowercase hex digits", req.LeaseID)
+	}
+	if req.Slug != "" && !lease.ValidSlug(req.Slug) {
+		return fmt.Errorf("slug %q is malformed: want lowercase letters, digits and dashes, at most 41", req.Slug)
+	}
+	if now := b.rt.Clock.Now(); !req.ExpiresAt.After(now) {
+		return fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), now.Format(time.RFC3339))
+	}
+	for k := range req.Labels {
+		if err := checkExtraLabel(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	version, err := b.cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return provider.LeaseTarget{}, engineErr("reach the docker engine", err)
+	}
+	if version.Os != "" && version.Os != "linux" {
+		return provider.LeaseTarget{}, fmt.Errorf("the docker engine runs %s containers; boxes need linux: %w", version.Os, provider.ErrPrecondition)
+	}
+	agent, err := b.agentPath(version.Arch)
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("%w: %w", err, provider.ErrPrecondition)
+	}
+	hostKey, hostPub, err := local.NewHostKey()
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("host key: %w", err)
+	}
+	record, err := local.EncodeRecord(local.AgentLease{
+		ID: req.LeaseID, Slug: req.Slug, CreatedAt: req.CreatedAt.UTC(), ExpiresAt: req.ExpiresAt.UTC(),
+		Labels: req.Labels, User: boxUser, HostKey: hostPub, AuthorizedKey: req.PublicKey,
+	})
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+
+	containerID, err := b.create(ctx, req)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	x, err := b.start(ctx, containerID, boxFiles{agent: agent, leaseID: req.LeaseID, record: record, hostKey: hostKey})
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		if rerr := b.remove(rctx, containerID); rerr != nil {
+			return provider.LeaseTarget{}, errors.Join(err, fmt.Errorf("roll back: %w", rerr))
+		}
+		return provider.LeaseTarget{}, err
+	}
+	t := b.target(ctx, x)
+	t.HostKey = hostPub // what we made, not what the box says
+	return t, nil
+}
+
+// create creates the lease's container, not started.
+func (b *Backend) create(ctx context.Context, req provider.AcquireRequest) (string, error) {
+	exposed, bindings := portBindings()
+	cfg := &container.Config{
+		Image:        b.cfg.Image,
+		Entrypoint:   []string{boxAgent},
+		Cmd:          []string{"agent", "--lease-dir", boxLeaseDir(req.LeaseID), "--listen", ":" + strconv.Itoa(sshPort)},
+		User:         "0:0",
+		WorkingDir:   "/",
+		ExposedPorts: exposed,
+		Labels: boxLabels(b.cfg.Labels, req.Labels, req.LeaseID, req.Slug,
+			req.CreatedAt, req.ExpiresAt, req.TTL, req.IdleTimeout, req.Keep),
+	}
+	host := &container.HostConfig{
+		PortBindings: bindings,
+		// The box goes away by itself when its agent stops at the expiry.
+		AutoRemove: true,
+		// An init process reaps what commands leave behind and passes
+		// signals on to the agent.
+		Init: new(true),
+		Resources: container.Resources{
+			NanoCPUs: b.cfg.NanoCPUs,
+			Memory:   b.cfg.Memory,
+		},
+	}
+	if b.cfg.Network != "" {
+		host.NetworkMode = container.NetworkMode(b.cfg.Network)
+	}
+	res, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: containerName(req.Slug, req.LeaseID), Config: cfg, HostConfig: host,
+	})
+	switch {
+	case err == nil:
+	case cerrdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image"):
+		return "", fmt.Errorf("image %q is not on the docker engine (nothing is pulled): make it with `crabbox image build --provider docker%s` or choose another with --docker-image: %w",
+			b.cfg.Image, tagFlag(b.cfg.Image), provider.ErrPrecondition)
+	case cerrdefs.IsConflict(err):
+		return "", engineErr("create container: a container of this lease exists", err)
+	default:
+		return "", engineErr("create container", err)
+	}
+	for _, w := range res.Warnings {
+		b.rt.Logger.Warn("docker engine warning", "lease", req.LeaseID, "warning", w)
+	}
+	b.rt.Logger.Debug("docker container created", "lease", req.LeaseID, "container", res.ID)
+	if b.afterCreate != nil {
+		if err := b.afterCreate(ctx, res.ID); err != nil {
+			return "", errors.Join(err, b.remove(context.WithoutCancel(ctx), res.ID))
+		}
+	}
+	return res.ID, nil
+}
+
+// tagFlag is the --tag flag of `crabbox image build` for image, if it is
+// not the default.
+func tagFlag(image string) string {
+	if image == DefaultImage {
+		return ""
+	}
+	return " --tag " + image
+}
+
+// start puts files into the created container, starts it, waits until its
+// agent serves, and returns the running box.
+func (b *Backend) start(ctx context.Context, containerID string, files boxFiles) (box, error) {
+	if err := b.copyTo(ctx, containerID, files.writeTar); err != nil {
+		return box{}, engineErr("put the agent and lease into the container", err)
+	}
+	if _, err := b.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{}); err != nil {
+		return box{}, engineErr("start container", err)
+	}
+	if err := b.awaitReady(ctx, containerID); err != nil {
+		return box{}, err
+	}
+	found, err := b.boxes(ctx, labelLease+"="+files.leaseID)
+	if err != nil {
+		return box{}, err
+	}
+	for _, x := range found {
+		if x.containerID != containerID {
+			continue
+		}
+		if !x.running() || x.port == 0 {
+			return box{}, fmt.Errorf("container %s is %s with SSH port published on %d", x.name, x.state, x.port)
+		}
+		return x, nil
+	}
+	return box{}, fmt.Errorf("container %s vanished after it started: %w", containerID, provider.ErrTransient)
+}
+
+// awaitReady follows the container's output until the agent announces
+// "ready <port>" on stdout; its stderr is quoted if it never does.
+func (b *Backend) awaitReady(ctx context.Context, containerID string) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	logs, err := b.cli.ContainerLogs(ctx, containerID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: true})
+	if err != nil {
+		return engineErr("follow the box's output", err)
+	}
+	stdoutR, stdoutW := io.Pipe()
+	stderr := &tailBuffer{max: logTailBytes}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, err := stdcopy.StdCopy(stdoutW, stderr, logs)
+		stdoutW.CloseWithError(err)
+	}()
+	defer func() {
+		_ = logs.Close()
+		_ = stdoutR.Close()
+		<-copied
+	}()
+	line, err := bufio.NewReader(stdoutR).ReadString('\n')
+	if rest, ok := strings.CutPrefix(line, "ready "); ok {
+		if port, perr := strconv.Atoi(strings.TrimSpace(rest)); perr == nil {
+			if port != sshPort {
+				return fmt.Errorf("the agent serves on port %d, not %d", port, sshPort)
+			}
+			return nil
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case strings.TrimSpace(line) != "":
+		err = fmt.Errorf("the agent said %q", strings.TrimSpace(line))
+	case err == nil || errors.Is(err, io.EOF):
+		err = errors.New("the container stopped before its agent was ready")
+	}
+	return fmt.Errorf("the box did not get ready (%w)%s", err, stderr.quote())
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf bytes.Buffer
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf.Write(p)
+	if extra := t.buf.Len() - t.max; extra > 0 {
+		t.buf.Next(extra)
+	}
+	return len(p), nil
+}
+
+// quote returns the buffer for an error message, or "" when it is empty.
+func (t *tailBuffer) quote() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimSpace(t.buf.String())
+	if s == "" {
+		return ""
+	}
+	return "; its output ends:\n" + s
+}

@@ -1,0 +1,154 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/crabbox-dev/crabbox/providers/local"
+)
+
+// Paths inside a box.
+const (
+	// boxAgent is where the agent executable is put.
+	boxAgent = "/crabbox/bin/crabbox"
+	// boxLeases holds the lease directory /crabbox/<leaseID>, which the
+	// agent serves and removes when it stops.
+	boxLeases = "/crabbox"
+	// workRoot is the work root of every box.
+	workRoot = "/work/crabbox"
+	// sshPort is the port the agent serves SSH on inside the container.
+	sshPort = 2222
+	// boxUser is the SSH user; commands run as the container's root.
+	boxUser = "root"
+)
+
+// maxRecordSize bounds a lease record read back from a container.
+const maxRecordSize = 1 << 20
+
+func boxLeaseDir(id string) string { return path.Join(boxLeases, id) }
+
+func boxRecordPath(id string) string { return path.Join(boxLeaseDir(id), local.RecordFile) }
+
+// boxFiles is what Acquire puts into a container before it starts.
+type boxFiles struct {
+	agent   string // path of the agent executable on this machine
+	leaseID string
+	record  []byte // the lease record
+	hostKey []byte // the box's private host key
+}
+
+// writeTar writes f as a tar stream rooted at "/".
+func (f boxFiles) writeTar(w io.Writer) error {
+	agent, err := os.Open(f.agent)
+	if err != nil {
+		return fmt.Errorf("open agent: %w", err)
+	}
+	defer agent.Close()
+	fi, err := agent.Stat()
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	lease := "crabbox/" + f.leaseID
+	// A nil content makes a directory.
+	entries := []struct {
+		name    string
+		mode    int64
+		size    int64
+		content io.Reader
+	}{
+		{"crabbox", 0o755, 0, nil},
+		{"crabbox/bin", 0o755, 0, nil},
+		{"crabbox/bin/crabbox", 0o755, fi.Size(), agent},
+		{lease, 0o700, 0, nil},
+		{lease + "/" + local.HostKeyFile, 0o600, int64(len(f.hostKey)), bytes.NewReader(f.hostKey)},
+		{lease + "/" + local.WorkDir, 0o700, 0, nil},
+		{lease + "/" + local.RecordFile, 0o600, int64(len(f.record)), bytes.NewReader(f.record)},
+		{"work", 0o755, 0, nil},
+		{"work/crabbox", 0o755, 0, nil},
+	}
+	tw := tar.NewWriter(w)
+	now := time.Now()
+	for _, e := range entries {
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: e.mode, Size: e.size, ModTime: now}
+		if e.content == nil {
+			h.Typeflag, h.Name = tar.TypeDir, e.name+"/"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if e.content == nil {
+			continue
+		}
+		if n, err := io.Copy(tw, e.content); err != nil {
+			return err
+		} else if n != e.size {
+			return fmt.Errorf("%s: wrote %d of %d bytes", e.name, n, e.size)
+		}
+	}
+	return tw.Close()
+}
+
+// copyTo streams the tar stream write makes into the container's
+// filesystem at "/".
+func (b *Backend) copyTo(ctx context.Context, id string, write func(io.Writer) error) error {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := write(pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	_, err := b.cli.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: pr})
+	pr.CloseWithError(errors.New("copy to container ended")) // unblocks the writer if the engine stopped reading
+	werr := <-done
+	if err != nil {
+		return err
+	}
+	return werr
+}
+
+// readFile reads one regular file out of a container.
+func (b *Backend) readFile(ctx context.Context, id, name string, limit int64) ([]byte, error) {
+	res, err := b.cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: name})
+	if err != nil {
+		return nil, err
+	}
+	defer res.Content.Close()
+	tr := tar.NewReader(res.Content)
+	h, err := tr.Next()
+	if err != nil {
+		return nil, fmt.Errorf("read %s from container: %w", name, err)
+	}
+	if h.Typeflag != tar.TypeReg {
+		return nil, fmt.Errorf("%s in container is not a regular file", name)
+	}
+	if h.Size > limit {
+		return nil, fmt.Errorf("%s in container is %d bytes, more than %d", name, h.Size, limit)
+	}
+	return io.ReadAll(io.LimitReader(tr, limit))
+}
+
+// writeFile replaces one regular file in a container (mode 0600, owned by
+// root).
+func (b *Backend) writeFile(ctx context.Context, id, name string, data []byte) error {
+	return b.copyTo(ctx, id, func(w io.Writer) error {
+		tw := tar.NewWriter(w)
+		err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name[1:], Mode: 0o600, Size: int64(len(data)), ModTime: time.Now()})
+		if err == nil {
+			_, err = tw.Write(data)
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		return err
+	})
+}

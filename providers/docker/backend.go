@@ -1,0 +1,312 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/local"
+)
+
+// Backend is the docker provider's SSH-lease backend. Close it to close its
+// connections to the engine; boxes live on.
+type Backend struct {
+	cfg Config
+	rt  provider.Runtime
+	cli *client.Client
+
+	// afterCreate, when set (by tests), runs right after Acquire created
+	// the container; an error fails the acquire there.
+	afterCreate func(ctx context.Context, containerID string) error
+}
+
+// New returns a backend for the engine at cfg.Host (or DOCKER_HOST, or the
+// default socket). It does not contact the engine.
+func New(cfg Config, rt provider.Runtime) (*Backend, error) {
+	if cfg.Image == "" {
+		cfg.Image = DefaultImage
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	opts := []client.Opt{client.FromEnv}
+	if cfg.Host != "" {
+		opts = append(opts, client.WithHost(cfg.Host))
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker provider: engine client: %w", err)
+	}
+	if err := checkLocalHost(cli.DaemonHost()); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("docker provider: engine: %w", err)
+	}
+	return &Backend{cfg: cfg, rt: rt.WithDefaults(), cli: cli}, nil
+}
+
+// Spec describes the docker provider.
+func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
+
+// Close closes the backend's connections to the engine.
+func (b *Backend) Close() error { return b.cli.Close() }
+
+// containerName is the name of a lease's container.
+func containerName(slug, id string) string {
+	if slug == "" {
+		return "crabbox-" + id
+	}
+	return "crabbox-" + slug + "-" + id
+}
+
+// box is what the engine knows about one crabbox container.
+type box struct {
+	containerID string
+	name        string
+	state       container.ContainerState
+	labels      map[string]string
+	port        int // host port on 127.0.0.1 of the SSH port; 0 if not published
+}
+
+func (x box) leaseID() string { return x.labels[labelLease] }
+
+// running reports whether the box can serve.
+func (x box) running() bool { return x.state == container.StateRunning }
+
+// boxes lists the provider's containers, filtered by extra label terms
+// ("key=value").
+func (b *Backend) boxes(ctx context.Context, terms ...string) ([]box, error) {
+	f := client.Filters{}.Add("label", labelCrabbox+"=true", labelProvider+"="+Name).Add("label", terms...)
+	res, err := b.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, engineErr("list containers", err)
+	}
+	var out []box
+	for _, s := range res.Items {
+		if !owned(s.Labels) {
+			continue
+		}
+		x := box{containerID: s.ID, state: s.State, labels: s.Labels}
+		if len(s.Names) > 0 {
+			x.name = strings.TrimPrefix(s.Names[0], "/")
+		}
+		for _, p := range s.Ports {
+			if int(p.PrivatePort) == sshPort && p.Type == "tcp" && p.IP == netip.MustParseAddr("127.0.0.1") {
+				x.port = int(p.PublicPort)
+			}
+		}
+		out = append(out, x)
+	}
+	slices.SortFunc(out, func(a, c box) int { return strings.Compare(a.leaseID(), c.leaseID()) })
+	return out, nil
+}
+
+// find returns the box of lease ref, an ID or a slug, running or not.
+func (b *Backend) find(ctx context.Context, ref string) (box, error) {
+	key := labelSlug
+	if lease.IsID(ref) {
+		key = labelLease
+	}
+	found, err := b.boxes(ctx, key+"="+ref)
+	if err != nil {
+		return box{}, err
+	}
+	switch len(found) {
+	case 0:
+		return box{}, fmt.Errorf("docker lease %q: no container: %w", ref, provider.ErrNotFound)
+	case 1:
+		return found[0], nil
+	}
+	ids := make([]string, len(found))
+	for i, x := range found {
+		ids[i] = x.leaseID()
+	}
+	return box{}, fmt.Errorf("docker lease %q is ambiguous: leases %s: %w", ref, strings.Join(ids, ", "), provider.ErrConflict)
+}
+
+// target describes x for the library. The expiry comes from the lease
+// record inside a running box (Touch moves it there), else from the label.
+func (b *Backend) target(ctx context.Context, x box) provider.LeaseTarget {
+	t := provider.LeaseTarget{
+		LeaseID:   x.leaseID(),
+		Slug:      x.labels[labelSlug],
+		Provider:  Name,
+		CloudID:   x.name,
+		Host:      "127.0.0.1",
+		Port:      x.port,
+		User:      boxUser,
+		WorkRoot:  workRoot,
+		State:     string(x.state),
+		Labels:    userLabels(x.labels),
+		CreatedAt: unixLabel(x.labels, labelCreatedAt),
+		ExpiresAt: unixLabel(x.labels, labelExpiresAt),
+	}
+	if x.running() {
+		t.State = "ready"
+		if rec, err := b.record(ctx, x); err == nil {
+			t.ExpiresAt, t.HostKey = rec.ExpiresAt, rec.HostKey
+		} else {
+			b.rt.Logger.Debug("docker lease record unreadable; using labels", "lease", t.LeaseID, "err", err)
+		}
+	}
+	return t
+}
+
+// record reads the lease record of a running box.
+func (b *Backend) record(ctx context.Context, x box) (local.AgentLease, error) {
+	data, err := b.readFile(ctx, x.containerID, boxRecordPath(x.leaseID()), maxRecordSize)
+	if err != nil {
+		return local.AgentLease{}, err
+	}
+	rec, err := local.DecodeRecord(data)
+	if err != nil {
+		return local.AgentLease{}, err
+	}
+	if rec.ID != x.leaseID() {
+		return local.AgentLease{}, fmt.Errorf("container %s holds the record of lease %q", x.name, rec.ID)
+	}
+	return rec, nil
+}
+
+// Resolve finds the running box of a lease by ID or slug.
+func (b *Backend) Resolve(ctx context.Context, req provider.ResolveRequest) (provider.LeaseTarget, error) {
+	x, err := b.find(ctx, req.ID)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	if !x.running() || x.port == 0 {
+		return provider.LeaseTarget{}, fmt.Errorf("docker lease %q: container %s is %s, not serving: %w", req.ID, x.name, x.state, provider.ErrNotFound)
+	}
+	return b.target(ctx, x), nil
+}
+
+// List returns every crabbox container of the engine, running or not.
+func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.LeaseTarget, error) {
+	found, err := b.boxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]provider.LeaseTarget, 0, len(found))
+	for _, x := range found {
+		out = append(out, b.target(ctx, x))
+	}
+	return out, nil
+}
+
+// Touch moves the lease's expiry to req.ExpiresAt by rewriting the lease
+// record in the box, which the agent re-reads when its old expiry passes.
+func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
+	x, err := b.find(ctx, req.Lease.LeaseID)
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("touch: %w", err)
+	}
+	if !x.running() {
+		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: container %s is %s: %w", x.leaseID(), x.name, x.state, provider.ErrNotFound)
+	}
+	name := boxRecordPath(x.leaseID())
+	data, err := b.readFile(ctx, x.containerID, name, maxRecordSize)
+	if err != nil {
+		return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": read lease record", err)
+	}
+	data, err = local.SetRecordExpiry(data, req.ExpiresAt.UTC())
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: %w", x.leaseID(), err)
+	}
+	if err := b.writeFile(ctx, x.containerID, name, data); err != nil {
+		return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": write lease record", err)
+	}
+	return b.target(ctx, x), nil
+}
+
+// ReleaseLease stops and removes the lease's container. A lease whose
+// container is already gone is released.
+func (b *Backend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest) error {
+	id := req.Lease.LeaseID
+	if !lease.IsID(id) {
+		return fmt.Errorf("release docker lease: lease ID %q is malformed", id)
+	}
+	found, err := b.boxes(ctx, labelLease+"="+id)
+	if err != nil {
+		return fmt.Errorf("release docker lease %s: %w", id, err)
+	}
+	var errs []error
+	for _, x := range found {
+		errs = append(errs, b.remove(ctx, x.containerID))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("release docker lease %s: %w", id, err)
+	}
+	b.rt.Logger.Info("docker lease released", "lease", id)
+	return nil
+}
+
+// removeTimeout bounds waiting for a removal the engine already started.
+const removeTimeout = 30 * time.Second
+
+// remove force-removes a container (SIGKILL, then delete). A container
+// that is already gone is fine; one the engine is already removing (its
+// AutoRemove) is waited for.
+func (b *Backend) remove(ctx context.Context, containerID string) error {
+	_, err := b.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	switch {
+	case err == nil, cerrdefs.IsNotFound(err):
+		return nil
+	case cerrdefs.IsConflict(err):
+		ctx, cancel := context.WithTimeout(ctx, removeTimeout)
+		defer cancel()
+		res := b.cli.ContainerWait(ctx, containerID, client.ContainerWaitOptions{Condition: container.WaitConditionRemoved})
+		select {
+		case <-res.Result:
+			return nil
+		case werr := <-res.Error:
+			if cerrdefs.IsNotFound(werr) {
+				return nil
+			}
+			return engineErr("remove container "+containerID, errors.Join(err, werr))
+		}
+	default:
+		return engineErr("remove container "+containerID, err)
+	}
+}
+
+// engineErr wraps an engine error with the portable kind it matches.
+func engineErr(what string, err error) error {
+	var kind error
+	switch {
+	case cerrdefs.IsNotFound(err):
+		kind = provider.ErrNotFound
+	case cerrdefs.IsConflict(err):
+		kind = provider.ErrConflict
+	case cerrdefs.IsUnauthorized(err), cerrdefs.IsPermissionDenied(err):
+		kind = provider.ErrUnauthenticated
+	case cerrdefs.IsUnavailable(err), cerrdefs.IsDeadlineExceeded(err), client.IsErrConnectionFailed(err):
+		kind = provider.ErrTransient
+	case cerrdefs.IsResourceExhausted(err):
+		kind = provider.ErrCapacity
+	}
+	if kind == nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w: %w", what, kind, err)
+}
+
+// portBindings publishes the SSH port on 127.0.0.1 with a port the engine
+// chooses.
+func portBindings() (network.PortSet, network.PortMap) {
+	p := network.MustParsePort(strconv.Itoa(sshPort) + "/tcp")
+	return network.PortSet{p: {}}, network.PortMap{p: {{HostIP: netip.MustParseAddr("127.0.0.1")}}}
+}
+
+// Image is the box image the backend creates containers from.
+func (b *Backend) Image() string { return b.cfg.Image }

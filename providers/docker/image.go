@@ -1,0 +1,183 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/distribution/reference"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/client"
+
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// Defaults of BuildImage.
+const (
+	DefaultSuite  = "bookworm"
+	DefaultMirror = "http://deb.debian.org/debian"
+)
+
+// boxPackages are installed on top of Debian's minbase: what sync and run
+// need on a box (tar, and git for repositories that want it).
+var boxPackages = []string{"git", "tar", "ca-certificates"}
+
+// imageChanges are Dockerfile instructions applied to imported images.
+var imageChanges = []string{
+	"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	`CMD ["/bin/sh"]`,
+}
+
+// BuildOptions shape BuildImage.
+type BuildOptions struct {
+	// Tag names the image; empty means the backend's configured image
+	// (Config.Image, by default DefaultImage).
+	Tag string
+	// Suite is the Debian release; empty means DefaultSuite.
+	Suite string
+	// Mirror is the Debian archive to install from; empty means
+	// DefaultMirror.
+	Mirror string
+	// Output receives debootstrap's progress; nil discards it.
+	Output io.Writer
+}
+
+// BuildImage makes the default box image without any registry: a minimal
+// Debian root filesystem (debootstrap --variant=minbase, plus git and tar)
+// in a temporary directory, imported into the engine as opts.Tag. It needs
+// Linux, root and debootstrap, run through the runtime's command runner,
+// and returns the image ID.
+func (b *Backend) BuildImage(ctx context.Context, opts BuildOptions) (string, error) {
+	if opts.Tag == "" {
+		opts.Tag = b.cfg.Image
+	}
+	tag, err := imageRef(opts.Tag)
+	if err != nil {
+		return "", err
+	}
+	if opts.Suite == "" {
+		opts.Suite = DefaultSuite
+	}
+	if opts.Mirror == "" {
+		opts.Mirror = DefaultMirror
+	}
+	if opts.Output == nil {
+		opts.Output = io.Discard
+	}
+	if strings.ContainsAny(opts.Suite, "/ \t") || strings.HasPrefix(opts.Suite, "-") {
+		return "", fmt.Errorf("build image: suite %q is not a Debian release name", opts.Suite)
+	}
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
+		return "", fmt.Errorf("build image: debootstrap needs Linux and root (run it as root, e.g. with sudo): %w", provider.ErrPrecondition)
+	}
+	debootstrap, err := exec.LookPath("debootstrap")
+	if err != nil {
+		return "", fmt.Errorf("build image: debootstrap is not installed (apt-get install debootstrap): %w", provider.ErrPrecondition)
+	}
+	tarPath, err := exec.LookPath("tar")
+	if err != nil {
+		return "", fmt.Errorf("build image: tar is not installed: %w", provider.ErrPrecondition)
+	}
+	if _, err := b.cli.Ping(ctx, client.PingOptions{}); err != nil {
+		return "", engineErr("build image: reach the docker engine", err)
+	}
+	dir, err := os.MkdirTemp("", "crabbox-rootfs-")
+	if err != nil {
+		return "", fmt.Errorf("build image: %w", err)
+	}
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			b.rt.Logger.Warn("build image: temporary root filesystem not removed", "dir", dir, "err", err)
+		}
+	}()
+	rootfs := filepath.Join(dir, "rootfs")
+	err = b.rt.Commands.Run(ctx, provider.Command{
+		Path:   debootstrap,
+		Args:   []string{"--variant=minbase", "--include=" + strings.Join(boxPackages, ","), opts.Suite, rootfs, opts.Mirror},
+		Stdout: opts.Output, Stderr: opts.Output,
+	})
+	if err != nil {
+		return "", fmt.Errorf("build image: debootstrap %s from %s: %w", opts.Suite, opts.Mirror, err)
+	}
+	// Downloaded packages are of no use in the image.
+	debs, _ := filepath.Glob(filepath.Join(rootfs, "var", "cache", "apt", "archives", "*.deb"))
+	for _, deb := range debs {
+		_ = os.Remove(deb)
+	}
+
+	pr, pw := io.Pipe()
+	tarred := make(chan error, 1)
+	go func() {
+		err := b.rt.Commands.Run(ctx, provider.Command{
+			Path: tarPath, Args: []string{"--numeric-owner", "-C", rootfs, "-c", "."},
+			Stdout: pw, Stderr: opts.Output,
+		})
+		pw.CloseWithError(err)
+		tarred <- err
+	}()
+	id, err := b.ImportImage(ctx, pr, tag)
+	pr.CloseWithError(errors.New("import ended")) // stops tar if the import failed early
+	if terr := <-tarred; terr != nil && err == nil {
+		err = fmt.Errorf("build image: tar the root filesystem: %w", terr)
+	}
+	if err != nil {
+		return "", err
+	}
+	b.rt.Logger.Info("docker box image built", "image", tag, "id", id)
+	return id, nil
+}
+
+// imageRef checks an image reference; empty means DefaultImage.
+func imageRef(tag string) (string, error) {
+	if tag == "" {
+		return DefaultImage, nil
+	}
+	if _, err := reference.ParseNormalizedNamed(tag); err != nil {
+		return "", fmt.Errorf("image tag %q: %w", tag, err)
+	}
+	return tag, nil
+}
+
+// ImportImage imports rootfs, a tar stream of a root filesystem, into the
+// engine as the image tag (empty means DefaultImage), with PATH set and
+// /bin/sh as its command, and returns the image ID. Any root filesystem
+// with /bin/sh makes a box image.
+func (b *Backend) ImportImage(ctx context.Context, rootfs io.Reader, tag string) (string, error) {
+	tag, err := imageRef(tag)
+	if err != nil {
+		return "", err
+	}
+	res, err := b.cli.ImageImport(ctx, client.ImageImportSource{Source: rootfs, SourceName: "-"}, tag,
+		client.ImageImportOptions{Message: "crabbox box image", Changes: imageChanges})
+	if err != nil {
+		return "", engineErr("import image "+tag, err)
+	}
+	defer res.Close()
+	var id string
+	dec := json.NewDecoder(res)
+	for {
+		var m jsonstream.Message
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return "", fmt.Errorf("import image %s: engine answer: %w", tag, err)
+		}
+		if m.Error != nil {
+			return "", fmt.Errorf("import image %s: %s", tag, m.Error.Message)
+		}
+		if s := strings.TrimSpace(m.Status); strings.HasPrefix(s, "sha256:") {
+			id = s
+		}
+	}
+	if id == "" {
+		return "", fmt.Errorf("import image %s: the engine reported no image ID", tag)
+	}
+	return id, nil
+}
