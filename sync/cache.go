@@ -2,6 +2,8 @@ package sync
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -119,6 +121,23 @@ func (c *hashCache) lookup(path string, size, mtime int64, inode uint64) (string
 	return e.SHA256, true
 }
 
+// hit fills in e's mtime and hash from the cache when it knows the file as
+// it was listed.
+func (c *hashCache) hit(e *Entry) bool {
+	if c == nil {
+		return false
+	}
+	st, ok := c.stamps[e.Path]
+	if !ok {
+		return false
+	}
+	h, ok := c.lookup(e.Path, e.Size, st.mtime, st.ino)
+	if ok {
+		e.MTime, e.SHA256 = st.mtime, h
+	}
+	return ok
+}
+
 func (c *hashCache) store(path string, size, mtime int64, inode uint64, sum string) {
 	if c == nil || mtime > c.racy {
 		return
@@ -127,6 +146,73 @@ func (c *hashCache) store(path string, size, mtime int64, inode uint64, sum stri
 	defer c.mu.Unlock()
 	c.new[path] = cacheEntry{Size: size, MTime: mtime, Inode: inode, SHA256: sum}
 	c.changed = true
+}
+
+// racyIn reports whether a file of stamps was modified too recently for
+// its mtime to tell a later change apart.
+func (c *hashCache) racyIn(stamps map[string]fileStamp) bool {
+	for _, st := range stamps {
+		if st.mtime > c.racy {
+			return true
+		}
+	}
+	return false
+}
+
+// The listing file (the cache file's name plus listingSuffix) remembers the
+// fingerprint of the manifest of one listing: "header digest fingerprint".
+// A checkout listed exactly as before (see listingDigest) has the same
+// manifest, as far as the hash cache can tell, so its fingerprint is known
+// without looking up a single hash.
+const (
+	listingSuffix = ".listing"
+	listingHeader = "crabbox listing 1"
+)
+
+// listingDigest is the SHA-256 of everything the hash cache trusts about
+// files: each file's path, mode, size, link target, mtime and inode.
+func listingDigest(files []File, stamps map[string]fileStamp) string {
+	h := sha256.New()
+	var buf []byte
+	for _, f := range files {
+		st := stamps[f.Path]
+		buf = buf[:0]
+		buf = append(buf, f.Path...)
+		buf = append(buf, 0)
+		buf = strconv.AppendUint(buf, uint64(f.Mode), 10)
+		buf = append(buf, ' ')
+		buf = strconv.AppendInt(buf, f.Size, 10)
+		buf = append(buf, ' ')
+		buf = strconv.AppendInt(buf, st.mtime, 10)
+		buf = append(buf, ' ')
+		buf = strconv.AppendUint(buf, st.ino, 10)
+		buf = append(buf, ' ')
+		buf = append(buf, f.LinkTarget...)
+		buf = append(buf, 0)
+		h.Write(buf)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// readListing returns the fingerprint remembered for digest, or "".
+func readListing(cacheFile, digest string) string {
+	data, err := os.ReadFile(cacheFile + listingSuffix)
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 5 || strings.Join(f[:3], " ") != listingHeader || f[3] != digest || len(f[4]) != 64 {
+		return ""
+	}
+	return f[4]
+}
+
+// writeListing remembers fp as the fingerprint of digest's listing.
+func writeListing(cacheFile, digest, fp string) error {
+	if readListing(cacheFile, digest) == fp {
+		return nil
+	}
+	return atomicfile.Write(cacheFile+listingSuffix, []byte(listingHeader+" "+digest+" "+fp+"\n"))
 }
 
 // save writes the entries looked up or stored since loadCache, if they

@@ -338,3 +338,98 @@ func TestPushCanceledMidStream(t *testing.T) {
 	push(t, client, Options{Root: root, RemoteDir: remoteDir})
 	sameTree(t, root, remoteDir)
 }
+
+// An unchanged checkout is recognised by its listing alone: no hash is
+// looked up or read, and the push is skipped.
+func TestPushListingShortcut(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 30, "v1")
+	cacheFile := filepath.Join(t.TempDir(), "hashes")
+	opts := Options{Root: root, RemoteDir: t.TempDir(), CacheFile: cacheFile}
+	push(t, client, opts)
+
+	p, err := Prepare(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.local != nil || p.fp == "" {
+		t.Fatalf("Prepare of an unchanged checkout built the manifest (fingerprint %q)", p.fp)
+	}
+	st, err := p.Push(t.Context(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Skipped || st.Hashed != 0 {
+		t.Errorf("unchanged push: %+v, want skipped with nothing hashed", st)
+	}
+
+	// A changed file changes the listing: the push sends it.
+	write(t, root, "d1/f001.txt", "v2 file 1, longer\n", 0o644)
+	old := time.Now().Add(-30 * time.Minute)
+	if err := os.Chtimes(filepath.Join(root, "d1/f001.txt"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	st = push(t, client, opts)
+	if st.Skipped || st.Sent != 1 || st.Hashed != 1 {
+		t.Errorf("push after a change: %+v, want 1 hashed and sent", st)
+	}
+	sameTree(t, root, opts.RemoteDir)
+	if st := push(t, client, opts); !st.Skipped || st.Hashed != 0 {
+		t.Errorf("push after that: %+v, want skipped with nothing hashed", st)
+	}
+
+	// A file modified too recently for its mtime to be trusted keeps the
+	// listing from being remembered.
+	write(t, root, "d2/f002.txt", "fresh", 0o644)
+	push(t, client, opts)
+	if p, err := Prepare(t.Context(), opts); err != nil || p.local == nil {
+		t.Errorf("Prepare after a fresh change: err %v, used the listing file: %v", err, p.local == nil)
+	}
+}
+
+// With a cold hash cache, files are hashed as they are sent, and only the
+// files the box may already hold as they are are hashed beforehand.
+func TestPushHashesWhileSending(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 40, "v1")
+	cacheFile := filepath.Join(t.TempDir(), "hashes")
+	opts := Options{Root: root, RemoteDir: t.TempDir(), CacheFile: cacheFile, eagerFiles: -1}
+
+	p, err := Prepare(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.fp != "" || p.hashed != 0 {
+		t.Fatalf("Prepare with a cold cache hashed %d files (fingerprint %q), want none", p.hashed, p.fp)
+	}
+	st, err := p.Push(t.Context(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sent != 41 || st.Hashed != 40 {
+		t.Errorf("first push: %+v, want 41 sent, 40 hashed while sending", st)
+	}
+	sameTree(t, root, opts.RemoteDir)
+	if st := push(t, client, opts); !st.Skipped || st.Hashed != 0 {
+		t.Errorf("second push: %+v, want skipped from the cache the first filled", st)
+	}
+
+	// Without the cache, the files the box holds with the same size are
+	// hashed to find out they need not be sent; the changed one is sent.
+	if err := os.Remove(cacheFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(cacheFile + listingSuffix); err != nil {
+		t.Fatal(err)
+	}
+	write(t, root, "d3/f003.txt", "v2 file 3, a different size\n", 0o644)
+	old := time.Now().Add(-30 * time.Minute)
+	if err := os.Chtimes(filepath.Join(root, "d3/f003.txt"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	st = push(t, client, opts)
+	if st.Skipped || st.Sent != 1 || st.Hashed != 40 {
+		t.Errorf("push with a lost cache: %+v, want 1 sent, 40 hashed", st)
+	}
+	sameTree(t, root, opts.RemoteDir)
+}

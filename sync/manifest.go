@@ -190,17 +190,37 @@ func diffManifests(local []Entry, trusted map[string]Entry, previous []string) (
 // the files the cache (if any) does not know with the same size, mtime and
 // inode.
 func buildManifest(ctx context.Context, root string, files []File, cache *hashCache) (entries []Entry, hashed int, err error) {
+	entries, misses := cachedManifest(files, cache)
+	hashed, err = hashEntries(ctx, root, entries, misses, cache)
+	if err != nil {
+		return nil, 0, err
+	}
+	return entries, hashed, nil
+}
+
+// cachedManifest describes files, with the content hashes the cache knows,
+// and returns the indexes of the regular files whose hash it does not know.
+func cachedManifest(files []File, cache *hashCache) (entries []Entry, misses []int) {
 	entries = make([]Entry, len(files))
-	var todo []int
 	for i, f := range files {
-		e := Entry{Path: f.Path, Mode: f.Mode, Size: f.Size, Link: f.LinkTarget}
-		entries[i] = e
-		if f.LinkTarget != "" {
+		e := &entries[i]
+		*e = Entry{Path: f.Path, Mode: f.Mode, Size: f.Size, Link: f.LinkTarget}
+		if f.LinkTarget != "" || cache.hit(e) {
 			continue
 		}
-		todo = append(todo, i)
+		misses = append(misses, i)
 	}
-	workers := min(runtime.GOMAXPROCS(0), 16, max(len(todo), 1))
+	return entries, misses
+}
+
+// hashEntries reads and hashes the regular files entries[i] for i in idx,
+// on as many goroutines as there are processors, and returns how many it
+// read.
+func hashEntries(ctx context.Context, root string, entries []Entry, idx []int, cache *hashCache) (hashed int, err error) {
+	if len(idx) == 0 {
+		return 0, ctx.Err()
+	}
+	workers := min(runtime.GOMAXPROCS(0), 16, len(idx))
 	next := make(chan int)
 	var wg gosync.WaitGroup
 	var mu gosync.Mutex
@@ -221,7 +241,7 @@ func buildManifest(ctx context.Context, root string, files []File, cache *hashCa
 		})
 	}
 feed:
-	for _, i := range todo {
+	for _, i := range idx {
 		select {
 		case next <- i:
 		case <-ctx.Done():
@@ -231,25 +251,14 @@ feed:
 	close(next)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	if firstErr != nil {
-		return nil, 0, firstErr
-	}
-	return entries, hashed, nil
+	return hashed, firstErr
 }
 
 // describe fills in a regular file's size, mtime and hash, from the cache
 // when it knows the file as it is.
 func describe(root string, e *Entry, cache *hashCache) (read bool, err error) {
-	if cache != nil {
-		if st, ok := cache.stamps[e.Path]; ok {
-			if h, ok := cache.lookup(e.Path, e.Size, st.mtime, st.ino); ok {
-				e.MTime, e.SHA256 = st.mtime, h
-				return false, nil
-			}
-		}
-	}
 	name := filepath.Join(root, filepath.FromSlash(e.Path))
 	fi, err := os.Lstat(name)
 	if err != nil {

@@ -79,6 +79,9 @@ type Options struct {
 	// lockTries bounds the waits for another push's lock on the box; zero
 	// means defaultLockTries (tests shorten it).
 	lockTries int
+	// eagerFiles, when not zero, replaces eagerHashFiles (tests set -1 to
+	// hash nothing before the session).
+	eagerFiles int
 }
 
 // Stats describes a finished push.
@@ -126,12 +129,61 @@ var sessionsOpened atomic.Int64
 // Pushes to the same RemoteDir hold a lock on the box (a directory in
 // RemoteDir/.crabbox) from reading the box's state to installing the new
 // one, so concurrent pushes run one after the other.
+//
+// Push is Prepare followed by Prepared.Push.
 func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) {
+	p, err := Prepare(ctx, opts)
+	if err != nil {
+		return Stats{Duration: p.took}, err
+	}
+	return p.Push(ctx, client)
+}
+
+// Prepared is the local half of a push: the file set, checked against the
+// guardrails, and what is known of its content. It needs no box, so a
+// caller can prepare while it connects. A Prepared is used for one Push.
+type Prepared struct {
+	opts  Options
+	took  time.Duration // spent in Prepare
+	files []File
+	// stamps are the regular files' mtimes and inodes as listed, and
+	// digest the SHA-256 of the listing (see listingDigest).
+	stamps map[string]fileStamp
+	digest string
+	cache  *hashCache
+	// fp is the fingerprint of the file set when it is known before
+	// the session: from the listing file, or from local once every
+	// hash is known. Empty means the box's state decides what to send.
+	fp string
+	// local is the manifest, nil when fp came from the listing file;
+	// misses are the indexes of its regular files whose hash is not
+	// known yet.
+	local  []Entry
+	misses []int
+	hashed int
+}
+
+// Files whose hashes the cache does not know are hashed before the
+// session, so that an unchanged file set is recognised by its fingerprint,
+// only when they are this few. A colder cache (a first sync) leaves the
+// hashing to the transfer, which hashes what it sends as it sends it.
+const (
+	eagerHashFiles = 2000
+	eagerHashBytes = 64 << 20
+)
+
+// Prepare lists the file set of opts.Root, checks it against the
+// guardrails and finds what it can of its content without the box. When
+// the CacheFile has seen this very listing (every path, mode, size, mtime
+// and inode) before, the fingerprint is taken from there and no file or
+// hash is read: an unchanged checkout costs a git listing and a stat per
+// file.
+func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	start := time.Now()
-	var stats Stats
-	fail := func(err error) (Stats, error) {
-		stats.Duration = time.Since(start)
-		return stats, fmt.Errorf("sync %s to %s: %w", opts.Root, opts.RemoteDir, err)
+	p := &Prepared{opts: opts, stamps: map[string]fileStamp{}}
+	defer func() { p.took = time.Since(start) }()
+	fail := func(err error) (*Prepared, error) {
+		return p, fmt.Errorf("sync %s to %s: %w", opts.Root, opts.RemoteDir, err)
 	}
 	switch {
 	case opts.Root == "":
@@ -141,9 +193,7 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 	case strings.IndexByte(opts.RemoteDir, 0) >= 0:
 		return fail(errors.New("remote directory contains a NUL byte"))
 	}
-
-	stamps := map[string]fileStamp{}
-	files, _, err := listFiles(ctx, opts.Root, runtime.GOOS == "windows", FileSetOptions{Exclude: opts.Exclude}, stamps)
+	files, _, err := listFiles(ctx, opts.Root, runtime.GOOS == "windows", FileSetOptions{Exclude: opts.Exclude}, p.stamps)
 	if err != nil {
 		return fail(fmt.Errorf("list files of %s: %w", opts.Root, err))
 	}
@@ -155,33 +205,120 @@ func Push(ctx context.Context, client *ssh.Client, opts Options) (Stats, error) 
 	if err := checkLimits(opts, files); err != nil {
 		return fail(err)
 	}
-	cache := loadCache(opts.CacheFile)
-	if cache != nil {
-		cache.stamps = stamps
+	p.files = files
+	if opts.CacheFile != "" {
+		p.digest = listingDigest(files, p.stamps)
+		if p.fp = readListing(opts.CacheFile, p.digest); p.fp != "" {
+			return p, nil
+		}
 	}
-	local, hashed, err := buildManifest(ctx, opts.Root, files, cache)
-	if err != nil {
-		return fail(err)
+	p.cache = loadCache(opts.CacheFile)
+	if p.cache != nil {
+		p.cache.stamps = p.stamps
 	}
-	if err := cache.save(); err != nil && opts.Warn != nil {
-		opts.Warn(fmt.Sprintf("could not save the sync hash cache %s: %v", opts.CacheFile, err))
+	p.local, p.misses = cachedManifest(files, p.cache)
+	var missBytes int64
+	for _, i := range p.misses {
+		missBytes += p.local[i].Size
 	}
-	stats.Total, stats.Hashed = len(local), hashed
+	if opts.CacheFile == "" || (len(p.misses) <= cmp.Or(opts.eagerFiles, eagerHashFiles) && missBytes <= eagerHashBytes) {
+		if err := p.hash(ctx, p.misses); err != nil {
+			return fail(err)
+		}
+		p.fp = fingerprint(p.local)
+		p.remember(p.fp)
+	}
+	return p, nil
+}
 
-	s := &session{opts: opts, stats: &stats, planStart: start}
-	err = s.run(ctx, client, local)
-	stats.Duration = time.Since(start)
+// hash reads and hashes the manifest's entries idx, which must be misses.
+func (p *Prepared) hash(ctx context.Context, idx []int) error {
+	n, err := hashEntries(ctx, p.opts.Root, p.local, idx, p.cache)
+	p.hashed += n
 	if err != nil {
-		return fail(err)
+		return err
+	}
+	hashed := make(map[int]bool, len(idx))
+	for _, i := range idx {
+		hashed[i] = true
+	}
+	p.misses = slices.DeleteFunc(p.misses, func(i int) bool { return hashed[i] })
+	return nil
+}
+
+// manifest returns the manifest with the hashes of every file that could
+// be equal to its entry in trusted; the others, which are sent, are hashed
+// as they are sent.
+func (p *Prepared) manifest(ctx context.Context, trusted map[string]Entry) ([]Entry, error) {
+	if p.local == nil {
+		// Only the fingerprint was known, and the box differs.
+		p.cache = loadCache(p.opts.CacheFile)
+		if p.cache != nil {
+			p.cache.stamps = p.stamps
+		}
+		p.local, p.misses = cachedManifest(p.files, p.cache)
+	}
+	var maybeSame []int
+	for _, i := range p.misses {
+		e := p.local[i]
+		if t, ok := trusted[e.Path]; ok && t.Mode == e.Mode && t.Size == e.Size && t.Link == "" {
+			maybeSame = append(maybeSame, i)
+		}
+	}
+	if err := p.hash(ctx, maybeSame); err != nil {
+		return nil, err
+	}
+	return p.local, nil
+}
+
+// sent records the hash of a file the transfer read and hashed while
+// sending it, for the cache when the file was still as listed.
+func (p *Prepared) sent(e Entry, st fileStamp) {
+	if listed, ok := p.stamps[e.Path]; ok && listed == st && p.cache != nil {
+		p.cache.store(e.Path, e.Size, st.mtime, st.ino, e.SHA256)
+	}
+}
+
+// remember saves the hash cache and, when every file's mtime is old enough
+// to trust, fp as the fingerprint of this listing.
+func (p *Prepared) remember(fp string) {
+	if p.cache == nil {
+		return
+	}
+	warn := func(err error) {
+		if err != nil && p.opts.Warn != nil {
+			p.opts.Warn(fmt.Sprintf("could not save the sync hash cache %s: %v", p.opts.CacheFile, err))
+		}
+	}
+	warn(p.cache.save())
+	if p.digest != "" && !p.cache.racyIn(p.stamps) {
+		warn(writeListing(p.opts.CacheFile, p.digest, fp))
+	}
+}
+
+// Push sends the prepared file set to the box; see the package function
+// Push.
+func (p *Prepared) Push(ctx context.Context, client *ssh.Client) (Stats, error) {
+	start := time.Now()
+	stats := Stats{Total: len(p.files)}
+	s := &session{prep: p, opts: p.opts, stats: &stats, planStart: start, prepared: p.took}
+	err := s.run(ctx, client)
+	stats.Hashed = p.hashed
+	stats.Duration = s.prepared + time.Since(start)
+	if err != nil {
+		return stats, fmt.Errorf("sync %s to %s: %w", p.opts.Root, p.opts.RemoteDir, err)
 	}
 	return stats, nil
 }
 
 // session is one push's conversation with the box.
 type session struct {
+	prep      *Prepared
 	opts      Options
 	stats     *Stats
 	planStart time.Time
+	// prepared is the time Prepare took, before the session.
+	prepared time.Duration
 
 	sess   *ssh.Session
 	stdin  io.WriteCloser
@@ -189,8 +326,8 @@ type session struct {
 	stderr *tail
 }
 
-func (s *session) run(ctx context.Context, client *ssh.Client, local []Entry) error {
-	fp := fingerprint(local)
+func (s *session) run(ctx context.Context, client *ssh.Client) error {
+	fp := cmp.Or(s.prep.fp, "-") // "-" is no fingerprint: the box differs
 	mode := "quick"
 	if s.opts.Checksum || s.opts.FullResync {
 		mode = "full"
@@ -226,7 +363,7 @@ func (s *session) run(ctx context.Context, client *ssh.Client, local []Entry) er
 		return fmt.Errorf("start sync on the box: %w", err)
 	}
 
-	err = s.converse(ctx, local)
+	err = s.converse(ctx)
 	if err != nil && !errors.Is(err, errRemote) {
 		// A local failure aborts: the box stops at the end of its
 		// input, before installing anything.
@@ -295,7 +432,7 @@ func (s *session) readBlock(name string, limit int64) ([]byte, bool, error) {
 }
 
 // converse runs the protocol of sessionScript.
-func (s *session) converse(ctx context.Context, local []Entry) error {
+func (s *session) converse(ctx context.Context) error {
 	line, err := s.readLine()
 	if err != nil {
 		return err
@@ -303,12 +440,13 @@ func (s *session) converse(ctx context.Context, local []Entry) error {
 	switch line {
 	case "crabbox-sync same":
 		s.stats.Skipped = true
-		s.stats.Plan = time.Since(s.planStart)
+		s.stats.Plan = s.prepared + time.Since(s.planStart)
 		return nil
 	case "crabbox-sync differ":
 	default:
 		return fmt.Errorf("%w: %q", errProtocol, line)
 	}
+
 	if _, _, err := s.readBlock("fingerprint", 4096); err != nil {
 		return err
 	}
@@ -349,6 +487,12 @@ func (s *session) converse(ctx context.Context, local []Entry) error {
 			}
 		}
 	}
+	// Hash what the box may already hold as it is; the rest is hashed
+	// as it is sent.
+	local, err := s.prep.manifest(ctx, trusted)
+	if err != nil {
+		return err
+	}
 	switch {
 	case s.opts.FullResync:
 		clear(trusted)
@@ -363,7 +507,7 @@ func (s *session) converse(ctx context.Context, local []Entry) error {
 		del = dedupSorted(previous)
 	}
 	s.stats.Deleted = len(del)
-	s.stats.Plan = time.Since(s.planStart)
+	s.stats.Plan = s.prepared + time.Since(s.planStart)
 
 	transferStart := time.Now()
 	defer func() { s.stats.Transfer = time.Since(transferStart) }()
@@ -442,36 +586,42 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	bw := bufio.NewWriterSize(w, 256<<10)
 	tw := tar.NewWriter(bw)
 	now := time.Now()
-	if err := addState(tw, pendingFile, encodeManifest(local), now); err != nil {
+	if err := addState(tw, pendingFile, encodeManifest(pendingManifest(local)), now); err != nil {
 		return err
 	}
 	final := make([]Entry, len(local))
 	copy(final, local)
 	drop := map[int]bool{}
+	clean := true // every file sent as listed
 	for _, i := range send {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		e := &final[i]
-		n, sum, ok, err := writeFile(tw, s.opts.Root, *e)
+		n, sum, st, ok, err := writeFile(tw, s.opts.Root, *e)
 		if err != nil {
 			return err
 		}
 		if !ok {
+			clean = false
 			// Vanished locally: the box keeps what it had.
 			switch t, trustedOK := trusted[e.Path]; {
 			case trustedOK:
 				*e = t
 			case previous[e.Path]:
 				// Unknown content, still crabbox's: never matches.
-				*e = Entry{Path: e.Path, SHA256: strings.Repeat("0", 64)}
+				*e = Entry{Path: e.Path, SHA256: unhashed}
 			default:
 				drop[i] = true
 			}
 			continue
 		}
 		if e.Link == "" {
+			if e.SHA256 == "" {
+				s.prep.hashed++
+			}
 			e.Size, e.SHA256 = n, sum
+			s.prep.sent(*e, st)
 		}
 		s.stats.Sent++
 		s.stats.Bytes += n
@@ -488,16 +638,36 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 		}
 		final = kept
 	}
+	fp := fingerprint(final)
+	if clean {
+		s.prep.remember(fp)
+	}
 	if err := addState(tw, manifestTmp, encodeManifest(final), now); err != nil {
 		return err
 	}
-	if err := addState(tw, fingerprintTmp, []byte(fingerprint(final)+"\n"), now); err != nil {
+	if err := addState(tw, fingerprintTmp, []byte(fp+"\n"), now); err != nil {
 		return err
 	}
 	if err := tw.Close(); err != nil {
 		return err
 	}
 	return bw.Flush()
+}
+
+// unhashed stands for the content hash of a file not hashed yet in the
+// pending manifest: it matches no file.
+var unhashed = strings.Repeat("0", 64)
+
+// pendingManifest is local as the pending file records it: files to be
+// hashed as they are sent have no hash yet.
+func pendingManifest(local []Entry) []Entry {
+	out := slices.Clone(local)
+	for i, e := range out {
+		if e.Link == "" && e.SHA256 == "" {
+			out[i].SHA256 = unhashed
+		}
+	}
+	return out
 }
 
 // addState adds one of crabbox's state files to the archive.
@@ -510,18 +680,18 @@ func addState(tw *tar.Writer, name string, data []byte, now time.Time) error {
 	return err
 }
 
-// writeFile adds e to the archive and returns the content bytes written
-// and their SHA-256. It reports false for a file that vanished since it was
-// listed.
-func writeFile(tw *tar.Writer, root string, e Entry) (int64, string, bool, error) {
+// writeFile adds e to the archive and returns the content bytes written,
+// their SHA-256 and the file's stamp when it was read. It reports false for
+// a file that vanished since it was listed.
+func writeFile(tw *tar.Writer, root string, e Entry) (int64, string, fileStamp, bool, error) {
 	name := filepath.Join(root, filepath.FromSlash(e.Path))
 	if e.Link != "" {
 		fi, err := os.Lstat(name)
 		if errors.Is(err, fs.ErrNotExist) {
-			return 0, "", false, nil
+			return 0, "", fileStamp{}, false, nil
 		}
 		if err != nil {
-			return 0, "", false, err
+			return 0, "", fileStamp{}, false, err
 		}
 		hdr := &tar.Header{
 			Typeflag: tar.TypeSymlink,
@@ -530,35 +700,35 @@ func writeFile(tw *tar.Writer, root string, e Entry) (int64, string, bool, error
 			Mode:     0o777,
 			ModTime:  fi.ModTime(),
 		}
-		return 0, "", true, tw.WriteHeader(hdr)
+		return 0, "", fileStamp{}, true, tw.WriteHeader(hdr)
 	}
 
 	// Open what was listed, and only that: a path swapped for a symlink
 	// since must not make Push read outside the root.
 	before, err := os.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, "", false, nil
+		return 0, "", fileStamp{}, false, nil
 	}
 	if err != nil {
-		return 0, "", false, err
+		return 0, "", fileStamp{}, false, err
 	}
 	if !before.Mode().IsRegular() {
-		return 0, "", false, fmt.Errorf("%q changed from a regular file while syncing", e.Path)
+		return 0, "", fileStamp{}, false, fmt.Errorf("%q changed from a regular file while syncing", e.Path)
 	}
 	file, err := os.Open(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, "", false, nil
+		return 0, "", fileStamp{}, false, nil
 	}
 	if err != nil {
-		return 0, "", false, err
+		return 0, "", fileStamp{}, false, err
 	}
 	defer file.Close()
 	fi, err := file.Stat()
 	if err != nil {
-		return 0, "", false, err
+		return 0, "", fileStamp{}, false, err
 	}
 	if !os.SameFile(before, fi) {
-		return 0, "", false, fmt.Errorf("%q was replaced while syncing", e.Path)
+		return 0, "", fileStamp{}, false, fmt.Errorf("%q was replaced while syncing", e.Path)
 	}
 	hdr := &tar.Header{
 		Typeflag: tar.TypeReg,
@@ -568,17 +738,17 @@ func writeFile(tw *tar.Writer, root string, e Entry) (int64, string, bool, error
 		ModTime:  fi.ModTime(),
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
-		return 0, "", false, err
+		return 0, "", fileStamp{}, false, err
 	}
 	h := sha256.New()
 	n, err := io.CopyN(io.MultiWriter(tw, h), file, hdr.Size)
 	if errors.Is(err, io.EOF) {
-		return n, "", false, fmt.Errorf("%q shrank while syncing", e.Path)
+		return n, "", fileStamp{}, false, fmt.Errorf("%q shrank while syncing", e.Path)
 	}
 	if err != nil {
-		return n, "", false, fmt.Errorf("send %q: %w", e.Path, err)
+		return n, "", fileStamp{}, false, fmt.Errorf("send %q: %w", e.Path, err)
 	}
-	return n, hex.EncodeToString(h.Sum(nil)), true, nil
+	return n, hex.EncodeToString(h.Sum(nil)), fileStamp{mtime: fi.ModTime().UnixNano(), ino: inode(fi)}, true, nil
 }
 
 // tail keeps the end of a remote command's stderr for error messages.

@@ -13,6 +13,13 @@
 // it on tmpfs), removed with sshd killed on exit and on Ctrl-C. It installs
 // nothing: sshd, ssh, rsync, tar and git must be present. Only 127.0.0.1 is
 // contacted.
+//
+// Every tool logs in as the same account. Run as root, that is by default
+// the account crabbox-bench (created with useradd if missing, a login
+// shell with the system's default start-up files, as on a fresh box), so
+// that the caller's own shell start-up files are not what is measured: a
+// .bashrc that starts a version manager costs each SSH session ~100 ms,
+// which would hide the tools' own costs. -login picks another account.
 package main
 
 import (
@@ -25,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -42,6 +50,7 @@ func main() {
 	flag.IntVar(&cfg.runs, "runs", 5, "timed runs per scenario and tool (the median is reported)")
 	flag.Uint64Var(&cfg.seed, "seed", 1, "seed of the synthetic checkout's layout and contents")
 	flag.BoolVar(&cfg.verbose, "v", false, "print every timed command and its duration")
+	flag.StringVar(&cfg.login, "login", "", "account every tool logs in as (default: crabbox-bench when run as root, else the current user)")
 	flag.Parse()
 	if cfg.files < 20 || cfg.runs < 1 || flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "usage: syncbench [-files N>=20] [-runs N>=1] [-seed N] [-v]")
@@ -65,6 +74,37 @@ type config struct {
 	files, runs int
 	seed        uint64
 	verbose     bool
+	login       string
+}
+
+// benchAccount is the account root's benchmark logs in as.
+const benchAccount = "crabbox-bench"
+
+// loginAccount is the account to log in as, created when it is the
+// benchmark's own and missing.
+func loginAccount(ctx context.Context, login string) (string, error) {
+	if login != "" {
+		return login, nil
+	}
+	if os.Geteuid() != 0 {
+		u, err := user.Current()
+		if err != nil {
+			return "", err
+		}
+		return u.Username, nil
+	}
+	if _, err := user.Lookup(benchAccount); err == nil {
+		return benchAccount, nil
+	}
+	fmt.Fprintf(os.Stderr, "creating the account %s to log in as (useradd -m -s /bin/bash)\n", benchAccount)
+	// "*" as the password: no password login, but not a locked account,
+	// which sshd would refuse.
+	for _, args := range [][]string{{"useradd", "-m", "-s", "/bin/bash", benchAccount}, {"usermod", "-p", "*", benchAccount}} {
+		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return benchAccount, nil
 }
 
 // requirements are the programs syncbench runs, with the Debian package
@@ -138,8 +178,15 @@ func run(ctx context.Context, cfg config) (err error) {
 	if err := os.MkdirAll(sshdDir, 0o700); err != nil {
 		return err
 	}
-	b.srv, err = sshd.Launch(sshdDir)
+	login, err := loginAccount(ctx, cfg.login)
 	if err != nil {
+		return err
+	}
+	b.srv, err = sshd.LaunchAs(sshdDir, login)
+	if err != nil {
+		return err
+	}
+	if err := chownTree(b.remote, login); err != nil {
 		return err
 	}
 	defer b.srv.Close()
@@ -147,7 +194,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	b.sshArgs = []string{"-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=" + filepath.Join(sshdDir, "known_hosts"),
 		"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR",
 		"-i", b.srv.ClientKeyFile, "-p", strconv.Itoa(b.srv.Port)}
-	fmt.Fprintf(os.Stderr, "sshd on 127.0.0.1:%d, work in %s\n", b.srv.Port, base)
+	fmt.Fprintf(os.Stderr, "sshd on 127.0.0.1:%d for %s, work in %s\n", b.srv.Port, login, base)
 
 	if err := b.makeCheckout(ctx); err != nil {
 		return err
@@ -158,6 +205,27 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	printTable(os.Stdout, cfg, rows)
 	return nil
+}
+
+// chownTree gives dir to login, so that every tool can write there as it.
+func chownTree(dir, login string) error {
+	u, err := user.Lookup(login)
+	if err != nil {
+		return err
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("account %s: %w", login, err)
+	}
+	if uid == os.Geteuid() {
+		return nil
+	}
+	// The parent must be reachable too.
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	return os.Chown(dir, uid, gid)
 }
 
 // moduleRoot finds the crabbox module root from the working directory.

@@ -5,7 +5,8 @@
 // Each server keeps its files in a directory of the caller's: an ed25519
 // host key, an authorized_keys file with a generated client key (also
 // written as client_key), a PID file and an sshd_config. It accepts
-// public-key logins for the current user only.
+// public-key logins for one user only: the current user, or with LaunchAs
+// (sshd running as root) another local account.
 package sshd
 
 import (
@@ -48,7 +49,7 @@ type Server struct {
 	Addr string
 	Host string
 	Port int
-	// User is the login the server accepts (the current user).
+	// User is the login the server accepts.
 	User string
 	// ClientKey is the key authorized to log in as User; ClientKeyPEM is
 	// the same key as an OpenSSH PEM private key, also written (0600) to
@@ -69,12 +70,35 @@ type Server struct {
 // 127.0.0.1 port, retrying with another port when the chosen one is taken
 // before sshd binds it. Close stops it.
 func Launch(dir string) (*Server, error) {
-	if _, err := os.Stat(SSHDPath); err != nil {
-		return nil, fmt.Errorf("OpenSSH server not installed at %s (apt-get install openssh-server): %w", SSHDPath, err)
-	}
 	u, err := user.Current()
 	if err != nil {
 		return nil, fmt.Errorf("look up current user: %w", err)
+	}
+	return LaunchAs(dir, u.Username)
+}
+
+// LaunchAs is Launch for logins as the local account login instead of the
+// current user; only root can serve another account. dir and the files
+// sshd reads on login's behalf (authorized_keys) are made readable to it.
+func LaunchAs(dir, login string) (*Server, error) {
+	if _, err := os.Stat(SSHDPath); err != nil {
+		return nil, fmt.Errorf("OpenSSH server not installed at %s (apt-get install openssh-server): %w", SSHDPath, err)
+	}
+	cur, err := user.Current()
+	if err != nil {
+		return nil, fmt.Errorf("look up current user: %w", err)
+	}
+	other := login != cur.Username
+	if other {
+		if os.Geteuid() != 0 {
+			return nil, fmt.Errorf("serve logins as %q: only root can run sshd for another account", login)
+		}
+		if _, err := user.Lookup(login); err != nil {
+			return nil, fmt.Errorf("look up account %q: %w", login, err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	if os.Geteuid() == 0 {
 		if err := os.MkdirAll(privsepDir, 0o755); err != nil {
@@ -95,12 +119,16 @@ func Launch(dir string) (*Server, error) {
 		"authorized_keys":      ssh.MarshalAuthorizedKey(clientKey.PublicKey()),
 	}
 	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+		perm := os.FileMode(0o600)
+		if other && name == "authorized_keys" {
+			perm = 0o644
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, perm); err != nil {
 			return nil, fmt.Errorf("write %s: %w", name, err)
 		}
 	}
 	s := &Server{
-		Host: "127.0.0.1", User: u.Username,
+		Host: "127.0.0.1", User: login,
 		ClientKey: clientKey, ClientKeyPEM: clientPEM, ClientKeyFile: filepath.Join(dir, "client_key"),
 		HostKey: hostKey.PublicKey(),
 	}
