@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -79,11 +78,21 @@ func parseCache(data []byte) (map[string]cacheEntry, error) {
 }
 
 func formatCache(entries map[string]cacheEntry) []byte {
-	buf := bytes.NewBufferString(cacheHeader)
+	b := make([]byte, 0, len(cacheHeader)+len(entries)*128)
+	b = append(b, cacheHeader...)
 	for path, e := range entries {
-		fmt.Fprintf(buf, "%d %d %d %s %s\x00", e.Size, e.MTime, e.Inode, e.SHA256, path)
+		b = strconv.AppendInt(b, e.Size, 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, e.MTime, 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, e.Inode, 10)
+		b = append(b, ' ')
+		b = append(b, e.SHA256...)
+		b = append(b, ' ')
+		b = append(b, path...)
+		b = append(b, 0)
 	}
-	return buf.Bytes()
+	return b
 }
 
 // loadCache reads the cache file; a missing, unreadable or malformed file
@@ -103,6 +112,7 @@ func loadCache(name string) *hashCache {
 	}
 	if entries, err := parseCache(data); err == nil {
 		c.old = entries
+		c.new = make(map[string]cacheEntry, len(entries))
 	}
 	return c
 }

@@ -3,6 +3,7 @@ package sync
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -43,9 +44,14 @@ func (e Entry) same(o Entry) bool {
 	return e.Path == o.Path && e.Mode == o.Mode && e.Size == o.Size && e.Link == o.Link && e.SHA256 == o.SHA256
 }
 
-// manifestHeader is the first line of a manifest file; each following line
-// is one Entry as a JSON object, sorted by path.
-const manifestHeader = "crabbox-manifest 1"
+// A manifest file is a header line and then one line per Entry, sorted by
+// path: "MODE SIZE MTIME SHA256 PATH LINK", MODE in octal, SHA256 "-" for
+// a symlink, PATH and LINK quoted as Go strings (LINK "" for a regular
+// file). The first version's lines were JSON objects; they are still read.
+const (
+	manifestHeader   = "crabbox-manifest 2"
+	manifestHeaderV1 = "crabbox-manifest 1"
+)
 
 // maxManifestSize bounds a manifest read back from the box (the fail
 // guardrail of 150,000 files at a generous 1.5 KiB per entry fits).
@@ -53,16 +59,24 @@ const maxManifestSize = 256 << 20
 
 // encodeManifest renders entries, which must be sorted by path.
 func encodeManifest(entries []Entry) []byte {
-	var b bytes.Buffer
-	b.Grow(len(manifestHeader) + 1 + len(entries)*160)
-	b.WriteString(manifestHeader)
-	b.WriteByte('\n')
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
+	b := make([]byte, 0, len(manifestHeader)+1+len(entries)*140)
+	b = append(b, manifestHeader...)
+	b = append(b, '\n')
 	for _, e := range entries {
-		enc.Encode(e) // cannot fail: plain fields; Encode adds the newline
+		b = strconv.AppendUint(b, uint64(e.Mode), 8)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, e.Size, 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, e.MTime, 10)
+		b = append(b, ' ')
+		b = append(b, cmp.Or(e.SHA256, "-")...)
+		b = append(b, ' ')
+		b = strconv.AppendQuote(b, e.Path)
+		b = append(b, ' ')
+		b = strconv.AppendQuote(b, e.Link)
+		b = append(b, '\n')
 	}
-	return b.Bytes()
+	return b
 }
 
 // parseManifest parses and validates a manifest read from the box. It
@@ -77,10 +91,18 @@ func parseManifest(data []byte) ([]Entry, error) {
 		return nil, nil
 	}
 	header, rest, ok := bytes.Cut(data, []byte{'\n'})
-	if !ok || string(header) != manifestHeader {
+	parse := parseEntry
+	switch string(header) {
+	case manifestHeader:
+	case manifestHeaderV1:
+		parse = parseEntryV1
+	default:
+		ok = false
+	}
+	if !ok {
 		return nil, errors.New("manifest does not start with " + strconv.Quote(manifestHeader))
 	}
-	var entries []Entry
+	entries := make([]Entry, 0, bytes.Count(rest, []byte{'\n'}))
 	line := 1
 	for len(rest) > 0 {
 		line++
@@ -89,14 +111,9 @@ func parseManifest(data []byte) ([]Entry, error) {
 		if !ok {
 			return nil, fmt.Errorf("manifest line %d: not terminated by a newline", line)
 		}
-		var e Entry
-		dec := json.NewDecoder(bytes.NewReader(rec))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&e); err != nil {
+		e, err := parse(string(rec))
+		if err != nil {
 			return nil, fmt.Errorf("manifest line %d: %w", line, err)
-		}
-		if dec.More() {
-			return nil, fmt.Errorf("manifest line %d: trailing data", line)
 		}
 		if err := checkEntry(e); err != nil {
 			return nil, fmt.Errorf("manifest line %d: %w", line, err)
@@ -107,6 +124,67 @@ func parseManifest(data []byte) ([]Entry, error) {
 		entries = append(entries, e)
 	}
 	return entries, nil
+}
+
+// parseEntry parses one line of a version 2 manifest.
+func parseEntry(rec string) (Entry, error) {
+	var e Entry
+	var f [4]string
+	for i := range f {
+		var ok bool
+		if f[i], rec, ok = strings.Cut(rec, " "); !ok {
+			return e, errors.New("too few fields")
+		}
+	}
+	mode, err1 := strconv.ParseUint(f[0], 8, 32)
+	size, err2 := strconv.ParseInt(f[1], 10, 64)
+	mtime, err3 := strconv.ParseInt(f[2], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return e, fmt.Errorf("malformed number: %w", err)
+	}
+	e.Mode, e.Size, e.MTime = fs.FileMode(mode), size, mtime
+	if f[3] != "-" {
+		e.SHA256 = f[3]
+	}
+	var err error
+	if e.Path, rec, err = unquotePrefix(rec); err != nil {
+		return e, fmt.Errorf("path: %w", err)
+	}
+	rec, ok := strings.CutPrefix(rec, " ")
+	if !ok {
+		return e, errors.New("no link field")
+	}
+	if e.Link, rec, err = unquotePrefix(rec); err != nil {
+		return e, fmt.Errorf("link: %w", err)
+	}
+	if rec != "" {
+		return e, errors.New("trailing data")
+	}
+	return e, nil
+}
+
+// unquotePrefix unquotes the Go string literal at the start of s.
+func unquotePrefix(s string) (string, string, error) {
+	q, err := strconv.QuotedPrefix(s)
+	if err != nil {
+		return "", "", err
+	}
+	v, err := strconv.Unquote(q)
+	return v, s[len(q):], err
+}
+
+// parseEntryV1 parses one line of a version 1 manifest: a JSON object.
+func parseEntryV1(rec string) (Entry, error) {
+	var e Entry
+	dec := json.NewDecoder(strings.NewReader(rec))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return e, err
+	}
+	if dec.More() {
+		return e, errors.New("trailing data")
+	}
+	return e, nil
 }
 
 func checkEntry(e Entry) error {

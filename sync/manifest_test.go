@@ -2,6 +2,7 @@ package sync
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -32,9 +33,30 @@ func TestManifestRoundTrip(t *testing.T) {
 	}
 }
 
+// A box synced by an earlier crabbox keeps a version 1 manifest (JSON
+// lines); it is still read.
+func TestParseManifestV1(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString(manifestHeaderV1 + "\n")
+	for _, e := range sampleEntries {
+		data, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(append(data, '\n'))
+	}
+	got, err := parseManifest(b.Bytes())
+	if err != nil {
+		t.Fatalf("parseManifest: %v\n%s", err, b.Bytes())
+	}
+	if diff := cmp.Diff(sampleEntries, got); diff != "" {
+		t.Errorf("version 1 (-want +got):\n%s", diff)
+	}
+}
+
 func TestParseManifestRejects(t *testing.T) {
 	hash := strings.Repeat("a", 64)
-	line := func(e string) string { return manifestHeader + "\n" + e + "\n" }
+	line := func(e string) string { return manifestHeaderV1 + "\n" + e + "\n" }
 	tests := map[string]string{
 		"no header":      `{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n",
 		"dot dot":        line(`{"path":"../x","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
@@ -50,11 +72,34 @@ func TestParseManifestRejects(t *testing.T) {
 		"empty link":     line(`{"path":"a","mode":134218239,"size":0,"mtime":0}`),
 		"unknown field":  line(`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `","x":1}`),
 		"trailing data":  line(`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"} {}`),
-		"unterminated":   manifestHeader + "\n" + `{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`,
-		"unsorted": manifestHeader + "\n" + `{"path":"b","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n" +
+		"unterminated":   manifestHeaderV1 + "\n" + `{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`,
+		"unsorted": manifestHeaderV1 + "\n" + `{"path":"b","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n" +
 			`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n",
-		"duplicate": manifestHeader + "\n" + `{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n" +
+		"duplicate": manifestHeaderV1 + "\n" + `{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n" +
 			`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n",
+	}
+	// The same in the current format.
+	line2 := func(e string) string { return manifestHeader + "\n" + e + "\n" }
+	for name, data := range map[string]string{
+		"v2 dot dot":        line2(`420 0 0 ` + hash + ` "../x" ""`),
+		"v2 absolute":       line2(`420 0 0 ` + hash + ` "/etc/passwd" ""`),
+		"v2 nul":            line2(`420 0 0 ` + hash + ` "a\x00b" ""`),
+		"v2 reserved":       line2(`420 0 0 ` + hash + ` ".crabbox/manifest" ""`),
+		"v2 directory mode": line2(`20000000755 0 0 ` + hash + ` "a" ""`),
+		"v2 bad hash":       line2(`420 0 0 zz "a" ""`),
+		"v2 negative size":  line2(`420 -1 0 ` + hash + ` "a" ""`),
+		"v2 symlink hash":   line2(`1000000777 0 0 ` + hash + ` "a" "b"`),
+		"v2 empty link":     line2(`1000000777 0 0 - "a" ""`),
+		"v2 file with link": line2(`644 0 0 ` + hash + ` "a" "b"`),
+		"v2 unquoted path":  line2(`644 0 0 ` + hash + ` a ""`),
+		"v2 no link":        line2(`644 0 0 ` + hash + ` "a"`),
+		"v2 trailing":       line2(`644 0 0 ` + hash + ` "a" "" x`),
+		"v2 few fields":     line2(`644 0 "a" ""`),
+		"v2 bad mode":       line2(`9z 0 0 ` + hash + ` "a" ""`),
+		"v2 unsorted":       line2(`644 0 0 ` + hash + ` "b" ""` + "\n" + `644 0 0 ` + hash + ` "a" ""`),
+		"v2 unterminated":   manifestHeader + "\n" + `644 0 0 ` + hash + ` "a" ""`,
+	} {
+		tests[name] = data
 	}
 	for name, data := range tests {
 		if _, err := parseManifest([]byte(data)); err == nil {
@@ -71,8 +116,9 @@ func TestParseManifestRejects(t *testing.T) {
 // names only safe paths and survives a round trip.
 func FuzzParseManifest(f *testing.F) {
 	f.Add(encodeManifest(sampleEntries))
-	f.Add([]byte(manifestHeader + "\n" + `{"path":"../x","mode":420,"size":0,"mtime":0,"sha256":""}` + "\n"))
-	f.Add([]byte(manifestHeader + "\n{}\n"))
+	f.Add([]byte(manifestHeaderV1 + "\n" + `{"path":"../x","mode":420,"size":0,"mtime":0,"sha256":""}` + "\n"))
+	f.Add([]byte(manifestHeaderV1 + "\n{}\n"))
+	f.Add([]byte(manifestHeader + "\n644 1 2 - \"a b\" \"\"\n"))
 	f.Add([]byte("garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		entries, err := parseManifest(data)
