@@ -14,7 +14,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // File is one entry of the set of files a sync copies: a regular file or a
@@ -135,8 +138,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 			return nil, 0, err
 		}
 	}
-	files := make([]File, 0, len(entries))
-	links := map[string]string{}
+	var todo []listed
 	seen := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		// Nested repositories are listed as "dir/"; unmerged paths once per
@@ -152,15 +154,21 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 			excluded++
 			continue
 		}
-		f, stamp, ok, err := stat(root, e, indexModes)
-		if err != nil {
-			return nil, 0, err
-		}
-		if !ok {
+		todo = append(todo, e)
+	}
+	stats, err := statAll(ctx, root, todo, indexModes)
+	if err != nil {
+		return nil, 0, err
+	}
+	files := make([]File, 0, len(todo))
+	links := map[string]string{}
+	for _, st := range stats {
+		if !st.ok {
 			continue
 		}
+		f := st.file
 		if stamps != nil && f.LinkTarget == "" {
-			stamps[f.Path] = stamp
+			stamps[f.Path] = st.stamp
 		}
 		if f.LinkTarget != "" {
 			links[f.Path] = f.LinkTarget
@@ -174,31 +182,75 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	return files, excluded, nil
 }
 
+// statted is what stat found of one listed entry.
+type statted struct {
+	file  File
+	stamp fileStamp
+	ok    bool
+}
+
+// statChunk is how many entries a statAll goroutine takes at a time.
+const statChunk = 256
+
+// statAll stats the entries on as many goroutines as there are processors:
+// listing a large checkout is mostly waiting for lstat.
+func statAll(ctx context.Context, rootPath string, entries []listed, indexModes bool) ([]statted, error) {
+	root, err := openRoot(rootPath)
+	if err != nil {
+		return nil, err
+	}
+	defer root.close()
+	out := make([]statted, len(entries))
+	var next atomic.Int64
+	var g errgroup.Group
+	for range min(runtime.GOMAXPROCS(0), (len(entries)+statChunk-1)/statChunk) {
+		g.Go(func() error {
+			for {
+				start := int(next.Add(statChunk)) - statChunk
+				if start >= len(entries) {
+					return nil
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				for i := start; i < min(start+statChunk, len(entries)); i++ {
+					f, stamp, ok, err := stat(root, entries[i], indexModes)
+					if err != nil {
+						return err
+					}
+					out[i] = statted{f, stamp, ok}
+				}
+			}
+		})
+	}
+	return out, g.Wait()
+}
+
 // stat describes e as it is in the working tree. It reports false for
 // entries that are not synced: missing ones, directories (submodules),
 // sockets and other special files.
-func stat(root string, e listed, indexModes bool) (File, fileStamp, bool, error) {
-	name := filepath.Join(root, filepath.FromSlash(e.path))
-	fi, err := os.Lstat(name)
+func stat(root *rootDir, e listed, indexModes bool) (File, fileStamp, bool, error) {
+	fi, err := root.lstat(e.path)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return File{}, fileStamp{}, false, nil
 	}
 	if err != nil {
 		return File{}, fileStamp{}, false, err
 	}
-	stamp := fileStamp{mtime: fi.ModTime().UnixNano(), ino: inode(fi)}
+	name := filepath.Join(root.path, filepath.FromSlash(e.path))
+	stamp := fileStamp{mtime: fi.mtime, ino: fi.ino}
 	f := File{Path: e.path}
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
+	switch fi.mode.Type() {
+	case fs.ModeSymlink:
 		target, err := os.Readlink(name)
 		if err != nil {
 			return File{}, fileStamp{}, false, err
 		}
 		f.Mode = fs.ModeSymlink | 0o777
 		f.LinkTarget = filepath.ToSlash(target)
-	case fi.Mode().IsRegular():
-		f.Mode = fi.Mode().Perm()
-		f.Size = fi.Size()
+	case 0:
+		f.Mode = fi.mode.Perm()
+		f.Size = fi.size
 	default:
 		return File{}, fileStamp{}, false, nil
 	}

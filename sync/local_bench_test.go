@@ -19,9 +19,15 @@ func BenchmarkPrepare(b *testing.B) {
 		}
 	}
 	opts := Options{Root: root, RemoteDir: "w", CacheFile: filepath.Join(b.TempDir(), "cache")}
-	if _, err := Prepare(b.Context(), opts); err != nil {
+	// Hash everything and remember the listing, as a first push would.
+	p, err := Prepare(b.Context(), opts)
+	if err != nil {
 		b.Fatal(err)
 	}
+	if err := p.hash(b.Context(), p.misses); err != nil {
+		b.Fatal(err)
+	}
+	p.remember(fingerprint(p.local))
 	for b.Loop() {
 		p, err := Prepare(b.Context(), opts)
 		if err != nil {
