@@ -69,11 +69,24 @@ const staleMinutes = 1
 // until stdin ends. A step may read stdin itself (tar). The lock is
 // released when the script ends, however it ends.
 //
+// An unchanged box is recognised before the lock, with shell builtins
+// alone: a push that changes the tree removes the fingerprint and creates
+// the pending file before it touches anything, and installs the new
+// fingerprint before it removes the pending file. So a fingerprint read
+// as FINGERPRINT followed by no pending file means the tree was
+// FINGERPRINT's when the pending file was checked, as a check under the
+// lock would have found; the lock only makes pushes wait for each other.
+//
 // The script contains no backslash, so it survives any login shell's
 // quoting; it reads steps with read and dd, which never read ahead, unlike
 // sh -s.
 const sessionScript = `crabbox_dir=$1 crabbox_fp=$2 crabbox_mode=$3 crabbox_token=$4 crabbox_stale=$5 crabbox_tries=$6
 s=.crabbox
+if [ "$crabbox_mode" = quick ] && { read -r crabbox_have <"$crabbox_dir/$s/fingerprint"; } 2>/dev/null &&
+	[ "$crabbox_have" = "$crabbox_fp" ] && [ ! -e "$crabbox_dir/$s/pending" ]; then
+	echo "crabbox-sync same"
+	exit 0
+fi
 crabbox_held=
 crabbox_release() {
 	rm -f "$s/step-$crabbox_token"
