@@ -123,44 +123,111 @@ type fileStamp struct {
 
 // listFiles lists root's files; when stamps is not nil it records each
 // regular file's fileStamp in it.
+//
+// In a git checkout, git lists the tracked files (from the index, quick)
+// and the untracked ones (a walk of the tree) in two processes at once,
+// and the tracked files are stat'ed while the walk runs.
 func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOptions, stamps map[string]fileStamp) ([]File, int, error) {
-	entries, isRepo, err := gitList(ctx, root)
-	if err != nil {
-		return nil, 0, err
-	}
 	m, err := newMatcher(root, opts.Exclude)
 	if err != nil {
 		return nil, 0, err
 	}
-	excluded := 0
-	if !isRepo {
-		if entries, excluded, err = walk(ctx, root, m); err != nil {
+	type listing struct {
+		entries []listed
+		err     error
+	}
+	untracked := make(chan listing, 1)
+	gitCtx, cancelGit := context.WithCancel(ctx)
+	defer cancelGit()
+	go func() {
+		entries, _, err := gitList(gitCtx, root, "-o", "--exclude-standard")
+		untracked <- listing{entries, err}
+	}()
+	// Git's modes of tracked files matter only where the file system
+	// cannot express them (indexModes); elsewhere the file system says
+	// what a file is, and a submodule is a directory, which is skipped.
+	selection := []string{"-c"}
+	if indexModes {
+		selection = append(selection, "-s")
+	}
+	tracked, isRepo, err := gitList(ctx, root, selection...)
+	if err != nil || !isRepo {
+		cancelGit()
+		<-untracked
+		if err != nil {
 			return nil, 0, err
 		}
+		entries, excluded, err := walk(ctx, root, m)
+		if err != nil {
+			return nil, 0, err
+		}
+		stats, err := statAll(ctx, root, entries, indexModes)
+		if err != nil {
+			return nil, 0, err
+		}
+		files, err := collect(stamps, stats)
+		return files, excluded, err
 	}
-	var todo []listed
-	seen := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		// Nested repositories are listed as "dir/"; unmerged paths once per
-		// stage.
-		if strings.HasSuffix(e.path, "/") || seen[e.path] || e.indexMode == gitModeGitlink {
-			continue
+
+	excluded := 0
+	seen := make(map[string]bool, len(tracked))
+	// keep drops what is not synced: nested repositories (listed as
+	// "dir/"), unmerged paths past their first stage, excluded paths.
+	keep := func(entries []listed) ([]listed, error) {
+		var out []listed
+		for _, e := range entries {
+			if strings.HasSuffix(e.path, "/") || seen[e.path] || e.indexMode == gitModeGitlink {
+				continue
+			}
+			seen[e.path] = true
+			if err := checkPath(e.path); err != nil {
+				return nil, fmt.Errorf("%q: %w", e.path, err)
+			}
+			if m.excluded(e.path, false, e.tracked) {
+				excluded++
+				continue
+			}
+			out = append(out, e)
 		}
-		seen[e.path] = true
-		if err := checkPath(e.path); err != nil {
-			return nil, 0, fmt.Errorf("%q: %w", e.path, err)
-		}
-		if isRepo && m.excluded(e.path, false, e.tracked) {
-			excluded++
-			continue
-		}
-		todo = append(todo, e)
+		return out, nil
 	}
-	stats, err := statAll(ctx, root, todo, indexModes)
+	todo, err := keep(tracked)
 	if err != nil {
 		return nil, 0, err
 	}
-	files := make([]File, 0, len(todo))
+	type statResult struct {
+		stats []statted
+		err   error
+	}
+	trackedStats := make(chan statResult, 1)
+	go func(todo []listed) {
+		stats, err := statAll(ctx, root, todo, indexModes)
+		trackedStats <- statResult{stats, err}
+	}(todo)
+	u := <-untracked
+	var stats []statted
+	if u.err == nil {
+		var todo []listed
+		if todo, u.err = keep(u.entries); u.err == nil {
+			stats, u.err = statAll(ctx, root, todo, indexModes)
+		}
+	}
+	if u.err != nil {
+		<-trackedStats
+		return nil, 0, u.err
+	}
+	t := <-trackedStats
+	if t.err != nil {
+		return nil, 0, t.err
+	}
+	files, err := collect(stamps, append(t.stats, stats...))
+	return files, excluded, err
+}
+
+// collect turns what statAll found into the sorted file set, checking the
+// symlinks, and records the regular files' stamps when stamps is not nil.
+func collect(stamps map[string]fileStamp, stats []statted) ([]File, error) {
+	files := make([]File, 0, len(stats))
 	links := map[string]string{}
 	for _, st := range stats {
 		if !st.ok {
@@ -176,10 +243,10 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 		files = append(files, f)
 	}
 	if err := checkLinks(links); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
-	return files, excluded, nil
+	return files, nil
 }
 
 // statted is what stat found of one listed entry.
@@ -307,10 +374,12 @@ func readSmall(name string) (string, error) {
 	return string(b), nil
 }
 
-// gitList lists root's files with git. It reports false, without an error,
-// when root is not in a git work tree.
-func gitList(ctx context.Context, root string) ([]listed, bool, error) {
-	cmd := exec.CommandContext(ctx, "git", "-C", root, "ls-files", "-z", "-t", "-s", "-c", "-o", "--exclude-standard")
+// gitList lists root's files with git ls-files and the given selection
+// (-c and -s for tracked files, -o and --exclude-standard for untracked
+// ones). It reports false, without an error, when root is not in a git
+// work tree.
+func gitList(ctx context.Context, root string, selection ...string) ([]listed, bool, error) {
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", root, "ls-files", "-z", "-t"}, selection...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -331,15 +400,17 @@ func gitList(ctx context.Context, root string) ([]listed, bool, error) {
 		}
 		return nil, false, fmt.Errorf("git ls-files: %w: %s", err, msg)
 	}
-	entries, err := parseLsFiles(out)
+	entries, err := parseLsFiles(out, slices.Contains(selection, "-s"))
 	return entries, err == nil, err
 }
 
-// parseLsFiles parses `git ls-files -z -t -s -c -o` output: "? PATH" for
-// untracked files, "TAG MODE OBJECT STAGE\tPATH" for tracked ones.
-func parseLsFiles(out []byte) ([]listed, error) {
-	var entries []listed
-	for rec := range bytes.SplitSeq(out, []byte{0}) {
+// parseLsFiles parses `git ls-files -z -t` output: "? PATH" for untracked
+// files; for tracked ones "TAG PATH", or with staged (-s) "TAG MODE OBJECT
+// STAGE\tPATH". Paths are substrings of one copy of out.
+func parseLsFiles(out []byte, staged bool) ([]listed, error) {
+	all := string(out)
+	entries := make([]listed, 0, strings.Count(all, "\x00"))
+	for rec := range strings.SplitSeq(all, "\x00") {
 		if len(rec) == 0 {
 			continue
 		}
@@ -347,11 +418,15 @@ func parseLsFiles(out []byte) ([]listed, error) {
 			return nil, fmt.Errorf("git ls-files: unexpected entry %q", rec)
 		}
 		if rec[0] == '?' {
-			entries = append(entries, listed{path: string(rec[2:])})
+			entries = append(entries, listed{path: rec[2:]})
 			continue
 		}
-		meta, p, ok := bytes.Cut(rec[2:], []byte{'\t'})
-		fields := strings.Fields(string(meta))
+		if !staged {
+			entries = append(entries, listed{path: rec[2:], tracked: true})
+			continue
+		}
+		meta, p, ok := strings.Cut(rec[2:], "\t")
+		fields := strings.Fields(meta)
 		if !ok || len(fields) != 3 {
 			return nil, fmt.Errorf("git ls-files: unexpected entry %q", rec)
 		}
@@ -359,7 +434,7 @@ func parseLsFiles(out []byte) ([]listed, error) {
 		if err != nil {
 			return nil, fmt.Errorf("git ls-files: unexpected mode in %q", rec)
 		}
-		entries = append(entries, listed{path: string(p), tracked: true, indexMode: uint32(mode)})
+		entries = append(entries, listed{path: p, tracked: true, indexMode: uint32(mode)})
 	}
 	return entries, nil
 }

@@ -260,9 +260,20 @@ func TestFileSetCanceled(t *testing.T) {
 	}
 }
 
+func TestParseLsFilesUnstaged(t *testing.T) {
+	got, err := parseLsFiles([]byte("? new\x00H a\tb\x00H c d\x00"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []listed{{path: "new"}, {path: "a\tb", tracked: true}, {path: "c d", tracked: true}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(listed{})); diff != "" {
+		t.Errorf("parseLsFiles (-want +got):\n%s", diff)
+	}
+}
+
 func TestParseLsFiles(t *testing.T) {
 	out := "? new file\x00H 100755 78981922613b2afb6025042ff6bd878ac1994e85 0\ta\tb\x00M 100644 61780798228d17af2d34fce4cfbdf35556832472 2\tc\x00"
-	got, err := parseLsFiles([]byte(out))
+	got, err := parseLsFiles([]byte(out), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +286,7 @@ func TestParseLsFiles(t *testing.T) {
 		t.Errorf("parseLsFiles (-want +got):\n%s", diff)
 	}
 	for _, bad := range []string{"x\x00", "H 100644\tp\x00", "H zzz a 0\tp\x00"} {
-		if _, err := parseLsFiles([]byte(bad)); err == nil {
+		if _, err := parseLsFiles([]byte(bad), true); err == nil {
 			t.Errorf("parseLsFiles(%q) = nil error", bad)
 		}
 	}
