@@ -1,10 +1,11 @@
 package sync
 
 import (
-	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -24,14 +25,14 @@ type hashCache struct {
 	// hashed could change again without its mtime changing.
 	racy int64
 
-	// stamps are the files' mtimes and inodes as listed, so a lookup needs
-	// no second lstat; set by Push, read-only afterwards.
+	// stamps are the files' sizes, mtimes and inodes as listed, so a
+	// lookup needs no second lstat; set by Push, read-only afterwards.
 	stamps map[string]fileStamp
 
-	mu      gosync.Mutex
-	old     map[string]cacheEntry
-	new     map[string]cacheEntry
-	changed bool
+	mu     gosync.Mutex
+	old    map[string]cacheEntry // as read
+	hits   int                   // lookups old answered
+	stored map[string]cacheEntry // hashed since
 }
 
 type cacheEntry struct {
@@ -41,56 +42,70 @@ type cacheEntry struct {
 	SHA256 string
 }
 
-// The cache file is a header line and then one NUL-terminated record per
-// file: "size mtime inode sha256 path". It is read on every sync, so it is
-// a format that parses in a few milliseconds for tens of thousands of files.
+// The cache file is a header line and then one record per file: the path
+// (uvarint length, bytes), size and mtime (varints), inode (uvarint) and
+// the 32 bytes of the SHA-256. It is read on every push that is not a
+// no-op, so it is a format that parses in a few milliseconds for tens of
+// thousands of files.
 const (
-	cacheHeader = "crabbox hash cache 2\n"
+	cacheHeader = "crabbox hash cache 3\n"
 	racyWindow  = 2 * time.Second
 )
 
 // parseCache reads a cache file's records; malformed content is an error.
 func parseCache(data []byte) (map[string]cacheEntry, error) {
-	rest, ok := bytes.CutPrefix(data, []byte(cacheHeader))
+	all, ok := strings.CutPrefix(string(data), cacheHeader)
 	if !ok {
 		return nil, errors.New("not a hash cache")
 	}
 	entries := map[string]cacheEntry{}
-	for len(rest) > 0 {
-		rec, tail, ok := bytes.Cut(rest, []byte{0})
-		if !ok {
-			return nil, errors.New("truncated record")
-		}
-		rest = tail
-		f := strings.SplitN(string(rec), " ", 5)
-		if len(f) != 5 || len(f[3]) != 64 {
+	rest := []byte(all) // read-only; paths are substrings of all
+	off := 0
+	// n <= 0 means a cut short or overlong number.
+	next := func() (uint64, bool) {
+		v, n := binary.Uvarint(rest[off:])
+		off += max(n, 0)
+		return v, n > 0
+	}
+	nextInt := func() (int64, bool) {
+		v, n := binary.Varint(rest[off:])
+		off += max(n, 0)
+		return v, n > 0
+	}
+	for off < len(rest) {
+		n, ok1 := next()
+		if !ok1 || n > uint64(len(rest)-off) {
 			return nil, errors.New("malformed record")
 		}
-		size, err1 := strconv.ParseInt(f[0], 10, 64)
-		mtime, err2 := strconv.ParseInt(f[1], 10, 64)
-		ino, err3 := strconv.ParseUint(f[2], 10, 64)
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return nil, err
+		path := all[off : off+int(n)]
+		off += int(n)
+		size, ok2 := nextInt()
+		mtime, ok3 := nextInt()
+		ino, ok4 := next()
+		if !ok2 || !ok3 || !ok4 || len(rest)-off < sha256.Size {
+			return nil, errors.New("malformed record")
 		}
-		entries[f[4]] = cacheEntry{Size: size, MTime: mtime, Inode: ino, SHA256: f[3]}
+		sum := hex.EncodeToString(rest[off : off+sha256.Size])
+		off += sha256.Size
+		entries[path] = cacheEntry{Size: size, MTime: mtime, Inode: ino, SHA256: sum}
 	}
 	return entries, nil
 }
 
 func formatCache(entries map[string]cacheEntry) []byte {
-	b := make([]byte, 0, len(cacheHeader)+len(entries)*128)
+	b := make([]byte, 0, len(cacheHeader)+len(entries)*96)
 	b = append(b, cacheHeader...)
 	for path, e := range entries {
-		b = strconv.AppendInt(b, e.Size, 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, e.MTime, 10)
-		b = append(b, ' ')
-		b = strconv.AppendUint(b, e.Inode, 10)
-		b = append(b, ' ')
-		b = append(b, e.SHA256...)
-		b = append(b, ' ')
+		sum, err := hex.DecodeString(e.SHA256)
+		if err != nil || len(sum) != sha256.Size {
+			continue
+		}
+		b = binary.AppendUvarint(b, uint64(len(path)))
 		b = append(b, path...)
-		b = append(b, 0)
+		b = binary.AppendVarint(b, e.Size)
+		b = binary.AppendVarint(b, e.MTime)
+		b = binary.AppendUvarint(b, e.Inode)
+		b = append(b, sum...)
 	}
 	return b
 }
@@ -102,9 +117,9 @@ func loadCache(name string) *hashCache {
 		return nil
 	}
 	c := &hashCache{
-		file: name,
-		racy: time.Now().Add(-racyWindow).UnixNano(),
-		new:  map[string]cacheEntry{},
+		file:   name,
+		racy:   time.Now().Add(-racyWindow).UnixNano(),
+		stored: map[string]cacheEntry{},
 	}
 	data, err := os.ReadFile(name)
 	if err != nil {
@@ -112,7 +127,6 @@ func loadCache(name string) *hashCache {
 	}
 	if entries, err := parseCache(data); err == nil {
 		c.old = entries
-		c.new = make(map[string]cacheEntry, len(entries))
 	}
 	return c
 }
@@ -127,7 +141,7 @@ func (c *hashCache) lookup(path string, size, mtime int64, inode uint64) (string
 	if !ok || e.Size != size || e.MTime != mtime || e.Inode != inode || len(e.SHA256) != 64 {
 		return "", false
 	}
-	c.new[path] = e
+	c.hits++
 	return e.SHA256, true
 }
 
@@ -154,8 +168,32 @@ func (c *hashCache) store(path string, size, mtime int64, inode uint64, sum stri
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.new[path] = cacheEntry{Size: size, MTime: mtime, Inode: inode, SHA256: sum}
-	c.changed = true
+	c.stored[path] = cacheEntry{Size: size, MTime: mtime, Inode: inode, SHA256: sum}
+}
+
+// save writes the entries of the files listed (stamps) that were looked up
+// or stored since loadCache, unless that is exactly what was read.
+func (c *hashCache) save() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.stored) == 0 && c.hits == len(c.old) {
+		return nil
+	}
+	keep := make(map[string]cacheEntry, len(c.old)+len(c.stored))
+	if c.stamps == nil {
+		// Nothing tells which files are gone: keep everything.
+		maps.Copy(keep, c.old)
+	}
+	for path, st := range c.stamps {
+		if e, ok := c.old[path]; ok && e.MTime == st.mtime && e.Inode == st.ino {
+			keep[path] = e
+		}
+	}
+	maps.Copy(keep, c.stored)
+	return atomicfile.Write(c.file, formatCache(keep))
 }
 
 // racyIn reports whether a file of stamps was modified too recently for
@@ -225,16 +263,3 @@ func writeListing(cacheFile, digest, fp string) error {
 	return atomicfile.Write(cacheFile+listingSuffix, []byte(listingHeader+" "+digest+" "+fp+"\n"))
 }
 
-// save writes the entries looked up or stored since loadCache, if they
-// differ from what was read.
-func (c *hashCache) save() error {
-	if c == nil {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.changed && len(c.new) == len(c.old) {
-		return nil
-	}
-	return atomicfile.Write(c.file, formatCache(c.new))
-}

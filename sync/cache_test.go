@@ -20,7 +20,14 @@ func TestCacheFormatRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(entries, got); diff != "" {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
-	for _, bad := range []string{"", "{}", cacheHeader + "1 2 3 short a\x00", cacheHeader + "1 2 3 " + hash + " a", cacheHeader + "x 2 3 " + hash + " a\x00"} {
+	good := string(formatCache(map[string]cacheEntry{"a": {Size: 1, MTime: 2, Inode: 3, SHA256: hash}}))
+	for _, bad := range []string{
+		"", "{}", "crabbox hash cache 2\n1 2 3 " + hash + " a\x00", // an earlier format
+		good[:len(good)-1],               // a hash cut short
+		cacheHeader + "\x05ab",           // a path cut short
+		cacheHeader + "\x01a\x02\x04",    // no inode or hash
+		cacheHeader + "\xff\xff\xff\xff", // a runaway length
+	} {
 		if _, err := parseCache([]byte(bad)); err == nil {
 			t.Errorf("parseCache(%q) accepted malformed content", bad)
 		}
@@ -28,7 +35,8 @@ func TestCacheFormatRoundTrip(t *testing.T) {
 }
 
 func FuzzParseCache(f *testing.F) {
-	f.Add([]byte(cacheHeader + "1 2 3 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef a\x00"))
+	f.Add(formatCache(map[string]cacheEntry{"a": {Size: 1, MTime: 2, Inode: 3, SHA256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}))
+	f.Add([]byte(cacheHeader + "\x01a\x02\x04\x06"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		entries, err := parseCache(data)
 		if err != nil {
