@@ -320,6 +320,61 @@ func TestPushAfterInterruptedPush(t *testing.T) {
 	}
 }
 
+// An interrupted push leaves the list of paths it was changing: the next
+// push trusts none of them, sends them again and deletes those that are
+// not in the file set; a list cut short means trusting nothing.
+func TestPushAfterInterruptedChanges(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 5, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir}
+	push(t, client, opts)
+
+	write(t, remoteDir, "zz-planned", "x", 0o644)
+	write(t, remoteDir, "d1/f001.txt", "half-sent", 0o644)
+	write(t, remoteDir, pendingFile, string(encodeChanges([]string{"d1/f001.txt", "zz-planned"})), 0o644)
+	if st := push(t, client, opts); st.Skipped || st.Sent != 1 || st.Deleted != 1 {
+		t.Errorf("push after an interrupted one: %+v, want 1 sent, 1 deleted", st)
+	}
+	sameTree(t, root, remoteDir)
+
+	write(t, remoteDir, "d2/f002.txt", "half-sent", 0o644)
+	list := encodeChanges([]string{"d1/f001.txt"})
+	write(t, remoteDir, pendingFile, string(list[:len(list)-4]), 0o644)
+	if st := push(t, client, opts); st.Skipped || st.Sent != 6 {
+		t.Errorf("push after a list cut short: %+v, want all 6 sent", st)
+	}
+	sameTree(t, root, remoteDir)
+
+	// A hostile list naming a path outside the workdir is not a list.
+	outside := filepath.Join(filepath.Dir(remoteDir), "outside.txt")
+	write(t, filepath.Dir(remoteDir), "outside.txt", "keep", 0o644)
+	write(t, remoteDir, pendingFile, changesHeader+"\n\"../outside.txt\"\n"+changesEnd+"\n", 0o644)
+	if st := push(t, client, opts); st.Skipped || st.Sent != 6 {
+		t.Errorf("push after a hostile list: %+v, want all 6 sent", st)
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("a path outside the workdir named by the box was touched: %v", err)
+	}
+}
+
+func TestParseChanges(t *testing.T) {
+	paths := []string{"a", "b c/d", "new\nline", "é"}
+	got, err := parseChanges(encodeChanges(paths))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(paths, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"", changesHeader + "\n", changesHeader + "\n\"a\"\n", changesHeader + "\na\nend\n",
+		changesHeader + "\n\"/etc/passwd\"\nend\n", changesHeader + "\n\".crabbox/manifest\"\nend\n"} {
+		if _, err := parseChanges([]byte(bad)); err == nil {
+			t.Errorf("parseChanges(%q) accepted it", bad)
+		}
+	}
+}
+
 // A push canceled mid-stream leaves the box so that the next push, after
 // the local change is reverted, still restores the old content.
 func TestPushCanceledMidStream(t *testing.T) {
@@ -438,4 +493,22 @@ func TestPushHashesWhileSending(t *testing.T) {
 		t.Errorf("push with a lost cache: %+v, want 1 sent, 40 hashed", st)
 	}
 	sameTree(t, root, opts.RemoteDir)
+}
+
+// FuzzParseChanges checks that whatever a box sends as a pending file, an
+// accepted list names only safe paths.
+func FuzzParseChanges(f *testing.F) {
+	f.Add(encodeChanges([]string{"a", "b/c"}))
+	f.Add([]byte(changesHeader + "\n\"../x\"\nend\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		paths, err := parseChanges(data)
+		if err != nil {
+			return
+		}
+		for _, p := range paths {
+			if checkPath(p) != nil || reserved(p) {
+				t.Errorf("accepted unsafe path %q", p)
+			}
+		}
+	})
 }

@@ -126,6 +126,55 @@ func parseManifest(data []byte) ([]Entry, error) {
 	return entries, nil
 }
 
+// The pending file of a push lists the paths it writes or deletes, quoted
+// as Go strings, one per line after changesHeader, and ends with
+// changesEnd: a list cut short is not a list.
+const (
+	changesHeader = "crabbox-changes 1"
+	changesEnd    = "end"
+)
+
+func encodeChanges(paths []string) []byte {
+	b := make([]byte, 0, len(changesHeader)+len(changesEnd)+2+len(paths)*64)
+	b = append(b, changesHeader+"\n"...)
+	for _, p := range paths {
+		b = strconv.AppendQuote(b, p)
+		b = append(b, '\n')
+	}
+	return append(b, changesEnd+"\n"...)
+}
+
+// parseChanges parses a pending file's list of changes, rejecting unsafe
+// paths: they are deleted from the box when not in the file set.
+func parseChanges(data []byte) ([]string, error) {
+	if len(data) > maxManifestSize {
+		return nil, fmt.Errorf("list of changes larger than %d bytes", maxManifestSize)
+	}
+	rest, ok := strings.CutPrefix(string(data), changesHeader+"\n")
+	if !ok {
+		return nil, errors.New("not a list of changes")
+	}
+	rest, ok = strings.CutSuffix(rest, changesEnd+"\n")
+	if !ok {
+		return nil, errors.New("list of changes cut short")
+	}
+	var paths []string
+	for line := range strings.SplitSeq(rest, "\n") {
+		if line == "" {
+			continue
+		}
+		p, err := strconv.Unquote(line)
+		if err != nil {
+			return nil, fmt.Errorf("list of changes: %q: %w", line, err)
+		}
+		if err := checkPath(p); err != nil || reserved(p) {
+			return nil, fmt.Errorf("list of changes: unsafe path %q", p)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
 // parseEntry parses one line of a version 2 manifest.
 func parseEntry(rec string) (Entry, error) {
 	var e Entry

@@ -16,9 +16,12 @@ import (
 //     Only paths on it are ever deleted.
 //   - fingerprint: the fingerprint of that manifest.
 //   - pending: present while a push changes the tree (deletions and
-//     extraction): the manifest that push meant to install, empty until
-//     its archive starts. A later push trusts only the entries on which
-//     manifest and pending agree, and deletes from both.
+//     extraction): the paths that push writes or deletes (see
+//     encodeChanges), empty until its archive starts. A later push trusts
+//     none of them (nothing at all when the list is empty or cut short),
+//     and deletes them unless they are in its file set. An earlier
+//     crabbox wrote the whole manifest it meant to install instead; then
+//     only the entries on which both agree are trusted.
 //   - lock: a directory held by the push running now, holding "TOKEN PID".
 const (
 	stateDir        = ".crabbox"

@@ -21,6 +21,7 @@ package sync
 
 import (
 	"archive/tar"
+	"maps"
 	"bufio"
 	"cmp"
 	"context"
@@ -462,29 +463,24 @@ func (s *session) converse(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s/%s on the box is malformed (%w); nothing was changed; remove it to start over", s.opts.RemoteDir, manifestFile, err)
 	}
-	// An interrupted push's plan is only a hint: a malformed one (cut
-	// short) means trusting nothing.
-	pending, pendingErr := parseManifest(pendingData)
-	if pendingErr != nil {
-		pending = nil
-	}
-
 	trusted := make(map[string]Entry, len(prev))
-	previous := make([]string, 0, len(prev)+len(pending))
+	previous := make([]string, 0, len(prev))
 	for _, e := range prev {
 		trusted[e.Path] = e
 		previous = append(previous, e.Path)
 	}
 	if dirty {
-		byPath := make(map[string]Entry, len(pending))
-		for _, e := range pending {
-			byPath[e.Path] = e
-			previous = append(previous, e.Path)
+		// An interrupted push: what it may have changed is not trusted,
+		// and is deleted unless it is still in the file set.
+		changed, err := parseChanges(pendingData)
+		if err != nil {
+			// Empty or cut short (the push stopped before or while
+			// sending its plan), or an earlier crabbox's plan.
+			changed = untrustedByPlan(trusted, pendingData)
 		}
-		for p, e := range trusted {
-			if pe, ok := byPath[p]; !ok || !pe.same(e) {
-				delete(trusted, p)
-			}
+		for _, p := range changed {
+			delete(trusted, p)
+			previous = append(previous, p)
 		}
 	}
 	// Hash what the box may already hold as it is; the rest is hashed
@@ -519,7 +515,32 @@ func (s *session) converse(ctx context.Context) error {
 	for _, p := range previous {
 		previousSet[p] = true
 	}
-	return s.writeArchive(ctx, w, local, send, trusted, previousSet)
+	return s.writeArchive(ctx, w, local, send, del, trusted, previousSet)
+}
+
+// untrustedByPlan is what an interrupted push whose pending file is not a
+// list of changes may have changed: with an earlier crabbox's plan (the
+// whole manifest it meant to install), the paths of both on which they do
+// not agree, and those only it names; otherwise everything.
+func untrustedByPlan(trusted map[string]Entry, plan []byte) []string {
+	pending, err := parseManifest(plan)
+	if err != nil || len(pending) == 0 {
+		return slices.Collect(maps.Keys(trusted))
+	}
+	byPath := make(map[string]Entry, len(pending))
+	var out []string
+	for _, e := range pending {
+		byPath[e.Path] = e
+		if t, ok := trusted[e.Path]; !ok || !t.same(e) {
+			out = append(out, e.Path)
+		}
+	}
+	for p := range trusted {
+		if _, ok := byPath[p]; !ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func dedupSorted(paths []string) []string {
@@ -582,11 +603,15 @@ func (r remoteWriter) Write(p []byte) (int, error) {
 // writeArchive writes the archive of a push: the plan (pendingFile), the
 // files to send, then the new manifest and fingerprint, describing what was
 // actually sent.
-func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, send []int, trusted map[string]Entry, previous map[string]bool) error {
+func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, send []int, del []string, trusted map[string]Entry, previous map[string]bool) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	tw := tar.NewWriter(bw)
 	now := time.Now()
-	if err := addState(tw, pendingFile, encodeManifest(pendingManifest(local)), now); err != nil {
+	changes := make([]string, 0, len(send)+len(del))
+	for _, i := range send {
+		changes = append(changes, local[i].Path)
+	}
+	if err := addState(tw, pendingFile, encodeChanges(append(changes, del...)), now); err != nil {
 		return err
 	}
 	final := make([]Entry, len(local))
@@ -654,21 +679,10 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	return bw.Flush()
 }
 
-// unhashed stands for the content hash of a file not hashed yet in the
-// pending manifest: it matches no file.
+// unhashed stands for the content hash of a file whose content is not
+// known: it matches no file.
 var unhashed = strings.Repeat("0", 64)
 
-// pendingManifest is local as the pending file records it: files to be
-// hashed as they are sent have no hash yet.
-func pendingManifest(local []Entry) []Entry {
-	out := slices.Clone(local)
-	for i, e := range out {
-		if e.Link == "" && e.SHA256 == "" {
-			out[i].SHA256 = unhashed
-		}
-	}
-	return out
-}
 
 // addState adds one of crabbox's state files to the archive.
 func addState(tw *tar.Writer, name string, data []byte, now time.Time) error {
