@@ -262,4 +262,3 @@ func writeListing(cacheFile, digest, fp string) error {
 	}
 	return atomicfile.Write(cacheFile+listingSuffix, []byte(listingHeader+" "+digest+" "+fp+"\n"))
 }
-

@@ -21,7 +21,6 @@ package sync
 
 import (
 	"archive/tar"
-	"maps"
 	"bufio"
 	"cmp"
 	"context"
@@ -32,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -682,7 +682,6 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 // unhashed stands for the content hash of a file whose content is not
 // known: it matches no file.
 var unhashed = strings.Repeat("0", 64)
-
 
 // addState adds one of crabbox's state files to the archive.
 func addState(tw *tar.Writer, name string, data []byte, now time.Time) error {
