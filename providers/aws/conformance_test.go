@@ -1,0 +1,29 @@
+package aws_test
+
+import (
+	"testing"
+
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/provider/providertest"
+)
+
+// TestConformance runs the provider suite against the fake EC2; the SSH
+// part reaches real fake boxes booted from each instance's user data.
+func TestConformance(t *testing.T) {
+	providertest.RunSSHLease(t, providertest.Harness{
+		NewBackend: func(t *testing.T) provider.SSHLeaseBackend {
+			w := newWorld(t)
+			t.Cleanup(func() {
+				// Everything acquired was released or rolled back; only
+				// crabbox's shared security group may stay.
+				if in := w.ec2.Instances(region); len(in) != 0 {
+					t.Errorf("instances left: %+v", in)
+				}
+				if k := w.ec2.KeyPairs(region); len(k) != 0 {
+					t.Errorf("key pairs left: %+v", k)
+				}
+			})
+			return w.backend(t)
+		},
+	})
+}

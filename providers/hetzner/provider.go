@@ -1,0 +1,268 @@
+// Package hetzner is crabbox's Hetzner Cloud provider: every lease is a
+// fresh Hetzner Cloud server, made through the official hcloud-go SDK.
+//
+// Acquire uploads the lease's public key, creates a server labelled with
+// crabbox's ownership labels and bootstrapped by cloud-init user data (see
+// providers/internal/cloud), trying server types and locations in order
+// when one has no capacity, waits for the server's address and for sshd to
+// answer with the host key the client injected, and labels the server
+// ready. Whatever it made is deleted again, last made first, when a step
+// fails or the caller gives up. Release deletes the server, then the key.
+// Cleanup deletes only servers that carry crabbox's labels and that the
+// caller holds a claim for, never by name. Doctor checks the token, the
+// server types, the image and the locations without changing anything.
+//
+// The API token comes only from the HCLOUD_TOKEN environment variable (or
+// Config.Token for Go callers); it is never a flag, an argument or logged.
+//
+// The box powers itself off at its TTL, but Hetzner keeps (and bills)
+// servers that are off until they are deleted, so the provider does not
+// claim self-expiry: expired servers go away on release, cleanup or the
+// coordinator's maintenance loop.
+package hetzner
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+)
+
+// Name is the provider's registered name.
+const Name = "hetzner"
+
+// TokenEnv is the environment variable holding the Hetzner Cloud API token.
+const TokenEnv = "HCLOUD_TOKEN"
+
+// Defaults of the provider's options.
+const (
+	DefaultServerTypes = "cx23,cpx22,cx33"
+	DefaultLocations   = "fsn1,nbg1,hel1"
+	DefaultImage       = "debian-12"
+	DefaultBootTimeout = 10 * time.Minute
+)
+
+// Config is the Hetzner provider's typed configuration.
+type Config struct {
+	// Token is the API token. Configure takes it from HCLOUD_TOKEN only.
+	Token string
+	// Endpoint is the API endpoint; empty means Hetzner's.
+	Endpoint string
+	// ServerTypes and Locations are tried in order, every location of the
+	// first type before the next type, moving on only when Hetzner has no
+	// capacity (or the project hits a limit) for one combination.
+	ServerTypes []string
+	Locations   []string
+	// Image is the system image, e.g. "debian-12" or "ubuntu-24.04".
+	Image string
+	// Prepared says the image already has git and tar: the bootstrap
+	// installs nothing.
+	Prepared bool
+	// WorkRoot is the box's work root; cloud.DefaultWorkRoot when empty.
+	WorkRoot string
+	// Owner is recorded in the owner label; the OS user when empty.
+	Owner string
+	// Ports are sshd's ports, tried in this order; 2222, then 22, when
+	// empty.
+	Ports []int
+	// BootTimeout bounds the wait for the address and for SSH together;
+	// DefaultBootTimeout when zero.
+	BootTimeout time.Duration
+	// PollInterval paces the waits; 2 seconds when zero.
+	PollInterval time.Duration
+	// MapAddress, if set, rewrites a server's public address and SSH port
+	// to where crabbox connects (a NAT, a jump host's forwarding, or a
+	// test's fake box). The LeaseTarget carries the mapped address.
+	MapAddress func(host string, port int) (string, int)
+	// ClientOptions are extra hcloud client options, applied last.
+	ClientOptions []hcloud.ClientOption
+}
+
+var spec = provider.Spec{
+	Name:        Name,
+	Description: "a fresh Hetzner Cloud server per lease (token from HCLOUD_TOKEN)",
+	Kind:        provider.KindSSHLease,
+	Targets:     []provider.Target{provider.TargetLinux},
+	Features: []provider.Feature{
+		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
+	},
+	Coordinator: provider.CoordinatorSupported,
+	Options: []provider.Option{
+		{Name: "server_type", Flag: "hetzner-server-type", Default: DefaultServerTypes,
+			Help: "server types to try in order, comma-separated (the next one when Hetzner has no capacity)"},
+		{Name: "location", Flag: "hetzner-location", Default: DefaultLocations,
+			Help: "locations to try in order, comma-separated"},
+		{Name: "image", Flag: "hetzner-image", Default: DefaultImage, Help: "system image"},
+		{Name: "prepared", Flag: "hetzner-prepared", Default: "false",
+			Help: "the image already has git and tar: install nothing at boot"},
+		{Name: "work_root", Flag: "hetzner-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box"},
+		{Name: "owner", Flag: "hetzner-owner", Help: "owner label on servers (default: the OS user)"},
+		{Name: "boot_timeout", Flag: "hetzner-boot-timeout", Default: DefaultBootTimeout.String(),
+			Help: "how long to wait for a new server's address and SSH"},
+	},
+}
+
+// Provider is the registered Hetzner provider.
+type Provider struct{}
+
+func init() { provider.Register(Provider{}) }
+
+// Spec describes the Hetzner provider.
+func (Provider) Spec() provider.Spec {
+	s := spec
+	s.Targets, s.Features, s.Options = slices.Clone(s.Targets), slices.Clone(s.Features), slices.Clone(s.Options)
+	return s
+}
+
+// Configure parses cfg (already merged with the Spec's defaults), takes
+// the token from HCLOUD_TOKEN and returns a Backend. It makes no API call.
+func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
+	c, err := ParseConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.Token = os.Getenv(TokenEnv)
+	if c.Token == "" {
+		return nil, fmt.Errorf("hetzner provider: %s is not set: create an API token (read & write) in the Hetzner Cloud console and export it: %w",
+			TokenEnv, provider.ErrUnauthenticated)
+	}
+	return New(c, rt)
+}
+
+// ParseConfig turns raw options into a Config (without the token), naming
+// the option that is wrong.
+func ParseConfig(cfg provider.Config) (Config, error) {
+	c := Config{
+		ServerTypes: list(cfg["server_type"]), Locations: list(cfg["location"]),
+		Image: strings.TrimSpace(cfg["image"]), WorkRoot: cfg["work_root"], Owner: cfg["owner"],
+	}
+	var err error
+	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
+		return Config{}, fmt.Errorf("hetzner provider: %w", err)
+	}
+	if c.BootTimeout, err = cfg.Duration("boot_timeout"); err != nil {
+		return Config{}, fmt.Errorf("hetzner provider: %w", err)
+	}
+	return c, nil
+}
+
+func list(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// withDefaults fills in defaults and validates c.
+func (c Config) withDefaults() (Config, error) {
+	if len(c.ServerTypes) == 0 {
+		c.ServerTypes = list(DefaultServerTypes)
+	}
+	if len(c.Locations) == 0 {
+		c.Locations = list(DefaultLocations)
+	}
+	if c.Image == "" {
+		c.Image = DefaultImage
+	}
+	if c.WorkRoot == "" {
+		c.WorkRoot = cloud.DefaultWorkRoot
+	}
+	if c.Owner == "" {
+		c.Owner = osUser()
+	}
+	if len(c.Ports) == 0 {
+		c.Ports = cloud.DefaultPorts()
+	}
+	if c.BootTimeout == 0 {
+		c.BootTimeout = DefaultBootTimeout
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 2 * time.Second
+	}
+	if c.MapAddress == nil {
+		c.MapAddress = func(h string, p int) (string, int) { return h, p }
+	}
+	switch {
+	case c.Token == "":
+		return c, fmt.Errorf("hetzner provider: no API token (set %s): %w", TokenEnv, provider.ErrUnauthenticated)
+	case c.BootTimeout < 0 || c.PollInterval < 0:
+		return c, fmt.Errorf("hetzner provider: negative boot timeout %s or poll interval %s", c.BootTimeout, c.PollInterval)
+	}
+	for _, name := range append(slices.Clone(c.ServerTypes), c.Locations...) {
+		if !validName(name) {
+			return c, fmt.Errorf("hetzner provider: server type or location %q: want lowercase letters, digits and '-'", name)
+		}
+	}
+	// The bootstrap checks the work root and ports; render once to fail at
+	// configuration time rather than at the first acquire.
+	probe, err := cloud.NewHostKey()
+	if err != nil {
+		return c, err
+	}
+	if _, err := (cloud.Bootstrap{
+		AuthorizedKey: probe.AuthorizedKey(), HostKey: probe, SelfDestructAfter: time.Hour,
+		WorkRoot: c.WorkRoot, Ports: c.Ports, Prepared: c.Prepared,
+	}).Script(); err != nil {
+		return c, fmt.Errorf("hetzner provider: %w", err)
+	}
+	return c, nil
+}
+
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}
+
+// placement is one server type in one location.
+type placement struct{ ServerType, Location string }
+
+func (p placement) String() string { return p.ServerType + " in " + p.Location }
+
+// candidates are the placements to try, every location of the first type
+// before the next type.
+func (c Config) candidates() []placement {
+	var out []placement
+	for _, t := range c.ServerTypes {
+		for _, l := range c.Locations {
+			out = append(out, placement{t, l})
+		}
+	}
+	return out
+}
+
+// serverName is the server's (and key's) name: a valid hostname.
+func serverName(leaseID string) string { return "crabbox-" + strings.ReplaceAll(leaseID, "_", "-") }
+
+func cloudID(id int64) string { return strconv.FormatInt(id, 10) }
+
+var (
+	_ provider.Provider        = Provider{}
+	_ provider.SSHLeaseBackend = (*Backend)(nil)
+	_ provider.CleanupBackend  = (*Backend)(nil)
+	_ provider.DoctorBackend   = (*Backend)(nil)
+)

@@ -1,0 +1,188 @@
+package hetzner_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+)
+
+// TestAcquireRollback makes each step of acquire fail, hang, or succeed
+// with its answer lost, and checks that everything created so far is
+// deleted, the server before its key, and that the error names the step.
+func TestAcquireRollback(t *testing.T) {
+	created := []string{"create key", "create server"}
+	undone := []string{"delete server", "delete key"}
+	both := append(append([]string{}, created...), undone...)
+	tests := []struct {
+		name string
+		step cloud.Step
+		// setup injects the failure; cancel is the caller giving up.
+		setup      func(e *env, cancel func())
+		fakeClock  bool // the test drives a fake clock (SSH waits)
+		drive      func(t *testing.T, clock *clockwork.FakeClock, ctx context.Context, cancel func())
+		wantEvents []string
+		wantErr    error
+	}{
+		{name: "key fails", step: cloud.StepKey,
+			setup:      func(e *env, _ func()) { e.api.setFault(opKeyCreate, fault{code: "forbidden", status: 403}) },
+			wantEvents: nil, wantErr: provider.ErrUnauthenticated},
+		{name: "key hangs", step: cloud.StepKey,
+			setup:      func(e *env, cancel func()) { e.api.setFault(opKeyCreate, fault{hang: true, onHang: cancel}) },
+			wantEvents: nil, wantErr: context.Canceled},
+		{name: "key answer lost", step: cloud.StepKey,
+			setup: func(e *env, cancel func()) {
+				e.api.setFault(opKeyCreate, fault{after: true, hang: true, onHang: cancel})
+			},
+			wantEvents: []string{"create key", "delete key"}, wantErr: context.Canceled},
+		{name: "create fails", step: cloud.StepCreate,
+			setup:      func(e *env, _ func()) { e.api.setFault(opServerCreate, fault{code: "invalid_input", status: 400}) },
+			wantEvents: []string{"create key", "delete key"}, wantErr: provider.ErrPrecondition},
+		{name: "create hangs", step: cloud.StepCreate,
+			setup:      func(e *env, cancel func()) { e.api.setFault(opServerCreate, fault{hang: true, onHang: cancel}) },
+			wantEvents: []string{"create key", "delete key"}, wantErr: context.Canceled},
+		{name: "create answer lost", step: cloud.StepCreate,
+			setup: func(e *env, cancel func()) {
+				e.api.setFault(opServerCreate, fault{after: true, hang: true, onHang: cancel})
+			},
+			wantEvents: both, wantErr: context.Canceled},
+		{name: "address fails", step: cloud.StepAddress,
+			setup:      func(e *env, _ func()) { e.api.setFault(opServerGet, fault{code: "service_error"}) },
+			wantEvents: both, wantErr: provider.ErrTransient},
+		{name: "address hangs", step: cloud.StepAddress,
+			setup:      func(e *env, cancel func()) { e.api.setFault(opServerGet, fault{hang: true, onHang: cancel}) },
+			wantEvents: both, wantErr: context.Canceled},
+		{name: "ssh never answers", step: cloud.StepSSH, fakeClock: true,
+			setup: func(e *env, _ func()) { e.api.noBoot = true },
+			drive: func(t *testing.T, clock *clockwork.FakeClock, ctx context.Context, _ func()) {
+				if err := clock.BlockUntilContext(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				clock.Advance(2 * time.Minute) // past the boot timeout
+			},
+			wantEvents: both},
+		{name: "ssh hangs", step: cloud.StepSSH, fakeClock: true,
+			setup: func(e *env, _ func()) { e.api.noBoot = true },
+			drive: func(t *testing.T, clock *clockwork.FakeClock, ctx context.Context, cancel func()) {
+				if err := clock.BlockUntilContext(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+			},
+			wantEvents: both, wantErr: context.Canceled},
+		{name: "label fails", step: cloud.StepLabel,
+			setup:      func(e *env, _ func()) { e.api.setFault(opServerUpdate, fault{code: "service_error"}) },
+			wantEvents: both, wantErr: provider.ErrTransient},
+		{name: "label hangs", step: cloud.StepLabel,
+			setup:      func(e *env, cancel func()) { e.api.setFault(opServerUpdate, fault{hang: true, onHang: cancel}) },
+			wantEvents: both, wantErr: context.Canceled},
+		{name: "label answer lost", step: cloud.StepLabel,
+			setup: func(e *env, cancel func()) {
+				e.api.setFault(opServerUpdate, fault{after: true, hang: true, onHang: cancel})
+			},
+			wantEvents: []string{"create key", "create server", "label server state=ready", "delete server", "delete key"}, wantErr: context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var clock *clockwork.FakeClock
+			if tt.fakeClock {
+				clock = clockwork.NewFakeClockAt(time.Now())
+				e.rt.Clock = clock
+			}
+			tt.setup(e, cancel)
+			b := e.backend(t)
+			req, _ := newRequest(t, e.rt.Clock.Now())
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.Acquire(ctx, req)
+				done <- err
+			}()
+			if tt.drive != nil {
+				tt.drive(t, clock, ctx, cancel)
+			}
+			err := <-done
+			if err == nil {
+				t.Fatal("Acquire succeeded despite the fault")
+			}
+			if step, ok := cloud.FailedStep(err); !ok || step != tt.step {
+				t.Errorf("failed step = %q (%v), want %q; err = %v", step, ok, tt.step, err)
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Errorf("err = %v, want one matching %v", err, tt.wantErr)
+			}
+			if strings.Contains(err.Error(), "roll back") {
+				t.Errorf("rollback reported a failure: %v", err)
+			}
+			if diff := cmp.Diff(tt.wantEvents, events(e.api)); diff != "" {
+				t.Errorf("API mutations (-want +got):\n%s", diff)
+			}
+			checkEmpty(t, e.api)
+		})
+	}
+}
+
+// TestAcquireRollbackFails: when deleting fails during the rollback, the
+// error says so (the library then keeps the claim, marked failed), and a
+// later release deletes what is left, server first.
+func TestAcquireRollbackFails(t *testing.T) {
+	e := newEnv(t)
+	e.api.setFault(opServerUpdate, fault{code: "service_error", times: 1})
+	e.api.setFault(opServerDelete, fault{code: "service_error", times: 1})
+	b := e.backend(t)
+	req, _ := newRequest(t, time.Now())
+	_, err := b.Acquire(context.Background(), req)
+	if err == nil || !strings.Contains(err.Error(), "roll back server") || !strings.Contains(err.Error(), "label the server ready") {
+		t.Fatalf("Acquire err = %v, want the label failure and the failed rollback", err)
+	}
+	left := e.api.serverList()
+	if len(left) != 1 || left[0].Labels["state"] != "failed" {
+		t.Fatalf("servers after the failed rollback: %+v; want the 1 left for cleanup, labelled failed", left)
+	}
+	// The failed state lets cleanup delete it at once, long before expiry.
+	claimed := func(id string) bool { return id == req.LeaseID }
+	ds, err := b.Cleanup(context.Background(), provider.CleanupRequest{Now: req.CreatedAt, Claimed: claimed})
+	if err != nil || len(ds) != 1 || !ds[0].Deleted || ds[0].Reason != "state failed" {
+		t.Fatalf("Cleanup = %+v, %v; want the failed server deleted", ds, err)
+	}
+	if diff := cmp.Diff([]string{"create key", "create server", "label server state=failed", "delete key", "delete server"}, events(e.api)); diff != "" {
+		t.Errorf("API mutations (-want +got):\n%s", diff)
+	}
+	checkEmpty(t, e.api)
+}
+
+// TestReleaseFails: a server release cannot delete is labelled released,
+// so cleanup deletes it at once; the release reports the failure.
+func TestReleaseFails(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(t)
+	req, _ := newRequest(t, time.Now())
+	target, err := b.Acquire(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.api.setFault(opServerDelete, fault{code: "locked", status: 423, times: 1})
+	if err := b.ReleaseLease(context.Background(), provider.ReleaseRequest{Lease: target}); !errors.Is(err, provider.ErrConflict) {
+		t.Fatalf("ReleaseLease with a locked server: %v, want ErrConflict", err)
+	}
+	if left := e.api.serverList(); len(left) != 1 || left[0].Labels["state"] != "released" {
+		t.Fatalf("servers after the failed release: %+v; want 1 labelled released", left)
+	}
+	if _, err := b.Resolve(context.Background(), provider.ResolveRequest{ID: req.LeaseID}); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("Resolve of a released lease: %v, want ErrNotFound", err)
+	}
+	ds, err := b.Cleanup(context.Background(), provider.CleanupRequest{Now: req.CreatedAt, Claimed: func(string) bool { return true }})
+	if err != nil || len(ds) != 1 || !ds[0].Deleted {
+		t.Fatalf("Cleanup = %+v, %v; want the released server deleted", ds, err)
+	}
+	checkEmpty(t, e.api)
+}

@@ -1,0 +1,261 @@
+// Package cloudtest helps test cloud providers against fake clouds.
+//
+// A fake cloud API (an httptest server speaking the cloud's JSON) boots a
+// Box from the user data its create call receives: crabbox's own SSH
+// server on 127.0.0.1, accepting exactly the lease key from the user data
+// and presenting the host key the client injected there, with the user
+// data's work root as its working directory. So a fake cloud's server is
+// really reachable, and the whole acquire, sync, run and release path runs
+// against it.
+//
+// A Fleet hands out fake public addresses (from the documentation ranges
+// 192.0.2.0/24, 198.51.100.0/24 and 203.0.113.0/24, never dialled) and
+// maps each address and SSH port of the user data to where its box really
+// listens: providers take Fleet.MapAddress as their address mapper.
+package cloudtest
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/crabbox-dev/crabbox/internal/sshserver"
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+)
+
+// Box is a fake cloud box serving SSH on 127.0.0.1 as its user data says.
+type Box struct {
+	// Bootstrap is what the user data asked for.
+	Bootstrap cloud.Bootstrap
+	// Host and Port are where the box really listens.
+	Host string
+	Port int
+
+	srv    *sshserver.Server
+	served chan struct{}
+	err    error // Serve's result, set before served is closed
+	once   sync.Once
+}
+
+// StartBox parses userData (rendered by cloud.Bootstrap) and serves the
+// box it describes on a fresh loopback port. It creates the work root if
+// it does not exist. log may be nil. Close the box to stop it.
+func StartBox(userData string, log *slog.Logger) (*Box, error) {
+	bs, err := cloud.ParseUserData(userData)
+	if err != nil {
+		return nil, fmt.Errorf("fake box: %w", err)
+	}
+	authorized, err := lease.ParsePublicKey(bs.AuthorizedKey)
+	if err != nil {
+		return nil, fmt.Errorf("fake box: %w", err)
+	}
+	hostKey, err := sshSigner(bs.HostKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(bs.WorkRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("fake box: work root: %w", err)
+	}
+	user := bs.User
+	if user == "" {
+		user = cloud.DefaultUser
+	}
+	srv, err := sshserver.New(sshserver.Config{
+		HostKey: hostKey, AuthorizedKey: authorized, User: user, Dir: bs.WorkRoot,
+		Env: boxEnv(os.Environ()), Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fake box: %w", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("fake box: listen: %w", err)
+	}
+	b := &Box{Bootstrap: bs, Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, srv: srv, served: make(chan struct{})}
+	go func() {
+		defer close(b.served)
+		b.err = srv.Serve(l)
+	}()
+	return b, nil
+}
+
+// Addr is the box's real address, host:port.
+func (b *Box) Addr() string { return net.JoinHostPort(b.Host, fmt.Sprint(b.Port)) }
+
+// Close stops the box: its listener, connections and commands. It waits
+// for them and may be called more than once.
+func (b *Box) Close() error {
+	var err error
+	b.once.Do(func() {
+		err = b.srv.Close()
+		<-b.served
+		err = errors.Join(err, b.err)
+	})
+	return err
+}
+
+// boxEnv is the base environment of commands on a fake box: the basics of
+// a login, never the test process's own variables.
+func boxEnv(environ []string) []string {
+	keep := map[string]bool{"HOME": true, "USER": true, "LOGNAME": true, "PATH": true, "LANG": true, "TMPDIR": true}
+	var env []string
+	for _, kv := range environ {
+		if name, _, ok := strings.Cut(kv, "="); ok && keep[name] {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// Fleet is the set of boxes of one fake cloud, by fake public address. It
+// is safe for concurrent use (fake API handlers boot and halt boxes).
+type Fleet struct {
+	log *slog.Logger
+
+	mu      sync.Mutex
+	boxes   map[string]*Box
+	blocked map[string]bool // "ip:port" that refuse connections
+	next    int
+	closed  string // an address where nothing listens
+}
+
+// NewFleet returns an empty fleet whose boxes are all stopped when the
+// test ends.
+func NewFleet(t testing.TB) *Fleet {
+	t.Helper()
+	f := &Fleet{boxes: map[string]*Box{}, blocked: map[string]bool{}, log: slog.New(slog.DiscardHandler)}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.closed = l.Addr().String()
+	l.Close()
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Errorf("stop fake boxes: %v", err)
+		}
+	})
+	return f
+}
+
+var fakeNets = []string{"192.0.2.", "198.51.100.", "203.0.113."}
+
+// NewAddress returns a fresh fake public IPv4 address with no box yet.
+func (f *Fleet) NewAddress() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.newAddressLocked()
+}
+
+func (f *Fleet) newAddressLocked() string {
+	n := f.next
+	f.next++
+	return fmt.Sprintf("%s%d", fakeNets[(n/254)%len(fakeNets)], n%254+1)
+}
+
+// Boot starts the box userData describes at the fake address ip
+// (NewAddress), replacing any box there.
+func (f *Fleet) Boot(ip, userData string) error {
+	b, err := StartBox(userData, f.log)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	old := f.boxes[ip]
+	f.boxes[ip] = b
+	f.mu.Unlock()
+	if old != nil {
+		return old.Close()
+	}
+	return nil
+}
+
+// Halt stops the box at ip, if any.
+func (f *Fleet) Halt(ip string) error {
+	f.mu.Lock()
+	b := f.boxes[ip]
+	delete(f.boxes, ip)
+	f.mu.Unlock()
+	if b == nil {
+		return nil
+	}
+	return b.Close()
+}
+
+// Box returns the box at ip, or nil.
+func (f *Fleet) Box(ip string) *Box {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.boxes[ip]
+}
+
+// Running returns the addresses of the running boxes, sorted.
+func (f *Fleet) Running() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ips []string
+	for ip := range f.boxes {
+		ips = append(ips, ip)
+	}
+	slices.Sort(ips)
+	return ips
+}
+
+// Block makes port of the box at ip refuse connections, as a firewall
+// would (for testing the fallback port); Unblock undoes it.
+func (f *Fleet) Block(ip string, port int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blocked[net.JoinHostPort(ip, fmt.Sprint(port))] = true
+}
+
+// Unblock undoes Block.
+func (f *Fleet) Unblock(ip string, port int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.blocked, net.JoinHostPort(ip, fmt.Sprint(port)))
+}
+
+// MapAddress maps a box's public address and one of its user data's SSH
+// ports to where the box really listens. Any other address or port, a
+// blocked port or a halted box maps to a loopback port where nothing
+// listens.
+func (f *Fleet) MapAddress(host string, port int) (string, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.boxes[host]
+	if b != nil && slices.Contains(portsOf(b.Bootstrap), port) && !f.blocked[net.JoinHostPort(host, fmt.Sprint(port))] {
+		return b.Host, b.Port
+	}
+	h, p, _ := net.SplitHostPort(f.closed)
+	var n int
+	fmt.Sscan(p, &n)
+	return h, n
+}
+
+func portsOf(bs cloud.Bootstrap) []int {
+	if len(bs.Ports) == 0 {
+		return cloud.DefaultPorts()
+	}
+	return bs.Ports
+}
+
+// Close stops every box.
+func (f *Fleet) Close() error {
+	f.mu.Lock()
+	boxes := f.boxes
+	f.boxes = map[string]*Box{}
+	f.mu.Unlock()
+	var errs []error
+	for _, b := range boxes {
+		errs = append(errs, b.Close())
+	}
+	return errors.Join(errs...)
+}
