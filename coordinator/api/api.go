@@ -1,0 +1,549 @@
+// Package api holds the coordinator's wire types: the JSON bodies of every
+// route in the coordinator HTTP API, the error codes, the ID formats and the
+// lease defaults. Field names and JSON tags are a contract shared with
+// existing crabbox clients; change them only additively.
+//
+// Both the coordinator server and its Go client (coordinator/client) build
+// on this package. It has no behaviour beyond validation helpers and the
+// expiry rule.
+package api
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"regexp"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/lease"
+)
+
+// ServiceName is the "service" value of the health response.
+const ServiceName = "crabbox-coordinator"
+
+// ContentTypeJSON is the content type of every JSON body.
+const ContentTypeJSON = "application/json; charset=utf-8"
+
+// Header names the coordinator reads besides Authorization.
+const (
+	// HeaderOwner names the owner an admin token acts as.
+	HeaderOwner = "X-Crabbox-Owner"
+	// HeaderOrg names the org an admin token acts in.
+	HeaderOrg = "X-Crabbox-Org"
+)
+
+// Lease defaults and limits.
+const (
+	DefaultTTLSeconds         = 5400
+	DefaultIdleTimeoutSeconds = 1800
+	// MaxLeaseSeconds caps both ttlSeconds and idleTimeoutSeconds.
+	MaxLeaseSeconds    = 86400
+	DefaultSSHPort     = "2222"
+	DefaultSSHFallback = "22"
+)
+
+// Run limits.
+const (
+	// MaxEventFieldBytes bounds an event's message and its data.
+	MaxEventFieldBytes = 16 << 10
+	// MaxLogBytes is how much of a run's log the coordinator keeps (the last
+	// bytes).
+	MaxLogBytes = 8 << 20
+	// LogChunkBytes is the size of one log chunk on the wire.
+	LogChunkBytes = 64 << 10
+)
+
+// List limits.
+const (
+	DefaultLeaseListLimit = 100
+	MaxLeaseListLimit     = 500
+	DefaultRunListLimit   = 50
+	DefaultEventListLimit = 500
+)
+
+// Lifecycle says who drives a lease's provider: the coordinator (managed) or
+// the client that registered it (registered).
+type Lifecycle string
+
+// Lifecycles.
+const (
+	LifecycleManaged    Lifecycle = "managed"
+	LifecycleRegistered Lifecycle = "registered"
+)
+
+// LeaseState is a lease's state.
+type LeaseState string
+
+// Lease states. Provisioning and active leases are live.
+const (
+	LeaseProvisioning LeaseState = "provisioning"
+	LeaseActive       LeaseState = "active"
+	LeaseReleased     LeaseState = "released"
+	LeaseExpired      LeaseState = "expired"
+	LeaseFailed       LeaseState = "failed"
+)
+
+// Live reports whether a lease in state s still holds (or may hold) a box.
+func (s LeaseState) Live() bool { return s == LeaseProvisioning || s == LeaseActive }
+
+// Target is the operating system of a box.
+type Target string
+
+// Targets.
+const (
+	TargetLinux   Target = "linux"
+	TargetMacOS   Target = "macos"
+	TargetWindows Target = "windows"
+)
+
+// Lease is the lease record the coordinator returns.
+type Lease struct {
+	ID                   string            `json:"id"`
+	Slug                 string            `json:"slug,omitempty"`
+	Provider             string            `json:"provider"`
+	Lifecycle            Lifecycle         `json:"lifecycle"`
+	State                LeaseState        `json:"state"`
+	Owner                string            `json:"owner"`
+	Org                  string            `json:"org"`
+	Target               Target            `json:"target,omitempty"`
+	Class                string            `json:"class,omitempty"`
+	ServerType           string            `json:"serverType,omitempty"`
+	CloudID              string            `json:"cloudID,omitempty"`
+	ServerName           string            `json:"serverName,omitempty"`
+	Host                 string            `json:"host,omitempty"`
+	SSHUser              string            `json:"sshUser,omitempty"`
+	SSHPort              string            `json:"sshPort,omitempty"`
+	SSHFallbackPorts     []string          `json:"sshFallbackPorts,omitempty"`
+	SSHHostKey           string            `json:"sshHostKey,omitempty"`
+	WorkRoot             string            `json:"workRoot,omitempty"`
+	Keep                 bool              `json:"keep"`
+	TTLSeconds           int               `json:"ttlSeconds"`
+	IdleTimeoutSeconds   int               `json:"idleTimeoutSeconds"`
+	CreatedAt            time.Time         `json:"createdAt"`
+	UpdatedAt            time.Time         `json:"updatedAt"`
+	LastTouchedAt        time.Time         `json:"lastTouchedAt"`
+	ExpiresAt            time.Time         `json:"expiresAt"`
+	ReleasedAt           time.Time         `json:"releasedAt,omitzero"`
+	EndedAt              time.Time         `json:"endedAt,omitzero"`
+	EstimatedHourlyUSD   float64           `json:"estimatedHourlyUSD"`
+	MaxEstimatedUSD      float64           `json:"maxEstimatedUSD"`
+	CleanupAttempts      int               `json:"cleanupAttempts"`
+	CleanupError         string            `json:"cleanupError,omitempty"`
+	CleanupStartedAt     time.Time         `json:"cleanupStartedAt,omitzero"`
+	CleanupRetryAt       time.Time         `json:"cleanupRetryAt,omitzero"`
+	ReleaseDeletesServer bool              `json:"releaseDeletesServer"`
+	FailureError         string            `json:"failureError,omitempty"`
+	Labels               map[string]string `json:"labels,omitempty"`
+}
+
+// TTL is the lease's time to live.
+func (l Lease) TTL() time.Duration { return time.Duration(l.TTLSeconds) * time.Second }
+
+// IdleTimeout is the lease's idle timeout.
+func (l Lease) IdleTimeout() time.Duration { return time.Duration(l.IdleTimeoutSeconds) * time.Second }
+
+// ComputeExpiresAt returns when a lease expires: for managed leases
+// min(createdAt+ttl, lastTouchedAt+idle), for registered leases
+// lastTouchedAt+min(ttl, idle).
+func ComputeExpiresAt(lc Lifecycle, createdAt, lastTouchedAt time.Time, ttlSeconds, idleTimeoutSeconds int) time.Time {
+	ttl := time.Duration(ttlSeconds) * time.Second
+	idle := time.Duration(idleTimeoutSeconds) * time.Second
+	if lc == LifecycleRegistered {
+		return lastTouchedAt.Add(min(ttl, idle)).UTC()
+	}
+	byTTL := createdAt.Add(ttl)
+	byIdle := lastTouchedAt.Add(idle)
+	if byIdle.Before(byTTL) {
+		return byIdle.UTC()
+	}
+	return byTTL.UTC()
+}
+
+// ClampSeconds applies a lease duration default and the 86400 s cap: a
+// value <= 0 becomes def.
+func ClampSeconds(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return min(v, MaxLeaseSeconds)
+}
+
+// LeaseRequest is the body of POST /v1/leases and PUT /v1/leases/{id}
+// (without createAttemptID) and of PUT /v1/leases/{id}/registration.
+type LeaseRequest struct {
+	LeaseID            string            `json:"leaseID,omitempty"`
+	CreateAttemptID    string            `json:"createAttemptID,omitempty"`
+	Slug               string            `json:"slug,omitempty"`
+	Provider           string            `json:"provider,omitempty"`
+	Target             Target            `json:"target,omitempty"`
+	Class              string            `json:"class,omitempty"`
+	ServerType         string            `json:"serverType,omitempty"`
+	Location           string            `json:"location,omitempty"`
+	Image              string            `json:"image,omitempty"`
+	SSHUser            string            `json:"sshUser,omitempty"`
+	SSHPort            string            `json:"sshPort,omitempty"`
+	SSHFallbackPorts   []string          `json:"sshFallbackPorts,omitempty"`
+	SSHPublicKey       string            `json:"sshPublicKey"`
+	WorkRoot           string            `json:"workRoot,omitempty"`
+	TTLSeconds         int               `json:"ttlSeconds,omitempty"`
+	IdleTimeoutSeconds int               `json:"idleTimeoutSeconds,omitempty"`
+	Keep               bool              `json:"keep,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+}
+
+// RegistrationRequest is the body of PUT /v1/leases/{id}/registration: a
+// direct provider's lease recorded with the coordinator. The coordinator
+// never calls a provider for a registered lease.
+type RegistrationRequest struct {
+	Slug               string            `json:"slug,omitempty"`
+	Provider           string            `json:"provider"`
+	Target             Target            `json:"target,omitempty"`
+	Class              string            `json:"class,omitempty"`
+	ServerType         string            `json:"serverType,omitempty"`
+	CloudID            string            `json:"cloudID,omitempty"`
+	ServerName         string            `json:"serverName,omitempty"`
+	Host               string            `json:"host,omitempty"`
+	SSHUser            string            `json:"sshUser,omitempty"`
+	SSHPort            string            `json:"sshPort,omitempty"`
+	SSHFallbackPorts   []string          `json:"sshFallbackPorts,omitempty"`
+	SSHHostKey         string            `json:"sshHostKey,omitempty"`
+	WorkRoot           string            `json:"workRoot,omitempty"`
+	TTLSeconds         int               `json:"ttlSeconds,omitempty"`
+	IdleTimeoutSeconds int               `json:"idleTimeoutSeconds,omitempty"`
+	Keep               bool              `json:"keep,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+}
+
+// HeartbeatRequest is the body of POST /v1/leases/{id}/heartbeat.
+type HeartbeatRequest struct {
+	ExpectedProvider string `json:"expectedProvider,omitempty"`
+	// IdleTimeoutSeconds, when positive, replaces the lease's idle timeout
+	// (clamped to 86400).
+	IdleTimeoutSeconds int `json:"idleTimeoutSeconds,omitempty"`
+	// Telemetry is an optional host sample; the coordinator may store or
+	// ignore it.
+	Telemetry json.RawMessage `json:"telemetry,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /v1/leases/{id}/release.
+type ReleaseRequest struct {
+	// Delete says whether to delete the server; nil means !keep.
+	Delete           *bool  `json:"delete,omitempty"`
+	ExpectedProvider string `json:"expectedProvider,omitempty"`
+}
+
+// CancelCreateRequest is the body of POST /v1/leases/{id}/cancel-create.
+type CancelCreateRequest struct {
+	CreateAttemptID string `json:"createAttemptID"`
+}
+
+// CanceledCreate records a canceled create attempt.
+type CanceledCreate struct {
+	Version          int    `json:"version"`
+	RequestedLeaseID string `json:"requestedLeaseID"`
+	CreateAttemptID  string `json:"createAttemptID"`
+	// State is always "canceled".
+	State string `json:"state"`
+}
+
+// CanceledState is the state of a CanceledCreate.
+const CanceledState = "canceled"
+
+// CancelCreateResponse answers POST /v1/leases/{id}/cancel-create. Lease is
+// set when the attempt had created a lease (now released).
+type CancelCreateResponse struct {
+	CanceledCreate CanceledCreate `json:"canceledCreate"`
+	Lease          *Lease         `json:"lease,omitempty"`
+}
+
+// LeaseResponse wraps one lease.
+type LeaseResponse struct {
+	Lease Lease `json:"lease"`
+}
+
+// LeasesResponse wraps a list of leases.
+type LeasesResponse struct {
+	Leases []Lease `json:"leases"`
+}
+
+// RunState is a run's state.
+type RunState string
+
+// Run states.
+const (
+	RunRunning   RunState = "running"
+	RunSucceeded RunState = "succeeded"
+	RunFailed    RunState = "failed"
+)
+
+// RunResults is a run's test summary (JUnit counts).
+type RunResults struct {
+	Tests    int `json:"tests"`
+	Failures int `json:"failures"`
+	Errors   int `json:"errors"`
+	Skipped  int `json:"skipped"`
+}
+
+// Run is the run record.
+type Run struct {
+	ID           string      `json:"id"`
+	LeaseID      string      `json:"leaseID,omitempty"`
+	Slug         string      `json:"slug,omitempty"`
+	Owner        string      `json:"owner"`
+	Org          string      `json:"org"`
+	Provider     string      `json:"provider"`
+	Target       Target      `json:"target,omitempty"`
+	Class        string      `json:"class,omitempty"`
+	ServerType   string      `json:"serverType,omitempty"`
+	Command      []string    `json:"command"`
+	Label        string      `json:"label,omitempty"`
+	State        RunState    `json:"state"`
+	Phase        string      `json:"phase,omitempty"`
+	ExitCode     *int        `json:"exitCode,omitempty"`
+	SyncMs       int64       `json:"syncMs"`
+	CommandMs    int64       `json:"commandMs"`
+	DurationMs   int64       `json:"durationMs"`
+	LogBytes     int64       `json:"logBytes"`
+	LogTruncated bool        `json:"logTruncated"`
+	Results      *RunResults `json:"results,omitempty"`
+	StartedAt    time.Time   `json:"startedAt"`
+	LastEventAt  time.Time   `json:"lastEventAt,omitzero"`
+	EventCount   int         `json:"eventCount"`
+	EndedAt      time.Time   `json:"endedAt,omitzero"`
+}
+
+// RunRequest is the body of POST /v1/runs.
+type RunRequest struct {
+	LeaseID    string   `json:"leaseID,omitempty"`
+	Provider   string   `json:"provider"`
+	Target     Target   `json:"target,omitempty"`
+	Class      string   `json:"class,omitempty"`
+	ServerType string   `json:"serverType,omitempty"`
+	Command    []string `json:"command"`
+	Label      string   `json:"label,omitempty"`
+}
+
+// Event types a client sends.
+const (
+	EventPhase   = "phase"   // a phase started: Phase names it
+	EventOutput  = "output"  // a chunk of stdout or stderr: Stream names it
+	EventCommand = "command" // the command started or finished
+	EventLease   = "lease"   // lease acquired or released
+	EventError   = "error"   // crabbox itself failed: Message says how
+)
+
+// Phases of a run.
+const (
+	PhaseLeasing   = "leasing"
+	PhaseBootstrap = "bootstrap"
+	PhaseSync      = "sync"
+	PhaseCommand   = "command"
+	PhaseRelease   = "release"
+	PhaseFinished  = "finished"
+)
+
+// Streams of output events.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+)
+
+// EventRequest is the body of POST /v1/runs/{id}/events.
+type EventRequest struct {
+	Type    string          `json:"type"`
+	Phase   string          `json:"phase,omitempty"`
+	Stream  string          `json:"stream,omitempty"`
+	Message string          `json:"message,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// Event is a stored run event. Seq counts from 1 without gaps.
+type Event struct {
+	RunID     string          `json:"runID"`
+	Seq       int64           `json:"seq"`
+	Type      string          `json:"type"`
+	Phase     string          `json:"phase,omitempty"`
+	Stream    string          `json:"stream,omitempty"`
+	Message   string          `json:"message,omitempty"`
+	Data      json.RawMessage `json:"data,omitempty"`
+	CreatedAt time.Time       `json:"createdAt"`
+}
+
+// FinishRequest is the body of POST /v1/runs/{id}/finish. ExitCode 0 makes
+// the run succeeded, anything else failed. Log is the run's output; the
+// coordinator keeps its last MaxLogBytes.
+type FinishRequest struct {
+	ExitCode     int         `json:"exitCode"`
+	SyncMs       int64       `json:"syncMs"`
+	CommandMs    int64       `json:"commandMs"`
+	Log          string      `json:"log"`
+	LogTruncated bool        `json:"logTruncated"`
+	Results      *RunResults `json:"results,omitempty"`
+}
+
+// RunResponse wraps one run.
+type RunResponse struct {
+	Run Run `json:"run"`
+}
+
+// RunsResponse wraps a list of runs.
+type RunsResponse struct {
+	Runs []Run `json:"runs"`
+}
+
+// EventResponse wraps one event.
+type EventResponse struct {
+	Event Event `json:"event"`
+}
+
+// EventsResponse wraps a list of events.
+type EventsResponse struct {
+	Events []Event `json:"events"`
+}
+
+// Usage scopes.
+const (
+	ScopeUser = "user"
+	ScopeOrg  = "org"
+	ScopeAll  = "all"
+)
+
+// UsageGroup is usage for one key (an owner, org, provider or server type).
+type UsageGroup struct {
+	Key            string  `json:"key"`
+	Leases         int     `json:"leases"`
+	ActiveLeases   int     `json:"activeLeases"`
+	RuntimeSeconds int64   `json:"runtimeSeconds"`
+	EstimatedUSD   float64 `json:"estimatedUSD"`
+	ReservedUSD    float64 `json:"reservedUSD"`
+}
+
+// Usage is a month's usage in a scope. Registered leases are excluded.
+type Usage struct {
+	Scope       string       `json:"scope"`
+	Month       string       `json:"month"`
+	Owner       string       `json:"owner,omitempty"`
+	Org         string       `json:"org,omitempty"`
+	Total       UsageGroup   `json:"total"`
+	Owners      []UsageGroup `json:"owners"`
+	Orgs        []UsageGroup `json:"orgs"`
+	Providers   []UsageGroup `json:"providers"`
+	ServerTypes []UsageGroup `json:"serverTypes"`
+}
+
+// Limits are the configured maxima; 0 means unlimited.
+type Limits struct {
+	MaxActiveLeases         int     `json:"maxActiveLeases"`
+	MaxActiveLeasesPerOwner int     `json:"maxActiveLeasesPerOwner"`
+	MaxActiveLeasesPerOrg   int     `json:"maxActiveLeasesPerOrg"`
+	MaxMonthlyUSD           float64 `json:"maxMonthlyUSD"`
+	MaxMonthlyUSDPerOwner   float64 `json:"maxMonthlyUSDPerOwner"`
+	MaxMonthlyUSDPerOrg     float64 `json:"maxMonthlyUSDPerOrg"`
+}
+
+// UsageResponse answers GET /v1/usage.
+type UsageResponse struct {
+	Usage  Usage  `json:"usage"`
+	Limits Limits `json:"limits"`
+}
+
+// Auth kinds in a whoami response.
+const (
+	AuthBearer = "bearer"
+	AuthGitHub = "github"
+	AuthProxy  = "proxy"
+)
+
+// Whoami answers GET /v1/whoami.
+type Whoami struct {
+	Owner          string    `json:"owner"`
+	Org            string    `json:"org"`
+	Auth           string    `json:"auth"`
+	Admin          bool      `json:"admin"`
+	TokenExpiresAt time.Time `json:"tokenExpiresAt,omitzero"`
+}
+
+// Health answers GET /v1/health.
+type Health struct {
+	OK      bool   `json:"ok"`
+	Service string `json:"service"`
+}
+
+// Readiness answers GET /v1/providers/{p}/readiness.
+type Readiness struct {
+	Provider   string   `json:"provider"`
+	Configured bool     `json:"configured"`
+	Missing    []string `json:"missing"`
+	Message    string   `json:"message"`
+}
+
+// Error codes in an error body.
+const (
+	CodeInvalidRequest           = "invalid_request"            // 400
+	CodeUnauthorized             = "unauthorized"               // 401
+	CodeForbidden                = "forbidden"                  // 403
+	CodeNotFound                 = "not_found"                  // 404
+	CodeMethodNotAllowed         = "method_not_allowed"         // 405
+	CodeRequestTooLarge          = "request_too_large"          // 413
+	CodeProviderNotConfigured    = "provider_not_configured"    // 424
+	CodeCostLimitExceeded        = "cost_limit_exceeded"        // 429
+	CodeInternal                 = "internal_error"             // 500
+	CodeProviderFailed           = "provider_failed"            // 502
+	CodeUnavailable              = "unavailable"                // 503
+	CodeLeaseStateChanged        = "lease_state_changed"        // 409, with lease
+	CodeCreateAttemptConflict    = "create_attempt_conflict"    // 409
+	CodeLeaseIDConflict          = "lease_id_conflict"          // 409
+	CodeCreateCanceled           = "create_canceled"            // 409
+	CodeLeaseExpired             = "lease_expired"              // 409
+	CodeLeaseEnded               = "lease_ended"                // 409
+	CodeProviderIdentityMismatch = "provider_identity_mismatch" // 409
+	CodeRunFinished              = "run_finished"               // 409
+)
+
+// Error is the body of every error response. Lease is set where a code
+// carries the lease (lease_state_changed).
+type Error struct {
+	Code    string `json:"error"`
+	Message string `json:"message"`
+	Lease   *Lease `json:"lease,omitempty"`
+}
+
+// ID formats.
+var (
+	createAttemptIDPattern = regexp.MustCompile(`^cat_[0-9a-f]{32}$`)
+	runIDPattern           = regexp.MustCompile(`^run_[0-9a-f]{12}$`)
+	registeredIDPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{2,127}$`)
+)
+
+// MaxSlugLen is the longest slug.
+const MaxSlugLen = 41
+
+// IsLeaseID reports whether s is a managed lease ID: cbx_ and 12 lowercase
+// hex digits.
+func IsLeaseID(s string) bool { return lease.IsID(s) }
+
+// IsRegisteredLeaseID reports whether s can name a registered lease.
+func IsRegisteredLeaseID(s string) bool { return registeredIDPattern.MatchString(s) }
+
+// IsCreateAttemptID reports whether s is a create attempt ID: cat_ and 32
+// lowercase hex digits.
+func IsCreateAttemptID(s string) bool { return createAttemptIDPattern.MatchString(s) }
+
+// IsRunID reports whether s is a run ID: run_ and 12 lowercase hex digits.
+func IsRunID(s string) bool { return runIDPattern.MatchString(s) }
+
+// IsSlug reports whether s is a well-formed slug: lowercase [a-z0-9-], at
+// most 41 characters.
+func IsSlug(s string) bool { return lease.ValidSlug(s) }
+
+// NewCreateAttemptID returns a fresh create attempt ID.
+func NewCreateAttemptID() string { return "cat_" + randomHex(16) }
+
+// NewRunID returns a fresh run ID.
+func NewRunID() string { return lease.NewRunID() }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
+	return hex.EncodeToString(b)
+}

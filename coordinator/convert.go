@@ -1,0 +1,106 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	"github.com/crabbox-dev/crabbox/coordinator/store"
+)
+
+// toAPILease is the public view of a lease: the private fields (create
+// attempt, request hash, cleanup token) are left behind.
+func toAPILease(l store.Lease) api.Lease {
+	return api.Lease{
+		ID: l.ID, Slug: l.Slug, Provider: l.Provider,
+		Lifecycle: api.Lifecycle(l.Lifecycle), State: api.LeaseState(l.State),
+		Owner: l.Owner, Org: l.Org, Target: api.Target(l.Target), Class: l.Class,
+		ServerType: l.ServerType, CloudID: l.CloudID, ServerName: l.ServerName,
+		Host: l.Host, SSHUser: l.SSHUser, SSHPort: l.SSHPort,
+		SSHFallbackPorts: slices.Clone(l.SSHFallbackPorts), SSHHostKey: l.SSHHostKey,
+		WorkRoot: l.WorkRoot, Keep: l.Keep,
+		TTLSeconds: int(l.TTLSeconds), IdleTimeoutSeconds: int(l.IdleTimeoutSeconds),
+		CreatedAt: utc(l.CreatedAt), UpdatedAt: utc(l.UpdatedAt),
+		LastTouchedAt: utc(l.LastTouchedAt), ExpiresAt: utc(l.ExpiresAt),
+		ReleasedAt: utc(l.ReleasedAt), EndedAt: utc(l.EndedAt),
+		EstimatedHourlyUSD: l.EstimatedHourlyUSD, MaxEstimatedUSD: l.MaxEstimatedUSD,
+		CleanupAttempts: l.CleanupAttempts, CleanupError: l.CleanupError,
+		CleanupStartedAt: utc(l.CleanupStartedAt), CleanupRetryAt: utc(l.CleanupRetryAt),
+		ReleaseDeletesServer: l.ReleaseDeletesServer, FailureError: l.FailureError,
+		Labels: maps.Clone(l.Labels),
+	}
+}
+
+func toAPILeases(ls []store.Lease) []api.Lease {
+	out := make([]api.Lease, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, toAPILease(l))
+	}
+	return out
+}
+
+func toAPIRun(r store.Run) api.Run {
+	out := api.Run{
+		ID: r.ID, LeaseID: r.LeaseID, Slug: r.Slug, Owner: r.Owner, Org: r.Org,
+		Provider: r.Provider, Target: api.Target(r.Target), Class: r.Class,
+		ServerType: r.ServerType, Command: slices.Clone(r.Command), Label: r.Label,
+		State: api.RunState(r.State), Phase: r.Phase, SyncMs: r.SyncMs,
+		CommandMs: r.CommandMs, DurationMs: r.DurationMs, LogBytes: r.LogBytes,
+		LogTruncated: r.LogTruncated, StartedAt: utc(r.StartedAt),
+		LastEventAt: utc(r.LastEventAt), EventCount: int(r.EventCount), EndedAt: utc(r.EndedAt),
+	}
+	if out.Command == nil {
+		out.Command = []string{}
+	}
+	if r.ExitCode != nil {
+		code := *r.ExitCode
+		out.ExitCode = &code
+	}
+	if len(r.Results) > 0 {
+		var res api.RunResults
+		if json.Unmarshal(r.Results, &res) == nil {
+			out.Results = &res
+		}
+	}
+	return out
+}
+
+func toAPIEvent(e store.RunEvent) api.Event {
+	return api.Event{
+		RunID: e.RunID, Seq: e.Seq, Type: e.Type, Phase: e.Phase, Stream: e.Stream,
+		Message: e.Message, Data: e.Data, CreatedAt: utc(e.CreatedAt),
+	}
+}
+
+func toAPIGroup(g store.UsageGroup) api.UsageGroup {
+	return api.UsageGroup{
+		Key: g.Key, Leases: g.Leases, ActiveLeases: g.ActiveLeases,
+		RuntimeSeconds: g.RuntimeSeconds, EstimatedUSD: g.EstimatedUSD, ReservedUSD: g.ReservedUSD,
+	}
+}
+
+func toAPIGroups(gs []store.UsageGroup) []api.UsageGroup {
+	out := make([]api.UsageGroup, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, toAPIGroup(g))
+	}
+	return out
+}
+
+func toStoreLimits(l api.Limits) store.Limits {
+	return store.Limits{
+		MaxActiveLeases: l.MaxActiveLeases, MaxActiveLeasesPerOwner: l.MaxActiveLeasesPerOwner,
+		MaxActiveLeasesPerOrg: l.MaxActiveLeasesPerOrg, MaxMonthlyUSD: l.MaxMonthlyUSD,
+		MaxMonthlyUSDPerOwner: l.MaxMonthlyUSDPerOwner, MaxMonthlyUSDPerOrg: l.MaxMonthlyUSDPerOrg,
+	}
+}
+
+// utc returns t in UTC, keeping the zero time zero.
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC()
+}

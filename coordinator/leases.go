@@ -1,0 +1,335 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	"github.com/crabbox-dev/crabbox/coordinator/auth"
+	"github.com/crabbox-dev/crabbox/coordinator/store"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// touchTimeout bounds the provider Touch that follows a heartbeat.
+const touchTimeout = 20 * time.Second
+
+// findLease resolves ref (an ID or slug) among the caller's leases. An
+// admin may also address any lease by ID. Someone else's lease is "not
+// found", so its existence does not leak.
+func (s *Server) findLease(r *http.Request, id auth.Identity, ref string) (store.Lease, *apiError) {
+	if !api.IsLeaseID(ref) && !api.IsSlug(ref) && !api.IsRegisteredLeaseID(ref) {
+		return store.Lease{}, invalid("lease reference %q is neither a lease ID nor a slug", ref)
+	}
+	l, err := s.store.FindLease(r.Context(), ref, id.Owner, id.Org)
+	if errors.Is(err, store.ErrNotFound) && id.Admin {
+		l, err = s.store.GetLease(r.Context(), ref)
+	}
+	if err != nil {
+		return store.Lease{}, s.fromStore(r, err, "finding the lease", "lease "+ref)
+	}
+	return l, nil
+}
+
+func (s *Server) getLease(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	l, e := s.findLease(r, id, r.PathValue("id"))
+	if e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: toAPILease(l)})
+	return nil
+}
+
+// leaseFilter parses the list query. Without admin rights, owner and org
+// are the caller's; asking for someone else's is forbidden.
+func leaseFilter(r *http.Request, id auth.Identity, allByDefault bool) (store.LeaseFilter, *apiError) {
+	q := r.URL.Query()
+	f := store.LeaseFilter{
+		State: store.LeaseState(q.Get("state")), Provider: strings.ToLower(q.Get("provider")),
+		Owner: q.Get("owner"), Org: q.Get("org"),
+	}
+	if f.State != "" && !f.State.Valid() {
+		return f, invalid("query parameter %q: %q is not a lease state", "state", f.State)
+	}
+	limit, e := limitParam(q.Get("limit"), api.DefaultLeaseListLimit, api.MaxLeaseListLimit)
+	if e != nil {
+		return f, e
+	}
+	f.Limit = limit
+	switch {
+	case !id.Admin:
+		if (f.Owner != "" && f.Owner != id.Owner) || (f.Org != "" && f.Org != id.Org) {
+			return f, forbidden("only admins may list other owners' or orgs' leases")
+		}
+		f.Owner, f.Org = id.Owner, id.Org
+	case !allByDefault && f.Owner == "" && f.Org == "":
+		f.Owner, f.Org = id.Owner, id.Org
+	}
+	return f, nil
+}
+
+func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	return s.writeLeases(w, r, id, false)
+}
+
+func (s *Server) adminListLeases(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	return s.writeLeases(w, r, id, true)
+}
+
+func (s *Server) writeLeases(w http.ResponseWriter, r *http.Request, id auth.Identity, all bool) *apiError {
+	f, e := leaseFilter(r, id, all)
+	if e != nil {
+		return e
+	}
+	ls, err := s.store.ListLeases(r.Context(), f)
+	if err != nil {
+		return s.fromStore(r, err, "listing leases", "leases")
+	}
+	writeJSON(w, http.StatusOK, api.LeasesResponse{Leases: toAPILeases(ls)})
+	return nil
+}
+
+// expectedProvider normalises an expectedProvider field: absent is fine,
+// present must name a provider.
+func expectedProvider(v string) (string, *apiError) {
+	if v == "" {
+		return "", nil
+	}
+	p := strings.ToLower(strings.TrimSpace(v))
+	if !providerName.MatchString(p) {
+		return "", invalid("field %q: %q is not a provider name", "expectedProvider", v)
+	}
+	return p, nil
+}
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	var req api.HeartbeatRequest
+	if e := decodeBody(w, r, s.maxBody, true, &req); e != nil {
+		return e
+	}
+	if req.IdleTimeoutSeconds < 0 {
+		return invalid("field %q must not be negative", "idleTimeoutSeconds")
+	}
+	want, e := expectedProvider(req.ExpectedProvider)
+	if e != nil {
+		return e
+	}
+	l, e := s.findLease(r, id, r.PathValue("id"))
+	if e != nil {
+		return e
+	}
+	idle := int64(0)
+	if req.IdleTimeoutSeconds > 0 {
+		idle = int64(api.ClampSeconds(req.IdleTimeoutSeconds, api.DefaultIdleTimeoutSeconds))
+	}
+	l, err := s.store.Heartbeat(r.Context(), l.ID, store.HeartbeatRequest{
+		ExpectedProvider: want, IdleTimeoutSeconds: idle, Now: s.clock.Now().UTC(),
+	})
+	if err != nil {
+		return s.fromStore(r, err, "recording the heartbeat", "lease "+l.ID)
+	}
+	s.touchProvider(r.Context(), l)
+	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: toAPILease(l)})
+	return nil
+}
+
+// touchProvider moves a managed box's own expiry (its self-destruct timer
+// and labels) to the lease's new expiry. A failure is logged, not
+// returned: the coordinator's record is what counts.
+func (s *Server) touchProvider(ctx context.Context, l store.Lease) {
+	if l.Lifecycle != store.LifecycleManaged || l.State != store.StateActive {
+		return
+	}
+	b, ok := s.providers[l.Provider]
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, touchTimeout)
+	defer cancel()
+	req := provider.TouchRequest{Lease: target(l), Now: s.clock.Now().UTC(), ExpiresAt: l.ExpiresAt}
+	if _, err := b.Touch(ctx, req); err != nil {
+		s.metrics.touchFailures.WithLabelValues(l.Provider).Inc()
+		s.log.Warn("provider touch failed", slog.String("lease", l.ID), slog.String("provider", l.Provider), slog.String("error", err.Error()))
+	}
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	var req api.ReleaseRequest
+	if e := decodeBody(w, r, s.maxBody, true, &req); e != nil {
+		return e
+	}
+	l, e := s.findLease(r, id, r.PathValue("id"))
+	if e != nil {
+		return e
+	}
+	return s.releaseLease(w, r, l, req)
+}
+
+func (s *Server) adminRelease(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	var req api.ReleaseRequest
+	if e := decodeBody(w, r, s.maxBody, true, &req); e != nil {
+		return e
+	}
+	l, e := s.findLease(r, id, r.PathValue("id"))
+	if e != nil {
+		return e
+	}
+	s.log.Info("admin release", slog.String("lease", l.ID), slog.String("admin", id.Owner), slog.String("owner", l.Owner))
+	return s.releaseLease(w, r, l, req)
+}
+
+// releaseLease ends l. Deleting the server (default: unless keep) is
+// queued for the maintenance loop; a registered lease never reaches a
+// provider.
+func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, l store.Lease, req api.ReleaseRequest) *apiError {
+	want, e := expectedProvider(req.ExpectedProvider)
+	if e != nil {
+		return e
+	}
+	del := !l.Keep
+	if req.Delete != nil {
+		del = *req.Delete
+	}
+	del = del && l.Lifecycle == store.LifecycleManaged
+	l, err := s.store.Release(r.Context(), l.ID, store.ReleaseRequest{
+		DeleteServer: del, ExpectedProvider: want, Now: s.clock.Now().UTC(),
+	})
+	if err != nil {
+		return s.fromStore(r, err, "releasing the lease", "lease "+l.ID)
+	}
+	if l.ReleaseDeletesServer {
+		s.wakeMaintenance()
+	}
+	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: toAPILease(l)})
+	return nil
+}
+
+// cancelCreate serves POST /v1/leases/{id}/cancel-create.
+func (s *Server) cancelCreate(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	leaseID := r.PathValue("id")
+	if !api.IsLeaseID(leaseID) {
+		return invalid("lease ID %q is malformed: want cbx_ and 12 lowercase hex digits", leaseID)
+	}
+	var req api.CancelCreateRequest
+	if e := decodeBody(w, r, s.maxBody, false, &req); e != nil {
+		return e
+	}
+	if !api.IsCreateAttemptID(req.CreateAttemptID) {
+		return invalid("field %q: %q is not a create attempt ID (cat_ and 32 lowercase hex digits)", "createAttemptID", req.CreateAttemptID)
+	}
+	res, err := s.store.CancelCreate(r.Context(), leaseID, req.CreateAttemptID, id.Owner, id.Org, s.clock.Now().UTC())
+	if err != nil {
+		return s.fromStore(r, err, "canceling the create", "lease "+leaseID)
+	}
+	out := api.CancelCreateResponse{CanceledCreate: api.CanceledCreate{
+		Version: 1, RequestedLeaseID: leaseID, CreateAttemptID: req.CreateAttemptID, State: api.CanceledState,
+	}}
+	if res.Lease != nil {
+		l := toAPILease(*res.Lease)
+		out.Lease = &l
+		if res.Lease.ReleaseDeletesServer {
+			s.wakeMaintenance()
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// register serves PUT /v1/leases/{id}/registration: a lease made by a
+// direct provider, recorded here without any provider call.
+func (s *Server) register(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	leaseID := r.PathValue("id")
+	if !api.IsRegisteredLeaseID(leaseID) {
+		return invalid("lease ID %q is malformed for a registration", leaseID)
+	}
+	var req api.RegistrationRequest
+	if e := decodeBody(w, r, s.maxBody, false, &req); e != nil {
+		return e
+	}
+	l, e := registration(leaseID, req, id, s.clock.Now().UTC())
+	if e != nil {
+		return e
+	}
+	type result struct {
+		lease   store.Lease
+		created bool
+	}
+	res, err := withSlug(req.Slug, func(slug string) (result, error) {
+		l.Slug = slug
+		got, created, err := s.store.RegisterLease(r.Context(), l, l.CreatedAt)
+		return result{got, created}, err
+	})
+	if err != nil {
+		return s.fromStore(r, err, "registering the lease", "lease "+leaseID)
+	}
+	status := http.StatusOK
+	if res.created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, api.LeaseResponse{Lease: toAPILease(res.lease)})
+	return nil
+}
+
+// registration validates a registration request into a lease record.
+func registration(leaseID string, req api.RegistrationRequest, id auth.Identity, now time.Time) (store.Lease, *apiError) {
+	p := strings.ToLower(strings.TrimSpace(req.Provider))
+	if p == "" {
+		return store.Lease{}, invalid("field %q is required", "provider")
+	}
+	if !providerName.MatchString(p) {
+		return store.Lease{}, invalid("field %q: %q is not a provider name", "provider", req.Provider)
+	}
+	if req.Slug != "" && !api.IsSlug(req.Slug) {
+		return store.Lease{}, invalid("field %q: %q is not a slug", "slug", req.Slug)
+	}
+	target, e := targetField(req.Target)
+	if e != nil {
+		return store.Lease{}, e
+	}
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{
+		{"class", req.Class, maxShortField}, {"serverType", req.ServerType, maxShortField},
+		{"cloudID", req.CloudID, maxPathField}, {"serverName", req.ServerName, maxPathField},
+		{"host", req.Host, maxPathField}, {"workRoot", req.WorkRoot, maxPathField},
+	} {
+		if e := textField(f.name, f.v, f.max); e != nil {
+			return store.Lease{}, e
+		}
+	}
+	if e := hostKeyField(req.SSHHostKey); e != nil {
+		return store.Lease{}, e
+	}
+	user, e := sshUserField(req.SSHUser)
+	if e != nil {
+		return store.Lease{}, e
+	}
+	port, fallback, e := portFields(req.SSHPort, req.SSHFallbackPorts)
+	if e != nil {
+		return store.Lease{}, e
+	}
+	ttl, e := secondsField("ttlSeconds", req.TTLSeconds, api.DefaultTTLSeconds)
+	if e != nil {
+		return store.Lease{}, e
+	}
+	idle, e := secondsField("idleTimeoutSeconds", req.IdleTimeoutSeconds, api.DefaultIdleTimeoutSeconds)
+	if e != nil {
+		return store.Lease{}, e
+	}
+	labels, e := labelsField(req.Labels, false)
+	if e != nil {
+		return store.Lease{}, e
+	}
+	return store.Lease{
+		ID: leaseID, Provider: p, Lifecycle: store.LifecycleRegistered, State: store.StateActive,
+		Owner: id.Owner, Org: id.Org, Target: target, Class: req.Class, ServerType: req.ServerType,
+		CloudID: req.CloudID, ServerName: req.ServerName, Host: req.Host, SSHUser: user,
+		SSHPort: port, SSHFallbackPorts: fallback, SSHHostKey: req.SSHHostKey, WorkRoot: req.WorkRoot,
+		Keep: req.Keep, TTLSeconds: ttl, IdleTimeoutSeconds: idle, CreatedAt: now, LastTouchedAt: now,
+		Labels: labels,
+	}, nil
+}

@@ -1,0 +1,150 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/coordinator/store"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// cleanupBatch is how many leases one maintenance pass claims at once;
+// they are deleted concurrently.
+const cleanupBatch = 8
+
+// idleRetry is the shortest sleep after a pass that found nothing to do,
+// so a clock edge cannot spin the loop.
+const idleRetry = time.Second
+
+// Run runs the maintenance loop until ctx is canceled: it expires leases
+// past their expiry and deletes the servers of expired, released and failed
+// leases, sleeping until the next known expiry (at most the maintenance
+// interval) or until a release queues a deletion. Errors of one pass are
+// logged and retried on the next. Run returns nil when ctx is canceled; it
+// is safe to run in several processes sharing one store.
+func (s *Server) Run(ctx context.Context) error {
+	for {
+		n, err := s.Maintain(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			s.log.Error("maintenance pass failed", slog.String("error", err.Error()))
+		}
+		var wait time.Duration // a full batch: there may be more
+		if n < cleanupBatch {
+			wait = s.untilNextCleanup(ctx)
+		}
+		timer := s.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.Chan():
+		case <-s.wake:
+			timer.Stop()
+		}
+	}
+}
+
+// untilNextCleanup is how long the loop may sleep: until the store's next
+// cleanup time, between idleRetry and the maintenance interval.
+func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
+	next, ok, err := s.store.NextCleanupAt(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("maintenance: next cleanup time", slog.String("error", err.Error()))
+		}
+		return s.interval
+	}
+	if !ok {
+		return s.interval
+	}
+	return min(max(next.Sub(s.clock.Now()), idleRetry), s.interval)
+}
+
+// Maintain runs one maintenance pass: it claims up to one batch of leases
+// that need cleanup (expired, or with a server deletion queued), deletes
+// their servers through their providers outside any transaction, and
+// commits each with its claim's fencing token. A failed delete is recorded
+// on the lease (cleanupError) and retried with backoff. It returns how many
+// leases it claimed. Safe to call from several processes at once: a lease
+// is claimed by one of them at a time.
+func (s *Server) Maintain(ctx context.Context) (int, error) {
+	claimed, err := s.store.ClaimForCleanup(ctx, s.clock.Now().UTC(), cleanupBatch, s.claimHold)
+	if err != nil {
+		return 0, fmt.Errorf("claim leases for cleanup: %w", err)
+	}
+	var wg sync.WaitGroup
+	for _, l := range claimed {
+		wg.Go(func() { s.cleanup(ctx, l) })
+	}
+	wg.Wait()
+	return len(claimed), nil
+}
+
+// cleanup deletes a claimed lease's server and commits the outcome.
+func (s *Server) cleanup(ctx context.Context, l store.Lease) {
+	log := s.log.With(slog.String("lease", l.ID), slog.String("provider", l.Provider), slog.String("owner", l.Owner))
+	err := s.deleteServer(ctx, l)
+	now := s.clock.Now().UTC()
+	// Commit even when ctx was canceled during the delete, so a deletion
+	// that happened is not repeated by the next claimant.
+	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.claimHold/4)
+	defer cancel()
+	if err != nil {
+		s.metrics.cleanupFailures.WithLabelValues(l.Provider).Inc()
+		retry := now.Add(s.retryDelay(l.CleanupAttempts))
+		cause := truncate(err.Error(), maxFailureMessage)
+		if _, ferr := s.store.FailCleanup(commitCtx, l.ID, l.CleanupToken, cause, now, retry); ferr != nil {
+			log.Error("record failed cleanup", slog.String("error", ferr.Error()))
+		}
+		log.Warn("server deletion failed", slog.String("error", cause), slog.Time("retryAt", retry), slog.Int("attempt", l.CleanupAttempts+1))
+		return
+	}
+	done, err := s.store.FinishCleanup(commitCtx, l.ID, l.CleanupToken, now)
+	if err != nil {
+		log.Error("commit cleanup", slog.String("error", err.Error()))
+		return
+	}
+	s.metrics.cleanups.WithLabelValues(l.Provider).Inc()
+	log.Info("lease cleaned up", slog.String("state", string(done.State)))
+}
+
+// deleteServer deletes a managed lease's server, bounded so the call ends
+// well before the claim lapses. A registered lease is only recorded; no
+// provider is called for it.
+func (s *Server) deleteServer(ctx context.Context, l store.Lease) error {
+	if l.Lifecycle != store.LifecycleManaged {
+		return nil
+	}
+	b, ok := s.providers[l.Provider]
+	if !ok {
+		return fmt.Errorf("provider %q is not configured on this coordinator", l.Provider)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.claimHold/2)
+	defer cancel()
+	if err := b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: target(l)}); err != nil {
+		if errors.Is(err, provider.ErrNotFound) {
+			return nil // already gone
+		}
+		return fmt.Errorf("delete server of lease %s: %w", l.ID, err)
+	}
+	return nil
+}
+
+// retryDelay is the backoff after the given number of earlier failures.
+func (s *Server) retryDelay(attempts int) time.Duration {
+	d := s.retryBase
+	for range attempts {
+		d *= 2
+		if d >= s.retryMax {
+			return s.retryMax
+		}
+	}
+	return min(d, s.retryMax)
+}

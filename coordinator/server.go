@@ -1,0 +1,370 @@
+// Package coordinator is the crabbox coordinator: an http.Handler that owns
+// provider credentials, lease state, run history, usage and spend limits for
+// a team, plus the maintenance loop that deletes the servers of expired and
+// released leases.
+//
+// The wire format is the one in the coordinator API spec (types in package
+// coordinator/api); state lives behind store.Store (SQLite or PostgreSQL);
+// boxes come from provider.SSHLeaseBackend values the caller configures.
+// Provider calls never happen inside a store transaction: a lease is
+// committed as provisioning before Acquire and activated after it, and
+// cleanup claims a lease with a fencing token, deletes its server, then
+// commits with that token. Several Servers (processes) may share one store.
+//
+// A typical main:
+//
+//	srv, err := coordinator.New(coordinator.Config{Store: st, Providers: backends, Tokens: tokens})
+//	go srv.Run(ctx)                      // maintenance loop
+//	http.ListenAndServe(addr, srv)       // API
+package coordinator
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	"github.com/crabbox-dev/crabbox/coordinator/auth"
+	"github.com/crabbox-dev/crabbox/coordinator/store"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// Config configures a Server. Secrets (in Tokens) are values: the caller
+// reads them from the environment or files, never from flags.
+type Config struct {
+	// Store holds the coordinator's state. Required. The Server does not
+	// close it.
+	Store store.Store
+	// Providers are the server-side provider backends by provider name,
+	// built by the caller with the coordinator's own credentials.
+	Providers map[string]provider.SSHLeaseBackend
+	// DefaultProvider is used when a lease request names none. Empty means
+	// the request must name one (or, with exactly one provider configured,
+	// that one).
+	DefaultProvider string
+	// Tokens are the admin token, shared token, session secret and the
+	// identity settings. At least one credential is required.
+	Tokens auth.Config
+	// Limits are the active-lease and monthly reserved-USD maxima; zero
+	// fields are unlimited.
+	Limits api.Limits
+	// Prices are hourly prices by provider and server type.
+	Prices []Price
+	// Clock is the time source; nil means the real clock.
+	Clock clockwork.Clock
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+
+	// MaxBodyBytes bounds request bodies (except a run's finish, which
+	// carries its log); 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// ProvisionTimeout bounds a provider's Acquire; 0 means 30 minutes.
+	// A client disconnecting does not cancel provisioning.
+	ProvisionTimeout time.Duration
+	// MaintenanceInterval is the longest the maintenance loop sleeps
+	// between passes (it wakes earlier for a known expiry); 0 means 30s.
+	MaintenanceInterval time.Duration
+	// CleanupClaimHold is how long a cleanup claim holds before another
+	// coordinator may take the lease over; provider deletes are bounded
+	// by half of it. 0 means 10 minutes.
+	CleanupClaimHold time.Duration
+	// CleanupRetryBase and CleanupRetryMax bound the exponential backoff
+	// between failed deletes: 0 means 30 seconds and 30 minutes.
+	CleanupRetryBase time.Duration
+	CleanupRetryMax  time.Duration
+}
+
+// Server is the coordinator: an http.Handler for the API and a maintenance
+// loop (Run). It is safe for concurrent use.
+type Server struct {
+	store     store.Store
+	providers map[string]provider.SSHLeaseBackend
+	defProv   string
+	auth      *auth.Authenticator
+	limits    api.Limits
+	prices    []Price
+	clock     clockwork.Clock
+	log       *slog.Logger
+	metrics   *metrics
+	mux       *http.ServeMux
+
+	maxBody          int64
+	provisionTimeout time.Duration
+	interval         time.Duration
+	claimHold        time.Duration
+	retryBase        time.Duration
+	retryMax         time.Duration
+
+	// wake nudges the maintenance loop after a release queued a deletion.
+	wake chan struct{}
+}
+
+// New validates cfg and returns a Server. It does no I/O.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("coordinator: no store")
+	}
+	a, err := auth.New(cfg.Tokens)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	if err := checkLimits(cfg.Limits); err != nil {
+		return nil, fmt.Errorf("coordinator: limits: %w", err)
+	}
+	for _, p := range cfg.Prices {
+		if p.Provider == "" || !(p.HourlyUSD >= 0) || math.IsInf(p.HourlyUSD, 0) {
+			return nil, fmt.Errorf("coordinator: price %+v: want a provider and a non-negative hourly price", p)
+		}
+	}
+	for name, b := range cfg.Providers {
+		if !providerName.MatchString(name) {
+			return nil, fmt.Errorf("coordinator: provider name %q: want lowercase letters, digits, - and _", name)
+		}
+		if b == nil {
+			return nil, fmt.Errorf("coordinator: provider %q has no backend", name)
+		}
+	}
+	if cfg.DefaultProvider != "" {
+		if _, ok := cfg.Providers[cfg.DefaultProvider]; !ok {
+			return nil, fmt.Errorf("coordinator: default provider %q is not configured", cfg.DefaultProvider)
+		}
+	}
+	s := &Server{
+		store:            cfg.Store,
+		providers:        cfg.Providers,
+		defProv:          cfg.DefaultProvider,
+		auth:             a,
+		limits:           cfg.Limits,
+		prices:           cfg.Prices,
+		clock:            cmp.Or[clockwork.Clock](cfg.Clock, clockwork.NewRealClock()),
+		log:              cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		maxBody:          cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		provisionTimeout: cmp.Or(cfg.ProvisionTimeout, 30*time.Minute),
+		interval:         cmp.Or(cfg.MaintenanceInterval, 30*time.Second),
+		claimHold:        cmp.Or(cfg.CleanupClaimHold, 10*time.Minute),
+		retryBase:        cmp.Or(cfg.CleanupRetryBase, 30*time.Second),
+		retryMax:         cmp.Or(cfg.CleanupRetryMax, 30*time.Minute),
+		wake:             make(chan struct{}, 1),
+	}
+	if s.defProv == "" && len(s.providers) == 1 {
+		for name := range s.providers {
+			s.defProv = name
+		}
+	}
+	s.metrics = newMetrics(s)
+	s.routes()
+	return s, nil
+}
+
+func checkLimits(l api.Limits) error {
+	if l.MaxActiveLeases < 0 || l.MaxActiveLeasesPerOwner < 0 || l.MaxActiveLeasesPerOrg < 0 {
+		return errors.New("active lease maxima must not be negative")
+	}
+	if l.MaxMonthlyUSD < 0 || l.MaxMonthlyUSDPerOwner < 0 || l.MaxMonthlyUSDPerOrg < 0 {
+		return errors.New("monthly USD maxima must not be negative")
+	}
+	return nil
+}
+
+// Registry is the Server's own Prometheus registry (served at /metrics).
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.registry }
+
+// handler is an API route: it returns the error to send, or nil after it
+// wrote its response.
+type handler func(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, api.Health{OK: true, Service: api.ServiceName})
+	})
+	m.Handle("GET /metrics", s.authed(s.adminOnly(s.serveMetrics)))
+	m.Handle("GET /v1/whoami", s.authed(s.whoami))
+	m.Handle("GET /v1/providers/{provider}/readiness", s.authed(s.readiness))
+
+	m.Handle("POST /v1/leases", s.authed(s.createLease))
+	m.Handle("GET /v1/leases", s.authed(s.listLeases))
+	m.Handle("PUT /v1/leases/{id}", s.authed(s.putLease))
+	m.Handle("GET /v1/leases/{id}", s.authed(s.getLease))
+	m.Handle("POST /v1/leases/{id}/heartbeat", s.authed(s.heartbeat))
+	m.Handle("POST /v1/leases/{id}/release", s.authed(s.release))
+	m.Handle("POST /v1/leases/{id}/cancel-create", s.authed(s.cancelCreate))
+	m.Handle("PUT /v1/leases/{id}/registration", s.authed(s.register))
+
+	m.Handle("POST /v1/runs", s.authed(s.createRun))
+	m.Handle("GET /v1/runs", s.authed(s.listRuns))
+	m.Handle("GET /v1/runs/{id}", s.authed(s.getRun))
+	m.Handle("POST /v1/runs/{id}/events", s.authed(s.appendEvent))
+	m.Handle("GET /v1/runs/{id}/events", s.authed(s.listEvents))
+	m.Handle("POST /v1/runs/{id}/finish", s.authed(s.finishRun))
+	m.Handle("GET /v1/runs/{id}/logs", s.authed(s.runLogs))
+
+	m.Handle("GET /v1/usage", s.authed(s.usage))
+
+	m.Handle("GET /v1/admin/leases", s.authed(s.adminOnly(s.adminListLeases)))
+	m.Handle("POST /v1/admin/leases/{id}/release", s.authed(s.adminOnly(s.adminRelease)))
+	s.mux = m
+}
+
+// ServeHTTP serves the coordinator API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := s.clock.Now()
+	rw := &statusWriter{ResponseWriter: w}
+	// The mux sets path values only when it serves the request itself.
+	var h http.Handler = s.mux
+	_, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		h, pattern = http.HandlerFunc(s.unrouted), "unmatched"
+	}
+	h.ServeHTTP(rw, r)
+	elapsed := s.clock.Since(start)
+	s.metrics.observe(r.Method, pattern, rw.status(), elapsed)
+	level := slog.LevelDebug
+	if rw.status() >= 500 {
+		level = slog.LevelWarn
+	}
+	s.log.LogAttrs(r.Context(), level, "request",
+		slog.String("method", r.Method), slog.String("route", pattern),
+		slog.Int("status", rw.status()), slog.Duration("elapsed", elapsed),
+		slog.String("owner", rw.owner))
+}
+
+// unrouted answers requests no route matched: 405 when the path exists
+// with another method, else 404, both as JSON.
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
+	probe := &headerProbe{header: http.Header{}}
+	fallback, _ := s.mux.Handler(r)
+	fallback.ServeHTTP(probe, r)
+	if probe.code == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", probe.header.Get("Allow"))
+		writeError(w, errorf(http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "method %s is not allowed for %s", r.Method, r.URL.Path))
+		return
+	}
+	writeError(w, notFound("no route %s %s", r.Method, r.URL.Path))
+}
+
+// authed authenticates the request and runs h with its identity.
+func (s *Server) authed(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := s.auth.Authenticate(r, s.clock.Now())
+		if err != nil {
+			if errors.Is(err, auth.ErrInvalidHeader) {
+				writeError(w, invalid("%v", err))
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="crabbox"`)
+			writeError(w, errorf(http.StatusUnauthorized, api.CodeUnauthorized, "a valid bearer token is required"))
+			return
+		}
+		if sw, ok := w.(*statusWriter); ok {
+			sw.owner = id.Owner
+		}
+		if e := h(w, r, id); e != nil {
+			writeError(w, e)
+		}
+	})
+}
+
+func (s *Server) adminOnly(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+		if !id.Admin {
+			return forbidden("this route needs admin rights")
+		}
+		return h(w, r, id)
+	}
+}
+
+// internal logs err and returns a 500 that says nothing about it.
+func (s *Server) internal(r *http.Request, doing string, err error) *apiError {
+	s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("doing", doing), slog.String("error", err.Error()))
+	return errorf(http.StatusInternalServerError, api.CodeInternal, "internal error while %s", doing)
+}
+
+// fromStore maps a store error to the wire, treating unknown errors as
+// internal.
+func (s *Server) fromStore(r *http.Request, err error, doing, what string) *apiError {
+	if e := storeError(err, what); e != nil {
+		return e
+	}
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "request canceled")
+	}
+	return s.internal(r, doing, err)
+}
+
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	writeJSON(w, http.StatusOK, api.Whoami{
+		Owner: id.Owner, Org: id.Org, Auth: cmp.Or(id.Method, api.AuthBearer),
+		Admin: id.Admin, TokenExpiresAt: id.TokenExpiresAt,
+	})
+	return nil
+}
+
+func (s *Server) readiness(w http.ResponseWriter, r *http.Request, _ auth.Identity) *apiError {
+	name := strings.ToLower(r.PathValue("provider"))
+	out := api.Readiness{Provider: name, Missing: []string{}}
+	if _, ok := s.providers[name]; ok {
+		out.Configured = true
+		out.Message = fmt.Sprintf("provider %q is configured on this coordinator", name)
+	} else {
+		out.Missing = []string{"provider backend"}
+		out.Message = fmt.Sprintf("provider %q is not configured on this coordinator (configured: %s)", name, s.providerNames())
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// wakeMaintenance nudges the maintenance loop without blocking.
+func (s *Server) wakeMaintenance() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// statusWriter records the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	owner string
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) status() int { return cmp.Or(w.code, http.StatusOK) }
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// headerProbe captures what the mux's own 404/405 handler would write.
+type headerProbe struct {
+	header http.Header
+	code   int
+}
+
+func (p *headerProbe) Header() http.Header         { return p.header }
+func (p *headerProbe) Write(b []byte) (int, error) { return len(b), nil }
+func (p *headerProbe) WriteHeader(code int)        { p.code = code }

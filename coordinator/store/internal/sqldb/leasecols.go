@@ -1,0 +1,125 @@
+package sqldb
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/crabbox-dev/crabbox/coordinator/store"
+)
+
+// leaseColumns are the leases table's columns in the order leaseArgs and
+// scanLease use.
+var leaseColumns = []string{
+	"id", "slug", "provider", "lifecycle", "state", "owner", "org",
+	"target", "class", "server_type", "cloud_id", "server_name", "host",
+	"ssh_user", "ssh_port", "ssh_fallback_ports", "ssh_host_key", "work_root", "keep",
+	"ttl_seconds", "idle_timeout_seconds",
+	"created_at", "updated_at", "last_touched_at", "expires_at", "released_at", "ended_at",
+	"estimated_hourly_usd", "max_estimated_usd",
+	"cleanup_attempts", "cleanup_error", "cleanup_started_at", "cleanup_retry_at",
+	"release_deletes_server", "failure_error", "labels",
+	"create_attempt_id", "request_hash", "cleanup_token", "cleanup_claim_until",
+}
+
+var (
+	leaseSelect = "SELECT " + strings.Join(leaseColumns, ", ") + " FROM leases"
+	leaseInsert = func() string {
+		ph := make([]string, len(leaseColumns))
+		for i := range ph {
+			ph[i] = fmt.Sprintf("$%d", i+1)
+		}
+		return "INSERT INTO leases (" + strings.Join(leaseColumns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")"
+	}()
+	leaseUpdate = func() string {
+		set := make([]string, 0, len(leaseColumns)-1)
+		for i, c := range leaseColumns[1:] {
+			set = append(set, fmt.Sprintf("%s = $%d", c, i+2))
+		}
+		return "UPDATE leases SET " + strings.Join(set, ", ") + " WHERE id = $1"
+	}()
+)
+
+// row is a stored lease plus the columns the store keeps to itself.
+type row struct {
+	store.Lease
+	claimUntil sql.NullInt64
+}
+
+func leaseArgs(r row) ([]any, error) {
+	l := r.Lease
+	ports, err := json.Marshal(nonNil(l.SSHFallbackPorts))
+	if err != nil {
+		return nil, err
+	}
+	labels := l.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	lab, err := json.Marshal(labels)
+	if err != nil {
+		return nil, err
+	}
+	return []any{
+		l.ID, l.Slug, l.Provider, string(l.Lifecycle), string(l.State), l.Owner, l.Org,
+		l.Target, l.Class, l.ServerType, l.CloudID, l.ServerName, l.Host,
+		l.SSHUser, l.SSHPort, string(ports), l.SSHHostKey, l.WorkRoot, l.Keep,
+		l.TTLSeconds, l.IdleTimeoutSeconds,
+		ts(l.CreatedAt), ts(l.UpdatedAt), ts(l.LastTouchedAt), ts(l.ExpiresAt), ts(l.ReleasedAt), ts(l.EndedAt),
+		l.EstimatedHourlyUSD, l.MaxEstimatedUSD,
+		l.CleanupAttempts, l.CleanupError, ts(l.CleanupStartedAt), ts(l.CleanupRetryAt),
+		l.ReleaseDeletesServer, l.FailureError, string(lab),
+		l.CreateAttemptID, l.RequestHash, l.CleanupToken, r.claimUntil,
+	}, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanLease(sc scanner) (row, error) {
+	var (
+		r                                                   row
+		l                                                   = &r.Lease
+		lifecycle, state, ports, labels                     string
+		created, updated, touched, expires, released, ended sql.NullInt64
+		cleanupStarted, cleanupRetry                        sql.NullInt64
+	)
+	err := sc.Scan(
+		&l.ID, &l.Slug, &l.Provider, &lifecycle, &state, &l.Owner, &l.Org,
+		&l.Target, &l.Class, &l.ServerType, &l.CloudID, &l.ServerName, &l.Host,
+		&l.SSHUser, &l.SSHPort, &ports, &l.SSHHostKey, &l.WorkRoot, &l.Keep,
+		&l.TTLSeconds, &l.IdleTimeoutSeconds,
+		&created, &updated, &touched, &expires, &released, &ended,
+		&l.EstimatedHourlyUSD, &l.MaxEstimatedUSD,
+		&l.CleanupAttempts, &l.CleanupError, &cleanupStarted, &cleanupRetry,
+		&l.ReleaseDeletesServer, &l.FailureError, &labels,
+		&l.CreateAttemptID, &l.RequestHash, &l.CleanupToken, &r.claimUntil,
+	)
+	if err != nil {
+		return row{}, err
+	}
+	l.Lifecycle, l.State = store.Lifecycle(lifecycle), store.LeaseState(state)
+	l.CreatedAt, l.UpdatedAt, l.LastTouchedAt = fromTS(created), fromTS(updated), fromTS(touched)
+	l.ExpiresAt, l.ReleasedAt, l.EndedAt = fromTS(expires), fromTS(released), fromTS(ended)
+	l.CleanupStartedAt, l.CleanupRetryAt = fromTS(cleanupStarted), fromTS(cleanupRetry)
+	if err := json.Unmarshal([]byte(ports), &l.SSHFallbackPorts); err != nil {
+		return row{}, fmt.Errorf("lease %s: ssh_fallback_ports: %w", l.ID, err)
+	}
+	if err := json.Unmarshal([]byte(labels), &l.Labels); err != nil {
+		return row{}, fmt.Errorf("lease %s: labels: %w", l.ID, err)
+	}
+	if len(l.SSHFallbackPorts) == 0 {
+		l.SSHFallbackPorts = nil
+	}
+	if len(l.Labels) == 0 {
+		l.Labels = nil
+	}
+	return r, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
