@@ -89,6 +89,9 @@ func (c *Client) cleanupProviders(name string) ([]string, error) {
 }
 
 func (c *Client) cleanupProvider(ctx context.Context, name string, dryRun bool) ([]CleanupDecision, error) {
+	if db, ok := c.delegatedRunBackend(name); ok {
+		return c.cleanupDelegated(ctx, db, name, dryRun) // delegated.go
+	}
 	b, err := c.sshBackend(name)
 	if err != nil {
 		return nil, err

@@ -46,6 +46,7 @@ type Client struct {
 	log      *slog.Logger
 	provider string
 	configs  map[string]provider.Config
+	broker   *broker // nil without a coordinator (brokered.go)
 
 	mu       gosync.Mutex
 	backends map[string]provider.Backend
@@ -61,6 +62,7 @@ type options struct {
 	rt       provider.Runtime
 	provider string
 	configs  map[string]provider.Config
+	broker   brokerOptions
 }
 
 // WithProvider selects the provider for new leases (default "local").
@@ -104,10 +106,14 @@ func New(opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	rt.StateDir = store.Dir()
-	return &Client{
+	c := &Client{
 		registry: o.registry, store: store, rt: rt, log: rt.Logger,
 		provider: o.provider, configs: o.configs, backends: map[string]provider.Backend{},
-	}, nil
+	}
+	if err := c.setupBroker(o.broker); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Close stops whatever the client's providers run in-process (the local
@@ -173,6 +179,11 @@ func (c *Client) Backend(name string) (provider.Backend, error) {
 }
 
 func (c *Client) sshBackend(name string) (provider.SSHLeaseBackend, error) {
+	if c.broker != nil {
+		if b, ok, err := c.brokerFor(name); ok {
+			return b, err
+		}
+	}
 	b, err := c.Backend(name)
 	if err != nil {
 		return nil, err

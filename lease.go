@@ -157,6 +157,9 @@ func (c *Client) liveIDs(ctx context.Context, name string, cache map[string]map[
 	if ids, ok := cache[name]; ok {
 		return ids, nil
 	}
+	if db, ok := c.delegatedRunBackend(name); ok {
+		return c.delegatedLiveIDs(ctx, name, db, cache) // delegated.go
+	}
 	b, err := c.sshBackend(name)
 	if err != nil {
 		return nil, err
@@ -180,6 +183,9 @@ func (c *Client) Status(ctx context.Context, ref string) (LeaseInfo, error) {
 		return LeaseInfo{}, err
 	}
 	info := infoOf(claim, c.rt.Clock.Now())
+	if db, ok := c.delegatedRunBackend(claim.Provider); ok {
+		return c.statusDelegated(ctx, db, info) // delegated.go
+	}
 	if info.State == string(lease.StateReady) {
 		b, err := c.sshBackend(claim.Provider)
 		if err != nil {
@@ -216,6 +222,9 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 	claim, err := c.store.Find(ref)
 	if err != nil {
 		return err
+	}
+	if db, ok := c.delegatedRunBackend(claim.Provider); ok {
+		return c.stopDelegated(ctx, db, claim) // delegated.go
 	}
 	b, err := c.sshBackend(claim.Provider)
 	if err != nil {
@@ -315,21 +324,39 @@ type SyncOptions struct {
 // Sync copies the checkout at root to the lease's workdir for it
 // (Workdir(base name of root)).
 func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.Stats, error) {
-	abs, err := filepath.Abs(root)
-	if err != nil {
-		return sync.Stats{}, fmt.Errorf("sync %s: %w", root, err)
-	}
-	conn, err := l.SSH(ctx)
+	p, err := l.prepareSync(ctx, root, opts)
 	if err != nil {
 		return sync.Stats{}, err
 	}
-	stats, err := sync.Push(ctx, conn, sync.Options{
+	return l.pushPrepared(ctx, p)
+}
+
+// prepareSync does the local half of a sync, which needs no connection.
+func (l *Lease) prepareSync(ctx context.Context, root string, opts SyncOptions) (*sync.Prepared, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("sync %s: %w", root, err)
+	}
+	p, err := sync.Prepare(ctx, sync.Options{
 		Root: abs, RemoteDir: l.Workdir(filepath.Base(abs)), Progress: opts.Progress,
 		Checksum: opts.Checksum, FullResync: opts.FullResync, Force: opts.ForceLarge, Warn: opts.Warn,
 		CacheFile: l.client.hashCache(abs), Exclude: opts.Exclude,
 	})
 	if err != nil {
-		return stats, fmt.Errorf("sync %s to %s: %w", abs, l.ID(), err)
+		return nil, fmt.Errorf("sync %s to %s: %w", abs, l.ID(), err)
+	}
+	return p, nil
+}
+
+// pushPrepared sends a prepared sync to the box.
+func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats, error) {
+	conn, err := l.SSH(ctx)
+	if err != nil {
+		return sync.Stats{}, err
+	}
+	stats, err := p.Push(ctx, conn)
+	if err != nil {
+		return stats, fmt.Errorf("sync to %s: %w", l.ID(), err)
 	}
 	return stats, nil
 }

@@ -72,6 +72,9 @@ type RunRequest struct {
 	ForceSyncLarge bool
 	SyncWarn       func(string)
 	SyncExclude    []string
+
+	// onLease, if set, is called once the run has its lease (brokered.go).
+	onLease func(*Lease)
 }
 
 // Timing is where a run's time went.
@@ -115,6 +118,11 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	}
 	if req.RunID == "" {
 		req.RunID = lease.NewRunID()
+	}
+	if c.broker != nil {
+		var rec *runRecorder
+		req, rec = c.recordRun(ctx, req)
+		defer func() { rec.finish(res, err) }()
 	}
 	start := c.rt.Clock.Now()
 	if !req.RecordHistory {
@@ -192,12 +200,18 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	if err != nil {
 		return res, err
 	}
+	if b, ok := c.delegatedFor(req); ok {
+		return c.runDelegated(ctx, b, req, root, rel, res) // delegated.go
+	}
 
 	l, acquired, err := c.leaseFor(ctx, req)
 	if err != nil {
 		return res, err
 	}
 	res.LeaseID, res.Slug, res.Provider = l.ID(), l.Slug(), l.Provider()
+	if req.onLease != nil {
+		req.onLease(l)
+	}
 	res.Timing.Lease = c.rt.Clock.Since(start)
 	res.Kept = !acquired || req.Keep
 	defer func() {
@@ -218,19 +232,37 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	defer stop()
 
 	workdir := path.Join(l.Workdir(filepath.Base(root)), rel)
+	// The local half of the sync (listing and hashing the checkout) needs
+	// no box: it runs while the connection is made.
+	type prepared struct {
+		p   *sync.Prepared
+		err error
+	}
+	prep := make(chan prepared, 1)
+	if !req.NoSync {
+		go func() {
+			p, err := l.prepareSync(ctx, root, SyncOptions{
+				Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
+				ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn, Exclude: req.SyncExclude,
+			})
+			prep <- prepared{p, err}
+		}()
+	}
 	connectStart := c.rt.Clock.Now()
 	if _, err := l.SSH(ctx); err != nil {
+		if !req.NoSync {
+			<-prep
+		}
 		return res, err
 	}
 	res.Timing.Connect = c.rt.Clock.Since(connectStart)
 	syncStart := c.rt.Clock.Now()
 	if req.NoSync {
 		err = l.ensureDir(ctx, workdir)
+	} else if pr := <-prep; pr.err != nil {
+		err = pr.err
 	} else {
-		res.Sync, err = l.Sync(ctx, root, SyncOptions{
-			Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
-			ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn, Exclude: req.SyncExclude,
-		})
+		res.Sync, err = l.pushPrepared(ctx, pr.p)
 	}
 	res.Timing.Sync = c.rt.Clock.Since(syncStart)
 	res.SyncSkipped = req.NoSync || res.Sync.Skipped

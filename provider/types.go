@@ -125,7 +125,10 @@ type RunRequest struct {
 	LeaseID string
 	Command []string
 	Env     map[string]string
+	// Workdir is the slash-separated directory, relative to the checkout,
+	// to run in; Root is the local checkout the provider syncs first.
 	Workdir string
+	Root    string
 	Stdout  io.Writer
 	Stderr  io.Writer
 }

@@ -64,6 +64,8 @@ command's; 125 when crabbox itself fails, 130 when interrupted.`,
 			a.sshCmd(), a.heartbeatCmd(), a.cleanupCmd(), a.providersCmd(), a.doctorCmd(), a.configCmd(),
 			a.historyCmd(),
 			a.logsCmd(),
+			a.imageCmd(),
+			a.coordinatorCmd(),
 		},
 		Exec: func(context.Context, []string) error { return flag.ErrHelp },
 	}
@@ -165,7 +167,7 @@ func (a *app) client(lf *leaseFlags, detach bool) (*crabbox.Client, error) {
 		}
 		opts = append(opts, crabbox.WithProviderConfig(spec.Name, cfg))
 	}
-	return crabbox.New(opts...)
+	return crabbox.New(append(opts, coordinatorOptions()...)...)
 }
 
 // withClient runs fn with a library client built from lf and closes the

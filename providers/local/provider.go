@@ -44,7 +44,9 @@ var spec = provider.Spec{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry,
 		provider.FeatureCleanup, provider.FeaturePTY,
 	},
-	Coordinator: provider.CoordinatorUnsupported,
+	// A coordinator can serve local boxes: they live on the coordinator's
+	// machine, which makes a coordinator on loopback work with no cloud.
+	Coordinator: provider.CoordinatorSupported,
 	Options: []provider.Option{
 		{
 			Name: "root", Flag: "local-root",

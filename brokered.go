@@ -1,0 +1,771 @@
+package crabbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// BrokerMode says which leases go through a coordinator once one is
+// configured (WithCoordinator).
+type BrokerMode string
+
+const (
+	// BrokerManaged (the default): leases of providers that declare
+	// coordinator support, and of providers this program does not link, are
+	// created, heartbeated and released through the coordinator, which holds
+	// the provider credentials. Other providers run direct.
+	BrokerManaged BrokerMode = "managed"
+	// BrokerAll: every lease goes through the coordinator; the coordinator
+	// must be configured with the provider.
+	BrokerAll BrokerMode = "all"
+	// BrokerRegistered: every provider runs direct, and its leases are
+	// registered with the coordinator (inventory only; the coordinator never
+	// calls the provider).
+	BrokerRegistered BrokerMode = "registered"
+)
+
+// ParseBrokerMode parses a broker mode name; empty is BrokerManaged.
+func ParseBrokerMode(s string) (BrokerMode, error) {
+	switch m := BrokerMode(s); m {
+	case "":
+		return BrokerManaged, nil
+	case BrokerManaged, BrokerAll, BrokerRegistered:
+		return m, nil
+	}
+	return "", fmt.Errorf("coordinator mode %q: want managed, all or registered", s)
+}
+
+// WithCoordinator brokers leases through the coordinator at url,
+// authenticating with token (see BrokerMode for which leases). SSH, sync
+// and commands still go straight from this client to the box; each Run is
+// recorded with the coordinator as a run with events, exit code, timings
+// and its log. Plain http is accepted for loopback URLs only.
+//
+// Take url and token from the environment or the caller, never from a
+// repository's config file, which could send the token elsewhere.
+func WithCoordinator(url, token string) Option {
+	return func(o *options) { o.broker.url, o.broker.token = url, token }
+}
+
+// WithCoordinatorClient is WithCoordinator with a client built by the
+// caller (for example with coordclient.AllowInsecureHTTP).
+func WithCoordinatorClient(cl *coordclient.Client) Option {
+	return func(o *options) { o.broker.client = cl }
+}
+
+// WithBrokerMode sets which leases go through the coordinator (default
+// BrokerManaged). It matters only with WithCoordinator.
+func WithBrokerMode(m BrokerMode) Option { return func(o *options) { o.broker.mode = m } }
+
+type brokerOptions struct {
+	url, token string
+	client     *coordclient.Client
+	mode       BrokerMode
+}
+
+// broker is a client's coordinator connection and its backends.
+type broker struct {
+	coord *coordclient.Client
+	mode  BrokerMode
+
+	mu       gosync.Mutex
+	backends map[string]provider.SSHLeaseBackend
+}
+
+// setupBroker connects the client to its coordinator, if one is configured.
+func (c *Client) setupBroker(o brokerOptions) error {
+	cl := o.client
+	if cl == nil {
+		if o.url == "" && o.token == "" {
+			if o.mode != "" {
+				return errors.New("coordinator mode set without a coordinator (set CRABBOX_COORDINATOR)")
+			}
+			return nil
+		}
+		if o.url == "" {
+			return errors.New("coordinator token set without a coordinator URL (set CRABBOX_COORDINATOR)")
+		}
+		copts := []coordclient.Option{coordclient.WithClock(c.rt.Clock)}
+		if t := c.rt.HTTPClient.Transport; t != nil {
+			copts = append(copts, coordclient.WithTransport(t))
+		}
+		var err error
+		cl, err = coordclient.New(o.url, o.token, copts...)
+		if err != nil {
+			return err
+		}
+	}
+	mode, err := ParseBrokerMode(string(o.mode))
+	if err != nil {
+		return err
+	}
+	c.broker = &broker{coord: cl, mode: mode, backends: map[string]provider.SSHLeaseBackend{}}
+	return nil
+}
+
+// Coordinator is the client's coordinator client, or nil without one.
+func (c *Client) Coordinator() *coordclient.Client {
+	if c.broker == nil {
+		return nil
+	}
+	return c.broker.coord
+}
+
+// brokerFor returns the backend for the named provider's leases when the
+// coordinator has a part in them: brokered, or direct and registered. ok is
+// false when the provider runs direct without the coordinator.
+func (c *Client) brokerFor(name string) (b provider.SSHLeaseBackend, ok bool, err error) {
+	if name == "" {
+		name = c.provider
+	}
+	p, lookupErr := c.registry.Lookup(name)
+	linked := lookupErr == nil
+	canonical := name
+	if linked {
+		canonical = p.Spec().Name
+	}
+	mode := c.broker.mode
+	if mode == BrokerManaged && linked && p.Spec().Coordinator != provider.CoordinatorSupported {
+		return nil, false, nil
+	}
+	if mode == BrokerRegistered && !linked {
+		return nil, true, lookupErr
+	}
+	c.broker.mu.Lock()
+	defer c.broker.mu.Unlock()
+	if b, ok := c.broker.backends[canonical]; ok {
+		return b, true, nil
+	}
+	if mode == BrokerRegistered {
+		direct, err := c.Backend(canonical)
+		if err != nil {
+			return nil, true, err
+		}
+		sb, isSSH := direct.(provider.SSHLeaseBackend)
+		if !isSSH {
+			return nil, true, fmt.Errorf("provider %q runs commands itself (%s); it has no SSH leases", canonical, direct.Spec().Kind)
+		}
+		b = newRegisteredBackend(sb, c.broker.coord, c.store, c.log)
+	} else {
+		extra, err := brokeredRequest(canonical, c.configs[canonical], linked)
+		if err != nil {
+			return nil, true, err
+		}
+		b = &brokeredBackend{
+			name: canonical, coord: c.broker.coord, store: c.store, clock: c.rt.Clock,
+			extra: extra, pollInterval: 2 * time.Second,
+		}
+	}
+	c.broker.backends[canonical] = b
+	return b, true, nil
+}
+
+// brokeredKeys are the provider settings a brokered lease request carries.
+// Everything else (credentials above all) stays with the coordinator.
+var brokeredKeys = []string{"target", "class", "server-type", "location", "image", "ssh-user", "work-root"}
+
+func brokeredRequest(name string, cfg provider.Config, linked bool) (api.LeaseRequest, error) {
+	var req api.LeaseRequest
+	for k, v := range cfg {
+		switch k {
+		case "target":
+			req.Target = api.Target(v)
+		case "class":
+			req.Class = v
+		case "server-type":
+			req.ServerType = v
+		case "location":
+			req.Location = v
+		case "image":
+			req.Image = v
+		case "ssh-user":
+			req.SSHUser = v
+		case "work-root":
+			req.WorkRoot = v
+		default:
+			if !linked {
+				return req, fmt.Errorf("provider %q (brokered by the coordinator): unknown config key %q (known: %s)", name, k, strings.Join(brokeredKeys, ", "))
+			}
+		}
+	}
+	return req, nil
+}
+
+// brokeredBackend is an SSH-lease backend whose lifecycle goes through the
+// coordinator: create, resolve, list, heartbeat and release are coordinator
+// calls, and the box it returns is reached directly over SSH.
+type brokeredBackend struct {
+	name         string
+	coord        *coordclient.Client
+	store        *lease.Store
+	clock        clockwork.Clock
+	extra        api.LeaseRequest
+	pollInterval time.Duration
+}
+
+func (b *brokeredBackend) Spec() provider.Spec {
+	return provider.Spec{
+		Name:        b.name,
+		Description: "leases brokered by the coordinator at " + b.coord.URL(),
+		Kind:        provider.KindSSHLease,
+		Targets:     []provider.Target{provider.TargetLinux},
+		Features:    []provider.Feature{provider.FeatureSSH},
+		Coordinator: provider.CoordinatorSupported,
+	}
+}
+
+func (b *brokeredBackend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	lr := b.extra
+	lr.LeaseID, lr.Slug, lr.Provider = req.LeaseID, req.Slug, b.name
+	lr.SSHPublicKey = req.PublicKey
+	lr.TTLSeconds, lr.IdleTimeoutSeconds = seconds(req.TTL), seconds(req.IdleTimeout)
+	lr.Keep, lr.Labels = req.Keep, maps.Clone(req.Labels)
+	l, err := b.coord.CreateLease(ctx, lr)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	for l.State == api.LeaseProvisioning {
+		t := b.clock.NewTimer(b.pollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return provider.LeaseTarget{}, fmt.Errorf("lease %s still provisioning at the coordinator: %w", l.ID, ctx.Err())
+		case <-t.Chan():
+		}
+		if l, err = b.coord.GetLease(ctx, req.LeaseID); err != nil {
+			return provider.LeaseTarget{}, err
+		}
+	}
+	return b.target(req.LeaseID, l)
+}
+
+func seconds(d time.Duration) int { return int(d / time.Second) }
+
+// target converts the coordinator's lease into an SSH target, rejecting an
+// answer for another lease or provider, or one that cannot be reached.
+func (b *brokeredBackend) target(id string, l api.Lease) (provider.LeaseTarget, error) {
+	bad := func(format string, args ...any) (provider.LeaseTarget, error) {
+		return provider.LeaseTarget{}, fmt.Errorf("coordinator lease %s: "+format, append([]any{id}, args...)...)
+	}
+	switch {
+	case l.ID != id:
+		return bad("answer names lease %q", l.ID)
+	case l.Provider != "" && l.Provider != b.name:
+		return bad("answer names provider %q, want %q", l.Provider, b.name)
+	case l.State != api.LeaseActive:
+		msg := ""
+		if l.FailureError != "" {
+			msg = ": " + l.FailureError
+		}
+		return bad("is %s, not active%s: %w", l.State, msg, provider.ErrNotFound)
+	case l.Host == "":
+		return bad("no SSH host")
+	case l.SSHUser == "":
+		return bad("no SSH user")
+	case l.WorkRoot == "":
+		return bad("no work root")
+	}
+	portStr := l.SSHPort
+	if portStr == "" {
+		portStr = api.DefaultSSHPort
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port <= 0 || port > 65535 {
+		return bad("SSH port %q is not a port number", l.SSHPort)
+	}
+	return provider.LeaseTarget{
+		LeaseID: l.ID, Slug: l.Slug, Provider: b.name, CloudID: l.CloudID,
+		Host: l.Host, Port: port, User: l.SSHUser, HostKey: l.SSHHostKey, WorkRoot: l.WorkRoot,
+		State: string(l.State), Labels: l.Labels, CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
+	}, nil
+}
+
+func (b *brokeredBackend) Resolve(ctx context.Context, req provider.ResolveRequest) (provider.LeaseTarget, error) {
+	l, err := b.coord.GetLease(ctx, req.ID)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	return b.target(l.ID, l)
+}
+
+func (b *brokeredBackend) List(ctx context.Context, _ provider.ListRequest) ([]provider.LeaseTarget, error) {
+	ls, err := b.coord.ListLeases(ctx, coordclient.ListLeasesOptions{
+		State: api.LeaseActive, Provider: b.name, Limit: api.MaxLeaseListLimit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]provider.LeaseTarget, 0, len(ls))
+	for _, l := range ls {
+		t, err := b.target(l.ID, l)
+		if err != nil { // listed, so live, even if not reachable as described
+			t = provider.LeaseTarget{LeaseID: l.ID, Slug: l.Slug, Provider: b.name, State: string(l.State)}
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (b *brokeredBackend) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
+	hb := api.HeartbeatRequest{ExpectedProvider: b.name}
+	if cl, err := b.store.Get(req.Lease.LeaseID); err == nil && cl.IdleSeconds > 0 {
+		hb.IdleTimeoutSeconds = int(cl.IdleSeconds)
+	}
+	l, err := b.coord.Heartbeat(ctx, req.Lease.LeaseID, hb)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	return b.target(req.Lease.LeaseID, l)
+}
+
+func (b *brokeredBackend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest) error {
+	del := true
+	_, err := b.coord.Release(ctx, req.Lease.LeaseID, api.ReleaseRequest{Delete: &del, ExpectedProvider: b.name})
+	if alreadyOver(err) {
+		return nil
+	}
+	return err
+}
+
+// alreadyOver reports whether a release failed only because the lease is
+// already gone or ended.
+func alreadyOver(err error) bool {
+	return errors.Is(err, provider.ErrNotFound) ||
+		coordclient.IsCode(err, api.CodeLeaseEnded) || coordclient.IsCode(err, api.CodeLeaseExpired)
+}
+
+// registeredBackend runs a provider direct and records its leases with the
+// coordinator. The coordinator's record is inventory: failing to update it
+// is logged, never fatal, and the coordinator never touches the box.
+type registeredBackend struct {
+	provider.SSHLeaseBackend
+	coord *coordclient.Client
+	store *lease.Store
+	log   *slog.Logger
+}
+
+// registeredCleanupBackend keeps the direct backend's cleanup.
+type registeredCleanupBackend struct {
+	*registeredBackend
+	cleanup provider.CleanupBackend
+}
+
+func (r registeredCleanupBackend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
+	return r.cleanup.Cleanup(ctx, req)
+}
+
+func newRegisteredBackend(b provider.SSHLeaseBackend, coord *coordclient.Client, store *lease.Store, log *slog.Logger) provider.SSHLeaseBackend {
+	r := &registeredBackend{SSHLeaseBackend: b, coord: coord, store: store, log: log}
+	if cb, ok := b.(provider.CleanupBackend); ok {
+		return registeredCleanupBackend{registeredBackend: r, cleanup: cb}
+	}
+	return r
+}
+
+func (r *registeredBackend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	t, err := r.SSHLeaseBackend.Acquire(ctx, req)
+	if err != nil {
+		return t, err
+	}
+	r.register(ctx, t, seconds(req.TTL), seconds(req.IdleTimeout), req.Keep, req.Labels)
+	return t, nil
+}
+
+func (r *registeredBackend) register(ctx context.Context, t provider.LeaseTarget, ttl, idle int, keep bool, labels map[string]string) {
+	_, err := r.coord.Register(ctx, t.LeaseID, api.RegistrationRequest{
+		Slug: t.Slug, Provider: r.Spec().Name, Target: api.TargetLinux, CloudID: t.CloudID,
+		Host: t.Host, SSHUser: t.User, SSHPort: strconv.Itoa(t.Port), SSHHostKey: t.HostKey,
+		WorkRoot: t.WorkRoot, TTLSeconds: ttl, IdleTimeoutSeconds: idle, Keep: keep, Labels: labels,
+	})
+	if err != nil {
+		r.log.Warn("lease not registered with the coordinator", "lease", t.LeaseID, "err", err)
+	}
+}
+
+func (r *registeredBackend) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
+	t, err := r.SSHLeaseBackend.Touch(ctx, req)
+	if err != nil {
+		return t, err
+	}
+	_, err = r.coord.Heartbeat(ctx, t.LeaseID, api.HeartbeatRequest{ExpectedProvider: r.Spec().Name})
+	if errors.Is(err, provider.ErrNotFound) {
+		if cl, gerr := r.store.Get(t.LeaseID); gerr == nil {
+			r.register(ctx, t, int(cl.TTLSeconds), int(cl.IdleSeconds), cl.Keep, cl.Labels)
+			return t, nil
+		}
+	}
+	if err != nil {
+		r.log.Warn("coordinator heartbeat of a registered lease failed", "lease", t.LeaseID, "err", err)
+	}
+	return t, nil
+}
+
+func (r *registeredBackend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest) error {
+	if err := r.SSHLeaseBackend.ReleaseLease(ctx, req); err != nil {
+		return err
+	}
+	_, err := r.coord.Release(ctx, req.Lease.LeaseID, api.ReleaseRequest{ExpectedProvider: r.Spec().Name})
+	if err != nil && !alreadyOver(err) {
+		r.log.Warn("registered lease not released at the coordinator", "lease", req.Lease.LeaseID, "err", err)
+	}
+	return nil
+}
+
+// Run recording.
+
+const (
+	// recordTimeout bounds each recording call and the final drain; they
+	// run even after the run's context is cancelled.
+	recordTimeout = 10 * time.Second
+	// maxPendingOutput bounds output waiting to be sent as events; more is
+	// dropped from the event stream (it stays in the log).
+	maxPendingOutput = 1 << 20
+	// maxEventFailures stops event streaming after this many failed posts
+	// in a row.
+	maxEventFailures = 3
+)
+
+// runRecorder mirrors one Client.Run to the coordinator: it creates the run
+// when the lease is known, streams phase and output events in order, keeps
+// the last api.MaxLogBytes of output, and finishes the run. Recording is
+// best effort: a coordinator failure is logged and never fails the run.
+type runRecorder struct {
+	coord *coordclient.Client
+	log   *slog.Logger
+	ctx   context.Context // detached from the run's cancellation
+	req   RunRequest
+	// provider is recorded when the run fails before it has a lease.
+	provider string
+	// sendCtx bounds the event sender; stopSend cancels it.
+	sendCtx  context.Context
+	stopSend context.CancelFunc
+
+	mu       gosync.Mutex
+	runID    string // the coordinator's run ID; empty until created
+	created  bool
+	queue    []api.EventRequest
+	pending  int // bytes of output in queue
+	streamed int // bytes of output queued so far
+	dropped  int
+	closed   bool
+	wake     chan struct{}
+	done     chan struct{}
+	logBuf   tailBuffer
+}
+
+// recordRun starts recording req; the caller defers finish. It returns req
+// with its output teed into the recorder.
+func (c *Client) recordRun(ctx context.Context, req RunRequest) (RunRequest, *runRecorder) {
+	prov := req.Acquire.Provider
+	if prov == "" {
+		prov = c.provider
+	}
+	r := &runRecorder{
+		coord: c.broker.coord, log: c.log, ctx: context.WithoutCancel(ctx), req: req, provider: prov,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		logBuf: tailBuffer{max: api.MaxLogBytes},
+	}
+	r.sendCtx, r.stopSend = context.WithCancel(r.ctx)
+	var mu gosync.Mutex
+	req.Stdout = recordWriter{mu: &mu, w: req.Stdout, r: r, stream: api.StreamStdout}
+	req.Stderr = recordWriter{mu: &mu, w: req.Stderr, r: r, stream: api.StreamStderr}
+	req.onLease = r.leased
+	return req, r
+}
+
+// recordWriter writes to the caller's writer and the recorder.
+type recordWriter struct {
+	mu     *gosync.Mutex
+	w      io.Writer
+	r      *runRecorder
+	stream string
+}
+
+func (w recordWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.r.output(w.stream, p)
+	if w.w == nil {
+		return len(p), nil
+	}
+	return w.w.Write(p)
+}
+
+// leased creates the run once the lease is known. The run names the lease
+// only when the coordinator knows it (brokered or registered); a direct
+// lease's run is recorded on its own.
+func (r *runRecorder) leased(l *Lease) {
+	leaseID := ""
+	switch l.backend.(type) {
+	case *brokeredBackend, *registeredBackend, registeredCleanupBackend:
+		leaseID = l.ID()
+	}
+	r.create(leaseID, l.Provider())
+	r.event(api.EventRequest{
+		Type: api.EventLease, Phase: api.PhaseLeasing,
+		Message: fmt.Sprintf("lease %s (%s) from %s", l.ID(), l.Slug(), l.Provider()),
+		Data:    mustJSON(map[string]string{"leaseID": l.ID(), "slug": l.Slug(), "provider": l.Provider()}),
+	})
+	if !r.req.NoSync {
+		r.event(api.EventRequest{Type: api.EventPhase, Phase: api.PhaseSync})
+	}
+}
+
+func (r *runRecorder) create(leaseID, providerName string) {
+	r.mu.Lock()
+	if r.created {
+		r.mu.Unlock()
+		return
+	}
+	r.created = true
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(r.ctx, recordTimeout)
+	defer cancel()
+	run, err := r.coord.CreateRun(ctx, api.RunRequest{
+		LeaseID: leaseID, Provider: providerName, Target: api.TargetLinux,
+		Command: recordedCommand(r.req), Label: r.req.ScriptName,
+	})
+	if err != nil {
+		r.log.Warn("run not recorded with the coordinator", "run", r.req.RunID, "err", err)
+		return
+	}
+	r.log.Info("run recorded with the coordinator", "run", r.req.RunID, "coordinatorRun", run.ID)
+	r.mu.Lock()
+	r.runID = run.ID
+	r.mu.Unlock()
+	go r.send()
+}
+
+// recordedCommand is the run's command as the coordinator records it.
+func recordedCommand(req RunRequest) []string {
+	switch {
+	case len(req.Command) > 0:
+		return slices.Clone(req.Command)
+	case req.Shell != "":
+		return []string{"sh", "-c", req.Shell}
+	}
+	return []string{displayCommand(req)}
+}
+
+// output records a chunk of the command's output.
+func (r *runRecorder) output(stream string, p []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, _ = r.logBuf.Write(p)
+	if r.runID == "" || r.closed {
+		return
+	}
+	switch {
+	case r.streamed >= api.MaxLogBytes:
+		return
+	case r.pending+len(p) > maxPendingOutput:
+		r.dropped += len(p)
+		return
+	}
+	r.streamed += len(p)
+	r.pending += len(p)
+	if n := len(r.queue); n > 0 {
+		last := &r.queue[n-1]
+		if last.Type == api.EventOutput && last.Stream == stream && len(last.Message)+len(p) <= api.MaxEventFieldBytes {
+			last.Message += string(p)
+			r.signal()
+			return
+		}
+	}
+	for len(p) > 0 {
+		n := cutRunes(p, api.MaxEventFieldBytes)
+		r.queue = append(r.queue, api.EventRequest{Type: api.EventOutput, Phase: api.PhaseCommand, Stream: stream, Message: string(p[:n])})
+		p = p[n:]
+	}
+	r.signal()
+}
+
+// cutRunes returns how many bytes of p, at most max, end on a rune boundary.
+func cutRunes(p []byte, max int) int {
+	if len(p) <= max {
+		return len(p)
+	}
+	n := max
+	for n > max-utf8.UTFMax && n > 0 && !utf8.RuneStart(p[n]) {
+		n--
+	}
+	if n == 0 {
+		return max
+	}
+	return n
+}
+
+// event queues a phase or lifecycle event.
+func (r *runRecorder) event(ev api.EventRequest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runID == "" || r.closed {
+		return
+	}
+	r.queue = append(r.queue, ev)
+	r.signal()
+}
+
+func (r *runRecorder) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// send posts queued events in order until the recorder is closed and the
+// queue is empty.
+func (r *runRecorder) send() {
+	defer close(r.done)
+	failures := 0
+	for {
+		r.mu.Lock()
+		batch := r.queue
+		r.queue, r.pending = nil, 0
+		closed, runID := r.closed, r.runID
+		r.mu.Unlock()
+		for _, ev := range batch {
+			if failures >= maxEventFailures {
+				break
+			}
+			ctx, cancel := context.WithTimeout(r.sendCtx, recordTimeout)
+			_, err := r.coord.AppendEvent(ctx, runID, ev)
+			cancel()
+			if err != nil {
+				failures++
+				r.log.Warn("run event not recorded", "run", runID, "err", err)
+				continue
+			}
+			failures = 0
+		}
+		if closed && len(batch) == 0 {
+			return
+		}
+		if !closed {
+			<-r.wake
+		}
+	}
+}
+
+// finish records the run's outcome.
+func (r *runRecorder) finish(res RunResult, runErr error) {
+	defer r.stopSend()
+	prov := res.Provider
+	if prov == "" {
+		prov = r.provider
+	}
+	r.create(res.LeaseID, prov) // without a lease: record the failure anyway
+	if runErr != nil {
+		r.event(api.EventRequest{Type: api.EventError, Message: truncate(runErr.Error(), api.MaxEventFieldBytes)})
+	}
+	if !r.req.SyncOnly && runErr == nil {
+		r.event(api.EventRequest{
+			Type: api.EventCommand, Phase: api.PhaseCommand,
+			Message: fmt.Sprintf("exit %d", res.ExitCode),
+			Data:    mustJSON(map[string]any{"exitCode": res.ExitCode, "timedOut": res.TimedOut, "commandMs": res.Timing.Command.Milliseconds()}),
+		})
+	}
+	if res.LeaseID != "" {
+		msg := "lease released"
+		if res.Kept {
+			msg = "lease kept"
+		}
+		r.event(api.EventRequest{Type: api.EventLease, Phase: api.PhaseRelease, Message: msg,
+			Data: mustJSON(map[string]any{"leaseID": res.LeaseID, "kept": res.Kept})})
+	}
+	r.mu.Lock()
+	runID, dropped := r.runID, r.dropped
+	if dropped > 0 {
+		r.queue = append(r.queue, api.EventRequest{Type: api.EventOutput, Message: fmt.Sprintf("%d bytes of output not streamed (see the log)", dropped)})
+	}
+	r.closed = true
+	logText, truncated := r.logBuf.String()
+	r.mu.Unlock()
+	if runID == "" {
+		return
+	}
+	r.signal()
+	drain, cancelDrain := context.WithTimeout(r.ctx, recordTimeout)
+	select {
+	case <-r.done:
+	case <-drain.Done():
+		r.log.Warn("run events not all recorded in time", "run", runID)
+		r.stopSend()
+		<-r.done
+	}
+	cancelDrain()
+	ctx, cancel := context.WithTimeout(r.ctx, recordTimeout)
+	defer cancel()
+	exit := res.ExitCode
+	if runErr != nil && exit == 0 {
+		exit = ExitCrabboxFailure
+	}
+	fin := api.FinishRequest{
+		ExitCode: exit, SyncMs: res.Timing.Sync.Milliseconds(), CommandMs: res.Timing.Command.Milliseconds(),
+		Log: logText, LogTruncated: truncated,
+	}
+	if res.JUnit != nil {
+		fin.Results = &api.RunResults{Tests: res.JUnit.Tests, Failures: res.JUnit.Failures, Errors: res.JUnit.Errors, Skipped: res.JUnit.Skipped}
+	}
+	if _, err := r.coord.FinishRun(ctx, runID, fin); err != nil {
+		r.log.Warn("run outcome not recorded with the coordinator", "run", runID, "err", err)
+	}
+}
+
+// ExitCrabboxFailure is the exit code recorded for a run that failed in
+// crabbox itself (lease, connection, sync) before the command's own exit
+// status was known, as ssh(1) does.
+const ExitCrabboxFailure = 255
+
+func mustJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v) // only maps of strings, numbers and booleans: never fails
+	return b
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:cutRunes([]byte(s), n)]
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max       int
+	buf       []byte
+	truncated bool
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	if len(p) >= t.max {
+		t.buf, t.truncated = append(t.buf[:0], p[len(p)-t.max:]...), t.truncated || len(p) > t.max || len(t.buf) > 0
+		return len(p), nil
+	}
+	// Reslicing drops the oldest bytes; append copies only the live ones
+	// when it grows, so memory stays a small multiple of max.
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf, t.truncated = t.buf[over:], true
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() (string, bool) { return string(t.buf), t.truncated }

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	"github.com/crabbox-dev/crabbox/coordinator/auth"
+	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+)
+
+var testSecret = strings.Repeat("k", 40)
+
+func TestCoordinatorTokenIssue(t *testing.T) {
+	t.Parallel()
+	env := append(stateEnv(t), "CRABBOX_SESSION_SECRET="+testSecret)
+	r := crabboxCmd(t, env, "", "coordinator", "token", "issue", "--owner", "alice", "--org", "team", "--ttl", "2h")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	claims, err := auth.ParseUserToken([]byte(testSecret), strings.TrimSpace(r.stdout), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims.Owner != "alice" || claims.Org != "team" || claims.ExpiresAt.Sub(claims.IssuedAt) != 2*time.Hour {
+		t.Errorf("claims = %+v", claims)
+	}
+
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte(testSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = crabboxCmd(t, stateEnv(t), "", "coordinator", "token", "issue", "--owner", "bob", "--org", "team", "--secret-file", secretFile, "--json")
+	var out struct{ Token, Owner string }
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || out.Owner != "bob" {
+		t.Fatalf("--json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if _, err := auth.ParseUserToken([]byte(testSecret), out.Token, time.Now()); err != nil {
+		t.Errorf("token from --secret-file: %v", err)
+	}
+
+	for _, tt := range []struct {
+		env      []string
+		args     []string
+		code     int
+		inStderr string
+	}{
+		{nil, []string{"--owner", "a", "--org", "g"}, 125, "no session secret"},
+		{[]string{"CRABBOX_SESSION_SECRET=short"}, []string{"--owner", "a", "--org", "g"}, 125, "at least 32"},
+		{[]string{"CRABBOX_SESSION_SECRET=" + testSecret}, []string{"--org", "g"}, 2, "--owner and --org are required"},
+		{[]string{"CRABBOX_SESSION_SECRET=" + testSecret}, []string{"--owner", "a", "--org", "g", "--ttl", "-1h"}, 2, "positive duration"},
+	} {
+		r := crabboxCmd(t, append(stateEnv(t), tt.env...), "", append([]string{"coordinator", "token", "issue"}, tt.args...)...)
+		if r.code != tt.code || !strings.Contains(r.stderr, tt.inStderr) {
+			t.Errorf("token issue %v: exit %d, stderr %q; want %d with %q", tt.args, r.code, r.stderr, tt.code, tt.inStderr)
+		}
+		if strings.Contains(r.stderr, testSecret) {
+			t.Errorf("stderr shows the secret: %q", r.stderr)
+		}
+	}
+}
+
+func TestCoordinatorServeRejectsBadSetup(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(t.TempDir(), "coordinator.json")
+	if err := os.WriteFile(cfg, []byte(`{"providers":{"local":{}},"limitz":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		env      []string
+		args     []string
+		code     int
+		inStderr string
+	}{
+		{nil, nil, 125, "no credentials configured"},
+		{[]string{"CRABBOX_ADMIN_TOKEN=a", "CRABBOX_ADMIN_TOKEN_FILE=/x"}, nil, 125, "both CRABBOX_ADMIN_TOKEN and CRABBOX_ADMIN_TOKEN_FILE"},
+		{[]string{"CRABBOX_ADMIN_TOKEN=a"}, []string{"--config", cfg}, 125, `unknown field "limitz"`},
+		{[]string{"CRABBOX_ADMIN_TOKEN=a"}, []string{"--db", "mysql://x"}, 125, "want sqlite:///path or postgres://"},
+		{[]string{"CRABBOX_ADMIN_TOKEN=a"}, []string{"--db", "postgres://u:hunter2@127.0.0.1/db"}, 2, "set CRABBOX_COORDINATOR_DB instead"},
+	} {
+		r := crabboxCmd(t, append(stateEnv(t), tt.env...), "", append([]string{"coordinator", "serve", "--listen", "127.0.0.1:0"}, tt.args...)...)
+		if r.code != tt.code || !strings.Contains(r.stderr, tt.inStderr) {
+			t.Errorf("serve %v %v: exit %d, stderr %q; want %d with %q", tt.env, tt.args, r.code, r.stderr, tt.code, tt.inStderr)
+		}
+		if strings.Contains(r.stderr, "hunter2") {
+			t.Errorf("stderr shows the password: %q", r.stderr)
+		}
+	}
+}
+
+// TestCoordinatorServeAndBrokeredRun starts `crabbox coordinator serve`
+// with the local provider and SQLite, runs `crabbox run` through it with a
+// token from `crabbox coordinator token issue`, and stops the server with
+// SIGTERM.
+func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
+	t.Parallel()
+	serverEnv := append(stateEnv(t), "CRABBOX_SESSION_SECRET="+testSecret, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	db := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "coordinator.db"))
+	cmd := exec.Command(os.Args[0], "coordinator", "serve", "--listen", "127.0.0.1:0", "--db", db)
+	cmd.Env = append(os.Environ(), serverEnv...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan map[string]any, 1000)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				m = map[string]any{"msg": "unparsed: " + sc.Text()}
+			}
+			lines <- m
+		}
+	}()
+	stopped := false
+	defer func() {
+		if !stopped {
+			cmd.Process.Kill()
+			for range lines {
+			}
+			cmd.Wait()
+		}
+	}()
+	var addr string
+	for m := range lines {
+		if m["msg"] == "coordinator listening" {
+			addr, _ = m["addr"].(string)
+			break
+		}
+	}
+	if addr == "" {
+		t.Fatal("server never said where it listens")
+	}
+	url := "http://" + addr
+
+	tok := crabboxCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "coordinator", "token", "issue", "--owner", "alice", "--org", "team")
+	if tok.code != 0 {
+		t.Fatalf("token issue: exit %d, stderr %q", tok.code, tok.stderr)
+	}
+	token := strings.TrimSpace(tok.stdout)
+	clientEnv := append(stateEnv(t), "CRABBOX_COORDINATOR="+url, "CRABBOX_COORDINATOR_TOKEN="+token, "CRABBOX_COORDINATOR_MODE=all")
+	repo := gitRepo(t)
+	r := crabboxCmd(t, clientEnv, repo, "run", "--", "sh", "-c", "cat committed.txt; exit 5")
+	if r.code != 5 || r.stdout != "committed\n" {
+		t.Fatalf("brokered run: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	cc, err := coordclient.New(url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := cc.ListRuns(t.Context(), coordclient.ListRunsOptions{})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs = %+v, %v", runs, err)
+	}
+	if run := runs[0]; run.Owner != "alice" || run.ExitCode == nil || *run.ExitCode != 5 || run.State != api.RunFailed {
+		t.Errorf("run = %+v", run)
+	}
+	l, err := cc.GetLease(t.Context(), runs[0].LeaseID)
+	if err != nil || l.State != api.LeaseReleased {
+		t.Errorf("lease = %+v, %v; want released", l, err)
+	}
+	cc.CloseIdleConnections()
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for m := range lines {
+		msgs = append(msgs, m["msg"].(string))
+	}
+	stopped = true
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("server exit: %v; log %q", err, msgs)
+	}
+	if !contains(msgs, "coordinator shutting down: finishing requests in flight") || !contains(msgs, "coordinator stopped") {
+		t.Errorf("server log %q lacks the graceful shutdown", msgs)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,394 @@
+package external
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	gosync "sync"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// core is what both backends share: the program and its capabilities.
+type core struct {
+	prog     *program
+	rt       provider.Runtime
+	workRoot string
+
+	mu   gosync.Mutex
+	caps *Capabilities // cached after the first successful call
+}
+
+func newCore(c Config, rt provider.Runtime) (*core, error) {
+	rt = rt.WithDefaults()
+	prog, err := newProgram(c, rt)
+	if err != nil {
+		return nil, err
+	}
+	workRoot := c.WorkRoot
+	if workRoot == "" {
+		workRoot = DefaultWorkRoot
+	}
+	if !path.IsAbs(workRoot) {
+		return nil, fmt.Errorf("external provider: config \"work-root\" %q is not an absolute path", workRoot)
+	}
+	return &core{prog: prog, rt: rt, workRoot: workRoot}, nil
+}
+
+// call runs one operation and names the provider and operation in errors.
+func (c *core) call(ctx context.Context, req Request) (Response, error) {
+	resp, err := c.prog.call(ctx, req)
+	if err != nil {
+		return resp, fmt.Errorf("external provider %s: %s: %w", c.prog.path, req.Operation, err)
+	}
+	return resp, nil
+}
+
+// Capabilities asks the program what it can do (once; the answer is kept).
+func (c *core) Capabilities(ctx context.Context) (Capabilities, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.caps != nil {
+		return *c.caps, nil
+	}
+	resp, err := c.call(ctx, Request{Operation: OpCapabilities})
+	if err != nil {
+		return Capabilities{}, err
+	}
+	if resp.Capabilities == nil {
+		return Capabilities{}, fmt.Errorf("external provider %s: capabilities: response has no field capabilities", c.prog.path)
+	}
+	c.caps = resp.Capabilities
+	return *c.caps, nil
+}
+
+// Doctor asks the program for its own readiness check.
+func (c *core) Doctor(ctx context.Context) ([]provider.Check, error) {
+	checks := []provider.Check{}
+	caps, err := c.Capabilities(ctx)
+	if err != nil {
+		return append(checks, provider.Check{Name: "external program", Detail: err.Error()}), nil
+	}
+	checks = append(checks, provider.Check{
+		Name: "external program", OK: true,
+		Detail: fmt.Sprintf("%s speaks protocol %d (run=%v, cleanup=%v, idempotentLeaseId=%v)", c.prog.path, ProtocolVersion, caps.Run, caps.Cleanup, caps.IdempotentLeaseID),
+	})
+	resp, err := c.call(ctx, Request{Operation: OpDoctor})
+	if err != nil {
+		return append(checks, provider.Check{Name: "external doctor", Detail: err.Error()}), nil
+	}
+	return append(checks, provider.Check{Name: "external doctor", OK: true, Detail: resp.Message}), nil
+}
+
+// desired is the acquire request's lease description.
+func desired(id, slug string, labels map[string]string) (*Desired, error) {
+	if !lease.IsID(id) {
+		return nil, fmt.Errorf("lease ID %q is malformed", id)
+	}
+	if !lease.ValidSlug(slug) {
+		return nil, fmt.Errorf("slug %q is malformed", slug)
+	}
+	name := LeaseName(id, slug)
+	all := maps.Clone(labels)
+	if all == nil {
+		all = map[string]string{}
+	}
+	for _, k := range []string{LabelLease, LabelSlug, LabelName} {
+		if _, ok := all[k]; ok {
+			return nil, fmt.Errorf("label %q is reserved for crabbox", k)
+		}
+	}
+	all[LabelLease], all[LabelSlug], all[LabelName] = id, slug, name
+	return &Desired{LeaseID: id, Slug: slug, Name: name, Labels: all}, nil
+}
+
+// acquire runs the acquire operation and validates its answer. When the
+// answer describes a lease but is rejected, that lease is released.
+func (c *core) acquire(ctx context.Context, d *Desired, keep, needSSH bool) (*Lease, error) {
+	resp, err := c.call(ctx, Request{Operation: OpAcquire, Desired: d, Keep: keep})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLease("lease", resp.Lease, expect{leaseID: d.LeaseID, slug: d.Slug, ssh: needSSH}); err != nil {
+		err = fmt.Errorf("external provider %s: acquire: rejected response: %w", c.prog.path, err)
+		if resp.Lease != nil {
+			// Release what the program described, as it described it.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.prog.timeout)
+			defer cancel()
+			if _, rerr := c.call(rctx, Request{Operation: OpRelease, Lease: resp.Lease}); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("release the rejected lease: %w", rerr))
+			}
+		}
+		return nil, err
+	}
+	return withReserved(resp.Lease), nil
+}
+
+// resolve finds a lease by ID or slug; no lease in the answer is ErrNotFound.
+func (c *core) resolve(ctx context.Context, ref string, needSSH bool) (*Lease, error) {
+	resp, err := c.call(ctx, Request{Operation: OpResolve, ID: ref})
+	if err != nil {
+		return nil, err
+	}
+	if resp.Lease == nil {
+		return nil, fmt.Errorf("external provider %s: resolve %s: %w", c.prog.path, ref, provider.ErrNotFound)
+	}
+	want := expect{ssh: needSSH}
+	if lease.IsID(ref) {
+		want.leaseID = ref
+	} else {
+		want.slug = ref
+	}
+	if err := checkLease("lease", resp.Lease, want); err != nil {
+		return nil, fmt.Errorf("external provider %s: resolve %s: rejected response: %w", c.prog.path, ref, err)
+	}
+	return withReserved(resp.Lease), nil
+}
+
+// list returns every lease the program lists, each validated.
+func (c *core) list(ctx context.Context, needSSH bool) ([]Lease, error) {
+	resp, err := c.call(ctx, Request{Operation: OpList})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	out := make([]Lease, 0, len(resp.Leases))
+	for i := range resp.Leases {
+		l := &resp.Leases[i]
+		field := fmt.Sprintf("leases[%d]", i)
+		if err := checkLease(field, l, expect{ssh: needSSH}); err != nil {
+			return nil, fmt.Errorf("external provider %s: list: rejected response: %w", c.prog.path, err)
+		}
+		if seen[l.LeaseID] {
+			return nil, fmt.Errorf("external provider %s: list: rejected response: %s.leaseId %s is listed twice", c.prog.path, field, l.LeaseID)
+		}
+		seen[l.LeaseID] = true
+		out = append(out, *withReserved(l))
+	}
+	return out, nil
+}
+
+// release ends a lease; the program must treat a gone lease as released.
+func (c *core) release(ctx context.Context, l *Lease) error {
+	_, err := c.call(ctx, Request{Operation: OpRelease, Lease: l})
+	if errors.Is(err, provider.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// withReserved returns l with the reserved labels set by crabbox.
+func withReserved(l *Lease) *Lease {
+	out := *l
+	out.Labels = maps.Clone(l.Labels)
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	out.Labels[LabelLease], out.Labels[LabelSlug], out.Labels[LabelName] = l.LeaseID, l.Slug, LeaseName(l.LeaseID, l.Slug)
+	if out.Name == "" {
+		out.Name = LeaseName(l.LeaseID, l.Slug)
+	}
+	return &out
+}
+
+// Backend is the SSH-lease backend: the program hands out boxes that
+// crabbox reaches over SSH.
+type Backend struct{ *core }
+
+// New returns an SSH-lease backend for the program of c.
+func New(c Config, rt provider.Runtime) (*Backend, error) {
+	co, err := newCore(c, rt)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{co}, nil
+}
+
+// Spec describes the external provider.
+func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
+
+// Acquire asks the program for a box for req.LeaseID.
+func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	d, err := desired(req.LeaseID, req.Slug, req.Labels)
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("external provider: acquire: %w", err)
+	}
+	d.PublicKey = req.PublicKey
+	d.TTLSeconds, d.IdleTimeoutSeconds = int64(req.TTL/time.Second), int64(req.IdleTimeout/time.Second)
+	d.CreatedAt, d.ExpiresAt = req.CreatedAt, req.ExpiresAt
+	l, err := b.acquire(ctx, d, req.Keep, true)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	if l.ExpiresAt.IsZero() {
+		l.ExpiresAt = req.ExpiresAt
+	}
+	if l.CreatedAt.IsZero() {
+		l.CreatedAt = req.CreatedAt
+	}
+	return b.target(l), nil
+}
+
+// Resolve finds a live lease by ID or slug.
+func (b *Backend) Resolve(ctx context.Context, req provider.ResolveRequest) (provider.LeaseTarget, error) {
+	l, err := b.resolve(ctx, req.ID, true)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	return b.target(l), nil
+}
+
+// List returns the program's leases.
+func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.LeaseTarget, error) {
+	ls, err := b.list(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]provider.LeaseTarget, 0, len(ls))
+	for i := range ls {
+		out = append(out, b.target(&ls[i]))
+	}
+	return out, nil
+}
+
+// Touch sends the lease with its new expiry; the program records it.
+func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
+	sent := wireLease(req.Lease)
+	sent.ExpiresAt = req.ExpiresAt
+	resp, err := b.call(ctx, Request{Operation: OpTouch, Lease: sent})
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	if err := checkLease("lease", resp.Lease, expect{leaseID: req.Lease.LeaseID, ssh: true}); err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("external provider %s: touch: rejected response: %w", b.prog.path, err)
+	}
+	l := withReserved(resp.Lease)
+	if l.ExpiresAt.IsZero() {
+		l.ExpiresAt = req.ExpiresAt
+	}
+	return b.target(l), nil
+}
+
+// ReleaseLease ends the lease. The lease may carry only its ID and slug
+// (the rollback of an acquire whose answer was lost).
+func (b *Backend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest) error {
+	return b.release(ctx, wireLease(req.Lease))
+}
+
+// target converts a validated lease object.
+func (b *Backend) target(l *Lease) provider.LeaseTarget {
+	t := provider.LeaseTarget{
+		LeaseID: l.LeaseID, Slug: l.Slug, Provider: Name, CloudID: l.CloudID,
+		WorkRoot: l.WorkRoot, State: l.Status, Labels: l.Labels,
+		CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
+	}
+	if t.WorkRoot == "" {
+		t.WorkRoot = b.workRoot
+	}
+	if l.SSH != nil {
+		t.Host, t.Port, t.User, t.KeyFile, t.HostKey = l.SSH.Host, l.SSH.Port, l.SSH.User, l.SSH.Key, l.SSH.HostKey
+		if t.Port == 0 {
+			t.Port = 22
+		}
+	}
+	return t
+}
+
+// wireLease is the lease object crabbox sends back to the program.
+func wireLease(t provider.LeaseTarget) *Lease {
+	l := &Lease{
+		LeaseID: t.LeaseID, Slug: t.Slug, CloudID: t.CloudID, Status: t.State,
+		Labels: maps.Clone(t.Labels), WorkRoot: t.WorkRoot, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
+	}
+	if t.Slug != "" {
+		l.Name = LeaseName(t.LeaseID, t.Slug)
+	}
+	if t.Host != "" {
+		l.SSH = &SSH{User: t.User, Host: t.Host, Port: t.Port, Key: t.KeyFile, HostKey: t.HostKey}
+	}
+	return l
+}
+
+// Cleanup lists the program's leases and deletes those that are past their
+// expiry, not kept and claimed by the caller. Leases without an expiry are
+// unknown and left alone. A program with capabilities.cleanup gets one
+// cleanup call with the leases to delete; otherwise each is released.
+func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
+	ls, err := b.list(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	var decisions []provider.CleanupDecision
+	var doomed []Lease
+	for _, l := range ls {
+		d := provider.CleanupDecision{LeaseID: l.LeaseID, Slug: l.Slug, CloudID: l.CloudID}
+		switch {
+		case l.Labels["keep"] == "true":
+			d.Reason = "kept (keep=true)"
+		case req.Claimed == nil || !req.Claimed(l.LeaseID):
+			d.Reason = "no local claim: another client's lease"
+		case l.ExpiresAt.IsZero():
+			d.Reason = "no expiry reported: unknown, left alone"
+		case req.Now.Before(l.ExpiresAt):
+			d.Reason = "live until " + l.ExpiresAt.Format(time.RFC3339)
+		default:
+			d.Delete, d.Reason = true, "expired at "+l.ExpiresAt.Format(time.RFC3339)
+			doomed = append(doomed, l)
+		}
+		decisions = append(decisions, d)
+	}
+	if req.DryRun || len(doomed) == 0 {
+		return decisions, nil
+	}
+	deleted, err := b.deleteExpired(ctx, doomed)
+	if err != nil {
+		return decisions, err
+	}
+	for i := range decisions {
+		if !decisions[i].Delete {
+			continue
+		}
+		if derr, ok := deleted[decisions[i].LeaseID]; ok && derr == nil {
+			decisions[i].Deleted = true
+		} else {
+			decisions[i].Err = derr
+		}
+	}
+	return decisions, nil
+}
+
+// deleteExpired deletes the leases and reports, per lease ID, nil when it
+// was deleted or why not.
+func (b *Backend) deleteExpired(ctx context.Context, doomed []Lease) (map[string]error, error) {
+	out := map[string]error{}
+	caps, err := b.Capabilities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !caps.Cleanup {
+		for i := range doomed {
+			out[doomed[i].LeaseID] = b.release(ctx, &doomed[i])
+		}
+		return out, nil
+	}
+	resp, err := b.call(ctx, Request{Operation: OpCleanup, Leases: doomed})
+	if err != nil {
+		return nil, err
+	}
+	asked := map[string]bool{}
+	for _, l := range doomed {
+		asked[l.LeaseID] = true
+		out[l.LeaseID] = errors.New("the program's cleanup did not report it deleted")
+	}
+	for i, l := range resp.Leases {
+		if !asked[l.LeaseID] {
+			return nil, fmt.Errorf("external provider %s: cleanup: rejected response: leases[%d].leaseId %q is not one crabbox asked to delete", b.prog.path, i, l.LeaseID)
+		}
+		out[l.LeaseID] = nil
+	}
+	return out, nil
+}

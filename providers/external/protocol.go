@@ -1,0 +1,331 @@
+package external
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// ProtocolVersion is the version of the protocol crabbox speaks; every
+// request carries it and every response must echo it.
+const ProtocolVersion = 1
+
+// MaxResponseBytes bounds one response (and one line of a run stream).
+const MaxResponseBytes = 1 << 20
+
+// Operations of the protocol.
+const (
+	OpCapabilities = "capabilities"
+	OpDoctor       = "doctor"
+	OpAcquire      = "acquire"
+	OpResolve      = "resolve"
+	OpList         = "list"
+	OpTouch        = "touch"
+	OpRelease      = "release"
+	OpCleanup      = "cleanup"
+	OpRun          = "run"
+)
+
+// Reserved labels: crabbox sets them on every lease and a program may only
+// echo them.
+const (
+	LabelLease = "lease"
+	LabelSlug  = "slug"
+	LabelName  = "name"
+)
+
+// Request is the one JSON object crabbox writes to the program's stdin.
+// Field names follow docs/external-provider.md exactly.
+type Request struct {
+	ProtocolVersion int             `json:"protocolVersion"`
+	Operation       string          `json:"operation"`
+	Config          json.RawMessage `json:"config,omitempty"`
+	Desired         *Desired        `json:"desired,omitempty"`
+	Lease           *Lease          `json:"lease,omitempty"`
+	Leases          []Lease         `json:"leases,omitempty"` // cleanup
+	ID              string          `json:"id,omitempty"`
+	State           string          `json:"state,omitempty"`
+	Keep            bool            `json:"keep,omitempty"`
+	Force           bool            `json:"force,omitempty"`
+	All             bool            `json:"all,omitempty"`
+	DryRun          bool            `json:"dryRun,omitempty"`
+	Repo            *Repo           `json:"repo,omitempty"`
+	// Command, Env and Workdir are set for run.
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+}
+
+// Desired is the lease crabbox asks an acquire to create.
+type Desired struct {
+	LeaseID string `json:"leaseId"`
+	Slug    string `json:"slug"`
+	Name    string `json:"name"`
+	// The fields below are crabbox's additions to the original shape.
+	// PublicKey is the lease key (authorized_keys line) the box should
+	// accept; empty for delegated-run leases, which crabbox never reaches
+	// over SSH.
+	PublicKey          string            `json:"publicKey,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+	TTLSeconds         int64             `json:"ttlSeconds,omitempty"`
+	IdleTimeoutSeconds int64             `json:"idleTimeoutSeconds,omitempty"`
+	CreatedAt          time.Time         `json:"createdAt,omitzero"`
+	ExpiresAt          time.Time         `json:"expiresAt,omitzero"`
+}
+
+// Repo describes the local checkout of a run.
+type Repo struct {
+	Root      string `json:"root"`
+	Name      string `json:"name"`
+	RemoteURL string `json:"remoteUrl,omitempty"`
+	Head      string `json:"head,omitempty"`
+}
+
+// Lease is a lease object as programs return it.
+type Lease struct {
+	LeaseID    string            `json:"leaseId"`
+	Slug       string            `json:"slug,omitempty"`
+	Name       string            `json:"name,omitempty"`
+	CloudID    string            `json:"cloudId,omitempty"`
+	Status     string            `json:"status,omitempty"`
+	ServerType string            `json:"serverType,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	SSH        *SSH              `json:"ssh,omitempty"`
+	// crabbox's additions: the directory on the box under which lease
+	// workdirs are made, and the lease's times (RFC 3339).
+	WorkRoot  string    `json:"workRoot,omitempty"`
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+}
+
+// SSH is how a box is reached.
+type SSH struct {
+	User          string `json:"user,omitempty"`
+	Host          string `json:"host,omitempty"`
+	Port          int    `json:"port,omitempty"`
+	FallbackPorts []int  `json:"fallbackPorts,omitempty"`
+	// Key is a private key file on this machine that the box accepts;
+	// empty means the lease key crabbox sent in desired.publicKey.
+	Key        string `json:"key,omitempty"`
+	HostKey    string `json:"hostKey,omitempty"`
+	ReadyCheck string `json:"readyCheck,omitempty"`
+}
+
+// Capabilities is what a program can do.
+type Capabilities struct {
+	IdempotentLeaseID bool `json:"idempotentLeaseId"`
+	Run               bool `json:"run"`
+	Cleanup           bool `json:"cleanup"`
+}
+
+// Response is the one JSON object a program writes to stdout.
+type Response struct {
+	ProtocolVersion int           `json:"protocolVersion"`
+	Lease           *Lease        `json:"lease,omitempty"`
+	Leases          []Lease       `json:"leases,omitempty"`
+	Capabilities    *Capabilities `json:"capabilities,omitempty"`
+	Message         string        `json:"message,omitempty"`
+	Error           string        `json:"error,omitempty"`
+	// ErrorKind is crabbox's addition: one of "not-found", "conflict",
+	// "capacity", "unauthenticated", "precondition", "transient", so that
+	// callers can tell failures apart (errors.Is with provider.Err...).
+	ErrorKind string `json:"errorKind,omitempty"`
+}
+
+// RunEvent is one line of a run operation's output stream.
+type RunEvent struct {
+	Stream   string `json:"stream,omitempty"`
+	Data     string `json:"data,omitempty"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+var errorKinds = map[string]error{
+	"not-found":       provider.ErrNotFound,
+	"conflict":        provider.ErrConflict,
+	"capacity":        provider.ErrCapacity,
+	"unauthenticated": provider.ErrUnauthenticated,
+	"precondition":    provider.ErrPrecondition,
+	"transient":       provider.ErrTransient,
+}
+
+// ParseResponse decodes one response: exactly one JSON object with the
+// protocol version crabbox speaks. A reported error becomes a Go error
+// (wrapping the portable kind the program named, if any).
+func ParseResponse(data []byte) (Response, error) {
+	var r Response
+	if len(data) > MaxResponseBytes {
+		return r, fmt.Errorf("response is larger than %d bytes", MaxResponseBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return r, errors.New("empty response: want one JSON object on stdout")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&r); err != nil {
+		return Response{}, fmt.Errorf("malformed response: %w", jsonError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Response{}, errors.New("malformed response: more than one JSON value on stdout")
+	}
+	if r.ProtocolVersion != ProtocolVersion {
+		return Response{}, fmt.Errorf("response field protocolVersion is %d, want %d", r.ProtocolVersion, ProtocolVersion)
+	}
+	if r.Error != "" || r.ErrorKind != "" {
+		msg := r.Error
+		if msg == "" {
+			msg = "(no message)"
+		}
+		if r.ErrorKind == "" {
+			return r, fmt.Errorf("program reported: %s", msg)
+		}
+		kind, ok := errorKinds[r.ErrorKind]
+		if !ok {
+			return r, fmt.Errorf("program reported: %s (and an unknown errorKind %q)", msg, r.ErrorKind)
+		}
+		return r, fmt.Errorf("program reported: %s: %w", msg, kind)
+	}
+	return r, nil
+}
+
+// jsonError names the field a type error is about.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Errorf("field %s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+	}
+	return err
+}
+
+// ParseRunEvent decodes one line of a run stream.
+func ParseRunEvent(line []byte) (RunEvent, error) {
+	var ev RunEvent
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if err := dec.Decode(&ev); err != nil {
+		return RunEvent{}, fmt.Errorf("malformed run output line: %w", jsonError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return RunEvent{}, errors.New("malformed run output line: more than one JSON value")
+	}
+	switch {
+	case ev.Error != "":
+		return ev, nil
+	case ev.ExitCode != nil:
+		if ev.Stream != "" || ev.Data != "" {
+			return RunEvent{}, errors.New("run output line has both exitCode and stream")
+		}
+		if *ev.ExitCode < 0 || *ev.ExitCode > 255 {
+			return RunEvent{}, fmt.Errorf("run output field exitCode is %d, want 0-255", *ev.ExitCode)
+		}
+	case ev.Stream != "stdout" && ev.Stream != "stderr":
+		return RunEvent{}, fmt.Errorf("run output field stream is %q, want \"stdout\" or \"stderr\"", ev.Stream)
+	}
+	return ev, nil
+}
+
+// LeaseName is the name crabbox asks a program to give a box:
+// crabbox-<slug>-<8 hex derived from the lease ID>, the same for every
+// acquire of the same lease.
+func LeaseName(leaseID, slug string) string {
+	sum := sha256.Sum256([]byte(leaseID))
+	return "crabbox-" + slug + "-" + hex.EncodeToString(sum[:4])
+}
+
+// expect is what crabbox knows about the lease a response must describe.
+type expect struct {
+	leaseID string // exact lease ID, or "" for any well-formed one
+	slug    string // exact slug, or ""
+	ssh     bool   // SSH coordinates are required
+}
+
+// checkLease validates a lease object from a program. field names the
+// object in errors ("lease", "leases[2]").
+func checkLease(field string, l *Lease, want expect) error {
+	if l == nil {
+		return fmt.Errorf("response has no field %s", field)
+	}
+	switch {
+	case l.LeaseID == "":
+		return fmt.Errorf("%s.leaseId is missing", field)
+	case want.leaseID != "" && l.LeaseID != want.leaseID:
+		return fmt.Errorf("%s.leaseId is %q, want the ID crabbox sent, %q", field, l.LeaseID, want.leaseID)
+	case !lease.IsID(l.LeaseID):
+		return fmt.Errorf("%s.leaseId %q is malformed: want cbx_ and 12 lowercase hex digits", field, l.LeaseID)
+	case l.Slug == "":
+		return fmt.Errorf("%s.slug is missing", field)
+	case want.slug != "" && l.Slug != want.slug:
+		return fmt.Errorf("%s.slug is %q, want %q", field, l.Slug, want.slug)
+	case !lease.ValidSlug(l.Slug):
+		return fmt.Errorf("%s.slug %q is malformed (lowercase letters, digits and dashes, at most 41)", field, l.Slug)
+	}
+	for _, k := range []string{LabelLease, LabelSlug, LabelName} {
+		v, ok := l.Labels[k]
+		if !ok {
+			continue
+		}
+		if wantV := reservedLabel(k, l); v != wantV {
+			return fmt.Errorf("%s.labels.%s is %q, want %q (label %q is reserved for crabbox)", field, k, v, wantV, k)
+		}
+	}
+	if l.SSH == nil || l.SSH.Host == "" {
+		if want.ssh {
+			return fmt.Errorf("%s.ssh.host is missing: the lease has no SSH coordinates", field)
+		}
+		if l.SSH != nil && (l.SSH.User != "" || l.SSH.Port != 0 || l.SSH.Key != "" || l.SSH.HostKey != "") {
+			return fmt.Errorf("%s.ssh.host is missing but other SSH fields are set", field)
+		}
+		return nil
+	}
+	return checkSSH(field+".ssh", l.SSH, l.WorkRoot, field+".workRoot")
+}
+
+func checkSSH(field string, s *SSH, workRoot, workRootField string) error {
+	switch {
+	case strings.ContainsAny(s.Host, " \t\r\n/@"):
+		return fmt.Errorf("%s.host %q is not a host name or address", field, s.Host)
+	case s.Port < 0 || s.Port > 65535:
+		return fmt.Errorf("%s.port %d is out of range 1-65535", field, s.Port)
+	case s.User == "":
+		return fmt.Errorf("%s.user is missing", field)
+	case s.Key != "" && !isAbs(s.Key):
+		return fmt.Errorf("%s.key %q is not an absolute path to a private key file", field, s.Key)
+	case workRoot != "" && !path.IsAbs(workRoot):
+		return fmt.Errorf("%s %q is not an absolute path on the box", workRootField, workRoot)
+	}
+	for i, p := range s.FallbackPorts {
+		if p <= 0 || p > 65535 {
+			return fmt.Errorf("%s.fallbackPorts[%d] %d is out of range 1-65535", field, i, p)
+		}
+	}
+	if s.HostKey != "" {
+		if _, err := lease.ParsePublicKey(s.HostKey); err != nil {
+			return fmt.Errorf("%s.hostKey is not an authorized_keys line: %w", field, err)
+		}
+	}
+	return nil
+}
+
+// isAbs accepts absolute paths of any client OS (the key is a local file).
+func isAbs(p string) bool {
+	return path.IsAbs(p) || (len(p) > 2 && p[1] == ':' && (p[2] == '\\' || p[2] == '/')) || strings.HasPrefix(p, `\\`)
+}
+
+func reservedLabel(k string, l *Lease) string {
+	switch k {
+	case LabelLease:
+		return l.LeaseID
+	case LabelSlug:
+		return l.Slug
+	default:
+		return LeaseName(l.LeaseID, l.Slug)
+	}
+}

@@ -1,0 +1,244 @@
+// Package external is the provider whose boxes come from an external
+// program speaking crabbox's provider protocol (version 1, documented in
+// docs/external-provider.md).
+//
+// For every operation crabbox runs the configured program with its
+// configured arguments, never through a shell, in a clean environment (a
+// small allow-list such as PATH and HOME, plus variables configured
+// explicitly), writes one JSON request to its stdin and reads one JSON
+// response of at most 1 MiB from its stdout. Every call has a timeout after
+// which the program's process group is stopped; a non-zero exit is a
+// failure whose stderr tail goes into the error. Responses are validated
+// strictly: a lease answer must echo the lease ID crabbox chose, keep the
+// reserved labels and, for SSH leases, carry usable SSH coordinates.
+//
+// In mode "ssh-lease" (the default) the backend is a
+// provider.SSHLeaseBackend: the program hands out boxes and crabbox syncs
+// and runs over SSH. In mode "delegated-run" it is a
+// provider.DelegatedRunBackend: the program's "run" operation syncs the
+// checkout and runs the command itself, streaming output back as JSON
+// lines; the program must advertise capabilities.run.
+package external
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// Name is the provider's registered name.
+const Name = "external"
+
+// Modes of the backend.
+const (
+	ModeSSHLease     = "ssh-lease"
+	ModeDelegatedRun = "delegated-run"
+)
+
+// DefaultWorkRoot is the work root on the box when a lease names none.
+const DefaultWorkRoot = "/work/crabbox"
+
+// DefaultTimeout bounds one call of the program.
+const DefaultTimeout = 10 * time.Minute
+
+// BaseEnv is the allow-list of the caller's environment variables a
+// program receives; everything else must be configured explicitly.
+var BaseEnv = []string{
+	"PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TMP", "TEMP", "LANG", "LC_ALL",
+	"SYSTEMROOT", "USERPROFILE", "LOCALAPPDATA", "APPDATA",
+}
+
+// Config is the provider's typed configuration.
+type Config struct {
+	// Command is the program to run: a path, or a name looked up in PATH.
+	Command string
+	// Args are the program's arguments.
+	Args []string
+	// Env holds variables set for the program, on top of BaseEnv.
+	Env map[string]string
+	// PassEnv names variables of the caller's environment passed through
+	// (for example a cloud token the program needs).
+	PassEnv []string
+	// ProviderConfig is sent as the request's "config" object: the
+	// provider's own settings. Nil means none.
+	ProviderConfig json.RawMessage
+	// Timeout bounds each call (not the run operation, which the caller's
+	// context and run timeout bound). Zero means DefaultTimeout.
+	Timeout time.Duration
+	// Mode is ModeSSHLease (default) or ModeDelegatedRun.
+	Mode string
+	// WorkRoot is the work root on the box when a lease names none.
+	WorkRoot string
+}
+
+var spec = provider.Spec{
+	Name:        Name,
+	Description: "boxes from an external program speaking crabbox's JSON provider protocol on stdin/stdout",
+	Kind:        provider.KindSSHLease,
+	Targets:     []provider.Target{provider.TargetLinux},
+	Features:    []provider.Feature{provider.FeatureSSH, provider.FeatureCleanup, provider.FeatureDoctor},
+	Coordinator: provider.CoordinatorUnsupported,
+	Options: []provider.Option{
+		{Name: "command", Flag: "external-command", Help: "provider program (path, or a name in PATH); run without a shell"},
+		{Name: "args", Flag: "external-args", Help: `arguments of the provider program as a JSON array, e.g. ["--region","eu"]`},
+		{Name: "env", Flag: "external-env", Help: `variables set for the program as a JSON object, e.g. {"REGION":"eu"}`},
+		{Name: "pass-env", Flag: "external-pass-env", Help: "comma-separated names of your environment variables passed to the program (e.g. a token)"},
+		{Name: "config", Flag: "external-config", Help: "JSON object sent to the program as the request's config"},
+		{Name: "timeout", Flag: "external-timeout", Default: DefaultTimeout.String(), Help: "time limit of one call of the program; then its process group is stopped"},
+		{Name: "mode", Flag: "external-mode", Default: ModeSSHLease, Help: "ssh-lease (crabbox syncs and runs over SSH) or delegated-run (the program's run operation does)"},
+		{Name: "work-root", Flag: "external-work-root", Default: DefaultWorkRoot, Help: "work root on the box when the program names none"},
+	},
+}
+
+// Provider is the registered external provider.
+type Provider struct{}
+
+func init() { provider.Register(Provider{}) }
+
+// Spec describes the external provider.
+func (Provider) Spec() provider.Spec { return cloneSpec(spec) }
+
+func cloneSpec(s provider.Spec) provider.Spec {
+	s.Targets, s.Features, s.Options = slices.Clone(s.Targets), slices.Clone(s.Features), slices.Clone(s.Options)
+	return s
+}
+
+// Configure parses cfg (merged with the Spec's defaults) and returns a
+// *Backend or, in mode delegated-run, a *DelegatedBackend. It reads the
+// caller's environment for BaseEnv and pass-env, and runs nothing.
+func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
+	c, err := ParseConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if c.Mode == ModeDelegatedRun {
+		return NewDelegated(c, rt)
+	}
+	return New(c, rt)
+}
+
+// ParseConfig turns raw settings into a Config, naming the bad key.
+func ParseConfig(cfg provider.Config) (Config, error) {
+	c := Config{Command: cfg["command"], Mode: cfg["mode"], WorkRoot: cfg["work-root"]}
+	if c.Command == "" {
+		return Config{}, errors.New("external provider: config \"command\" is required: the provider program to run")
+	}
+	if v := cfg["args"]; v != "" {
+		if err := json.Unmarshal([]byte(v), &c.Args); err != nil {
+			return Config{}, fmt.Errorf("external provider: config \"args\" must be a JSON array of strings, like [\"--flag\",\"value\"]: %w", err)
+		}
+	}
+	if v := cfg["env"]; v != "" {
+		if err := json.Unmarshal([]byte(v), &c.Env); err != nil {
+			return Config{}, fmt.Errorf("external provider: config \"env\" must be a JSON object of strings, like {\"NAME\":\"value\"}: %w", err)
+		}
+		for k := range c.Env {
+			if !validEnvName(k) {
+				return Config{}, fmt.Errorf("external provider: config \"env\": %q is not a variable name", k)
+			}
+		}
+	}
+	for _, name := range strings.Split(cfg["pass-env"], ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !validEnvName(name) {
+			return Config{}, fmt.Errorf("external provider: config \"pass-env\": %q is not a variable name", name)
+		}
+		c.PassEnv = append(c.PassEnv, name)
+	}
+	if v := strings.TrimSpace(cfg["config"]); v != "" {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(v), &obj); err != nil || obj == nil {
+			return Config{}, fmt.Errorf("external provider: config \"config\" must be a JSON object")
+		}
+		c.ProviderConfig = json.RawMessage(v)
+	}
+	t, err := cfg.Duration("timeout")
+	if err != nil {
+		return Config{}, fmt.Errorf("external provider: %w", err)
+	}
+	if t < 0 {
+		return Config{}, fmt.Errorf("external provider: config \"timeout\" %s is negative", t)
+	}
+	c.Timeout = t
+	switch c.Mode {
+	case "":
+		c.Mode = ModeSSHLease
+	case ModeSSHLease, ModeDelegatedRun:
+	default:
+		return Config{}, fmt.Errorf("external provider: config \"mode\" is %q, want %q or %q", c.Mode, ModeSSHLease, ModeDelegatedRun)
+	}
+	return c, nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// newProgram resolves the program and its environment.
+func newProgram(c Config, rt provider.Runtime) (*program, error) {
+	path := c.Command
+	if !strings.ContainsAny(path, `/\`) {
+		p, err := exec.LookPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("external provider: command %q: %w", c.Command, err)
+		}
+		path = p
+	}
+	if c.WorkRoot == "" {
+		c.WorkRoot = DefaultWorkRoot
+	}
+	timeout := c.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	return &program{
+		path: path, args: slices.Clone(c.Args), env: environment(c), timeout: timeout,
+		config: c.ProviderConfig, log: rt.Logger,
+	}, nil
+}
+
+// environment is the program's whole environment: the allow-list and the
+// pass-through names from the caller's, then the configured variables.
+func environment(c Config) []string {
+	vars := map[string]string{}
+	for _, name := range slices.Concat(BaseEnv, c.PassEnv) {
+		if v, ok := os.LookupEnv(name); ok {
+			vars[name] = v
+		}
+	}
+	for k, v := range c.Env {
+		vars[k] = v
+	}
+	env := make([]string, 0, len(vars))
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	return env
+}
+
+var (
+	_ provider.Provider            = Provider{}
+	_ provider.SSHLeaseBackend     = (*Backend)(nil)
+	_ provider.CleanupBackend      = (*Backend)(nil)
+	_ provider.DoctorBackend       = (*Backend)(nil)
+	_ provider.DelegatedRunBackend = (*DelegatedBackend)(nil)
+	_ provider.DoctorBackend       = (*DelegatedBackend)(nil)
+)
