@@ -20,10 +20,11 @@ import (
 // *hashCache caches nothing.
 type hashCache struct {
 	file string
-	// racy is the newest mtime whose files are cached: a file modified
-	// within the file system's timestamp granularity of the moment it was
-	// hashed could change again without its mtime changing.
-	racy int64
+	// now is when the cache was loaded: a file modified within the file
+	// system's timestamp granularity of the moment it was hashed could
+	// change again without its mtime changing, so it is not cached (see
+	// racy).
+	now int64
 
 	// stamps are the files' sizes, mtimes and inodes as listed, so a
 	// lookup needs no second lstat; set by Push, read-only afterwards.
@@ -49,7 +50,12 @@ type cacheEntry struct {
 // thousands of files.
 const (
 	cacheHeader = "crabbox hash cache 3\n"
-	racyWindow  = 2 * time.Second
+	// A file system whose timestamps have whole seconds (FAT has 2 s,
+	// HFS+ 1 s) may not change a file's mtime for up to 2 s. Finer ones
+	// (ext4, xfs, btrfs, tmpfs, APFS, NTFS) take timestamps from a clock
+	// that ticks at least every 10 ms; racyFine leaves a wide margin.
+	racyCoarse = 2 * time.Second
+	racyFine   = 100 * time.Millisecond
 )
 
 // parseCache reads a cache file's records; malformed content is an error.
@@ -118,7 +124,7 @@ func loadCache(name string) *hashCache {
 	}
 	c := &hashCache{
 		file:   name,
-		racy:   time.Now().Add(-racyWindow).UnixNano(),
+		now:    time.Now().UnixNano(),
 		stored: map[string]cacheEntry{},
 	}
 	data, err := os.ReadFile(name)
@@ -163,7 +169,7 @@ func (c *hashCache) hit(e *Entry) bool {
 }
 
 func (c *hashCache) store(path string, size, mtime int64, inode uint64, sum string) {
-	if c == nil || mtime > c.racy {
+	if c == nil || c.racy(mtime) {
 		return
 	}
 	c.mu.Lock()
@@ -196,11 +202,21 @@ func (c *hashCache) save() error {
 	return atomicfile.Write(c.file, formatCache(keep))
 }
 
-// racyIn reports whether a file of stamps was modified too recently for
-// its mtime to tell a later change apart.
+// racy reports whether a file with this mtime was modified too recently
+// for its mtime to tell a later change apart. An mtime of whole seconds
+// may come from a file system with coarse timestamps.
+func (c *hashCache) racy(mtime int64) bool {
+	window := racyFine
+	if mtime%int64(time.Second) == 0 {
+		window = racyCoarse
+	}
+	return mtime > c.now-int64(window)
+}
+
+// racyIn reports whether a file of stamps is racy.
 func (c *hashCache) racyIn(stamps map[string]fileStamp) bool {
 	for _, st := range stamps {
-		if st.mtime > c.racy {
+		if c.racy(st.mtime) {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -50,4 +51,25 @@ func FuzzParseCache(f *testing.F) {
 			t.Errorf("format/parse not stable (-first +second):\n%s", diff)
 		}
 	})
+}
+
+func TestRacy(t *testing.T) {
+	now := time.Date(2026, 11, 30, 8, 0, 0, 500_000_000, time.UTC)
+	c := &hashCache{now: now.UnixNano()}
+	tests := []struct {
+		mtime time.Time
+		want  bool
+	}{
+		{now.Add(-time.Hour), false},
+		{now.Add(-time.Second), false},          // fine timestamps: past the window
+		{now.Add(-50 * time.Millisecond), true}, // fine, within the window
+		{now.Add(time.Minute), true},            // ahead of the clock
+		{now.Truncate(time.Second), true},       // whole seconds, 0.5 s ago: coarse
+		{now.Add(-3 * time.Second).Truncate(time.Second), false},
+	}
+	for _, tt := range tests {
+		if got := c.racy(tt.mtime.UnixNano()); got != tt.want {
+			t.Errorf("racy(%s) = %v, want %v", tt.mtime.Format(time.RFC3339Nano), got, tt.want)
+		}
+	}
 }

@@ -44,6 +44,17 @@ func backdate(t *testing.T, root string) {
 	}
 }
 
+// writeFresh writes a file whose mtime is too recent to trust: it is
+// dated a minute ahead, so it stays racy however slow the test runs.
+func writeFresh(t *testing.T, root, name string) {
+	t.Helper()
+	write(t, root, name, "fresh", 0o644)
+	ahead := time.Now().Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(root, name), ahead, ahead); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func push(t *testing.T, client *ssh.Client, opts Options) Stats {
 	t.Helper()
 	stats, err := Push(t.Context(), client, opts)
@@ -200,7 +211,7 @@ func TestPushHashCache(t *testing.T) {
 		t.Errorf("push with a cache hashed %d files, want 1", n)
 	}
 	// A file modified just now is hashed but not cached.
-	write(t, root, "d0/f007.txt", "fresh", 0o644)
+	writeFresh(t, root, "d0/f007.txt")
 	push(t, client, opts)
 	if n := push(t, client, opts).Hashed; n != 1 {
 		t.Errorf("push hashed %d files, want 1 (the fresh one)", n)
@@ -441,7 +452,7 @@ func TestPushListingShortcut(t *testing.T) {
 
 	// A file modified too recently for its mtime to be trusted keeps the
 	// listing from being remembered.
-	write(t, root, "d2/f002.txt", "fresh", 0o644)
+	writeFresh(t, root, "d2/f002.txt")
 	push(t, client, opts)
 	if p, err := Prepare(t.Context(), opts); err != nil || p.local == nil {
 		t.Errorf("Prepare after a fresh change: err %v, used the listing file: %v", err, p.local == nil)
