@@ -1,0 +1,270 @@
+package gcp
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/user"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/api/option"
+
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+)
+
+// Defaults of the provider's options.
+const (
+	DefaultZones       = "us-central1-a"
+	DefaultMachineType = "e2-small"
+	// DefaultImage is Debian 12's image family, always its newest image.
+	DefaultImage       = "projects/debian-cloud/global/images/family/debian-12"
+	DefaultMarket      = MarketSpot
+	DefaultDiskGB      = 20
+	DefaultBootTimeout = 10 * time.Minute
+	// DefaultNetwork is the VPC network boxes get their interface in.
+	DefaultNetwork = "global/networks/default"
+	// NetworkTag is the network tag of every crabbox instance; crabbox's
+	// firewall rules target it.
+	NetworkTag = "crabbox"
+)
+
+// Markets: how instances are bought.
+const (
+	// MarketSpot asks for spot instances and falls back to standard ones
+	// when no zone has spot capacity.
+	MarketSpot = "spot"
+	// MarketStandard asks only for standard instances.
+	MarketStandard = "standard"
+)
+
+// Config is the typed configuration of the gcp provider.
+//
+// Credentials come only from the SDK's Application Default Credentials
+// (or ClientOptions, for Go programs); they are never options, so never on
+// a command line, in crabbox's config, a log line or a lease record.
+type Config struct {
+	// Project is the Google Cloud project ID. Required.
+	Project string
+	// Zones are the zones crabbox uses: boxes are created in the first
+	// with capacity, Resolve, List and Cleanup search them all.
+	// DefaultZones when empty.
+	Zones []string
+	// MachineType is the machine type; DefaultMachineType when empty.
+	MachineType string
+	// Image is the boot disk's source image or image family, as a
+	// partial URL; DefaultImage when empty.
+	Image string
+	// SourceRange is the only network allowed to reach the boxes' SSH
+	// ports (an IPv4 CIDR, e.g. "203.0.113.7/32"). Required to acquire.
+	SourceRange string
+	// Market is MarketSpot or MarketStandard; DefaultMarket when empty.
+	Market string
+	// DiskGB is the boot disk's size in GB; DefaultDiskGB when 0.
+	DiskGB int
+	// BootTimeout bounds the wait for a new box's address and SSH;
+	// DefaultBootTimeout when 0.
+	BootTimeout time.Duration
+	// WorkRoot is the box's work root; cloud.DefaultWorkRoot when empty.
+	WorkRoot string
+	// Owner is recorded in the owner label; the OS user when empty.
+	Owner string
+
+	// The fields below have no option: only a Go program sets them.
+
+	// Network is the VPC network; DefaultNetwork when empty.
+	Network string
+	// Endpoint, when set, is where the SDK sends requests (a fake Compute
+	// Engine in tests), unauthenticated, through the runtime's HTTP
+	// client.
+	Endpoint string
+	// ClientOptions are extra SDK options (credentials of a Go program,
+	// for example), applied last.
+	ClientOptions []option.ClientOption
+	// SSHPorts are the ports the bootstrap's sshd listens on, opened and
+	// probed in order; 2222, then 22, when empty.
+	SSHPorts []int
+	// PollInterval paces the waits for operations and the address; 2
+	// seconds when zero.
+	PollInterval time.Duration
+	// MapAddress, when set, maps a box's public address and SSH port to
+	// where crabbox connects (the boxes of a fake cloud in tests, or a port
+	// forward). Nil means as is.
+	MapAddress func(host string, port int) (string, int)
+}
+
+var spec = provider.Spec{
+	Name:        Name,
+	Aliases:     []string{"gce"},
+	Description: "Google Compute Engine instances (spot by default) that Compute Engine deletes at their TTL; credentials from Application Default Credentials.",
+	Kind:        provider.KindSSHLease,
+	Targets:     []provider.Target{provider.TargetLinux},
+	Features: []provider.Feature{
+		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup,
+	},
+	Coordinator: provider.CoordinatorSupported,
+	Options: []provider.Option{
+		{Name: "project", Flag: "gcp-project", Help: "Google Cloud project ID (required)"},
+		{Name: "zones", Flag: "gcp-zones", Default: DefaultZones, Help: "comma-separated zones: boxes are created in the first with capacity, list and cleanup search all"},
+		{Name: "machine-type", Flag: "gcp-machine-type", Default: DefaultMachineType, Help: "machine type"},
+		{Name: "image", Flag: "gcp-image", Default: DefaultImage, Help: "boot image or image family (partial URL)"},
+		{Name: "source-range", Flag: "gcp-source-range", Help: "network allowed to reach the boxes' SSH ports, e.g. 203.0.113.7/32 (required to create boxes)"},
+		{Name: "market", Flag: "gcp-market", Default: DefaultMarket, Help: "spot (falls back to standard when no zone has spot capacity) or standard"},
+		{Name: "disk-gb", Flag: "gcp-disk-gb", Default: fmt.Sprint(DefaultDiskGB), Help: "boot disk size in GB"},
+		{Name: "boot-timeout", Flag: "gcp-boot-timeout", Default: DefaultBootTimeout.String(), Help: "how long to wait for a new box's address and SSH"},
+		{Name: "work-root", Flag: "gcp-work-root", Default: cloud.DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created"},
+		{Name: "owner", Flag: "gcp-owner", Help: "value of the boxes' owner label (default: the current user)"},
+	},
+}
+
+// ParseConfig turns the provider's raw settings into a Config, applying the
+// Spec's defaults and rejecting unknown keys and malformed numbers. New
+// validates the values.
+func ParseConfig(cfg provider.Config) (Config, error) {
+	raw, err := spec.Resolve(cfg)
+	if err != nil {
+		return Config{}, err
+	}
+	disk, err := raw.Int("disk-gb")
+	if err != nil {
+		return Config{}, fmt.Errorf("gcp provider: %w", err)
+	}
+	boot, err := raw.Duration("boot-timeout")
+	if err != nil {
+		return Config{}, fmt.Errorf("gcp provider: %w", err)
+	}
+	return Config{
+		Project:     strings.TrimSpace(raw["project"]),
+		Zones:       list(raw["zones"]),
+		MachineType: strings.TrimSpace(raw["machine-type"]),
+		Image:       strings.TrimSpace(raw["image"]),
+		SourceRange: strings.TrimSpace(raw["source-range"]),
+		Market:      strings.TrimSpace(raw["market"]),
+		DiskGB:      disk,
+		BootTimeout: boot,
+		WorkRoot:    raw["work-root"],
+		Owner:       strings.TrimSpace(raw["owner"]),
+	}, nil
+}
+
+func list(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+var (
+	projectPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$|^[a-z][a-z0-9.-]*:[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
+	zonePattern    = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
+	namePattern    = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	imagePattern   = regexp.MustCompile(`^(projects/[a-z][a-z0-9.:-]*/)?global/images/(family/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	networkPattern = regexp.MustCompile(`^(projects/[a-z][a-z0-9.:-]*/)?global/networks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+)
+
+// normalize applies defaults and checks every field, naming its option in
+// errors.
+func (c Config) normalize() (Config, error) {
+	if c.Project == "" {
+		return c, fmt.Errorf("gcp provider: option project is required: the Google Cloud project ID: %w", provider.ErrPrecondition)
+	}
+	if !projectPattern.MatchString(c.Project) {
+		return c, fmt.Errorf("gcp provider: option project: %q is not a Google Cloud project ID (like my-project-123)", c.Project)
+	}
+	if len(c.Zones) == 0 {
+		c.Zones = list(DefaultZones)
+	}
+	c.Zones = slices.Compact(slices.Clone(c.Zones))
+	for _, z := range c.Zones {
+		if !zonePattern.MatchString(z) {
+			return c, fmt.Errorf("gcp provider: option zones: %q is not a Compute Engine zone (like us-central1-a)", z)
+		}
+	}
+	if c.MachineType == "" {
+		c.MachineType = DefaultMachineType
+	}
+	if !namePattern.MatchString(c.MachineType) {
+		return c, fmt.Errorf("gcp provider: option machine-type: %q is not a machine type (like %s)", c.MachineType, DefaultMachineType)
+	}
+	if c.Image == "" {
+		c.Image = DefaultImage
+	}
+	if !imagePattern.MatchString(c.Image) {
+		return c, fmt.Errorf("gcp provider: option image: %q is not an image or image family (like %s)", c.Image, DefaultImage)
+	}
+	if c.SourceRange != "" {
+		p, err := netip.ParsePrefix(c.SourceRange)
+		if err != nil || !p.Addr().Is4() || p.Masked() != p {
+			return c, fmt.Errorf("gcp provider: option source-range: %q is not an IPv4 network in CIDR form (like 203.0.113.7/32)", c.SourceRange)
+		}
+	}
+	switch c.Market {
+	case "":
+		c.Market = DefaultMarket
+	case MarketSpot, MarketStandard:
+	default:
+		return c, fmt.Errorf("gcp provider: option market: %q is not %s or %s", c.Market, MarketSpot, MarketStandard)
+	}
+	switch {
+	case c.DiskGB == 0:
+		c.DiskGB = DefaultDiskGB
+	case c.DiskGB < 10 || c.DiskGB > 65536:
+		return c, fmt.Errorf("gcp provider: option disk-gb: %d is outside 10 to 65536 GB", c.DiskGB)
+	}
+	switch {
+	case c.BootTimeout == 0:
+		c.BootTimeout = DefaultBootTimeout
+	case c.BootTimeout < 0:
+		return c, fmt.Errorf("gcp provider: option boot-timeout: %s is negative", c.BootTimeout)
+	}
+	if c.WorkRoot == "" {
+		c.WorkRoot = cloud.DefaultWorkRoot
+	}
+	if !path.IsAbs(c.WorkRoot) || path.Clean(c.WorkRoot) == "/" || strings.ContainsAny(c.WorkRoot, "'\\\x00\n\r") {
+		return c, fmt.Errorf("gcp provider: option work-root: %q must be an absolute directory other than / without quotes or backslashes", c.WorkRoot)
+	}
+	c.WorkRoot = path.Clean(c.WorkRoot)
+	if c.Owner == "" {
+		c.Owner = osUser()
+	}
+	if c.Network == "" {
+		c.Network = DefaultNetwork
+	}
+	if !networkPattern.MatchString(c.Network) {
+		return c, fmt.Errorf("gcp provider: network %q is not a network (like %s)", c.Network, DefaultNetwork)
+	}
+	if len(c.SSHPorts) == 0 {
+		c.SSHPorts = cloud.DefaultPorts()
+	}
+	c.SSHPorts = slices.Clone(c.SSHPorts)
+	for _, p := range c.SSHPorts {
+		if p <= 0 || p > 65535 {
+			return c, fmt.Errorf("gcp provider: SSH port %d is outside 1 to 65535", p)
+		}
+	}
+	switch {
+	case c.PollInterval == 0:
+		c.PollInterval = 2 * time.Second
+	case c.PollInterval < 0:
+		return c, fmt.Errorf("gcp provider: poll interval %s is negative", c.PollInterval)
+	}
+	return c, nil
+}
+
+// errNoSourceRange is the acquire error when source-range is not set.
+var errNoSourceRange = fmt.Errorf("gcp provider: option source-range is required to create boxes: the network allowed to reach their SSH ports, e.g. 203.0.113.7/32 (0.0.0.0/0 allows anyone; boxes accept only the lease's key): %w", provider.ErrPrecondition)
+
+// osUser is the name of the user running crabbox, for the owner label.
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}

@@ -1,0 +1,27 @@
+package gcp_test
+
+import (
+	"testing"
+
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/provider/providertest"
+)
+
+// TestConformance runs the provider contract against the fake Compute
+// Engine, with every instance's SSH served by a cloudtest box booted from
+// its user data.
+func TestConformance(t *testing.T) {
+	providertest.RunSSHLease(t, providertest.Harness{
+		NewBackend: func(t *testing.T) provider.SSHLeaseBackend {
+			e := newEnv(t)
+			t.Cleanup(func() {
+				// Everything acquired was released or rolled back; only
+				// crabbox's shared firewall rule may stay.
+				if in := e.api.instanceList(); len(in) != 0 {
+					t.Errorf("instances left: %v", in)
+				}
+			})
+			return e.backend(t)
+		},
+	})
+}
