@@ -12,8 +12,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
+	gosync "sync"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/coordinator/store"
@@ -52,45 +55,170 @@ type Store struct {
 	w, r        *sql.DB
 	d           Dialect
 	reservedSQL string
+	// Statements are prepared once per pool and reused: parsing SQL
+	// again on every call was a quarter of SQLite's CPU under load.
+	wStmts, rStmts stmtCache
 }
 
-var _ store.Store = (*Store)(nil)
+// stmtCache holds a pool's prepared statements by query text. Its lock is
+// never held while a statement is prepared: that takes a connection, which
+// a transaction may hold (SQLite's write pool has one).
+type stmtCache struct {
+	db      *sql.DB
+	mu      gosync.Mutex
+	m       map[string]*sql.Stmt
+	pending map[string]bool // met in a transaction, prepared after it
+}
+
+func (c *stmtCache) lookup(query string) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[query]
+}
+
+// prepare prepares query on the pool, unless it already is.
+func (c *stmtCache) prepare(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st := c.lookup(query); st != nil {
+		return st, nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if have, ok := c.m[query]; ok {
+		st.Close() // prepared meanwhile by another caller
+		return have, nil
+	}
+	if c.m == nil {
+		c.m = map[string]*sql.Stmt{}
+	}
+	c.m[query] = st
+	return st, nil
+}
+
+// want notes query for preparePending.
+func (c *stmtCache) want(query string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending == nil {
+		c.pending = map[string]bool{}
+	}
+	c.pending[query] = true
+}
+
+// preparePending prepares the queries met in transactions; a failure
+// only means they run unprepared.
+func (c *stmtCache) preparePending(ctx context.Context) {
+	c.mu.Lock()
+	queries := slices.Collect(maps.Keys(c.pending))
+	clear(c.pending)
+	c.mu.Unlock()
+	for _, query := range queries {
+		_, _ = c.prepare(ctx, query)
+	}
+}
+
+func (c *stmtCache) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, st := range c.m {
+		errs = append(errs, st.Close())
+	}
+	clear(c.m)
+	return errors.Join(errs...)
+}
 
 // New returns a Store writing through w and reading through r. Close
 // closes both.
 func New(w, r *sql.DB, d Dialect) *Store {
-	return &Store{w: w, r: r, d: d, reservedSQL: reservedQuery(d)}
+	return &Store{w: w, r: r, d: d, reservedSQL: reservedQuery(d), wStmts: stmtCache{db: w}, rStmts: stmtCache{db: r}}
 }
 
 // Close closes the database pools.
 func (s *Store) Close() error {
-	err := s.w.Close()
+	err := errors.Join(s.wStmts.close(), s.rStmts.close(), s.w.Close())
 	if s.r != s.w {
 		err = errors.Join(err, s.r.Close())
 	}
 	return err
 }
 
-// q runs rebound statements on a transaction or a pool.
+// q runs rebound statements, prepared once per pool, on a transaction of
+// the write pool or on the read pool.
 type q struct {
-	db interface {
-		ExecContext(context.Context, string, ...any) (sql.Result, error)
-		QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-		QueryRowContext(context.Context, string, ...any) *sql.Row
+	tx    *sql.Tx // nil: run on the pool of stmts
+	stmts *stmtCache
+	d     *Dialect
+}
+
+// stmt returns query's prepared statement; nil in a transaction that
+// meets it first (it is prepared after the transaction).
+func (c q) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if c.tx == nil {
+		return c.stmts.prepare(ctx, query)
 	}
-	d *Dialect
+	st := c.stmts.lookup(query)
+	if st == nil {
+		c.stmts.want(query)
+		return nil, nil
+	}
+	// Closed with the transaction; on the connection it was prepared on
+	// it is reused as it is.
+	return c.tx.StmtContext(ctx, st), nil
 }
 
 func (c q) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return c.db.ExecContext(ctx, c.d.rebind(query), args...)
+	query = c.d.rebind(query)
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return c.tx.ExecContext(ctx, query, args...)
+	}
+	return st.ExecContext(ctx, args...)
 }
 
 func (c q) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return c.db.QueryContext(ctx, c.d.rebind(query), args...)
+	query = c.d.rebind(query)
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return c.tx.QueryContext(ctx, query, args...)
+	}
+	return st.QueryContext(ctx, args...)
 }
 
-func (c q) row(ctx context.Context, query string, args ...any) *sql.Row {
-	return c.db.QueryRowContext(ctx, c.d.rebind(query), args...)
+// row runs a query returning one row. A failure to prepare it is what
+// Scan returns.
+func (c q) row(ctx context.Context, query string, args ...any) oneRow {
+	query = c.d.rebind(query)
+	st, err := c.stmt(ctx, query)
+	switch {
+	case err != nil:
+		return oneRow{err: err}
+	case st == nil:
+		return oneRow{r: c.tx.QueryRowContext(ctx, query, args...)}
+	}
+	return oneRow{r: st.QueryRowContext(ctx, args...)}
+}
+
+// oneRow is a *sql.Row or the error that kept the query from running.
+type oneRow struct {
+	r   *sql.Row
+	err error
+}
+
+func (r oneRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.r.Scan(dest...)
 }
 
 func (d *Dialect) rebind(query string) string {
@@ -101,7 +229,7 @@ func (d *Dialect) rebind(query string) string {
 }
 
 // reader returns a q on the read pool.
-func (s *Store) reader() q { return q{db: s.r, d: &s.d} }
+func (s *Store) reader() q { return q{stmts: &s.rStmts, d: &s.d} }
 
 // tx runs fn in one write transaction, retrying the whole transaction after
 // retryable errors. fn must be safe to run again.
@@ -129,12 +257,13 @@ func (s *Store) txOnce(ctx context.Context, fn func(tx *sql.Tx, c q) error) erro
 		return fmt.Errorf("%s: begin: %w", s.d.Name, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := fn(tx, q{db: tx, d: &s.d}); err != nil {
+	if err := fn(tx, q{tx: tx, stmts: &s.wStmts, d: &s.d}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("%s: commit: %w", s.d.Name, err)
 	}
+	s.wStmts.preparePending(ctx)
 	return nil
 }
 
