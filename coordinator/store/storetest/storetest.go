@@ -73,6 +73,16 @@ func Run(t *testing.T, h Harness) {
 	}
 }
 
+// opTimeout bounds each test's store calls, so a stuck call fails the test
+// with the operation's name instead of hanging the package.
+const opTimeout = 2 * time.Minute
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // t0 is the suite's "now": mid-month, so month edges are deliberate.
 var t0 = time.Date(2026, 3, 15, 10, 0, 0, 0, time.UTC)
 
@@ -91,7 +101,7 @@ func lease(id, owner string) store.Lease {
 
 func create(t *testing.T, s store.Store, l store.Lease, attempt string) store.Lease {
 	t.Helper()
-	res, err := s.CreateLease(context.Background(), store.CreateRequest{Lease: l, AttemptID: attempt, Now: l.CreatedAt})
+	res, err := s.CreateLease(testContext(t), store.CreateRequest{Lease: l, AttemptID: attempt, Now: l.CreatedAt})
 	if err != nil {
 		t.Fatalf("CreateLease(%s, %s): %v", l.ID, attempt, err)
 	}
@@ -103,7 +113,7 @@ func create(t *testing.T, s store.Store, l store.Lease, attempt string) store.Le
 
 func get(t *testing.T, s store.Store, id string) store.Lease {
 	t.Helper()
-	l, err := s.GetLease(context.Background(), id)
+	l, err := s.GetLease(testContext(t), id)
 	if err != nil {
 		t.Fatalf("GetLease(%s): %v", id, err)
 	}
@@ -143,7 +153,7 @@ func testMigrations(t *testing.T, open Opener) {
 
 func testLeaseRoundTrip(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	in := lease("cbx_00000000000a", "alice")
 	in.Slug = "tidal-lobster"
 	in.Keep = true
@@ -174,7 +184,7 @@ func testLeaseRoundTrip(t *testing.T, open Opener) {
 
 func testCreateReplay(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	first := create(t, s, lease("cbx_000000000001", "alice"), "cat_1")
 
 	res, err := s.CreateLease(ctx, store.CreateRequest{Lease: lease("cbx_000000000001", "alice"), AttemptID: "cat_1", Now: at(time.Second)})
@@ -215,7 +225,7 @@ func testCreateReplay(t *testing.T, open Opener) {
 
 func testCancelCreate(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 
 	// Cancel before the create arrives: a tombstone.
 	res, err := s.CancelCreate(ctx, "cbx_000000000001", "cat_1", "alice", "acme", t0)
@@ -275,7 +285,7 @@ func testCancelCreate(t *testing.T, open Opener) {
 
 func testPutLease(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	put := func(l store.Lease, hash string) (store.CreateResult, error) {
 		return s.PutLease(ctx, store.CreateRequest{Lease: l, RequestHash: hash, Now: t0})
 	}
@@ -309,7 +319,7 @@ func testPutLease(t *testing.T, open Opener) {
 
 func testSlugs(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	a := lease("cbx_000000000001", "alice")
 	a.Slug = "tidal-lobster"
 	create(t, s, a, "cat_1")
@@ -346,7 +356,7 @@ func testSlugs(t *testing.T, open Opener) {
 
 func testFindAndList(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	for i, owner := range []string{"alice", "bob", "alice", "alice"} {
 		l := lease(fmt.Sprintf("cbx_00000000000%d", i), owner)
 		l.CreatedAt = at(time.Duration(i) * time.Minute)
@@ -394,7 +404,7 @@ func testFindAndList(t *testing.T, open Opener) {
 
 func testHeartbeat(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	l := create(t, s, lease("cbx_000000000001", "alice"), "cat_1")
 	if !l.ExpiresAt.Equal(at(30 * time.Minute)) {
 		t.Fatalf("ExpiresAt = %v, want created+idle", l.ExpiresAt)
@@ -451,7 +461,7 @@ func testHeartbeat(t *testing.T, open Opener) {
 
 func testRelease(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	l := create(t, s, lease("cbx_000000000001", "alice"), "cat_1")
 	_, err := s.Release(ctx, l.ID, store.ReleaseRequest{ExpectedProvider: "aws", DeleteServer: true, Now: at(time.Minute)})
 	wantErr(t, "provider mismatch", err, store.ErrProviderMismatch)
@@ -497,7 +507,7 @@ func testRelease(t *testing.T, open Opener) {
 
 func testActivateAndFail(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	l := create(t, s, lease("cbx_000000000001", "alice"), "cat_1")
 	now := at(2 * time.Minute)
 	got, err := s.ActivateLease(ctx, l.ID, now, func(l *store.Lease) {
@@ -564,7 +574,7 @@ func testActivateAndFail(t *testing.T, open Opener) {
 
 func testRegister(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	r := lease("ext-box-1", "alice")
 	r.Provider, r.Host = "ssh", "10.0.0.5"
 	got, created, err := s.RegisterLease(ctx, r, t0)
@@ -607,7 +617,7 @@ func testRegister(t *testing.T, open Opener) {
 
 func testActiveLimits(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	try := func(id, owner, org string, lim store.Limits, now time.Time) error {
 		l := lease(id, owner)
 		l.Org, l.CreatedAt, l.LastTouchedAt = org, now, now
@@ -672,7 +682,7 @@ func testActiveLimits(t *testing.T, open Opener) {
 
 func testMonthlyLimits(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	// A lease started last month and still running reserves its full
 	// budget in this month too.
 	march := time.Date(2026, 3, 31, 23, 0, 0, 0, time.UTC)
@@ -746,6 +756,7 @@ func testMonthlyLimits(t *testing.T, open Opener) {
 
 func testConcurrentCreates(t *testing.T, open Opener) {
 	a, b := open(t), open(t)
+	ctx := testContext(t)
 	const workers, max = 12, 3
 	lim := store.Limits{MaxActiveLeases: max}
 	var (
@@ -761,7 +772,7 @@ func testConcurrentCreates(t *testing.T, open Opener) {
 		}
 		wg.Go(func() {
 			id := fmt.Sprintf("cbx_%012x", i+1)
-			_, err := s.CreateLease(context.Background(), store.CreateRequest{
+			_, err := s.CreateLease(ctx, store.CreateRequest{
 				Lease: lease(id, fmt.Sprintf("user%d", i)), AttemptID: "cat_" + id, Limits: lim, Now: t0})
 			mu.Lock()
 			defer mu.Unlock()
@@ -782,7 +793,7 @@ func testConcurrentCreates(t *testing.T, open Opener) {
 	if ok != max || over != workers-max {
 		t.Errorf("%d created, %d refused; want %d and %d", ok, over, max, workers-max)
 	}
-	all, err := a.ListLeases(context.Background(), store.LeaseFilter{})
+	all, err := a.ListLeases(ctx, store.LeaseFilter{})
 	if err != nil || len(all) != max {
 		t.Errorf("stored leases: %v, %v", ids(all), err)
 	}
@@ -790,7 +801,7 @@ func testConcurrentCreates(t *testing.T, open Opener) {
 
 func testCleanup(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	if _, ok, err := s.NextCleanupAt(ctx); err != nil || ok {
 		t.Fatalf("NextCleanupAt on empty store: %v %v", ok, err)
 	}
@@ -885,6 +896,7 @@ func testCleanup(t *testing.T, open Opener) {
 
 func testConcurrentCleanup(t *testing.T, open Opener) {
 	a, b := open(t), open(t)
+	ctx := testContext(t)
 	const n = 20
 	for i := range n {
 		create(t, a, lease(fmt.Sprintf("cbx_%012x", i+1), "alice"), fmt.Sprintf("cat_%d", i))
@@ -903,7 +915,7 @@ func testConcurrentCleanup(t *testing.T, open Opener) {
 		}
 		wg.Go(func() {
 			for {
-				got, err := s.ClaimForCleanup(context.Background(), now, 3, time.Hour)
+				got, err := s.ClaimForCleanup(ctx, now, 3, time.Hour)
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, err)
@@ -940,7 +952,7 @@ func run(id, owner string) store.Run {
 
 func testRuns(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	r, err := s.CreateRun(ctx, run("run_000000000001", "alice"))
 	if err != nil {
 		t.Fatal(err)
@@ -1067,7 +1079,7 @@ func testRuns(t *testing.T, open Opener) {
 
 func testConcurrentEvents(t *testing.T, open Opener) {
 	a, b := open(t), open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	if _, err := a.CreateRun(ctx, run("run_000000000001", "alice")); err != nil {
 		t.Fatal(err)
 	}
@@ -1120,7 +1132,7 @@ func testConcurrentEvents(t *testing.T, open Opener) {
 
 func testRunLogs(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	r, err := s.CreateRun(ctx, run("run_000000000001", "alice"))
 	if err != nil {
 		t.Fatal(err)
@@ -1159,7 +1171,7 @@ func testRunLogs(t *testing.T, open Opener) {
 
 func testUsage(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	mk := func(id, owner, org, provider, serverType string, created time.Time, hourly float64) store.Lease {
 		l := lease(id, owner)
 		l.Org, l.Provider, l.ServerType = org, provider, serverType
@@ -1224,7 +1236,7 @@ func testUsage(t *testing.T, open Opener) {
 
 func testInvalid(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testContext(t)
 	noOwner := lease("cbx_000000000001", "")
 	for name, err := range map[string]error{
 		"create without attempt": func() error {
