@@ -134,18 +134,18 @@ var spec = provider.Spec{
 	Options: []provider.Option{
 		{Name: "subscription", Flag: "azure-subscription", Help: "Azure subscription ID (default: $" + SubscriptionEnv + ")"},
 		{Name: "location", Flag: "azure-location", Default: DefaultLocation, Help: "Azure region"},
-		{Name: "resource_group", Flag: "azure-resource-group", Default: DefaultResourceGroup,
+		{Name: "resource-group", Flag: "azure-resource-group", Default: DefaultResourceGroup,
 			Help: "resource group of crabbox's network and boxes (created, tagged crabbox=true)"},
-		{Name: "vm_size", Flag: "azure-vm-size", Default: DefaultVMSize, Help: "VM size"},
+		{Name: "vm-size", Flag: "azure-vm-size", Default: DefaultVMSize, Help: "VM size"},
 		{Name: "image", Flag: "azure-image", Default: DefaultImage, Help: "marketplace image URN publisher:offer:sku:version"},
-		{Name: "source_range", Flag: "azure-source-range",
+		{Name: "source-range", Flag: "azure-source-range",
 			Help: "address range (CIDR) allowed to reach the boxes' SSH ports; required to create boxes"},
 		{Name: "market", Flag: "azure-market", Default: MarketSpot,
 			Help: "spot (falls back to regular when Azure has no capacity) or regular"},
 		{Name: "prepared", Flag: "azure-prepared", Default: "false", Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "boot_timeout", Flag: "azure-boot-timeout", Default: DefaultBootTimeout.String(),
+		{Name: "boot-timeout", Flag: "azure-boot-timeout", Default: DefaultBootTimeout.String(),
 			Help: "how long to wait for a new VM's address and SSH"},
-		{Name: "work_root", Flag: "azure-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box"},
+		{Name: "work-root", Flag: "azure-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box"},
 		{Name: "owner", Flag: "azure-owner", Help: "owner tag on resources (default: the OS user)"},
 	},
 }
@@ -190,15 +190,15 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
 		SubscriptionID: strings.TrimSpace(cfg["subscription"]), Location: strings.TrimSpace(cfg["location"]),
-		ResourceGroup: strings.TrimSpace(cfg["resource_group"]), VMSize: strings.TrimSpace(cfg["vm_size"]),
-		Image: strings.TrimSpace(cfg["image"]), SourceRange: strings.TrimSpace(cfg["source_range"]),
-		Market: strings.TrimSpace(cfg["market"]), WorkRoot: cfg["work_root"], Owner: cfg["owner"],
+		ResourceGroup: strings.TrimSpace(cfg["resource-group"]), VMSize: strings.TrimSpace(cfg["vm-size"]),
+		Image: strings.TrimSpace(cfg["image"]), SourceRange: strings.TrimSpace(cfg["source-range"]),
+		Market: strings.TrimSpace(cfg["market"]), WorkRoot: cfg["work-root"], Owner: cfg["owner"],
 	}
 	var err error
 	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
 		return Config{}, fmt.Errorf("azure provider: %w", err)
 	}
-	if c.BootTimeout, err = cfg.Duration("boot_timeout"); err != nil {
+	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
 		return Config{}, fmt.Errorf("azure provider: %w", err)
 	}
 	return c, nil

@@ -367,7 +367,7 @@ func TestAcquireWithoutSourceRange(t *testing.T) {
 	b := e.backend(t)
 	req, _ := newRequest(t, time.Now())
 	_, err := b.Acquire(testCtx(t), req)
-	if !errors.Is(err, provider.ErrPrecondition) || !strings.Contains(err.Error(), "source_range") {
+	if !errors.Is(err, provider.ErrPrecondition) || !strings.Contains(err.Error(), "source-range") {
 		t.Fatalf("err = %v, want the missing source range named", err)
 	}
 	if n := e.arm.names(kindGroup); len(n) != 0 {

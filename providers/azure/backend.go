@@ -103,7 +103,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 		return target, fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
 	if b.cfg.SourceRange == "" {
-		return target, fmt.Errorf("no source range: set the azure source_range option (--azure-source-range) to the CIDR allowed to reach the boxes' SSH: %w",
+		return target, fmt.Errorf("no source range: set the azure source-range option (--azure-source-range) to the CIDR allowed to reach the boxes' SSH: %w",
 			provider.ErrPrecondition)
 	}
 	hostKey, err := cloud.NewHostKey()

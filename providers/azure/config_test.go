@@ -53,9 +53,9 @@ func TestSpec(t *testing.T) {
 
 func TestParseConfig(t *testing.T) {
 	resolved, err := azure.Provider{}.Spec().Resolve(provider.Config{
-		"subscription": " " + testSubscription + " ", "location": "westeurope", "resource_group": "ci-boxes",
-		"vm_size": "Standard_D2s_v5", "image": "Canonical:ubuntu-24_04-lts:server:latest", "source_range": "203.0.113.0/24",
-		"market": "regular", "boot_timeout": "3m", "work_root": "/srv/crabbox", "owner": "ci", "prepared": "true",
+		"subscription": " " + testSubscription + " ", "location": "westeurope", "resource-group": "ci-boxes",
+		"vm-size": "Standard_D2s_v5", "image": "Canonical:ubuntu-24_04-lts:server:latest", "source-range": "203.0.113.0/24",
+		"market": "regular", "boot-timeout": "3m", "work-root": "/srv/crabbox", "owner": "ci", "prepared": "true",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestBadConfig(t *testing.T) {
 			}
 		})
 	}
-	for _, tc := range []struct{ key, value string }{{"boot_timeout", "soon"}, {"prepared", "maybe"}} {
+	for _, tc := range []struct{ key, value string }{{"boot-timeout", "soon"}, {"prepared", "maybe"}} {
 		if _, err := azure.ParseConfig(provider.Config{tc.key: tc.value}); err == nil || !strings.Contains(err.Error(), tc.key) {
 			t.Errorf("ParseConfig %s=%q: %v, want the key named", tc.key, tc.value, err)
 		}

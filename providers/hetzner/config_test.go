@@ -83,11 +83,11 @@ func TestConfigure(t *testing.T) {
 	}{
 		{"unknown key", provider.Config{"token": "x"}, `unknown config key "token"`},
 		{"bad bool", provider.Config{"prepared": "maybe"}, `"prepared": "maybe" is not a boolean`},
-		{"bad duration", provider.Config{"boot_timeout": "soon"}, `"boot_timeout": "soon" is not a duration`},
-		{"bad server type", provider.Config{"server_type": "CX 23"}, `server type or location "CX 23"`},
+		{"bad duration", provider.Config{"boot-timeout": "soon"}, `"boot-timeout": "soon" is not a duration`},
+		{"bad server type", provider.Config{"server-type": "CX 23"}, `server type or location "CX 23"`},
 		{"bad location", provider.Config{"location": "fsn1,Nürnberg"}, `"Nürnberg"`},
-		{"relative work root", provider.Config{"work_root": "work"}, `work root "work"`},
-		{"negative timeout", provider.Config{"boot_timeout": "-1m"}, "negative boot timeout"},
+		{"relative work root", provider.Config{"work-root": "work"}, `work root "work"`},
+		{"negative timeout", provider.Config{"boot-timeout": "-1m"}, "negative boot timeout"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,7 +27,7 @@ func TestLive(t *testing.T) {
 	}
 	cfg := provider.Config{}
 	if v := os.Getenv("HETZNER_SERVER_TYPE"); v != "" {
-		cfg["server_type"] = v
+		cfg["server-type"] = v
 	}
 	if v := os.Getenv("HETZNER_LOCATION"); v != "" {
 		cfg["location"] = v

@@ -96,16 +96,16 @@ var spec = provider.Spec{
 	},
 	Coordinator: provider.CoordinatorSupported,
 	Options: []provider.Option{
-		{Name: "server_type", Flag: "hetzner-server-type", Default: DefaultServerTypes,
+		{Name: "server-type", Flag: "hetzner-server-type", Default: DefaultServerTypes,
 			Help: "server types to try in order, comma-separated (the next one when Hetzner has no capacity)"},
 		{Name: "location", Flag: "hetzner-location", Default: DefaultLocations,
 			Help: "locations to try in order, comma-separated"},
 		{Name: "image", Flag: "hetzner-image", Default: DefaultImage, Help: "system image"},
 		{Name: "prepared", Flag: "hetzner-prepared", Default: "false",
 			Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "work_root", Flag: "hetzner-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box"},
+		{Name: "work-root", Flag: "hetzner-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box"},
 		{Name: "owner", Flag: "hetzner-owner", Help: "owner label on servers (default: the OS user)"},
-		{Name: "boot_timeout", Flag: "hetzner-boot-timeout", Default: DefaultBootTimeout.String(),
+		{Name: "boot-timeout", Flag: "hetzner-boot-timeout", Default: DefaultBootTimeout.String(),
 			Help: "how long to wait for a new server's address and SSH"},
 	},
 }
@@ -141,14 +141,14 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // the option that is wrong.
 func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
-		ServerTypes: list(cfg["server_type"]), Locations: list(cfg["location"]),
-		Image: strings.TrimSpace(cfg["image"]), WorkRoot: cfg["work_root"], Owner: cfg["owner"],
+		ServerTypes: list(cfg["server-type"]), Locations: list(cfg["location"]),
+		Image: strings.TrimSpace(cfg["image"]), WorkRoot: cfg["work-root"], Owner: cfg["owner"],
 	}
 	var err error
 	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
 		return Config{}, fmt.Errorf("hetzner provider: %w", err)
 	}
-	if c.BootTimeout, err = cfg.Duration("boot_timeout"); err != nil {
+	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
 		return Config{}, fmt.Errorf("hetzner provider: %w", err)
 	}
 	return c, nil
