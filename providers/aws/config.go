@@ -12,6 +12,7 @@ import (
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
 
 // Defaults of the provider's options.
@@ -231,8 +232,8 @@ func (c Config) normalize() (Config, error) {
 	if c.WorkRoot == "" {
 		c.WorkRoot = DefaultWorkRoot
 	}
-	if !path.IsAbs(c.WorkRoot) || path.Clean(c.WorkRoot) == "/" || strings.ContainsAny(c.WorkRoot, "\x00\n") {
-		return c, fmt.Errorf("aws provider: option work-root: %q must be an absolute directory other than /", c.WorkRoot)
+	if err := cloud.CheckWorkRoot(c.WorkRoot); err != nil {
+		return c, fmt.Errorf("aws provider: option work-root: %w", err)
 	}
 	c.WorkRoot = path.Clean(c.WorkRoot)
 	if len(c.SSHPorts) == 0 {

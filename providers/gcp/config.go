@@ -227,8 +227,8 @@ func (c Config) normalize() (Config, error) {
 	if c.WorkRoot == "" {
 		c.WorkRoot = cloud.DefaultWorkRoot
 	}
-	if !path.IsAbs(c.WorkRoot) || path.Clean(c.WorkRoot) == "/" || strings.ContainsAny(c.WorkRoot, "'\\\x00\n\r") {
-		return c, fmt.Errorf("gcp provider: option work-root: %q must be an absolute directory other than / without quotes or backslashes", c.WorkRoot)
+	if err := cloud.CheckWorkRoot(c.WorkRoot); err != nil {
+		return c, fmt.Errorf("gcp provider: option work-root: %w", err)
 	}
 	c.WorkRoot = path.Clean(c.WorkRoot)
 	if c.Owner == "" {

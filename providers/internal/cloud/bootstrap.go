@@ -146,6 +146,17 @@ var (
 	packagePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._-]*$`)
 )
 
+// CheckWorkRoot reports whether dir can be a box's work root as the
+// bootstrap makes it: a clean absolute directory other than /, without
+// quotes, backslashes or line breaks. Providers check their work-root
+// option with it when they are configured.
+func CheckWorkRoot(dir string) error {
+	if !path.IsAbs(dir) || path.Clean(dir) != dir || dir == "/" || strings.ContainsAny(dir, "'\n\r\x00\\") {
+		return fmt.Errorf("work root %q: want a clean absolute directory other than / without quotes or backslashes", dir)
+	}
+	return nil
+}
+
 // withDefaults returns b with defaults filled in, or an error naming the
 // first invalid field.
 func (b Bootstrap) withDefaults() (Bootstrap, error) {
@@ -184,9 +195,8 @@ func (b Bootstrap) withDefaults() (Bootstrap, error) {
 			return b, fmt.Errorf("bootstrap: port %d is not a TCP port", p)
 		}
 	}
-	if !path.IsAbs(b.WorkRoot) || path.Clean(b.WorkRoot) != b.WorkRoot || b.WorkRoot == "/" ||
-		strings.ContainsAny(b.WorkRoot, "'\n\r\x00\\") {
-		return b, fmt.Errorf("bootstrap: work root %q: want a clean absolute directory other than / without quotes or backslashes", b.WorkRoot)
+	if err := CheckWorkRoot(b.WorkRoot); err != nil {
+		return b, fmt.Errorf("bootstrap: %w", err)
 	}
 	for _, p := range b.Packages {
 		if !packagePattern.MatchString(p) {
