@@ -38,7 +38,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
@@ -80,6 +79,9 @@ type Options struct {
 	// lockTries bounds the waits for another push's lock on the box; zero
 	// means defaultLockTries (tests shorten it).
 	lockTries int
+	// sessionOpened, if set, is called for each SSH session a push opens
+	// (tests count them).
+	sessionOpened func()
 	// eagerFiles, when not zero, replaces eagerHashFiles (tests set -1 to
 	// hash nothing before the session).
 	eagerFiles int
@@ -109,9 +111,6 @@ type Stats struct {
 	// Duration is the wall time of the whole push.
 	Duration time.Duration
 }
-
-// sessionsOpened counts SSH sessions opened by Push (a test hook).
-var sessionsOpened atomic.Int64
 
 // Push copies the file set of opts.Root into opts.RemoteDir on the box,
 // sending only what differs from the box's manifest, and deletes what the
@@ -345,7 +344,9 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 		}
 		return fmt.Errorf("open SSH session: %w", err)
 	}
-	sessionsOpened.Add(1)
+	if s.opts.sessionOpened != nil {
+		s.opts.sessionOpened()
+	}
 	s.sess = sess
 	defer sess.Close()
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
