@@ -49,12 +49,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os/user"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
 
 // Name is the provider's registered name.
@@ -124,9 +124,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 		}
 	}
 	if cfg.Owner == "" {
-		if u, err := user.Current(); err == nil {
-			cfg.Owner = u.Username
-		}
+		cfg.Owner = cloud.CurrentUser()
 	}
 	return &Backend{cfg: cfg, rt: rt, sdk: sdk, clients: newEC2Clients(sdk, cfg.Regions, cfg.Endpoint)}, nil
 }

@@ -2,7 +2,6 @@ package aws
 
 import (
 	"fmt"
-	"net/netip"
 	"path"
 	"regexp"
 	"slices"
@@ -205,9 +204,8 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("aws provider: option image: %q is not an AMI ID (ami- and 8 to 17 hex digits)", c.Image)
 	}
 	if c.SSHCIDR != "" {
-		p, err := netip.ParsePrefix(c.SSHCIDR)
-		if err != nil || !p.Addr().Is4() || p.Masked() != p {
-			return c, fmt.Errorf("aws provider: option ssh-cidr: %q is not an IPv4 network in CIDR form (like 203.0.113.7/32)", c.SSHCIDR)
+		if err := cloud.CheckIPv4Range(c.SSHCIDR); err != nil {
+			return c, fmt.Errorf("aws provider: option ssh-cidr: %w", err)
 		}
 	}
 	switch c.Market {

@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/user"
 	"slices"
 	"strings"
 	"time"
@@ -218,7 +217,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.Market, MarketSpot)
 	def(&c.WorkRoot, cloud.DefaultWorkRoot)
 	if c.Owner == "" {
-		c.Owner = osUser()
+		c.Owner = cloud.CurrentUser()
 	}
 	if len(c.Ports) == 0 {
 		c.Ports = cloud.DefaultPorts()
@@ -300,13 +299,6 @@ func validName(s, extra string) bool {
 		}
 	}
 	return true
-}
-
-func osUser() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return u.Username
-	}
-	return os.Getenv("USER")
 }
 
 // markets are the markets to try, in order.

@@ -2,10 +2,6 @@ package gcp
 
 import (
 	"fmt"
-	"net/netip"
-	"os"
-	"os/user"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -200,9 +196,8 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("gcp provider: option image: %q is not an image or image family (like %s)", c.Image, DefaultImage)
 	}
 	if c.SourceRange != "" {
-		p, err := netip.ParsePrefix(c.SourceRange)
-		if err != nil || !p.Addr().Is4() || p.Masked() != p {
-			return c, fmt.Errorf("gcp provider: option source-range: %q is not an IPv4 network in CIDR form (like 203.0.113.7/32)", c.SourceRange)
+		if err := cloud.CheckIPv4Range(c.SourceRange); err != nil {
+			return c, fmt.Errorf("gcp provider: option source-range: %w", err)
 		}
 	}
 	switch c.Market {
@@ -230,9 +225,8 @@ func (c Config) normalize() (Config, error) {
 	if err := cloud.CheckWorkRoot(c.WorkRoot); err != nil {
 		return c, fmt.Errorf("gcp provider: option work-root: %w", err)
 	}
-	c.WorkRoot = path.Clean(c.WorkRoot)
 	if c.Owner == "" {
-		c.Owner = osUser()
+		c.Owner = cloud.CurrentUser()
 	}
 	if c.Network == "" {
 		c.Network = DefaultNetwork
@@ -260,11 +254,3 @@ func (c Config) normalize() (Config, error) {
 
 // errNoSourceRange is the acquire error when source-range is not set.
 var errNoSourceRange = fmt.Errorf("gcp provider: option source-range is required to create boxes: the network allowed to reach their SSH ports, e.g. 203.0.113.7/32 (0.0.0.0/0 allows anyone; boxes accept only the lease's key): %w", provider.ErrPrecondition)
-
-// osUser is the name of the user running crabbox, for the owner label.
-func osUser() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return u.Username
-	}
-	return os.Getenv("USER")
-}

@@ -24,7 +24,6 @@ package hetzner
 import (
 	"fmt"
 	"os"
-	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,7 +178,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.WorkRoot = cloud.DefaultWorkRoot
 	}
 	if c.Owner == "" {
-		c.Owner = osUser()
+		c.Owner = cloud.CurrentUser()
 	}
 	if len(c.Ports) == 0 {
 		c.Ports = cloud.DefaultPorts()
@@ -229,13 +228,6 @@ func validName(s string) bool {
 		}
 	}
 	return true
-}
-
-func osUser() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return u.Username
-	}
-	return os.Getenv("USER")
 }
 
 // placement is one server type in one location.
