@@ -509,13 +509,19 @@ func (w recordWriter) Write(p []byte) (int, error) {
 	return w.w.Write(p)
 }
 
+// coordinatorKnown is a backend whose leases the coordinator has a record
+// of: brokered ones, and direct ones registered with it.
+type coordinatorKnown interface{ knownToCoordinator() }
+
+func (*brokeredBackend) knownToCoordinator()   {}
+func (*registeredBackend) knownToCoordinator() {}
+
 // leased creates the run once the lease is known. The run names the lease
 // only when the coordinator knows it (brokered or registered); a direct
 // lease's run is recorded on its own.
 func (r *runRecorder) leased(l *Lease) {
 	leaseID := ""
-	switch l.backend.(type) {
-	case *brokeredBackend, *registeredBackend, registeredCleanupBackend:
+	if _, ok := l.backend.(coordinatorKnown); ok {
 		leaseID = l.ID()
 	}
 	r.create(leaseID, l.Provider())
