@@ -30,12 +30,10 @@ const (
 	pendingFile     = stateDir + "/pending"
 	manifestTmp     = manifestFile + ".tmp"
 	fingerprintTmp  = fingerprintFile + ".tmp"
-	// legacyList is the first version's list of synced paths; a push
-	// removes it.
-	legacyList = stateDir + "/synced"
 )
 
-// stateNames are the names in stateDir that crabbox uses.
+// stateNames are the names in stateDir that crabbox uses ("synced" is the
+// first version's list of synced paths, which a push removes).
 var stateNames = []string{"manifest", "fingerprint", "pending", "lock", "step", "synced"}
 
 // reserved reports whether p collides with crabbox's own files on the box.

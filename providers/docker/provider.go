@@ -26,7 +26,6 @@ package docker
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -232,12 +231,3 @@ var (
 	_ provider.CleanupBackend  = (*Backend)(nil)
 	_ provider.DoctorBackend   = (*Backend)(nil)
 )
-
-// cloneLabels returns a copy of m that is never nil.
-func cloneLabels(m map[string]string) map[string]string {
-	out := maps.Clone(m)
-	if out == nil {
-		out = map[string]string{}
-	}
-	return out
-}
