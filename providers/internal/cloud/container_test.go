@@ -112,9 +112,15 @@ func bootContainer(t *testing.T, docker string, bs cloud.Bootstrap) bootedBox {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	port, err := cloud.WaitForSSH(ctx, cloud.SSHWait{Host: "127.0.0.1", Ports: probe, HostKey: box.hostKey, Interval: 100 * time.Millisecond})
-	if err != nil {
+	wait := cloud.SSHWait{Host: "127.0.0.1", Ports: probe, HostKey: box.hostKey, Interval: 100 * time.Millisecond}
+	if _, err := cloud.WaitForSSH(ctx, wait); err != nil {
 		t.Fatalf("box never answered with the injected host key: %v\nbootstrap log:\n%s", err, box.logs())
+	}
+	// While sshd starts, a later port may answer first; once the box
+	// serves, the first port is preferred.
+	port, err := cloud.WaitForSSH(ctx, wait)
+	if err != nil {
+		t.Fatalf("box stopped answering: %v\nbootstrap log:\n%s", err, box.logs())
 	}
 	if port != probe[0] {
 		t.Errorf("box answered first on %d, want %d (its first port)", port, probe[0])
