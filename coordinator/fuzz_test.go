@@ -37,7 +37,7 @@ func FuzzLeaseRequest(f *testing.F) {
 		if spec.SSHPublicKey == "" || spec.Provider == "" || spec.Target == "" || !validPort(spec.SSHPort) {
 			t.Fatalf("accepted incomplete spec %+v", spec)
 		}
-		if spec.hash() != spec.hash() {
+		if first, again := spec.hash(), spec.hash(); first != again {
 			t.Fatal("hash is not deterministic")
 		}
 	})

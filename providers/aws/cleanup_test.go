@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
@@ -187,6 +188,13 @@ func TestCleanupAcrossRegions(t *testing.T) {
 	}
 	if len(ds) != 2 || !ds[0].Deleted || !ds[1].Deleted {
 		t.Errorf("decisions = %+v, want both deleted", ds)
+	}
+	var decided []string
+	for _, d := range ds {
+		decided = append(decided, d.LeaseID)
+	}
+	if diff := cmp.Diff(ids, decided, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("decided leases (-want +got):\n%s", diff)
 	}
 	if len(w.ec2.Instances("us-east-1")) != 0 || len(w.ec2.Instances("eu-west-1")) != 0 {
 		t.Error("instances left")
