@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run"
@@ -38,9 +39,13 @@ type Lease struct {
 	client  *Client
 	backend provider.SSHLeaseBackend
 
-	mu    gosync.Mutex
-	lease lease.Lease
-	conn  *ssh.Client
+	// mu guards lease; connMu guards conn and is held while dialing, so
+	// that a dial never blocks readers of the lease (the sync's local
+	// half runs while the connection is made). connMu comes before mu.
+	mu     gosync.Mutex
+	lease  lease.Lease
+	connMu gosync.Mutex
+	conn   *ssh.Client
 }
 
 // ID is the lease ID (cbx_...).
@@ -257,8 +262,8 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // Close closes the lease's SSH connection without releasing the lease.
 func (l *Lease) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.connMu.Lock()
+	defer l.connMu.Unlock()
 	if l.conn == nil {
 		return nil
 	}
@@ -273,31 +278,32 @@ func (l *Lease) Close() error {
 // SSH returns the lease's SSH connection, dialing it on first use with the
 // lease key and the pinned host key.
 func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.connMu.Lock()
+	defer l.connMu.Unlock()
 	if l.conn != nil {
 		return l.conn, nil
 	}
-	t := l.lease.Target
+	s := l.snapshot()
+	t := s.Target
 	addr := net.JoinHostPort(t.Host, strconv.Itoa(t.Port))
 	cfg := &ssh.ClientConfig{
 		User:            t.User,
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(l.lease.Key.Signer)},
-		HostKeyCallback: l.client.store.HostKeyCallback(l.lease.Claim.ID),
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(s.Key.Signer)},
+		HostKeyCallback: l.client.store.HostKeyCallback(s.Claim.ID),
 		Timeout:         30 * time.Second,
 	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("connect to lease %s at %s: %w", l.lease.Claim.ID, addr, err)
+		return nil, fmt.Errorf("connect to lease %s at %s: %w", s.Claim.ID, addr, err)
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(deadline)
 	}
-	conn, chans, reqs, err := ssh.NewClientConn(nc, addr, cfg)
+	conn, chans, reqs, err := ssh.NewClientConn(remote.QuickAck(nc), addr, cfg)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("connect to lease %s at %s: %w", l.lease.Claim.ID, addr, err)
+		return nil, fmt.Errorf("connect to lease %s at %s: %w", s.Claim.ID, addr, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
 	l.conn = ssh.NewClient(conn, chans, reqs)
