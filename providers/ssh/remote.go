@@ -100,7 +100,7 @@ func (b *Backend) dial(ctx context.Context, addr, user string, signer cryptossh.
 	}
 	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	c, chans, reqs, err := cryptossh.NewClientConn(conn, addr, cfg)
+	c, chans, reqs, err := cryptossh.NewClientConn(remote.QuickAck(conn), addr, cfg)
 	if !stop() {
 		conn.Close()
 		return nil, nil, fmt.Errorf("ssh handshake: %w", context.Cause(ctx))
