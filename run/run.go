@@ -84,7 +84,18 @@ type Request struct {
 	// SIGTERM when it is stopped, before SIGKILL. Zero means
 	// DefaultKillGrace.
 	KillGrace time.Duration
+	// Precondition, if set, is a sh condition (a command list) the box
+	// evaluates first, in the login directory, with its output
+	// discarded. When it fails the command is not run and Run returns an
+	// error wrapping ErrPrecondition. It lets a caller fold a check it
+	// would otherwise make in a session of its own (crabbox's "is the
+	// checkout on the box unchanged?") into the command's session.
+	Precondition string
 }
+
+// ErrPrecondition reports that Request.Precondition failed on the box and
+// the command was not run.
+var ErrPrecondition = errors.New("precondition failed on the box; the command was not run")
 
 // Result is what became of a command.
 type Result struct {
@@ -132,7 +143,7 @@ func Run(ctx context.Context, client *ssh.Client, req Request) (Result, error) {
 		grace:  grace,
 		out:    newOutput(req.Stdout, req.Stderr, "crabbox-run-"+nonce),
 	}
-	script := wrapperScript(nonce, "crabbox-run-"+nonce, command, req.Dir, req.Env, grace)
+	script := wrapperScript(nonce, "crabbox-run-"+nonce, command, req.Dir, req.Precondition, req.Env, grace)
 	return r.run(ctx, script)
 }
 
@@ -149,7 +160,7 @@ func (req Request) commandLine() (string, error) {
 				return "", fmt.Errorf("command word %q contains a NUL byte", w)
 			}
 		}
-		if err := checkEnv(req.Env); err != nil {
+		if err := req.check(); err != nil {
 			return "", err
 		}
 		return remote.CommandLine(req.Command), nil
@@ -157,13 +168,22 @@ func (req Request) commandLine() (string, error) {
 		if containsNUL(req.Shell) {
 			return "", errors.New("Shell contains a NUL byte")
 		}
-		if err := checkEnv(req.Env); err != nil {
+		if err := req.check(); err != nil {
 			return "", err
 		}
 		return req.Shell, nil
 	default:
 		return "", errors.New("no command: set Command or Shell")
 	}
+}
+
+// check validates what the command words and line do not: the
+// environment and the precondition.
+func (req Request) check() error {
+	if containsNUL(req.Precondition) {
+		return errors.New("Precondition contains a NUL byte")
+	}
+	return checkEnv(req.Env)
 }
 
 func containsNUL(s string) bool {
@@ -374,6 +394,8 @@ func (r *remoteRun) setupError(status string) error {
 		return fmt.Errorf("run %q: working directory %q on the box: %w", r.desc, r.dir, fs.ErrPermission)
 	case statusRunDir:
 		return fmt.Errorf("run %q: cannot create the run directory in ${TMPDIR:-/tmp} on the box", r.desc)
+	case statusPrecondition:
+		return fmt.Errorf("run %q: %w", r.desc, ErrPrecondition)
 	default:
 		return fmt.Errorf("run %q: unexpected status %q from the box", r.desc, status)
 	}

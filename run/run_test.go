@@ -460,6 +460,54 @@ func TestFailingWriterStopsCommand(t *testing.T) {
 	assertGroupGone(t, client, parseStarted(t, stderr.String()))
 }
 
+func TestPrecondition(t *testing.T) {
+	client := dial(t)
+	dir := t.TempDir()
+	flag := filepath.Join(dir, "flag")
+	if err := os.WriteFile(flag, []byte("v1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	holds := "read -r v <" + flag + " && [ \"$v\" = v1 ]"
+	tests := []struct {
+		name         string
+		precondition string
+		ran          bool
+	}{
+		{"none", "", true},
+		{"holds", holds, true},
+		{"fails", "[ -e " + filepath.Join(dir, "missing") + " ]", false},
+		{"syntax error", "if then fi (", false},
+		{"exit in it stops only the condition", "exit 0", true},
+		{"output is discarded", "echo noise; echo noise >&2; false", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			res, err := run.Run(t.Context(), client, run.Request{
+				Shell: "echo ran; exit 3", Dir: dir, Precondition: tt.precondition, Stdout: &stdout, Stderr: &stderr,
+			})
+			if !tt.ran {
+				if !errors.Is(err, run.ErrPrecondition) {
+					t.Fatalf("Run = %+v, %v; want ErrPrecondition", res, err)
+				}
+				if stdout.Len() != 0 || stderr.Len() != 0 {
+					t.Errorf("output = %q, %q; want none", stdout.String(), stderr.String())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if diff := cmp.Diff("ran\n", stdout.String()); diff != "" {
+				t.Errorf("stdout (-want +got):\n%s", diff)
+			}
+			if res.ExitCode != 3 {
+				t.Errorf("ExitCode = %d, want 3", res.ExitCode)
+			}
+		})
+	}
+}
+
 func TestRequestErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -474,6 +522,7 @@ func TestRequestErrors(t *testing.T) {
 		{"reserved env name", run.Request{Shell: "true", Env: map[string]string{"CRABBOX_RUN_CMD": "x"}}, "reserved"},
 		{"NUL in env", run.Request{Shell: "true", Env: map[string]string{"A": "x\x00y"}}, "NUL"},
 		{"NUL in argv", run.Request{Command: []string{"echo", "a\x00"}}, "NUL"},
+		{"NUL in precondition", run.Request{Shell: "true", Precondition: "true\x00"}, "Precondition contains a NUL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 // to `sh -s`, so that neither the command nor its environment appears in any
 // process's arguments. The wrapper
 //
+//   - evaluates the precondition, if any, and stops when it fails,
 //   - changes into the working directory,
 //   - creates a private run directory ${TMPDIR:-/tmp}/crabbox-run-<nonce>,
 //   - reports on stdout, as its first line, "<marker> ok" or
@@ -101,6 +102,8 @@ const (
 	statusNotDir   = "notdir"
 	statusNoAccess = "noaccess"
 	statusRunDir   = "rundir"
+	// statusPrecondition reports a failed Request.Precondition.
+	statusPrecondition = "precondition"
 )
 
 func runDir(nonce string) string {
@@ -114,12 +117,17 @@ func steps(d time.Duration) int {
 // wrapperScript returns the script that runs command. The whole script is
 // one brace group, so sh has read all of it before running any of it and
 // stdin is free for the watchdog.
-func wrapperScript(nonce, marker, command, dir string, env map[string]string, grace time.Duration) string {
+func wrapperScript(nonce, marker, command, dir, precondition string, env map[string]string, grace time.Duration) string {
 	var b strings.Builder
 	b.WriteString("{\n")
 	b.WriteString("unset CDPATH\nexec 3<&0\n")
 	b.WriteString(killFuncs)
 	fmt.Fprintf(&b, "crabbox_fail() { printf '%%s %%s\\n' %s \"$1\"; exit 125; }\n", remote.Quote(marker))
+	if precondition != "" {
+		// eval: the condition is parsed only now, so a syntax error in
+		// it fails the condition instead of the whole wrapper.
+		fmt.Fprintf(&b, "if ! (eval %s) </dev/null >/dev/null 2>&1; then crabbox_fail %s; fi\n", remote.Quote(precondition), statusPrecondition)
+	}
 	if dir != "" {
 		q := remote.Quote(dir)
 		fmt.Fprintf(&b, "if ! cd -- %s 2>/dev/null; then\n", q)
