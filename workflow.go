@@ -13,6 +13,7 @@ import (
 	gosync "sync"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/run"
 	"github.com/crabbox-dev/crabbox/sync"
@@ -257,10 +258,19 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	}
 	res.Timing.Connect = c.rt.Clock.Since(connectStart)
 	syncStart := c.rt.Clock.Now()
+	// When the box can be checked for the prepared checkout (or the
+	// workdir created) by a condition, that condition runs in the
+	// command's own session, and a sync happens only if it fails: an
+	// unchanged checkout costs no round trip of its own.
+	var p *sync.Prepared
+	var precondition string
 	if req.NoSync {
-		err = l.ensureDir(ctx, workdir)
+		precondition = "mkdir -p -- " + remote.Quote(workdir)
 	} else if pr := <-prep; pr.err != nil {
 		err = pr.err
+	} else if check, ok := pr.p.UnchangedCheck(); ok && !req.SyncOnly {
+		p, precondition = pr.p, check
+		res.Sync = p.Unchanged()
 	} else {
 		res.Sync, err = l.pushPrepared(ctx, pr.p)
 	}
@@ -270,7 +280,24 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 		return res, err
 	}
 
-	res.ExitCode, res.TimedOut, err = c.command(ctx, l, req, workdir, &res.Timing)
+	res.ExitCode, res.TimedOut, err = c.command(ctx, l, req, workdir, precondition, &res.Timing)
+	if errors.Is(err, run.ErrPrecondition) {
+		// The box differs from the prepared checkout (or the workdir
+		// could not be made): sync as usual, then run.
+		res.Timing.Sync += res.Timing.Command
+		syncStart := c.rt.Clock.Now()
+		if req.NoSync {
+			err = l.ensureDir(ctx, workdir)
+		} else {
+			res.Sync, err = l.pushPrepared(ctx, p)
+		}
+		res.Timing.Sync += c.rt.Clock.Since(syncStart)
+		res.SyncSkipped = req.NoSync || res.Sync.Skipped
+		if err != nil {
+			return res, err
+		}
+		res.ExitCode, res.TimedOut, err = c.command(ctx, l, req, workdir, "", &res.Timing)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -285,7 +312,9 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 }
 
 // command runs the request's command in workdir, within its timeout.
-func (c *Client) command(ctx context.Context, l *Lease, req RunRequest, workdir string, t *Timing) (exit int, timedOut bool, err error) {
+// A precondition that fails on the box is an error wrapping
+// run.ErrPrecondition, and nothing ran.
+func (c *Client) command(ctx context.Context, l *Lease, req RunRequest, workdir, precondition string, t *Timing) (exit int, timedOut bool, err error) {
 	cmdCtx := ctx
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -299,7 +328,7 @@ func (c *Client) command(ctx context.Context, l *Lease, req RunRequest, workdir 
 	cmdStart := c.rt.Clock.Now()
 	out, err := l.Run(cmdCtx, run.Request{
 		Command: req.Command, Shell: shell, Dir: workdir, Env: req.Env,
-		Stdout: req.Stdout, Stderr: req.Stderr,
+		Stdout: req.Stdout, Stderr: req.Stderr, Precondition: precondition,
 	})
 	t.Command = c.rt.Clock.Since(cmdStart)
 	if err != nil && ctx.Err() == nil && errors.Is(cmdCtx.Err(), context.DeadlineExceeded) {
@@ -317,9 +346,10 @@ func (c *Client) leaseFor(ctx context.Context, req RunRequest) (l *Lease, acquir
 	return l, true, err
 }
 
-// ensureDir creates dir on the box (used when sync is skipped).
+// ensureDir creates dir on the box (used when sync is skipped), relative
+// to the login directory like the sync's and the command's.
 func (l *Lease) ensureDir(ctx context.Context, dir string) error {
-	res, err := l.Run(ctx, run.Request{Command: []string{"mkdir", "-p", dir}, Dir: "/"})
+	res, err := l.Run(ctx, run.Request{Command: []string{"mkdir", "-p", "--", dir}})
 	if err != nil {
 		return err
 	}

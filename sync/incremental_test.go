@@ -525,3 +525,77 @@ func FuzzParseChanges(f *testing.F) {
 		}
 	})
 }
+
+// UnchangedCheck is offered only for a listing the cache saw synced, and
+// holds on the box exactly when the box has that file set and no push is
+// changing it.
+func TestUnchangedCheck(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 20, "v1")
+	cache := filepath.Join(t.TempDir(), "hashes")
+	remoteDir := filepath.Join(t.TempDir(), "box")
+	opts := Options{Root: root, RemoteDir: remoteDir, CacheFile: cache}
+	holds := func() bool {
+		t.Helper()
+		p, err := Prepare(t.Context(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check, ok := p.UnchangedCheck()
+		if !ok {
+			t.Fatal("no UnchangedCheck for a listing the cache saw synced")
+		}
+		sess, err := client.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		sess.Stdin = strings.NewReader(check)
+		return sess.Run("sh -s") == nil
+	}
+
+	first, err := Prepare(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := first.UnchangedCheck(); ok {
+		t.Error("UnchangedCheck offered before anything was synced")
+	}
+	push(t, client, opts)
+	if !holds() {
+		t.Error("check fails on the box just synced")
+	}
+	for _, o := range []Options{{Checksum: true}, {FullResync: true}} {
+		o.Root, o.RemoteDir, o.CacheFile = root, remoteDir, cache
+		p, err := Prepare(t.Context(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := p.UnchangedCheck(); ok {
+			t.Errorf("UnchangedCheck offered with %+v", o)
+		}
+	}
+
+	pending := filepath.Join(remoteDir, pendingFile)
+	if err := os.WriteFile(pending, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if holds() {
+		t.Error("check holds while a push is changing the box")
+	}
+	if err := os.Remove(pending); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(remoteDir, fingerprintFile), []byte("0123\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if holds() {
+		t.Error("check holds on a box with another fingerprint")
+	}
+	if err := os.RemoveAll(remoteDir); err != nil {
+		t.Fatal(err)
+	}
+	if holds() {
+		t.Error("check holds on an empty box")
+	}
+}

@@ -231,6 +231,31 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	return p, nil
 }
 
+// UnchangedCheck returns a sh condition that holds on the box exactly
+// when the box already has this file set in RemoteDir (the check a push
+// makes first, without the lock), so that a caller about to run a command
+// there can fold it into the command's session (run.Request.Precondition)
+// and push only when it fails.
+//
+// It reports false when the box most likely differs, and checking first
+// would only add a round trip: the checkout's listing is not the one the
+// CacheFile last saw synced. It also reports false when Checksum or
+// FullResync ask for more than the check.
+func (p *Prepared) UnchangedCheck() (string, bool) {
+	if p.fp == "" || p.local != nil || p.opts.Checksum || p.opts.FullResync {
+		return "", false
+	}
+	dir := p.opts.RemoteDir
+	return "{ read -r crabbox_have <" + remote.Quote(dir+"/"+fingerprintFile) + "; } 2>/dev/null && " +
+		"[ \"$crabbox_have\" = " + remote.Quote(p.fp) + " ] && [ ! -e " + remote.Quote(dir+"/"+pendingFile) + " ]", true
+}
+
+// Unchanged returns the Stats of a push that found the box up to date,
+// for a caller whose UnchangedCheck held on the box.
+func (p *Prepared) Unchanged() Stats {
+	return Stats{Total: len(p.files), Hashed: p.hashed, Skipped: true, Plan: p.took, Duration: p.took}
+}
+
 // hash reads and hashes the manifest's entries idx, which must be misses.
 func (p *Prepared) hash(ctx context.Context, idx []int) error {
 	n, err := hashEntries(ctx, p.opts.Root, p.local, idx, p.cache)

@@ -179,6 +179,8 @@ func (s *session) start(kind string, args ...string) {
 	if cfg.OnActivity != nil {
 		cfg.OnActivity()
 	}
+	// The command line is not logged: it may hold secrets.
+	s.log.Debug("session started", "kind", kind)
 	cmd := exec.Command(cfg.Shell, args...)
 	cmd.Dir = cfg.Dir
 	cmd.Env = s.environ()

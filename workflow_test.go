@@ -1,0 +1,131 @@
+package crabbox_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/crabbox-dev/crabbox"
+)
+
+// sessionCounter counts the sessions the local box starts, from its
+// server's "session started" debug records.
+type sessionCounter struct {
+	mu gosync.Mutex
+	n  int
+}
+
+func (c *sessionCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *sessionCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "session started" {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+	return nil
+}
+func (c *sessionCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *sessionCounter) WithGroup(string) slog.Handler      { return c }
+
+func (c *sessionCounter) take() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = 0
+	return n
+}
+
+// A run on a box that already holds the checkout checks that in the
+// command's own session: one session, nothing sent. When the box differs
+// from what the client last synced, the check fails there, the checkout is
+// synced and the command runs after all.
+func TestUnchangedCheckoutCostsOneSession(t *testing.T) {
+	repo := gitRepo(t)
+	// Files modified in the last moments are not trusted to be unchanged
+	// (their mtime could still change within its granularity): these
+	// were written long ago.
+	past := time.Now().Add(-time.Hour)
+	for _, name := range []string{"committed.txt", "untracked.txt", ".gitignore", "ignored.log"} {
+		if err := os.Chtimes(filepath.Join(repo, name), past, past); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counter := &sessionCounter{}
+	c := newClient(t, t.TempDir(), crabbox.WithLogger(slog.New(counter)))
+	ctx := context.Background()
+	box, err := c.Acquire(ctx, crabbox.AcquireOptions{Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx, box.ID())
+	defer box.Close()
+	runCat := func() (crabbox.RunResult, string) {
+		t.Helper()
+		var out bytes.Buffer
+		res, err := c.Run(ctx, crabbox.RunRequest{Lease: box.ID(), Root: repo, Shell: "cat committed.txt", Stdout: &out, Stderr: &out})
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		return res, out.String()
+	}
+
+	res, out := runCat()
+	if res.SyncSkipped || res.Sync.Sent == 0 || out != "committed\n" {
+		t.Fatalf("first run: skipped %v, sent %d, output %q", res.SyncSkipped, res.Sync.Sent, out)
+	}
+	counter.take()
+
+	res, out = runCat()
+	if got := counter.take(); got != 1 {
+		t.Errorf("unchanged run started %d sessions, want 1", got)
+	}
+	if !res.SyncSkipped || !res.Sync.Skipped || res.Sync.Sent != 0 || out != "committed\n" || res.ExitCode != 0 {
+		t.Errorf("unchanged run: skipped %v/%v, sent %d, output %q, exit %d", res.SyncSkipped, res.Sync.Skipped, res.Sync.Sent, out, res.ExitCode)
+	}
+
+	// The box loses crabbox's state behind the client's back (another
+	// checkout synced there, or it was cleaned): the check fails on the
+	// box, and everything is sent again.
+	workdir := box.Workdir(filepath.Base(repo))
+	if err := os.WriteFile(filepath.Join(workdir, "committed.txt"), []byte("changed on the box\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(workdir, ".crabbox")); err != nil {
+		t.Fatal(err)
+	}
+	res, out = runCat()
+	if res.SyncSkipped || res.Sync.Sent == 0 || out != "committed\n" || res.ExitCode != 0 {
+		t.Errorf("run on a changed box: skipped %v, sent %d, output %q, exit %d", res.SyncSkipped, res.Sync.Sent, out, res.ExitCode)
+	}
+}
+
+// --no-sync creates a missing workdir in the command's own session.
+func TestNoSyncCreatesWorkdir(t *testing.T) {
+	repo := gitRepo(t)
+	counter := &sessionCounter{}
+	c := newClient(t, t.TempDir(), crabbox.WithLogger(slog.New(counter)))
+	ctx := context.Background()
+	var out bytes.Buffer
+	res, err := c.Run(ctx, crabbox.RunRequest{Root: repo, NoSync: true, Shell: "pwd; ls -A | wc -l", Stdout: &out})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	lines := strings.Fields(out.String())
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], "/"+filepath.Base(repo)) {
+		t.Fatalf("output %q, want the workdir and an entry count", out.String())
+	}
+	if diff := cmp.Diff("0", lines[1]); diff != "" || !res.SyncSkipped {
+		t.Errorf("workdir not empty or sync not skipped (%v): %s", res.SyncSkipped, diff)
+	}
+	if got := counter.take(); got != 1 {
+		t.Errorf("a --no-sync run started %d sessions, want 1", got)
+	}
+}
