@@ -2,7 +2,6 @@ package sync
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -90,7 +89,8 @@ func parseManifest(data []byte) ([]Entry, error) {
 	if len(data) == 0 {
 		return nil, nil
 	}
-	header, rest, ok := bytes.Cut(data, []byte{'\n'})
+	// One copy of the data: paths and hashes are substrings of it.
+	header, rest, ok := strings.Cut(string(data), "\n")
 	parse := parseEntry
 	switch string(header) {
 	case manifestHeader:
@@ -102,16 +102,16 @@ func parseManifest(data []byte) ([]Entry, error) {
 	if !ok {
 		return nil, errors.New("manifest does not start with " + strconv.Quote(manifestHeader))
 	}
-	entries := make([]Entry, 0, bytes.Count(rest, []byte{'\n'}))
+	entries := make([]Entry, 0, strings.Count(rest, "\n"))
 	line := 1
 	for len(rest) > 0 {
 		line++
-		var rec []byte
-		rec, rest, ok = bytes.Cut(rest, []byte{'\n'})
+		var rec string
+		rec, rest, ok = strings.Cut(rest, "\n")
 		if !ok {
 			return nil, fmt.Errorf("manifest line %d: not terminated by a newline", line)
 		}
-		e, err := parse(string(rec))
+		e, err := parse(rec)
 		if err != nil {
 			return nil, fmt.Errorf("manifest line %d: %w", line, err)
 		}
@@ -214,6 +214,21 @@ func parseEntry(rec string) (Entry, error) {
 
 // unquotePrefix unquotes the Go string literal at the start of s.
 func unquotePrefix(s string) (string, string, error) {
+	// Most literals hold no escapes and no quotes: their value is a
+	// substring, found without copying. Only printable ASCII is taken
+	// this way; anything else is left to strconv, which decides what
+	// a literal may hold.
+	if len(s) > 0 && s[0] == '"' {
+		for i := 1; i < len(s); i++ {
+			c := s[i]
+			if c == '"' {
+				return s[1:i], s[i+1:], nil
+			}
+			if c == '\\' || c < ' ' || c > '~' {
+				break
+			}
+		}
+	}
 	q, err := strconv.QuotedPrefix(s)
 	if err != nil {
 		return "", "", err
@@ -236,6 +251,19 @@ func parseEntryV1(rec string) (Entry, error) {
 	return e, nil
 }
 
+// isHash reports whether s is a SHA-256 in lowercase hex.
+func isHash(s string) bool {
+	if len(s) != sha256.Size*2 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 func checkEntry(e Entry) error {
 	if err := checkPath(e.Path); err != nil {
 		return fmt.Errorf("unsafe path %q: %w", e.Path, err)
@@ -250,10 +278,7 @@ func checkEntry(e Entry) error {
 		if e.Link != "" {
 			return fmt.Errorf("%q: regular file with a link target", e.Path)
 		}
-		if len(e.SHA256) != sha256.Size*2 || strings.ToLower(e.SHA256) != e.SHA256 {
-			return fmt.Errorf("%q: malformed content hash", e.Path)
-		}
-		if _, err := hex.DecodeString(e.SHA256); err != nil {
+		if !isHash(e.SHA256) {
 			return fmt.Errorf("%q: malformed content hash", e.Path)
 		}
 	case e.Mode&^fs.ModePerm == fs.ModeSymlink:

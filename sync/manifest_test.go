@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -331,4 +332,25 @@ func BenchmarkDiff(b *testing.B) {
 		}
 		_ = fingerprint(local)
 	}
+}
+
+// FuzzUnquotePrefix checks unquotePrefix's shortcut against strconv.
+func FuzzUnquotePrefix(f *testing.F) {
+	for _, s := range []string{`"a b" ""`, `"a\"b" x`, `"tab	x"`, `"é" ""`, `"unterminated`, `"\x00"`, `""`, `x"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, rest, err := unquotePrefix(s)
+		q, qerr := strconv.QuotedPrefix(s)
+		var want string
+		if qerr == nil {
+			want, qerr = strconv.Unquote(q)
+		}
+		if (err == nil) != (qerr == nil) {
+			t.Fatalf("unquotePrefix(%q) error %v, strconv %v", s, err, qerr)
+		}
+		if err == nil && (v != want || rest != s[len(q):]) {
+			t.Fatalf("unquotePrefix(%q) = %q, %q; strconv: %q, %q", s, v, rest, want, s[len(q):])
+		}
+	})
 }

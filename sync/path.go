@@ -25,11 +25,9 @@ func checkPath(p string) error {
 		return errors.New("path is absolute")
 	case path.Clean(p) != p || p == ".":
 		return errors.New("path is not clean")
-	}
-	for _, elem := range strings.Split(p, "/") {
-		if elem == ".." {
-			return errors.New(`path contains ".."`)
-		}
+	case p == ".." || strings.HasPrefix(p, "../"):
+		// A clean relative path has ".." only as its leading elements.
+		return errors.New(`path contains ".."`)
 	}
 	return nil
 }
