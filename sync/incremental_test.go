@@ -599,3 +599,36 @@ func TestUnchangedCheck(t *testing.T) {
 		t.Error("check holds on an empty box")
 	}
 }
+
+// A file that changes between Prepare (which hashed it) and the transfer
+// is sent as it is read, and the box's fingerprint is that of what was
+// sent, not the one Prepare computed.
+func TestFileChangedAfterPrepare(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 10, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir, CacheFile: filepath.Join(t.TempDir(), "hashes")}
+	push(t, client, opts)
+
+	write(t, root, "d2/f002.txt", "v2 before the push\n", 0o644)
+	p, err := Prepare(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.fp == "" {
+		t.Fatal("Prepare did not hash the one changed file")
+	}
+	write(t, root, "d2/f002.txt", "v3 while pushing!\n", 0o644) // same size
+	stats, err := p.Push(t.Context(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Sent != 1 {
+		t.Errorf("Sent = %d, want 1", stats.Sent)
+	}
+	remoteManifest(t, remoteDir) // the fingerprint is the manifest's
+	sameTree(t, root, remoteDir)
+	if again := push(t, client, opts); !again.Skipped {
+		t.Errorf("push after: %+v, want skipped", again)
+	}
+}

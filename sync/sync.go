@@ -225,8 +225,8 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 		if err := p.hash(ctx, p.misses); err != nil {
 			return fail(err)
 		}
+		// Saved by Push, once the box has answered.
 		p.fp = fingerprint(p.local)
-		p.remember(p.fp)
 	}
 	return p, nil
 }
@@ -328,6 +328,11 @@ func (p *Prepared) Push(ctx context.Context, client *ssh.Client) (Stats, error) 
 	stats := Stats{Total: len(p.files)}
 	s := &session{prep: p, opts: p.opts, stats: &stats, planStart: start, prepared: p.took}
 	err := s.run(ctx, client)
+	if err == nil && stats.Skipped && p.local != nil {
+		// The listing was new (files touched, say) but the box had its
+		// manifest: remember what was hashed to learn that.
+		p.remember(p.fp)
+	}
 	stats.Hashed = p.hashed
 	stats.Duration = s.prepared + time.Since(start)
 	if err != nil {
@@ -349,6 +354,9 @@ type session struct {
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
 	stderr *tail
+	// sent, if set, runs once the whole archive is written, while the
+	// box extracts it.
+	sent func()
 }
 
 func (s *session) run(ctx context.Context, client *ssh.Client) error {
@@ -399,6 +407,9 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 		s.stdin.Close()
 	}
 	applyStart := time.Now()
+	if err == nil && s.sent != nil {
+		s.sent()
+	}
 	waitErr := sess.Wait()
 	if s.stats.Transfer != 0 {
 		s.stats.Apply = time.Since(applyStart)
@@ -643,7 +654,8 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	final := make([]Entry, len(local))
 	copy(final, local)
 	drop := map[int]bool{}
-	clean := true // every file sent as listed
+	clean := true     // every file sent as listed
+	rehashed := false // a file's content hash learnt or changed while sending
 	for _, i := range send {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -671,6 +683,7 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 			if e.SHA256 == "" {
 				s.prep.hashed++
 			}
+			rehashed = rehashed || e.SHA256 != sum || e.Size != n
 			e.Size, e.SHA256 = n, sum
 			s.prep.sent(*e, st)
 		}
@@ -689,9 +702,13 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 		}
 		final = kept
 	}
-	fp := fingerprint(final)
+	fp := s.prep.fp
+	if fp == "" || rehashed || len(drop) > 0 {
+		fp = fingerprint(final)
+	}
 	if clean {
-		s.prep.remember(fp)
+		// Saving the hash cache waits until the box has all it needs.
+		s.sent = func() { s.prep.remember(fp) }
 	}
 	if err := addState(tw, manifestTmp, encodeManifest(final), now); err != nil {
 		return err
