@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/crabbox-dev/crabbox/cmd/crabbox/internal/quickstart"
 	_ "github.com/crabbox-dev/crabbox/providers/all"
 )
 
 func main() {
+	quickstart.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	interrupts := make(chan os.Signal, 2)
 	signal.Notify(interrupts, os.Interrupt)
