@@ -3,6 +3,7 @@
 package sync
 
 import (
+	"io"
 	"io/fs"
 	"path/filepath"
 
@@ -55,4 +56,70 @@ func (r *rootDir) lstat(rel string) (lstatInfo, error) {
 		info.mode |= fs.ModeIrregular
 	}
 	return info, nil
+}
+
+// regularFile is a regular file below the root, open for reading, with
+// what fstat said of it when it was opened.
+type regularFile struct {
+	fd   int
+	info lstatInfo
+}
+
+// openFile opens rel, which must be a regular file: never a symlink (not
+// followed) nor a FIFO or device (not waited on). A missing file is
+// fs.ErrNotExist; anything else there is errNotRegular.
+func (r *rootDir) openFile(rel string) (*regularFile, error) {
+	var fd int
+	err := retryEINTR(func() (err error) {
+		fd, err = unix.Openat(r.fd, rel, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		return err
+	})
+	switch {
+	case err == unix.ENOENT || err == unix.ENOTDIR:
+		return nil, &fs.PathError{Op: "open", Path: filepath.Join(r.path, rel), Err: fs.ErrNotExist}
+	case err == unix.ELOOP:
+		return nil, errNotRegular
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: filepath.Join(r.path, rel), Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "fstat", Path: filepath.Join(r.path, rel), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, errNotRegular
+	}
+	return &regularFile{fd: fd, info: lstatInfo{
+		mode:  fs.FileMode(st.Mode & 0o777),
+		size:  st.Size,
+		mtime: st.Mtim.Nano(),
+		ino:   uint64(st.Ino), //nolint:unconvert // not uint64 everywhere
+	}}, nil
+}
+
+func (f *regularFile) Read(p []byte) (int, error) {
+	var n int
+	err := retryEINTR(func() (err error) {
+		n, err = unix.Read(f.fd, p)
+		return err
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (f *regularFile) Close() error { return unix.Close(f.fd) }
+
+func retryEINTR(fn func() error) error {
+	for {
+		if err := fn(); err != unix.EINTR {
+			return err
+		}
+	}
 }

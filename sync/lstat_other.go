@@ -39,3 +39,40 @@ func (r *rootDir) lstat(rel string) (lstatInfo, error) {
 	}
 	return info, nil
 }
+
+// regularFile is a regular file below the root, open for reading, with
+// what stat said of it when it was opened.
+type regularFile struct {
+	*os.File
+	info lstatInfo
+}
+
+// openFile opens rel, which must be a regular file: never a symlink (not
+// followed). A missing file is fs.ErrNotExist; anything else there is
+// errNotRegular.
+func (r *rootDir) openFile(rel string) (*regularFile, error) {
+	before, err := r.lstat(rel)
+	if err != nil {
+		return nil, err
+	}
+	if before.mode.Type() != 0 {
+		return nil, errNotRegular
+	}
+	name := filepath.Join(r.path, filepath.FromSlash(rel))
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	info := lstatInfo{mode: fi.Mode().Perm(), size: fi.Size(), mtime: fi.ModTime().UnixNano(), ino: inode(fi)}
+	if !fi.Mode().IsRegular() || info.ino != before.ino || (info.ino == 0 && info.mtime != before.mtime) {
+		// Swapped for something else between the lstat and the open.
+		f.Close()
+		return nil, errNotRegular
+	}
+	return &regularFile{File: f, info: info}, nil
+}

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -372,6 +370,11 @@ func hashEntries(ctx context.Context, root string, entries []Entry, idx []int, c
 	if len(idx) == 0 {
 		return 0, ctx.Err()
 	}
+	dir, err := openRoot(root)
+	if err != nil {
+		return 0, err
+	}
+	defer dir.close()
 	workers := min(runtime.GOMAXPROCS(0), 16, len(idx))
 	next := make(chan int)
 	var wg gosync.WaitGroup
@@ -379,8 +382,9 @@ func hashEntries(ctx context.Context, root string, entries []Entry, idx []int, c
 	var firstErr error
 	for range workers {
 		wg.Go(func() {
+			buf := make([]byte, copyBuffer)
 			for i := range next {
-				read, err := describe(root, &entries[i], cache)
+				read, err := describe(dir, &entries[i], cache, buf)
 				mu.Lock()
 				if read {
 					hashed++
@@ -408,45 +412,46 @@ feed:
 	return hashed, firstErr
 }
 
+// copyBuffer is the size of the buffers files are read through.
+const copyBuffer = 128 << 10
+
 // describe fills in a regular file's size, mtime and hash, from the cache
-// when it knows the file as it is.
-func describe(root string, e *Entry, cache *hashCache) (read bool, err error) {
-	name := filepath.Join(root, filepath.FromSlash(e.Path))
-	fi, err := os.Lstat(name)
+// when it knows the file as it is. buf is scratch space.
+func describe(root *rootDir, e *Entry, cache *hashCache, buf []byte) (read bool, err error) {
+	info, err := root.lstat(e.Path)
 	if err != nil {
 		return false, fmt.Errorf("hash %q: %w", e.Path, err)
 	}
-	if !fi.Mode().IsRegular() {
-		return false, fmt.Errorf("hash %q: changed from a regular file while syncing", e.Path)
+	if info.mode.Type() != 0 {
+		return false, fmt.Errorf("hash %q: %w", e.Path, errNotRegular)
 	}
-	e.Size, e.MTime = fi.Size(), fi.ModTime().UnixNano()
-	ino := inode(fi)
-	if h, ok := cache.lookup(e.Path, e.Size, e.MTime, ino); ok {
+	e.Size, e.MTime = info.size, info.mtime
+	if h, ok := cache.lookup(e.Path, e.Size, e.MTime, info.ino); ok {
 		e.SHA256 = h
 		return false, nil
 	}
-	file, err := os.Open(name)
+	f, err := root.openFile(e.Path)
 	if err != nil {
 		return false, fmt.Errorf("hash %q: %w", e.Path, err)
 	}
-	defer file.Close()
-	after, err := file.Stat()
-	if err != nil {
-		return false, fmt.Errorf("hash %q: %w", e.Path, err)
-	}
-	if !os.SameFile(fi, after) {
+	defer f.Close()
+	if f.info.ino != info.ino {
 		return false, fmt.Errorf("hash %q: replaced while syncing", e.Path)
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, file)
+	n, err := io.CopyBuffer(hashWriter{h}, f, buf)
 	if err != nil {
 		return false, fmt.Errorf("hash %q: %w", e.Path, err)
 	}
 	e.Size = n
 	e.SHA256 = hex.EncodeToString(h.Sum(nil))
 	// A file still changing is hashed again next time.
-	if n == fi.Size() && after.ModTime().Equal(fi.ModTime()) {
-		cache.store(e.Path, e.Size, e.MTime, ino, e.SHA256)
+	if n == info.size && f.info.mtime == info.mtime {
+		cache.store(e.Path, e.Size, e.MTime, info.ino, e.SHA256)
 	}
 	return true, nil
 }
+
+// hashWriter hides everything but Write, so that io.CopyBuffer uses the
+// buffer it is given.
+type hashWriter struct{ io.Writer }

@@ -101,3 +101,7 @@ func escapes(links map[string]string, p string) bool {
 	}
 	return false
 }
+
+// errNotRegular reports a path listed as a regular file that is now
+// something else (a symlink, a directory, a FIFO).
+var errNotRegular = errors.New("changed from a regular file while syncing")

@@ -641,6 +641,12 @@ func (r remoteWriter) Write(p []byte) (int, error) {
 // files to send, then the new manifest and fingerprint, describing what was
 // actually sent.
 func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, send []int, del []string, trusted map[string]Entry, previous map[string]bool) error {
+	root, err := openRoot(s.opts.Root)
+	if err != nil {
+		return err
+	}
+	defer root.close()
+	buf := make([]byte, copyBuffer)
 	bw := bufio.NewWriterSize(w, 256<<10)
 	tw := tar.NewWriter(bw)
 	now := time.Now()
@@ -661,7 +667,7 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 			return err
 		}
 		e := &final[i]
-		n, sum, st, ok, err := writeFile(tw, s.opts.Root, *e)
+		n, sum, st, ok, err := writeFile(tw, root, *e, buf)
 		if err != nil {
 			return err
 		}
@@ -738,11 +744,10 @@ func addState(tw *tar.Writer, name string, data []byte, now time.Time) error {
 
 // writeFile adds e to the archive and returns the content bytes written,
 // their SHA-256 and the file's stamp when it was read. It reports false for
-// a file that vanished since it was listed.
-func writeFile(tw *tar.Writer, root string, e Entry) (int64, string, fileStamp, bool, error) {
-	name := filepath.Join(root, filepath.FromSlash(e.Path))
+// a file that vanished since it was listed. buf is scratch space.
+func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte) (int64, string, fileStamp, bool, error) {
 	if e.Link != "" {
-		fi, err := os.Lstat(name)
+		fi, err := os.Lstat(filepath.Join(root.path, filepath.FromSlash(e.Path)))
 		if errors.Is(err, fs.ErrNotExist) {
 			return 0, "", fileStamp{}, false, nil
 		}
@@ -761,50 +766,46 @@ func writeFile(tw *tar.Writer, root string, e Entry) (int64, string, fileStamp, 
 
 	// Open what was listed, and only that: a path swapped for a symlink
 	// since must not make Push read outside the root.
-	before, err := os.Lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
+	f, err := root.openFile(e.Path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return 0, "", fileStamp{}, false, nil
-	}
-	if err != nil {
+	case errors.Is(err, errNotRegular):
+		return 0, "", fileStamp{}, false, fmt.Errorf("%q %w", e.Path, errNotRegular)
+	case err != nil:
 		return 0, "", fileStamp{}, false, err
 	}
-	if !before.Mode().IsRegular() {
-		return 0, "", fileStamp{}, false, fmt.Errorf("%q changed from a regular file while syncing", e.Path)
-	}
-	file, err := os.Open(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, "", fileStamp{}, false, nil
-	}
-	if err != nil {
-		return 0, "", fileStamp{}, false, err
-	}
-	defer file.Close()
-	fi, err := file.Stat()
-	if err != nil {
-		return 0, "", fileStamp{}, false, err
-	}
-	if !os.SameFile(before, fi) {
-		return 0, "", fileStamp{}, false, fmt.Errorf("%q was replaced while syncing", e.Path)
-	}
+	defer f.Close()
+	size := f.info.size
 	hdr := &tar.Header{
 		Typeflag: tar.TypeReg,
 		Name:     e.Path,
 		Mode:     int64(e.Mode.Perm()),
-		Size:     fi.Size(),
-		ModTime:  fi.ModTime(),
+		Size:     size,
+		ModTime:  time.Unix(0, f.info.mtime),
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return 0, "", fileStamp{}, false, err
 	}
 	h := sha256.New()
-	n, err := io.CopyN(io.MultiWriter(tw, h), file, hdr.Size)
-	if errors.Is(err, io.EOF) {
-		return n, "", fileStamp{}, false, fmt.Errorf("%q shrank while syncing", e.Path)
+	var n int64
+	for n < size {
+		k, err := f.Read(buf[:min(int64(len(buf)), size-n)])
+		if k > 0 {
+			h.Write(buf[:k])
+			if _, err := tw.Write(buf[:k]); err != nil {
+				return n, "", fileStamp{}, false, err
+			}
+			n += int64(k)
+		}
+		if errors.Is(err, io.EOF) {
+			return n, "", fileStamp{}, false, fmt.Errorf("%q shrank while syncing", e.Path)
+		}
+		if err != nil {
+			return n, "", fileStamp{}, false, fmt.Errorf("send %q: %w", e.Path, err)
+		}
 	}
-	if err != nil {
-		return n, "", fileStamp{}, false, fmt.Errorf("send %q: %w", e.Path, err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), fileStamp{mtime: fi.ModTime().UnixNano(), ino: inode(fi)}, true, nil
+	return n, hex.EncodeToString(h.Sum(nil)), fileStamp{mtime: f.info.mtime, ino: f.info.ino}, true, nil
 }
 
 // tail keeps the end of a remote command's stderr for error messages.
