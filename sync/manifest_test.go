@@ -354,3 +354,28 @@ func FuzzUnquotePrefix(f *testing.F) {
 		}
 	})
 }
+
+// Oversized state on the box stops the push before anything changes, and
+// names the file to remove.
+func TestPushRefusesOversizedState(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 3, "v1")
+	remoteDir := t.TempDir()
+	write(t, remoteDir, fingerprintFile, strings.Repeat("f", 5000), 0o644)
+	write(t, remoteDir, "kept.txt", "mine", 0o644)
+	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(remoteDir, fingerprintFile)+" on the box is larger than 4096 bytes; remove it to start over") {
+		t.Fatalf("Push = %v, want the oversized fingerprint named", err)
+	}
+	entries, err := os.ReadDir(remoteDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if diff := cmp.Diff([]string{stateDir, "kept.txt"}, names); diff != "" {
+		t.Errorf("box changed (-want +got):\n%s", diff)
+	}
+}

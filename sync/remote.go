@@ -64,10 +64,11 @@ const staleMinutes = 1
 // sessionScript is the one command a push runs on the box, with the
 // arguments DIR FINGERPRINT MODE TOKEN STALE TRIES. It creates DIR, takes
 // the lock, and either reports that the box already holds FINGERPRINT
-// (MODE "quick") or prints the state (fingerprint, manifest, pending, each
-// as "NAME SIZE\n" and SIZE bytes, or "NAME -") and then runs the steps the
-// client sends on stdin, each as "SIZE\n" and SIZE bytes of sh script,
-// until stdin ends. A step may read stdin itself (tar). The lock is
+// (MODE "quick") or prints the state: "crabbox-sync state NAMES" naming
+// which of fingerprint, manifest and pending exist, then wc -c's report of
+// their sizes and their contents, one after the other (two processes, not
+// two per file). Then it runs the steps the client sends on stdin, each as
+// "SIZE\n" and SIZE bytes of sh script, until stdin ends. A step may read stdin itself (tar). The lock is
 // released when the script ends, however it ends.
 //
 // An unchanged box is recognised before the lock, with shell builtins
@@ -90,8 +91,8 @@ if [ "$crabbox_mode" = quick ] && { read -r crabbox_have <"$crabbox_dir/$s/finge
 fi
 crabbox_held=
 crabbox_release() {
-	rm -f "$s/step-$crabbox_token"
-	if [ -n "$crabbox_held" ] && [ "$(cat "$s/lock/owner" 2>/dev/null)" = "$crabbox_token $$" ]; then
+	[ -e "$s/step-$crabbox_token" ] && rm -f "$s/step-$crabbox_token"
+	if [ -n "$crabbox_held" ] && { read -r crabbox_o <"$s/lock/owner"; } 2>/dev/null && [ "$crabbox_o" = "$crabbox_token $$" ]; then
 		rm -rf "$s/lock"
 	fi
 }
@@ -100,11 +101,12 @@ trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 141' PIPE
 trap 'exit 143' TERM
-mkdir -p -- "$crabbox_dir/.crabbox" || exit 1
-cd -- "$crabbox_dir" || exit 1
+cd -- "$crabbox_dir" 2>/dev/null || { mkdir -p -- "$crabbox_dir" && cd -- "$crabbox_dir"; } || exit 1
+[ -d "$s" ] || mkdir -p -- "$s" || exit 1
 crabbox_i=0
 until mkdir "$s/lock" 2>/dev/null; do
-	crabbox_owner=$(cat "$s/lock/owner" 2>/dev/null)
+	crabbox_owner=
+	{ read -r crabbox_owner <"$s/lock/owner"; } 2>/dev/null
 	if [ -n "$crabbox_owner" ]; then
 		if ! kill -0 "${crabbox_owner#* }" 2>/dev/null; then
 			rm -rf "$s/lock"
@@ -123,23 +125,23 @@ until mkdir "$s/lock" 2>/dev/null; do
 done
 crabbox_held=1
 echo "$crabbox_token $$" > "$s/lock/owner" || exit 1
-if [ "$crabbox_mode" = quick ] && [ ! -e "$s/pending" ] && [ "$(cat "$s/fingerprint" 2>/dev/null)" = "$crabbox_fp" ]; then
+if [ "$crabbox_mode" = quick ] && [ ! -e "$s/pending" ] && { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ]; then
 	echo "crabbox-sync same"
 	exit 0
 fi
-crabbox_show() {
-	if [ -f "$2" ]; then
-		crabbox_n=$(wc -c < "$2") || exit 1
-		echo "$1 $crabbox_n"
-		cat -- "$2" || exit 1
-	else
-		echo "$1 -"
-	fi
-}
 echo "crabbox-sync differ"
-crabbox_show fingerprint "$s/fingerprint"
-crabbox_show manifest "$s/manifest"
-crabbox_show pending "$s/pending"
+set --
+for crabbox_f in fingerprint manifest pending; do
+	[ -f "$s/$crabbox_f" ] && set -- "$@" "$crabbox_f"
+done
+echo "crabbox-sync state $*"
+if [ $# -gt 0 ]; then
+	crabbox_n=$#
+	for crabbox_f do set -- "$@" "$s/$crabbox_f"; done
+	shift "$crabbox_n"
+	wc -c -- "$@" || exit 1
+	cat -- "$@" || exit 1
+fi
 while IFS= read -r crabbox_n; do
 	case $crabbox_n in
 	''|*[!0-9]*) echo "crabbox: malformed step" >&2; exit 1 ;;

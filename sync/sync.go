@@ -442,31 +442,60 @@ func (s *session) readLine() (string, error) {
 	return strings.TrimSuffix(line, "\n"), nil
 }
 
-// readBlock reads "NAME SIZE\n" and SIZE bytes, or "NAME -" (absent).
-func (s *session) readBlock(name string, limit int64) ([]byte, bool, error) {
+// stateLimits bounds each of the box's state files the client reads.
+var stateLimits = map[string]int64{"fingerprint": 4096, "manifest": maxManifestSize, "pending": maxManifestSize}
+
+// readState reads what sessionScript prints of the box's state: the line
+// naming the files that exist, wc -c's line for each (and its total line
+// for more than one), then their contents in that order. Absent files
+// are missing from the map.
+func (s *session) readState() (map[string][]byte, error) {
 	line, err := s.readLine()
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	fields := strings.Fields(line)
-	if len(fields) != 2 || fields[0] != name {
-		return nil, false, fmt.Errorf("%w: %q, want %s", errProtocol, line, name)
+	rest, ok := strings.CutPrefix(line, "crabbox-sync state")
+	if !ok {
+		return nil, fmt.Errorf("%w: %q, want the state", errProtocol, line)
 	}
-	if fields[1] == "-" {
-		return nil, false, nil
+	names := strings.Fields(rest)
+	sizes := make([]int64, len(names))
+	for i, name := range names {
+		limit, known := stateLimits[name]
+		if !known || slices.Index(names, name) != i {
+			return nil, fmt.Errorf("%w: %q", errProtocol, line)
+		}
+		wc, err := s.readLine()
+		if err != nil {
+			return nil, err
+		}
+		f := strings.Fields(wc)
+		if len(f) != 2 || f[1] != stateDir+"/"+name {
+			return nil, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
+		}
+		if n > limit {
+			return nil, fmt.Errorf("%s/%s on the box is larger than %d bytes; remove it to start over", s.opts.RemoteDir, stateDir+"/"+name, limit)
+		}
+		sizes[i] = n
 	}
-	n, err := strconv.ParseInt(fields[1], 10, 64)
-	if err != nil || n < 0 {
-		return nil, false, fmt.Errorf("%w: %q", errProtocol, line)
+	if len(names) > 1 {
+		if _, err := s.readLine(); err != nil { // wc's total
+			return nil, err
+		}
 	}
-	if n > limit {
-		return nil, false, fmt.Errorf("%s/%s on the box is larger than %d bytes; remove it to start over", s.opts.RemoteDir, stateDir+"/"+name, limit)
+	state := make(map[string][]byte, len(names))
+	for i, name := range names {
+		data := make([]byte, sizes[i])
+		if _, err := io.ReadFull(s.stdout, data); err != nil {
+			return nil, fmt.Errorf("read %s from the box: %w", name, err)
+		}
+		state[name] = data
 	}
-	data := make([]byte, n)
-	if _, err := io.ReadFull(s.stdout, data); err != nil {
-		return nil, false, fmt.Errorf("read %s from the box: %w", name, err)
-	}
-	return data, true, nil
+	return state, nil
 }
 
 // converse runs the protocol of sessionScript.
@@ -485,18 +514,12 @@ func (s *session) converse(ctx context.Context) error {
 		return fmt.Errorf("%w: %q", errProtocol, line)
 	}
 
-	if _, _, err := s.readBlock("fingerprint", 4096); err != nil {
-		return err
-	}
-	manifestData, _, err := s.readBlock("manifest", maxManifestSize)
+	state, err := s.readState()
 	if err != nil {
 		return err
 	}
-	pendingData, dirty, err := s.readBlock("pending", maxManifestSize)
-	if err != nil {
-		return err
-	}
-	prev, err := parseManifest(manifestData)
+	pendingData, dirty := state["pending"]
+	prev, err := parseManifest(state["manifest"])
 	if err != nil {
 		return fmt.Errorf("%s/%s on the box is malformed (%w); nothing was changed; remove it to start over", s.opts.RemoteDir, manifestFile, err)
 	}
