@@ -270,6 +270,9 @@ func decodeRune(s string) (rune, int) {
 // built-in directory's untracked files.
 type matcher struct {
 	rules []rule
+	// source is what the rules were made of (.crabboxignore, then the
+	// extra patterns), for the untracked cache's key.
+	source []byte
 	// dirs caches the decision for directories, by tracked-ness.
 	dirs [2]map[string]bool
 }
@@ -291,10 +294,12 @@ func newMatcher(root string, extra []string) (*matcher, error) {
 			m.rules = append(m.rules, r)
 		}
 	}
+	m.source = append(data, 0)
 	for _, p := range extra {
 		if strings.ContainsAny(p, "\n\x00") {
 			return nil, fmt.Errorf("exclude pattern %q contains a newline or NUL byte", p)
 		}
+		m.source = append(append(m.source, p...), '\n')
 		if r, ok := parseRule(p); ok {
 			m.rules = append(m.rules, r)
 		}
@@ -302,9 +307,18 @@ func newMatcher(root string, extra []string) (*matcher, error) {
 	return m, nil
 }
 
+// clone returns a matcher with the same rules and a cache of its own, for
+// another goroutine.
+func (m *matcher) clone() *matcher {
+	return &matcher{rules: m.rules, source: m.source, dirs: [2]map[string]bool{{}, {}}}
+}
+
 // excluded reports whether the clean, slash-separated path p, a file (or
 // a directory if isDir), is left out.
 func (m *matcher) excluded(p string, isDir, tracked bool) bool {
+	if tracked && len(m.rules) == len(builtinExcludes) {
+		return false // the built-ins never leave out tracked files
+	}
 	if i := strings.LastIndexByte(p, '/'); i >= 0 && m.dirExcluded(p[:i], tracked) {
 		return true
 	}

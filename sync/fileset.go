@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -65,6 +66,15 @@ type FileSetOptions struct {
 	// Exclude are gitignore-syntax patterns (the config's sync.exclude),
 	// read as if they were lines appended to root's .crabboxignore.
 	Exclude []string
+
+	// untrackedCache, if set, is the file of the listing cache (see
+	// untracked.go).
+	untrackedCache string
+	// Tests: listingStart replaces the listing's start time, which
+	// decides what changed too recently to cache; onCache learns whether
+	// the cache answered.
+	listingStart time.Time
+	onCache      func(hit bool)
 }
 
 // FileSetWith lists the files a sync of root copies, like FileSet, and
@@ -121,6 +131,12 @@ type fileStamp struct {
 	ino   uint64
 }
 
+// listing is what git listed, or why it could not.
+type listing struct {
+	entries []listed
+	err     error
+}
+
 // listFiles lists root's files; when stamps is not nil it records each
 // regular file's fileStamp in it.
 //
@@ -132,41 +148,60 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	if err != nil {
 		return nil, 0, err
 	}
-	type listing struct {
-		entries []listed
-		err     error
+	lc := openListingCache(ctx, root, opts.untrackedCache, indexModes, m, opts.listingStart)
+	if opts.onCache != nil {
+		opts.onCache(lc.hit())
 	}
-	untracked := make(chan listing, 1)
-	gitCtx, cancelGit := context.WithCancel(ctx)
-	defer cancelGit()
-	go func() {
-		entries, _, err := gitList(gitCtx, root, "-o", "--exclude-standard")
-		untracked <- listing{entries, err}
-	}()
-	// Git's modes of tracked files matter only where the file system
-	// cannot express them (indexModes); elsewhere the file system says
-	// what a file is, and a submodule is a directory, which is skipped.
-	selection := []string{"-c"}
-	if indexModes {
-		selection = append(selection, "-s")
-	}
-	tracked, isRepo, err := gitList(ctx, root, selection...)
-	if err != nil || !isRepo {
-		cancelGit()
-		<-untracked
-		if err != nil {
+	var tracked []listed
+	var untracked func() listing
+	if lc.hit() {
+		// Nothing git's listings depend on changed: no git at all.
+		if tracked, err = parseLsFiles(lc.cache.tracked, false); err != nil {
 			return nil, 0, err
 		}
-		entries, excluded, err := walk(ctx, root, m)
-		if err != nil {
-			return nil, 0, err
+		untracked = func() listing { return listing{entries: lc.untracked()} }
+	} else {
+		fromGit := make(chan listing, 1)
+		gitCtx, cancelGit := context.WithCancel(ctx)
+		defer cancelGit()
+		go func() {
+			entries, _, err := gitList(gitCtx, root, "-o", "--exclude-standard")
+			fromGit <- listing{entries, err}
+		}()
+		lc.startWalk(ctx)
+		// Git's modes of tracked files matter only where the file system
+		// cannot express them (indexModes); elsewhere the file system says
+		// what a file is, and a submodule is a directory, which is skipped.
+		selection := []string{"-c"}
+		if indexModes {
+			selection = append(selection, "-s")
 		}
-		stats, err := statAll(ctx, root, entries, indexModes)
-		if err != nil {
-			return nil, 0, err
+		var trackedRaw []byte
+		var isRepo bool
+		tracked, trackedRaw, isRepo, err = gitListRaw(ctx, root, selection...)
+		if err != nil || !isRepo {
+			cancelGit()
+			<-fromGit
+			lc.stopWalk()
+			if err != nil {
+				return nil, 0, err
+			}
+			entries, excluded, err := walk(ctx, root, m)
+			if err != nil {
+				return nil, 0, err
+			}
+			stats, err := statAll(ctx, root, entries, indexModes)
+			if err != nil {
+				return nil, 0, err
+			}
+			files, err := collect(stamps, stats)
+			return files, excluded, err
 		}
-		files, err := collect(stamps, stats)
-		return files, excluded, err
+		untracked = func() listing {
+			l := <-fromGit
+			lc.save(trackedRaw, l)
+			return l
+		}
 	}
 
 	excluded := 0
@@ -204,7 +239,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 		stats, err := statAll(ctx, root, todo, indexModes)
 		trackedStats <- statResult{stats, err}
 	}(todo)
-	u := <-untracked
+	u := untracked()
 	var stats []statted
 	if u.err == nil {
 		var todo []listed
@@ -379,29 +414,35 @@ func readSmall(name string) (string, error) {
 // ones). It reports false, without an error, when root is not in a git
 // work tree.
 func gitList(ctx context.Context, root string, selection ...string) ([]listed, bool, error) {
+	entries, _, isRepo, err := gitListRaw(ctx, root, selection...)
+	return entries, isRepo, err
+}
+
+// gitListRaw is gitList that also returns git's output.
+func gitListRaw(ctx context.Context, root string, selection ...string) ([]listed, []byte, bool, error) {
 	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", root, "ls-files", "-z", "-t"}, selection...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if errors.Is(err, exec.ErrNotFound) {
 		if _, statErr := os.Stat(filepath.Join(root, ".git")); statErr == nil {
-			return nil, false, errors.New("git is needed to list the files of a git checkout but is not installed")
+			return nil, nil, false, errors.New("git is needed to list the files of a git checkout but is not installed")
 		}
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, false, ctx.Err()
+			return nil, nil, false, ctx.Err()
 		}
 		msg := strings.TrimSpace(stderr.String())
 		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) && strings.Contains(msg, "not a git repository") {
-			return nil, false, nil
+			return nil, nil, false, nil
 		}
-		return nil, false, fmt.Errorf("git ls-files: %w: %s", err, msg)
+		return nil, nil, false, fmt.Errorf("git ls-files: %w: %s", err, msg)
 	}
 	entries, err := parseLsFiles(out, slices.Contains(selection, "-s"))
-	return entries, err == nil, err
+	return entries, out, err == nil, err
 }
 
 // parseLsFiles parses `git ls-files -z -t` output: "? PATH" for untracked

@@ -3,6 +3,7 @@
 package sync
 
 import (
+	"cmp"
 	"io"
 	"io/fs"
 	"path/filepath"
@@ -121,5 +122,45 @@ func retryEINTR(fn func() error) error {
 		if err := fn(); err != unix.EINTR {
 			return err
 		}
+	}
+}
+
+// untrackedCacheSupported: directory mtimes and ctimes tell when entries
+// were added or removed (see untracked.go).
+const untrackedCacheSupported = true
+
+// stampAt describes rel below the root (without following a final
+// symlink); an absent path is the zero stamp.
+func (r *rootDir) stampAt(rel string) (stamp, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(r.fd, cmp.Or(rel, "."), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err == unix.ENOENT || err == unix.ENOTDIR {
+			return stamp{}, nil
+		}
+		return stamp{}, &fs.PathError{Op: "lstat", Path: filepath.Join(r.path, rel), Err: err}
+	}
+	return stampOf(&st), nil
+}
+
+// stampFile describes the file at an absolute path, following symlinks;
+// an absent file is the zero stamp.
+func stampFile(name string) (stamp, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(name, &st); err != nil {
+		if err == unix.ENOENT || err == unix.ENOTDIR {
+			return stamp{}, nil
+		}
+		return stamp{}, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	return stampOf(&st), nil
+}
+
+func stampOf(st *unix.Stat_t) stamp {
+	return stamp{
+		MTime: st.Mtim.Nano(),
+		CTime: st.Ctim.Nano(),
+		Ino:   uint64(st.Ino), //nolint:unconvert // not uint64 everywhere
+		Size:  st.Size,
+		Mode:  uint32(st.Mode), //nolint:unconvert // uint16 on darwin
 	}
 }

@@ -3,6 +3,7 @@
 package sync
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -76,3 +77,12 @@ func (r *rootDir) openFile(rel string) (*regularFile, error) {
 	}
 	return &regularFile{File: f, info: info}, nil
 }
+
+// untrackedCacheSupported is false: directory times here do not reliably
+// tell when entries were added or removed, so git always lists untracked
+// files.
+const untrackedCacheSupported = false
+
+func (r *rootDir) stampAt(string) (stamp, error) { return stamp{}, errors.ErrUnsupported }
+
+func stampFile(string) (stamp, error) { return stamp{}, errors.ErrUnsupported }

@@ -193,7 +193,11 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	case strings.IndexByte(opts.RemoteDir, 0) >= 0:
 		return fail(errors.New("remote directory contains a NUL byte"))
 	}
-	files, _, err := listFiles(ctx, opts.Root, runtime.GOOS == "windows", FileSetOptions{Exclude: opts.Exclude}, p.stamps)
+	setOpts := FileSetOptions{Exclude: opts.Exclude}
+	if opts.CacheFile != "" {
+		setOpts.untrackedCache = opts.CacheFile + untrackedSuffix
+	}
+	files, _, err := listFiles(ctx, opts.Root, runtime.GOOS == "windows", setOpts, p.stamps)
 	if err != nil {
 		return fail(fmt.Errorf("list files of %s: %w", opts.Root, err))
 	}

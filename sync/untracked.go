@@ -1,0 +1,614 @@
+package sync
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/internal/atomicfile"
+)
+
+// The listing cache remembers git's two listings of a checkout, the
+// tracked files (git ls-files -c, which reads the index) and the untracked
+// ones (git ls-files -o --exclude-standard, which reads every directory),
+// together with everything they depend on, so that the next listing of an
+// unchanged checkout runs no git at all and stats the directories instead
+// of reading them:
+//
+//   - the stamp (mtime, ctime, inode) of every directory below the root
+//     that could hold a file the sync takes: all but .git, the insides of
+//     nested repositories and the directories the sync's own excludes
+//     leave out whole. Creating, removing or renaming an entry changes its
+//     directory's mtime and ctime, and nothing sets a ctime back;
+//   - the stamps of the .gitignore files in them;
+//   - the stamp of the index (git replaces it whenever it changes it);
+//   - the sync's own excludes (.crabboxignore and the caller's patterns);
+//   - what else steers git's ignore rules: the repository's info/exclude
+//     and config, the user's and the system's git config, the excludes
+//     file, and the environment variables that steer git (GIT_*, HOME,
+//     XDG_CONFIG_HOME).
+//
+// If any of them differs, git lists as usual, and a new cache is made from
+// what it lists. The cache is not written when one of them changed too
+// recently for its stamp to tell a later change apart (see racyFine), nor
+// for a checkout whose git config includes other files (their changes
+// would go unseen), nor when the git directory is not a plain .git
+// directory (worktrees, submodules). It only exists where the file
+// system's directory times are trusted (Linux and macOS).
+//
+// One gap remains: a core.excludesFile set in a git config file other
+// than those above (a system config elsewhere than /etc, /usr/local/etc
+// or /opt/homebrew/etc) is read when the cache is made, and a later
+// change of that setting is seen once a directory changes.
+
+// stamp is what stat says of a path that changes when the path does; the
+// zero stamp is an absent path.
+type stamp struct {
+	MTime, CTime int64
+	Ino          uint64
+	Size         int64
+	Mode         uint32
+}
+
+// The file type bits of a stamp's Mode, the same on Linux and macOS.
+const (
+	sIFMT  = 0o170000
+	sIFDIR = 0o040000
+)
+
+const (
+	untrackedSuffix = ".untracked"
+	untrackedHeader = "crabbox untracked cache 1\n"
+	// maxCachedDirs bounds the directories the cache stats instead of
+	// letting git read them: past it (large ignored trees that the
+	// sync's own excludes do not leave out), git lists as usual.
+	maxCachedDirs = 200_000
+)
+
+// stampedPath is a path relative to the root ("" for the root) and its
+// stamp.
+type stampedPath struct {
+	path string
+	st   stamp
+}
+
+type untrackedCache struct {
+	key          string        // untrackedKey of the inputs
+	excludesFile string        // git's core.excludesFile, resolved
+	tracked      []byte        // git ls-files -z -t -c, as it printed it
+	dirs         []stampedPath // the directories, the root first
+	ignores      []stampedPath // their .gitignore files
+	entries      []string      // what git listed, as it listed it
+}
+
+// untrackedInputs is what the key of an untracked cache is made of,
+// besides the tracked paths.
+type untrackedInputs struct {
+	ok     bool // false: no cache for this checkout
+	digest []byte
+	// racy: one of the files changed too recently to trust its stamp.
+	racy bool
+}
+
+// gitEnvironment is the part of the environment that steers git.
+func gitEnvironment() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "GIT_") || strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			env = append(env, kv)
+		}
+	}
+	slices.Sort(env)
+	return env
+}
+
+// gitConfigFiles are the config files git reads for root, and the
+// default excludes file.
+func gitConfigFiles(root string) (configs []string, defaultExcludes string) {
+	home, _ := os.UserHomeDir()
+	xdg := os.Getenv("XDG_CONFIG_HOME")
+	if xdg == "" && home != "" {
+		xdg = filepath.Join(home, ".config")
+	}
+	configs = []string{
+		filepath.Join(root, ".git", "config"),
+		filepath.Join(root, ".git", "config.worktree"),
+		"/etc/gitconfig", "/usr/local/etc/gitconfig", "/opt/homebrew/etc/gitconfig",
+	}
+	if home != "" {
+		configs = append(configs, filepath.Join(home, ".gitconfig"))
+	}
+	if xdg != "" {
+		configs = append(configs, filepath.Join(xdg, "git", "config"))
+		defaultExcludes = filepath.Join(xdg, "git", "ignore")
+	}
+	return configs, defaultExcludes
+}
+
+// untrackedKeyInputs digests everything but the tracked paths that the
+// untracked list depends on, with excludesFile as git's resolved
+// core.excludesFile. ownExcludes are the sync's own exclude patterns.
+// Files changed after since are racy.
+func untrackedKeyInputs(root, excludesFile string, ownExcludes []byte, since time.Time) untrackedInputs {
+	if !untrackedCacheSupported {
+		return untrackedInputs{}
+	}
+	if fi, err := os.Lstat(filepath.Join(root, ".git")); err != nil || !fi.IsDir() {
+		return untrackedInputs{}
+	}
+	h := sha256.New()
+	for _, kv := range gitEnvironment() {
+		h.Write([]byte(kv))
+		h.Write([]byte{0})
+	}
+	h.Write(ownExcludes)
+	h.Write([]byte{0})
+	configs, defaultExcludes := gitConfigFiles(root)
+	files := append(configs, filepath.Join(root, ".git", "index"), filepath.Join(root, ".git", "info", "exclude"), defaultExcludes, excludesFile)
+	var stamps []stampedPath
+	for _, name := range files {
+		if name == "" {
+			continue
+		}
+		st, err := stampFile(name)
+		if err != nil {
+			return untrackedInputs{}
+		}
+		writeStamp(h, name, st)
+		if st != (stamp{}) {
+			stamps = append(stamps, stampedPath{name, st})
+		}
+	}
+	for _, name := range configs {
+		data, err := os.ReadFile(name)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return untrackedInputs{}
+		}
+		if bytes.Contains(bytes.ToLower(data), []byte("include")) {
+			// [include] and [includeIf] name files the key does not
+			// cover.
+			return untrackedInputs{}
+		}
+	}
+	return untrackedInputs{ok: true, digest: h.Sum(nil), racy: racyStamps(since, stamps)}
+}
+
+func writeStamp(h interface{ Write([]byte) (int, error) }, name string, st stamp) {
+	var b []byte
+	b = append(b, name...)
+	b = append(b, 0)
+	b = binary.AppendVarint(b, st.MTime)
+	b = binary.AppendVarint(b, st.CTime)
+	b = binary.AppendUvarint(b, st.Ino)
+	b = binary.AppendVarint(b, st.Size)
+	b = binary.AppendUvarint(b, uint64(st.Mode))
+	h.Write(b)
+}
+
+// untrackedKey is the key of an untracked cache.
+func untrackedKey(in untrackedInputs) string { return hex.EncodeToString(in.digest) }
+
+// resolveExcludesFile asks git for core.excludesFile ("" when unset).
+func resolveExcludesFile(ctx context.Context, root string) (string, error) {
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "config", "--path", "--get", "core.excludesFile").Output()
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) && exitErr.ExitCode() == 1 {
+		return "", nil // not set
+	}
+	if err != nil {
+		return "", err
+	}
+	name := strings.TrimSpace(string(out))
+	if name != "" && !filepath.IsAbs(name) {
+		name = filepath.Join(root, name) // relative to the work tree, as git reads it
+	}
+	return name, nil
+}
+
+// loadUntracked reads an untracked cache; nil if there is none or it is
+// malformed.
+func loadUntracked(name string) *untrackedCache {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil
+	}
+	c, err := parseUntracked(data)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// The cache file is the header, then the key, the excludes file, the
+// directories and .gitignore files (count, then each path and stamp) and
+// git's entries (count, then each path): strings as uvarint length and
+// bytes, stamps as varints.
+func formatUntracked(c *untrackedCache) []byte {
+	b := []byte(untrackedHeader)
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	stamped := func(list []stampedPath) {
+		b = binary.AppendUvarint(b, uint64(len(list)))
+		for _, p := range list {
+			str(p.path)
+			b = binary.AppendVarint(b, p.st.MTime)
+			b = binary.AppendVarint(b, p.st.CTime)
+			b = binary.AppendUvarint(b, p.st.Ino)
+			b = binary.AppendVarint(b, p.st.Size)
+			b = binary.AppendUvarint(b, uint64(p.st.Mode))
+		}
+	}
+	str(c.key)
+	str(c.excludesFile)
+	str(string(c.tracked))
+	stamped(c.dirs)
+	stamped(c.ignores)
+	b = binary.AppendUvarint(b, uint64(len(c.entries)))
+	for _, e := range c.entries {
+		str(e)
+	}
+	return b
+}
+
+var errMalformedCache = errors.New("malformed untracked cache")
+
+func parseUntracked(data []byte) (*untrackedCache, error) {
+	all, ok := strings.CutPrefix(string(data), untrackedHeader)
+	if !ok {
+		return nil, errMalformedCache
+	}
+	off := 0
+	bad := false
+	uvarint := func() uint64 {
+		v, n := binary.Uvarint([]byte(all[off:min(len(all), off+binary.MaxVarintLen64)]))
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		off += n
+		return v
+	}
+	varint := func() int64 {
+		v, n := binary.Varint([]byte(all[off:min(len(all), off+binary.MaxVarintLen64)]))
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		off += n
+		return v
+	}
+	str := func() string {
+		n := uvarint()
+		if bad || n > uint64(len(all)-off) {
+			bad = true
+			return ""
+		}
+		s := all[off : off+int(n)]
+		off += int(n)
+		return s
+	}
+	count := func() int {
+		n := uvarint()
+		if n > uint64(len(all)) { // every item takes a byte at least
+			bad = true
+			return 0
+		}
+		return int(n)
+	}
+	stamped := func() []stampedPath {
+		list := make([]stampedPath, count())
+		for i := range list {
+			list[i].path = str()
+			list[i].st = stamp{MTime: varint(), CTime: varint(), Ino: uvarint(), Size: varint(), Mode: uint32(uvarint())}
+			if bad {
+				return nil
+			}
+		}
+		return list
+	}
+	c := &untrackedCache{}
+	c.key = str()
+	c.excludesFile = str()
+	c.tracked = []byte(str())
+	c.dirs = stamped()
+	c.ignores = stamped()
+	c.entries = make([]string, count())
+	for i := range c.entries {
+		c.entries[i] = str()
+	}
+	if bad || off != len(all) {
+		return nil, errMalformedCache
+	}
+	for _, list := range [][]stampedPath{c.dirs, c.ignores} {
+		for _, p := range list {
+			if p.path != "" && checkPath(p.path) != nil {
+				return nil, errMalformedCache
+			}
+		}
+	}
+	return c, nil
+}
+
+// unchanged reports whether every directory and .gitignore file of the
+// cache is as it was, statting them on all processors.
+func (c *untrackedCache) unchanged(ctx context.Context, root *rootDir) bool {
+	all := make([]stampedPath, 0, len(c.dirs)+len(c.ignores))
+	all = append(append(all, c.dirs...), c.ignores...)
+	workers := min(runtime.GOMAXPROCS(0), (len(all)+statChunk-1)/statChunk)
+	var (
+		mu      gosync.Mutex
+		changed bool
+		wg      gosync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for start := w * statChunk; start < len(all); start += workers * statChunk {
+				mu.Lock()
+				stop := changed || ctx.Err() != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				for _, p := range all[start:min(start+statChunk, len(all))] {
+					if st, err := root.stampAt(p.path); err != nil || st != p.st {
+						mu.Lock()
+						changed = true
+						mu.Unlock()
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return !changed && ctx.Err() == nil
+}
+
+// walkDirs stamps the directories below root that could hold a file the
+// sync takes (see the comment at the top) and their .gitignore files,
+// each directory before it is read. It reports false when there are more
+// than maxCachedDirs or one cannot be read.
+func walkDirs(ctx context.Context, root *rootDir, m *matcher) (dirs, ignores []stampedPath, ok bool) {
+	var mu gosync.Mutex
+	m = m.clone() // used under mu
+	excluded := func(dir string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return m.excluded(dir, true, false)
+	}
+	var (
+		failed  bool
+		pending gosync.WaitGroup
+		sem     = make(chan struct{}, runtime.GOMAXPROCS(0))
+	)
+	fail := func() {
+		mu.Lock()
+		failed = true
+		mu.Unlock()
+	}
+	var visit func(rel string)
+	visit = func(rel string) {
+		defer pending.Done()
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		mu.Lock()
+		stop := failed || len(dirs) >= maxCachedDirs || ctx.Err() != nil
+		mu.Unlock()
+		if stop {
+			fail()
+			return
+		}
+		st, err := root.stampAt(rel)
+		if err != nil || st.Mode&sIFMT != sIFDIR {
+			fail()
+			return
+		}
+		f, err := os.Open(filepath.Join(root.path, filepath.FromSlash(rel)))
+		if err != nil {
+			fail()
+			return
+		}
+		entries, err := f.ReadDir(-1)
+		f.Close()
+		if err != nil {
+			fail()
+			return
+		}
+		var subdirs []string
+		var ignore *stampedPath
+		nested := false
+		for _, e := range entries {
+			name := e.Name()
+			child := name
+			if rel != "" {
+				child = rel + "/" + name
+			}
+			switch {
+			case name == ".git":
+				nested = rel != ""
+			case name == ".gitignore":
+				st, err := stampFile(filepath.Join(root.path, filepath.FromSlash(child)))
+				if err != nil {
+					fail()
+					return
+				}
+				ignore = &stampedPath{child, st}
+			case e.IsDir() && !excluded(child):
+				subdirs = append(subdirs, child)
+			}
+		}
+		mu.Lock()
+		dirs = append(dirs, stampedPath{rel, st})
+		if ignore != nil {
+			ignores = append(ignores, *ignore)
+		}
+		mu.Unlock()
+		if nested {
+			// git lists a nested repository as one entry and never
+			// reads it; its own stamp tells when it stops being one.
+			return
+		}
+		for _, d := range subdirs {
+			pending.Add(1)
+			go visit(d)
+		}
+	}
+	pending.Add(1)
+	go visit("")
+	pending.Wait()
+	if failed || ctx.Err() != nil {
+		return nil, nil, false
+	}
+	byPath := func(a, b stampedPath) int { return strings.Compare(a.path, b.path) }
+	slices.SortFunc(dirs, byPath)
+	slices.SortFunc(ignores, byPath)
+	return dirs, ignores, true
+}
+
+// racyStamps reports whether any of the stamps changed too recently
+// before since for a later change to be told apart.
+func racyStamps(since time.Time, lists ...[]stampedPath) bool {
+	for _, list := range lists {
+		for _, p := range list {
+			for _, t := range []int64{p.st.MTime, p.st.CTime} {
+				window := racyFine
+				if t%int64(time.Second) == 0 {
+					window = racyCoarse
+				}
+				if t > since.Add(-window).UnixNano() {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func saveUntracked(name string, c *untrackedCache) error {
+	return atomicfile.Write(name, formatUntracked(c))
+}
+
+// listingCache is the untracked cache's part in one listing.
+type listingCache struct {
+	root  string
+	file  string // "" when the cache is not used
+	m     *matcher
+	start time.Time
+	cache *untrackedCache // as read, when it is still valid
+	// walked receives the new cache's directories, when git lists.
+	walked chan walkResult
+	stop   context.CancelFunc
+}
+
+type walkResult struct {
+	ok            bool
+	excludesFile  string
+	inputs        untrackedInputs
+	dirs, ignores []stampedPath
+}
+
+// openListingCache reads the cache for root and keeps it if nothing it
+// depends on changed.
+func openListingCache(ctx context.Context, root, file string, indexModes bool, m *matcher, start time.Time) *listingCache {
+	if start.IsZero() {
+		start = time.Now()
+	}
+	lc := &listingCache{root: root, m: m, start: start}
+	if file == "" || indexModes || !untrackedCacheSupported {
+		return lc
+	}
+	lc.file = file
+	c := loadUntracked(file)
+	if c == nil {
+		return lc
+	}
+	in := untrackedKeyInputs(root, c.excludesFile, m.source, lc.start)
+	if !in.ok || c.key != untrackedKey(in) {
+		return lc
+	}
+	dir, err := openRoot(root)
+	if err != nil {
+		return lc
+	}
+	defer dir.close()
+	if c.unchanged(ctx, dir) {
+		lc.cache = c
+	}
+	return lc
+}
+
+func (lc *listingCache) hit() bool { return lc.cache != nil }
+
+// untracked returns the cached untracked entries.
+func (lc *listingCache) untracked() []listed {
+	entries := make([]listed, len(lc.cache.entries))
+	for i, p := range lc.cache.entries {
+		entries[i] = listed{path: p}
+	}
+	return entries
+}
+
+// startWalk stamps the checkout's directories for a new cache while git
+// lists.
+func (lc *listingCache) startWalk(ctx context.Context) {
+	if lc.file == "" {
+		return
+	}
+	ctx, lc.stop = context.WithCancel(ctx)
+	lc.walked = make(chan walkResult, 1)
+	go func() {
+		var w walkResult
+		excludesFile, err := resolveExcludesFile(ctx, lc.root)
+		if err == nil {
+			w.excludesFile = excludesFile
+			w.inputs = untrackedKeyInputs(lc.root, excludesFile, lc.m.source, lc.start)
+		}
+		if dir, err := openRoot(lc.root); err == nil && w.inputs.ok {
+			w.dirs, w.ignores, w.ok = walkDirs(ctx, dir, lc.m)
+			dir.close()
+		}
+		lc.walked <- w
+	}()
+}
+
+// stopWalk abandons the walk.
+func (lc *listingCache) stopWalk() {
+	if lc.walked != nil {
+		lc.stop()
+		<-lc.walked
+	}
+}
+
+// save writes a new cache of git's listings, unless something changed
+// while they were made.
+func (lc *listingCache) save(tracked []byte, untracked listing) {
+	if lc.walked == nil {
+		return
+	}
+	w := <-lc.walked
+	lc.stop()
+	if untracked.err != nil || !w.ok || w.inputs.racy || racyStamps(lc.start, w.dirs, w.ignores) {
+		return
+	}
+	c := &untrackedCache{key: untrackedKey(w.inputs), excludesFile: w.excludesFile, tracked: tracked, dirs: w.dirs, ignores: w.ignores}
+	c.entries = make([]string, len(untracked.entries))
+	for i, e := range untracked.entries {
+		c.entries[i] = e.path
+	}
+	// Best effort: without it, git lists again next time.
+	_ = saveUntracked(lc.file, c)
+}

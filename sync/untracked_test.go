@@ -1,0 +1,251 @@
+//go:build linux || darwin
+
+package sync
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// cacheTree makes a checkout with what git's listings depend on: tracked
+// and untracked files, .gitignore files at two levels, an ignored
+// directory, a directory holding only ignored files, a nested repository,
+// an empty directory and a built-in excluded one.
+func cacheTree(t *testing.T) string {
+	t.Helper()
+	needGit(t)
+	root := t.TempDir()
+	git(t, root, "init", "-q")
+	write(t, root, ".gitignore", "*.log\nout/\n", 0o644)
+	write(t, root, "src/main.go", "package main\n", 0o644)
+	write(t, root, "src/lib/util.go", "package lib\n", 0o644)
+	write(t, root, "src/lib/.gitignore", "*.tmp\n", 0o644)
+	write(t, root, "src/lib/scratch.tmp", "x", 0o644)
+	write(t, root, "docs/notes.txt", "untracked\n", 0o644)
+	write(t, root, "logs/a.log", "ignored\n", 0o644)
+	write(t, root, "out/bin", "ignored dir\n", 0o644)
+	write(t, root, "node_modules/pkg/index.js", "builtin excluded\n", 0o644)
+	write(t, root, "vendor/nested/file.c", "nested repo\n", 0o644)
+	git(t, filepath.Join(root, "vendor/nested"), "init", "-q")
+	if err := os.MkdirAll(filepath.Join(root, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git(t, root, "add", ".gitignore", "src/main.go", "src/lib/util.go", "src/lib/.gitignore")
+	git(t, root, "commit", "-q", "-m", "init")
+	return root
+}
+
+// lister lists root with and without the listing cache, as time goes on:
+// each step happens a second after the last (directory and file times
+// are set so), and the listing starts an hour later, so that nothing is
+// too recent to cache.
+type lister struct {
+	t     *testing.T
+	root  string
+	cache string
+	clock time.Time
+	hits  int
+}
+
+func newLister(t *testing.T, root string) *lister {
+	return &lister{t: t, root: root, cache: filepath.Join(t.TempDir(), "listing"), clock: time.Now().Add(-24 * time.Hour)}
+}
+
+// touch gives the paths (relative to the root) the next step's time.
+func (l *lister) touch(paths ...string) {
+	l.t.Helper()
+	l.clock = l.clock.Add(time.Second)
+	for _, p := range paths {
+		if err := os.Chtimes(filepath.Join(l.root, filepath.FromSlash(p)), l.clock, l.clock); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+}
+
+// check lists with the cache and compares with git's own listing.
+func (l *lister) check(step string) {
+	l.t.Helper()
+	cached, _, err := listFiles(l.t.Context(), l.root, false, FileSetOptions{
+		untrackedCache: l.cache,
+		listingStart:   time.Now().Add(time.Hour),
+		onCache: func(hit bool) {
+			if hit {
+				l.hits++
+			}
+		},
+	}, nil)
+	if err != nil {
+		l.t.Fatalf("%s: listing with the cache: %v", step, err)
+	}
+	fresh, err := FileSet(l.t.Context(), l.root)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if diff := cmp.Diff(paths(fresh), paths(cached)); diff != "" {
+		l.t.Errorf("%s: listing with the cache differs from git's (-git +cache):\n%s", step, diff)
+	}
+}
+
+func TestListingCacheFollowsChanges(t *testing.T) {
+	root := cacheTree(t)
+	l := newLister(t, root)
+	l.touch(".", "src", "src/lib", "docs", "logs", "out", "node_modules", "vendor", "vendor/nested", "empty", ".git/index")
+	l.check("first listing")
+	l.check("unchanged")
+	l.check("unchanged again")
+	if l.hits != 2 {
+		t.Fatalf("the cache answered %d of 2 unchanged listings", l.hits)
+	}
+
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"new file in a directory of ignored files", func() {
+			write(t, root, "logs/readme.txt", "x", 0o644)
+			l.touch("logs")
+		}},
+		{"new file in a new directory", func() {
+			write(t, root, "src/lib/deep/er/new.go", "x", 0o644)
+			l.touch("src/lib", "src/lib/deep", "src/lib/deep/er")
+		}},
+		{"new file in an empty directory", func() {
+			write(t, root, "empty/now.txt", "x", 0o644)
+			l.touch("empty")
+		}},
+		{"untracked file removed", func() {
+			if err := os.Remove(filepath.Join(root, "docs/notes.txt")); err != nil {
+				t.Fatal(err)
+			}
+			l.touch("docs")
+		}},
+		{".gitignore edited in place", func() {
+			write(t, root, "src/lib/.gitignore", "# nothing ignored\n", 0o644)
+			l.touch("src/lib/.gitignore")
+		}},
+		{"root .gitignore edited in place", func() {
+			write(t, root, ".gitignore", "out/\n", 0o644)
+			l.touch(".gitignore")
+		}},
+		{"info/exclude edited", func() {
+			write(t, root, ".git/info/exclude", "*.txt\n", 0o644)
+			l.touch(".git/info/exclude")
+		}},
+		{"file added to the index", func() {
+			git(t, root, "add", "-f", "logs/readme.txt")
+			l.touch(".git/index")
+		}},
+		{"file removed from the index only", func() {
+			git(t, root, "rm", "-q", "--cached", "src/main.go")
+			l.touch(".git/index")
+		}},
+		{"nested repository becomes a plain directory", func() {
+			if err := os.RemoveAll(filepath.Join(root, "vendor/nested/.git")); err != nil {
+				t.Fatal(err)
+			}
+			l.touch("vendor/nested")
+		}},
+		{"file in a built-in excluded directory", func() {
+			write(t, root, "node_modules/pkg/other.js", "x", 0o644)
+			l.touch("node_modules/pkg")
+		}},
+		{"directory renamed", func() {
+			if err := os.Rename(filepath.Join(root, "src/lib/deep"), filepath.Join(root, "moved")); err != nil {
+				t.Fatal(err)
+			}
+			l.touch(".", "src/lib")
+		}},
+		{".crabboxignore added", func() {
+			write(t, root, IgnoreFile, "moved/\n", 0o644)
+			l.touch(".", IgnoreFile)
+		}},
+	}
+	for i, s := range steps {
+		s.do()
+		l.check(s.name)
+		before := l.hits
+		l.check(s.name + ", listed again")
+		if l.hits != before+1 {
+			t.Errorf("step %d (%s): the cache did not answer the unchanged listing after it", i, s.name)
+		}
+	}
+}
+
+// A directory changed within the racy window of the listing is not
+// trusted: the cache is not written, and git lists the next time too.
+func TestListingCacheSkipsRecentChanges(t *testing.T) {
+	root := cacheTree(t)
+	cache := filepath.Join(t.TempDir(), "listing")
+	hits := 0
+	list := func() {
+		t.Helper()
+		if _, _, err := listFiles(t.Context(), root, false, FileSetOptions{
+			untrackedCache: cache,
+			onCache: func(hit bool) {
+				if hit {
+					hits++
+				}
+			},
+		}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list() // the tree was just written: every directory is racy
+	list()
+	if hits != 0 {
+		t.Errorf("the cache answered %d listings of a tree changed just now", hits)
+	}
+	if _, err := os.Stat(cache); err == nil {
+		t.Error("cache written for a tree changed just now")
+	}
+}
+
+// A malformed cache is no cache.
+func TestListingCacheMalformed(t *testing.T) {
+	root := cacheTree(t)
+	l := newLister(t, root)
+	l.touch(".", "src", "src/lib", "docs", "logs", "out", "node_modules", "vendor", "vendor/nested", "empty", ".git/index")
+	l.check("first")
+	data, err := os.ReadFile(l.cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]byte{nil, []byte("garbage"), data[:len(data)/2], append(append([]byte{}, data...), 0)} {
+		if err := os.WriteFile(l.cache, bad, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		before := l.hits
+		l.check(fmt.Sprintf("cache of %d bytes", len(bad)))
+		if l.hits != before {
+			t.Errorf("a malformed cache of %d bytes answered", len(bad))
+		}
+	}
+}
+
+func FuzzParseUntracked(f *testing.F) {
+	f.Add(formatUntracked(&untrackedCache{key: "k", tracked: []byte("H a\x00"), dirs: []stampedPath{{"", stamp{MTime: 1}}, {"a", stamp{CTime: 2}}}, entries: []string{"a/b"}}))
+	f.Add([]byte(untrackedHeader))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := parseUntracked(data)
+		if err != nil {
+			return
+		}
+		for _, p := range append(c.dirs, c.ignores...) {
+			if p.path != "" && checkPath(p.path) != nil {
+				t.Fatalf("accepted unsafe path %q", p.path)
+			}
+		}
+		again, err := parseUntracked(formatUntracked(c))
+		if err != nil {
+			t.Fatalf("re-encoded cache rejected: %v", err)
+		}
+		if !cmp.Equal(c, again, cmp.AllowUnexported(untrackedCache{}, stampedPath{}, stamp{})) {
+			t.Fatal("round trip changed the cache")
+		}
+	})
+}
