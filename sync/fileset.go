@@ -74,7 +74,7 @@ type FileSetOptions struct {
 	// decides what changed too recently to cache; onCache learns whether
 	// the cache answered.
 	listingStart time.Time
-	onCache      func(hit bool)
+	onCache      func(hit bool, relist []string)
 }
 
 // FileSetWith lists the files a sync of root copies, like FileSet, and
@@ -150,16 +150,38 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	}
 	lc := openListingCache(ctx, root, opts.untrackedCache, indexModes, m, opts.listingStart)
 	if opts.onCache != nil {
-		opts.onCache(lc.hit())
+		opts.onCache(lc.hit(), lc.relist())
 	}
 	var tracked []listed
 	var untracked func() listing
 	if lc.hit() {
-		// Nothing git's listings depend on changed: no git at all.
+		// The index and the ignore rules did not change: the tracked
+		// files are as listed last time, and so are the untracked ones
+		// outside the directories that changed, if any.
 		if tracked, err = parseLsFiles(lc.cache.tracked, false); err != nil {
 			return nil, 0, err
 		}
 		untracked = func() listing { return listing{entries: lc.untracked()} }
+		if dirs := lc.relist(); dirs != nil {
+			fromGit := make(chan listing, 1)
+			args := []string{"-o", "--exclude-standard", "--"}
+			for _, d := range dirs {
+				args = append(args, ":(literal)"+d)
+			}
+			go func() {
+				entries, _, err := gitList(ctx, root, args...)
+				fromGit <- listing{entries, err}
+			}()
+			lc.startWalk(ctx)
+			untracked = func() listing {
+				l := <-fromGit
+				if l.err == nil {
+					l.entries = append(lc.untracked(), l.entries...)
+				}
+				lc.save(lc.cache.tracked, l)
+				return l
+			}
+		}
 	} else {
 		fromGit := make(chan listing, 1)
 		gitCtx, cancelGit := context.WithCancel(ctx)

@@ -343,46 +343,95 @@ func parseUntracked(data []byte) (*untrackedCache, error) {
 	return c, nil
 }
 
-// unchanged reports whether every directory and .gitignore file of the
-// cache is as it was, statting them on all processors.
-func (c *untrackedCache) unchanged(ctx context.Context, root *rootDir) bool {
-	all := make([]stampedPath, 0, len(c.dirs)+len(c.ignores))
-	all = append(append(all, c.dirs...), c.ignores...)
+// maxChangedDirs bounds the directories a listing re-reads with git
+// while taking the rest from the cache; past it git lists everything.
+const maxChangedDirs = 64
+
+// changes returns the directories whose stamp differs from the cache's,
+// and those of the .gitignore files that differ, statting them on all
+// processors. It reports false when there are more than maxChangedDirs,
+// or a stat fails.
+func (c *untrackedCache) changes(ctx context.Context, root *rootDir) ([]string, bool) {
+	type item struct {
+		stampedPath
+		dir string // the directory to list again when it differs
+	}
+	all := make([]item, 0, len(c.dirs)+len(c.ignores))
+	for _, d := range c.dirs {
+		all = append(all, item{d, d.path})
+	}
+	for _, g := range c.ignores {
+		all = append(all, item{g, parentDir(g.path)})
+	}
 	workers := min(runtime.GOMAXPROCS(0), (len(all)+statChunk-1)/statChunk)
 	var (
 		mu      gosync.Mutex
-		changed bool
+		changed []string
+		failed  bool
 		wg      gosync.WaitGroup
 	)
 	for w := range workers {
 		wg.Go(func() {
 			for start := w * statChunk; start < len(all); start += workers * statChunk {
 				mu.Lock()
-				stop := changed || ctx.Err() != nil
+				stop := failed || ctx.Err() != nil
 				mu.Unlock()
 				if stop {
 					return
 				}
-				for _, p := range all[start:min(start+statChunk, len(all))] {
-					if st, err := root.stampAt(p.path); err != nil || st != p.st {
-						mu.Lock()
-						changed = true
-						mu.Unlock()
-						return
+				for _, it := range all[start:min(start+statChunk, len(all))] {
+					st, err := root.stampAt(it.path)
+					if err == nil && st == it.st {
+						continue
 					}
+					mu.Lock()
+					changed = append(changed, it.dir)
+					failed = failed || err != nil || len(changed) > maxChangedDirs
+					mu.Unlock()
 				}
 			}
 		})
 	}
 	wg.Wait()
-	return !changed && ctx.Err() == nil
+	if failed || ctx.Err() != nil {
+		return nil, false
+	}
+	return topmost(changed), true
 }
 
-// walkDirs stamps the directories below root that could hold a file the
-// sync takes (see the comment at the top) and their .gitignore files,
-// each directory before it is read. It reports false when there are more
-// than maxCachedDirs or one cannot be read.
-func walkDirs(ctx context.Context, root *rootDir, m *matcher) (dirs, ignores []stampedPath, ok bool) {
+// parentDir is the directory holding p ("" for the root).
+func parentDir(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// under reports whether p is dir or below it ("" holds everything).
+func under(p, dir string) bool {
+	return dir == "" || p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// topmost returns the directories of dirs not below another one of them,
+// sorted.
+func topmost(dirs []string) []string {
+	slices.Sort(dirs)
+	dirs = slices.Compact(dirs)
+	var out []string
+	for _, d := range dirs {
+		if len(out) == 0 || !under(d, out[len(out)-1]) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// walkDirs stamps the directories that could hold a file the sync takes
+// (see the comment at the top) at and below each of starts (relative to
+// root, "" for root itself) and their .gitignore files, each directory
+// before it is read. It reports false when there are more than
+// maxCachedDirs or one cannot be read.
+func walkDirs(ctx context.Context, root *rootDir, m *matcher, starts ...string) (dirs, ignores []stampedPath, ok bool) {
 	var mu gosync.Mutex
 	m = m.clone() // used under mu
 	excluded := func(dir string) bool {
@@ -467,8 +516,10 @@ func walkDirs(ctx context.Context, root *rootDir, m *matcher) (dirs, ignores []s
 			go visit(d)
 		}
 	}
-	pending.Add(1)
-	go visit("")
+	for _, start := range starts {
+		pending.Add(1)
+		go visit(start)
+	}
 	pending.Wait()
 	if failed || ctx.Err() != nil {
 		return nil, nil, false
@@ -509,6 +560,10 @@ type listingCache struct {
 	m     *matcher
 	start time.Time
 	cache *untrackedCache // as read, when it is still valid
+	// changed are the directories whose untracked files git lists again
+	// (nil: none; the rest of the cache holds). Empty cache: git lists
+	// everything.
+	changed []string
 	// walked receives the new cache's directories, when git lists.
 	walked chan walkResult
 	stop   context.CancelFunc
@@ -545,21 +600,41 @@ func openListingCache(ctx context.Context, root, file string, indexModes bool, m
 		return lc
 	}
 	defer dir.close()
-	if c.unchanged(ctx, dir) {
-		lc.cache = c
+	changed, ok := c.changes(ctx, dir)
+	if !ok || slices.Contains(changed, "") {
+		return lc
 	}
+	lc.cache, lc.changed = c, changed
 	return lc
 }
 
+// hit reports whether the cache holds the tracked files and all or part
+// (see relist) of the untracked ones.
 func (lc *listingCache) hit() bool { return lc.cache != nil }
 
-// untracked returns the cached untracked entries.
+// relist returns the directories git must list the untracked files of
+// again, or nil.
+func (lc *listingCache) relist() []string { return lc.changed }
+
+// untracked returns the cached untracked entries, but those below the
+// directories to list again.
 func (lc *listingCache) untracked() []listed {
-	entries := make([]listed, len(lc.cache.entries))
-	for i, p := range lc.cache.entries {
-		entries[i] = listed{path: p}
+	entries := make([]listed, 0, len(lc.cache.entries))
+	for _, p := range lc.cache.entries {
+		if !lc.relisted(p) {
+			entries = append(entries, listed{path: p})
+		}
 	}
 	return entries
+}
+
+func (lc *listingCache) relisted(p string) bool {
+	for _, d := range lc.changed {
+		if under(p, d) {
+			return true
+		}
+	}
+	return false
 }
 
 // startWalk stamps the checkout's directories for a new cache while git
@@ -572,13 +647,24 @@ func (lc *listingCache) startWalk(ctx context.Context) {
 	lc.walked = make(chan walkResult, 1)
 	go func() {
 		var w walkResult
-		excludesFile, err := resolveExcludesFile(ctx, lc.root)
+		var excludesFile string
+		var err error
+		if lc.cache != nil {
+			// The key held: so does the excludes file it names.
+			excludesFile = lc.cache.excludesFile
+		} else {
+			excludesFile, err = resolveExcludesFile(ctx, lc.root)
+		}
 		if err == nil {
 			w.excludesFile = excludesFile
 			w.inputs = untrackedKeyInputs(lc.root, excludesFile, lc.m.source, lc.start)
 		}
+		starts := []string{""}
+		if lc.cache != nil {
+			starts = lc.changed
+		}
 		if dir, err := openRoot(lc.root); err == nil && w.inputs.ok {
-			w.dirs, w.ignores, w.ok = walkDirs(ctx, dir, lc.m)
+			w.dirs, w.ignores, w.ok = walkDirs(ctx, dir, lc.m, starts...)
 			dir.close()
 		}
 		lc.walked <- w
@@ -605,6 +691,25 @@ func (lc *listingCache) save(tracked []byte, untracked listing) {
 		return
 	}
 	c := &untrackedCache{key: untrackedKey(w.inputs), excludesFile: w.excludesFile, tracked: tracked, dirs: w.dirs, ignores: w.ignores}
+	if old := lc.cache; old != nil {
+		// Only the changed directories were walked and listed again:
+		// the rest is the old cache's.
+		keep := func(list []stampedPath) []stampedPath {
+			var out []stampedPath
+			for _, p := range list {
+				if !lc.relisted(p.path) {
+					out = append(out, p)
+				}
+			}
+			return out
+		}
+		byPath := func(a, b stampedPath) int { return strings.Compare(a.path, b.path) }
+		c.dirs = slices.SortedFunc(slices.Values(append(keep(old.dirs), w.dirs...)), byPath)
+		c.ignores = slices.SortedFunc(slices.Values(append(keep(old.ignores), w.ignores...)), byPath)
+		if len(c.dirs) > maxCachedDirs {
+			return
+		}
+	}
 	c.entries = make([]string, len(untracked.entries))
 	for i, e := range untracked.entries {
 		c.entries[i] = e.path

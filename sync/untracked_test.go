@@ -45,11 +45,12 @@ func cacheTree(t *testing.T) string {
 // are set so), and the listing starts an hour later, so that nothing is
 // too recent to cache.
 type lister struct {
-	t     *testing.T
-	root  string
-	cache string
-	clock time.Time
-	hits  int
+	t      *testing.T
+	root   string
+	cache  string
+	clock  time.Time
+	hits   int
+	relist []string // what the last listing's git listed again
 }
 
 func newLister(t *testing.T, root string) *lister {
@@ -73,10 +74,11 @@ func (l *lister) check(step string) {
 	cached, _, err := listFiles(l.t.Context(), l.root, false, FileSetOptions{
 		untrackedCache: l.cache,
 		listingStart:   time.Now().Add(time.Hour),
-		onCache: func(hit bool) {
-			if hit {
+		onCache: func(hit bool, relist []string) {
+			if hit && relist == nil {
 				l.hits++
 			}
+			l.relist = relist
 		},
 	}, nil)
 	if err != nil {
@@ -103,71 +105,77 @@ func TestListingCacheFollowsChanges(t *testing.T) {
 	}
 
 	steps := []struct {
-		name string
-		do   func()
+		name   string
+		do     func()
+		relist []string // the directories git lists again; nil: all or none
 	}{
 		{"new file in a directory of ignored files", func() {
 			write(t, root, "logs/readme.txt", "x", 0o644)
 			l.touch("logs")
-		}},
+		}, []string{"logs"}},
 		{"new file in a new directory", func() {
 			write(t, root, "src/lib/deep/er/new.go", "x", 0o644)
 			l.touch("src/lib", "src/lib/deep", "src/lib/deep/er")
-		}},
+		}, []string{"src/lib"}},
 		{"new file in an empty directory", func() {
 			write(t, root, "empty/now.txt", "x", 0o644)
 			l.touch("empty")
-		}},
+		}, []string{"empty"}},
 		{"untracked file removed", func() {
 			if err := os.Remove(filepath.Join(root, "docs/notes.txt")); err != nil {
 				t.Fatal(err)
 			}
 			l.touch("docs")
-		}},
+		}, []string{"docs"}},
 		{".gitignore edited in place", func() {
 			write(t, root, "src/lib/.gitignore", "# nothing ignored\n", 0o644)
 			l.touch("src/lib/.gitignore")
-		}},
+		}, []string{"src/lib"}},
 		{"root .gitignore edited in place", func() {
 			write(t, root, ".gitignore", "out/\n", 0o644)
 			l.touch(".gitignore")
-		}},
+		}, nil},
 		{"info/exclude edited", func() {
 			write(t, root, ".git/info/exclude", "*.txt\n", 0o644)
 			l.touch(".git/info/exclude")
-		}},
+		}, nil},
 		{"file added to the index", func() {
 			git(t, root, "add", "-f", "logs/readme.txt")
 			l.touch(".git/index")
-		}},
+		}, nil},
 		{"file removed from the index only", func() {
 			git(t, root, "rm", "-q", "--cached", "src/main.go")
 			l.touch(".git/index")
-		}},
+		}, nil},
 		{"nested repository becomes a plain directory", func() {
 			if err := os.RemoveAll(filepath.Join(root, "vendor/nested/.git")); err != nil {
 				t.Fatal(err)
 			}
 			l.touch("vendor/nested")
-		}},
+		}, []string{"vendor/nested"}},
 		{"file in a built-in excluded directory", func() {
 			write(t, root, "node_modules/pkg/other.js", "x", 0o644)
 			l.touch("node_modules/pkg")
-		}},
+		}, nil},
 		{"directory renamed", func() {
 			if err := os.Rename(filepath.Join(root, "src/lib/deep"), filepath.Join(root, "moved")); err != nil {
 				t.Fatal(err)
 			}
 			l.touch(".", "src/lib")
-		}},
+		}, nil},
 		{".crabboxignore added", func() {
 			write(t, root, IgnoreFile, "moved/\n", 0o644)
 			l.touch(".", IgnoreFile)
-		}},
+		}, nil},
 	}
 	for i, s := range steps {
 		s.do()
 		l.check(s.name)
+		if s.relist != nil {
+			if diff := cmp.Diff(s.relist, l.relist); diff != "" {
+				t.Errorf("step %d (%s): directories listed again (-want +got):\n%s", i, s.name, diff)
+			}
+		}
 		before := l.hits
 		l.check(s.name + ", listed again")
 		if l.hits != before+1 {
@@ -186,7 +194,7 @@ func TestListingCacheSkipsRecentChanges(t *testing.T) {
 		t.Helper()
 		if _, _, err := listFiles(t.Context(), root, false, FileSetOptions{
 			untrackedCache: cache,
-			onCache: func(hit bool) {
+			onCache: func(hit bool, _ []string) {
 				if hit {
 					hits++
 				}
