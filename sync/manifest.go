@@ -68,9 +68,9 @@ func encodeManifest(entries []Entry) []byte {
 		b = append(b, ' ')
 		b = append(b, cmp.Or(e.SHA256, "-")...)
 		b = append(b, ' ')
-		b = strconv.AppendQuote(b, e.Path)
+		b = appendQuoted(b, e.Path)
 		b = append(b, ' ')
-		b = strconv.AppendQuote(b, e.Link)
+		b = appendQuoted(b, e.Link)
 		b = append(b, '\n')
 	}
 	return b
@@ -210,6 +210,20 @@ func parseEntry(rec string) (Entry, error) {
 	return e, nil
 }
 
+// appendQuoted appends s quoted as a Go string literal, as
+// strconv.AppendQuote does; printable ASCII without quotes or backslashes,
+// which most paths are, is copied as it is.
+func appendQuoted(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return strconv.AppendQuote(b, s)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
 // unquotePrefix unquotes the Go string literal at the start of s.
 func unquotePrefix(s string) (string, string, error) {
 	// Most literals hold no escapes and no quotes: their value is a
@@ -298,13 +312,13 @@ func fingerprint(entries []Entry) string {
 	var buf []byte
 	for _, e := range entries {
 		buf = buf[:0]
-		buf = strconv.AppendQuote(buf, e.Path)
+		buf = appendQuoted(buf, e.Path)
 		buf = append(buf, ' ')
 		buf = strconv.AppendUint(buf, uint64(e.Mode), 8)
 		buf = append(buf, ' ')
 		buf = strconv.AppendInt(buf, e.Size, 10)
 		buf = append(buf, ' ')
-		buf = strconv.AppendQuote(buf, e.Link)
+		buf = appendQuoted(buf, e.Link)
 		buf = append(buf, ' ')
 		buf = append(buf, e.SHA256...)
 		buf = append(buf, '\n')
@@ -314,26 +328,82 @@ func fingerprint(entries []Entry) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// diffManifests decides what a push does: the indexes of the local entries
-// to send (those without an equal trusted entry) and the previously synced
-// paths to delete (those no longer local), sorted.
-func diffManifests(local []Entry, trusted map[string]Entry, previous []string) (send []int, del []string) {
-	current := make(map[string]bool, len(local))
+// boxState is what the box holds, as far as a push trusts it: the
+// entries of its manifest that no interrupted push may have changed, and
+// every path crabbox synced there (which a push deletes when it is no
+// longer in the file set), both sorted by path.
+type boxState struct {
+	trusted []Entry
+	synced  []string
+}
+
+// newBoxState is the state of a box with the manifest prev (sorted by
+// path) whose paths untrusted an interrupted push may have changed.
+func newBoxState(prev []Entry, untrusted []string) *boxState {
+	b := &boxState{trusted: prev, synced: make([]string, len(prev), len(prev)+len(untrusted))}
+	for i, e := range prev {
+		b.synced[i] = e.Path
+	}
+	if len(untrusted) > 0 {
+		drop := make(map[string]bool, len(untrusted))
+		for _, p := range untrusted {
+			drop[p] = true
+		}
+		b.trusted = slices.DeleteFunc(slices.Clone(prev), func(e Entry) bool { return drop[e.Path] })
+		b.synced = dedupSorted(append(b.synced, untrusted...))
+	}
+	return b
+}
+
+func byEntryPath(e Entry, p string) int { return strings.Compare(e.Path, p) }
+
+// lookup returns the trusted entry of path p.
+func (b *boxState) lookup(p string) (Entry, bool) {
+	i, ok := slices.BinarySearchFunc(b.trusted, p, byEntryPath)
+	if !ok {
+		return Entry{}, false
+	}
+	return b.trusted[i], true
+}
+
+// wasSynced reports whether a push synced p before.
+func (b *boxState) wasSynced(p string) bool {
+	_, ok := slices.BinarySearch(b.synced, p)
+	return ok
+}
+
+// diff decides what a push does: the indexes of the local entries (sorted
+// by path) to send, those without an equal trusted entry, and the synced
+// paths to delete, those no longer local, sorted. Both are one walk
+// through sorted lists.
+func (b *boxState) diff(local []Entry) (send []int, del []string) {
+	j := 0
 	for i, e := range local {
-		current[e.Path] = true
-		if t, ok := trusted[e.Path]; !ok || !t.same(e) {
-			send = append(send, i)
+		for j < len(b.trusted) && b.trusted[j].Path < e.Path {
+			j++
 		}
-	}
-	seen := map[string]bool{}
-	for _, p := range previous {
-		if !current[p] && !seen[p] {
-			seen[p] = true
-			del = append(del, p)
+		if j < len(b.trusted) && b.trusted[j].Path == e.Path && b.trusted[j].same(e) {
+			continue
 		}
+		send = append(send, i)
 	}
-	slices.Sort(del)
+	k := 0
+	for _, p := range b.synced {
+		for k < len(local) && local[k].Path < p {
+			k++
+		}
+		if k < len(local) && local[k].Path == p {
+			continue
+		}
+		del = append(del, p)
+	}
 	return send, del
+}
+
+func dedupSorted(paths []string) []string {
+	out := slices.Clone(paths)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // buildManifest describes files with their content hashes, reading only

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,14 +181,23 @@ func TestDiffManifests(t *testing.T) {
 		{Path: "same", Mode: 0o644, Size: 1, MTime: 99, SHA256: h("4")},
 		{Path: "relinked", Mode: fs.ModeSymlink | 0o777, Link: "b"},
 	}
-	trusted := map[string]Entry{
-		"changed":  {Path: "changed", Mode: 0o644, Size: 1, SHA256: h("9")},
-		"chmod":    {Path: "chmod", Mode: 0o644, Size: 1, SHA256: h("2")},
-		"same":     {Path: "same", Mode: 0o644, Size: 1, MTime: 1, SHA256: h("4")},
-		"relinked": {Path: "relinked", Mode: fs.ModeSymlink | 0o777, Link: "a"},
+	prev := []Entry{
+		{Path: "changed", Mode: 0o644, Size: 1, SHA256: h("9")},
+		{Path: "chmod", Mode: 0o644, Size: 1, SHA256: h("2")},
+		{Path: "relinked", Mode: fs.ModeSymlink | 0o777, Link: "a"},
+		{Path: "same", Mode: 0o644, Size: 1, MTime: 1, SHA256: h("4")},
+		{Path: "untrusted", Mode: 0o644, Size: 1, SHA256: h("5")},
 	}
-	send, del := diffManifests(local, trusted, []string{"gone", "same", "changed", "gone", "a/gone"})
-	if diff := cmp.Diff([]int{0, 1, 2, 4}, send); diff != "" {
+	// "gone" and "a/gone" were changed by an interrupted push, and so
+	// was "untrusted", which is also local.
+	local = append(local, Entry{Path: "untrusted", Mode: 0o644, Size: 1, SHA256: h("5")})
+	slices.SortFunc(local, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
+	send, del := newBoxState(prev, []string{"gone", "untrusted", "gone", "a/gone"}).diff(local)
+	var sent []string
+	for _, i := range send {
+		sent = append(sent, local[i].Path)
+	}
+	if diff := cmp.Diff([]string{"changed", "chmod", "new", "relinked", "untrusted"}, sent); diff != "" {
 		t.Errorf("send (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"a/gone", "gone"}, del); diff != "" {
@@ -312,21 +322,23 @@ func BenchmarkManifest(b *testing.B) {
 func BenchmarkDiff(b *testing.B) {
 	const n = 50_000
 	local := make([]Entry, n)
-	trusted := make(map[string]Entry, n)
-	previous := make([]string, 0, n)
+	prev := make([]Entry, 0, n+2)
 	for i := range n {
 		e := Entry{Path: fmt.Sprintf("dir%03d/file%06d.go", i%500, i), Mode: 0o644, Size: int64(i), SHA256: fmt.Sprintf("%064x", i)}
 		local[i] = e
 		if i%100 == 0 {
 			e.SHA256 = fmt.Sprintf("%064x", i+1)
 		}
-		trusted[e.Path] = e
-		previous = append(previous, e.Path)
+		prev = append(prev, e)
 	}
-	previous = append(previous, "gone/a", "gone/b")
+	prev = append(prev, Entry{Path: "gone/a"}, Entry{Path: "gone/b"})
+	byPath := func(a, b Entry) int { return strings.Compare(a.Path, b.Path) }
+	slices.SortFunc(local, byPath)
+	slices.SortFunc(prev, byPath)
+	box := newBoxState(prev, nil)
 	b.ResetTimer()
 	for b.Loop() {
-		send, del := diffManifests(local, trusted, previous)
+		send, del := box.diff(local)
 		if len(send) != n/100 || len(del) != 2 {
 			b.Fatalf("diff: %d to send, %d to delete", len(send), len(del))
 		}
@@ -378,4 +390,16 @@ func TestPushRefusesOversizedState(t *testing.T) {
 	if diff := cmp.Diff([]string{stateDir, "kept.txt"}, names); diff != "" {
 		t.Errorf("box changed (-want +got):\n%s", diff)
 	}
+}
+
+// FuzzAppendQuoted checks appendQuoted's shortcut against strconv.
+func FuzzAppendQuoted(f *testing.F) {
+	for _, s := range []string{"a/b.txt", `a"b`, `a\b`, "tab\t", "é", "\x7f", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := string(appendQuoted([]byte("x"), s)), "x"+strconv.Quote(s); got != want {
+			t.Fatalf("appendQuoted(%q) = %s, want %s", s, got, want)
+		}
+	})
 }

@@ -23,11 +23,16 @@ func checkPath(p string) error {
 		return errors.New("path contains a NUL byte")
 	case path.IsAbs(p) || filepath.IsAbs(p) || filepath.VolumeName(p) != "":
 		return errors.New("path is absolute")
-	case path.Clean(p) != p || p == ".":
-		return errors.New("path is not clean")
-	case p == ".." || strings.HasPrefix(p, "../"):
-		// A clean relative path has ".." only as its leading elements.
-		return errors.New(`path contains ".."`)
+	}
+	// Element by element, as path.Clean would judge it but without
+	// building the cleaned path: no empty, "." or ".." elements.
+	for elem := range strings.SplitSeq(p, "/") {
+		switch elem {
+		case "..":
+			return errors.New(`path contains ".."`)
+		case "", ".":
+			return errors.New("path is not clean")
+		}
 	}
 	return nil
 }

@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -276,9 +275,9 @@ func (p *Prepared) hash(ctx context.Context, idx []int) error {
 }
 
 // manifest returns the manifest with the hashes of every file that could
-// be equal to its entry in trusted; the others, which are sent, are hashed
-// as they are sent.
-func (p *Prepared) manifest(ctx context.Context, trusted map[string]Entry) ([]Entry, error) {
+// be equal to its trusted entry on the box; the others, which are sent,
+// are hashed as they are sent.
+func (p *Prepared) manifest(ctx context.Context, box *boxState) ([]Entry, error) {
 	if p.local == nil {
 		// Only the fingerprint was known, and the box differs.
 		p.cache = loadCache(p.opts.CacheFile)
@@ -290,7 +289,7 @@ func (p *Prepared) manifest(ctx context.Context, trusted map[string]Entry) ([]En
 	var maybeSame []int
 	for _, i := range p.misses {
 		e := p.local[i]
-		if t, ok := trusted[e.Path]; ok && t.Mode == e.Mode && t.Size == e.Size && t.Link == "" {
+		if t, ok := box.lookup(e.Path); ok && t.Mode == e.Mode && t.Size == e.Size && t.Link == "" {
 			maybeSame = append(maybeSame, i)
 		}
 	}
@@ -358,9 +357,9 @@ type session struct {
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
 	stderr *tail
-	// sent, if set, runs once the whole archive is written, while the
-	// box extracts it.
-	sent func()
+	// saved, if set, is closed when the hash cache, saved while the
+	// archive's end is sent, is written.
+	saved chan struct{}
 }
 
 func (s *session) run(ctx context.Context, client *ssh.Client) error {
@@ -411,10 +410,10 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 		s.stdin.Close()
 	}
 	applyStart := time.Now()
-	if err == nil && s.sent != nil {
-		s.sent()
-	}
 	waitErr := sess.Wait()
+	if s.saved != nil {
+		<-s.saved
+	}
 	if s.stats.Transfer != 0 {
 		s.stats.Apply = time.Since(applyStart)
 	}
@@ -527,44 +526,35 @@ func (s *session) converse(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s/%s on the box is malformed (%w); nothing was changed; remove it to start over", s.opts.RemoteDir, manifestFile, err)
 	}
-	trusted := make(map[string]Entry, len(prev))
-	previous := make([]string, 0, len(prev))
-	for _, e := range prev {
-		trusted[e.Path] = e
-		previous = append(previous, e.Path)
-	}
+	var untrusted []string
 	if dirty {
 		// An interrupted push: what it may have changed is not trusted,
 		// and is deleted unless it is still in the file set.
-		changed, err := parseChanges(pendingData)
-		if err != nil {
+		if untrusted, err = parseChanges(pendingData); err != nil {
 			// Empty or cut short (the push stopped before or while
 			// sending its plan), or an earlier crabbox's plan.
-			changed = untrustedByPlan(trusted, pendingData)
-		}
-		for _, p := range changed {
-			delete(trusted, p)
-			previous = append(previous, p)
+			untrusted = untrustedByPlan(prev, pendingData)
 		}
 	}
+	box := newBoxState(prev, untrusted)
 	// Hash what the box may already hold as it is; the rest is hashed
 	// as it is sent.
-	local, err := s.prep.manifest(ctx, trusted)
+	local, err := s.prep.manifest(ctx, box)
 	if err != nil {
 		return err
 	}
 	switch {
 	case s.opts.FullResync:
-		clear(trusted)
+		box.trusted = nil
 	case s.opts.Checksum:
-		if trusted, err = s.verify(ctx, local, trusted); err != nil {
+		if box.trusted, err = s.verify(ctx, local, box); err != nil {
 			return err
 		}
 	}
-	send, del := diffManifests(local, trusted, previous)
+	send, del := box.diff(local)
 	if s.opts.FullResync {
 		// Remove every synced path, even those sent again.
-		del = dedupSorted(previous)
+		del = box.synced
 	}
 	s.stats.Deleted = len(del)
 	s.stats.Plan = s.prepared + time.Since(s.planStart)
@@ -575,50 +565,46 @@ func (s *session) converse(ctx context.Context) error {
 	if _, err := w.Write(step(transferStep(del))); err != nil {
 		return err
 	}
-	previousSet := make(map[string]bool, len(previous))
-	for _, p := range previous {
-		previousSet[p] = true
-	}
-	return s.writeArchive(ctx, w, local, send, del, trusted, previousSet)
+	return s.writeArchive(ctx, w, local, send, del, box)
 }
 
 // untrustedByPlan is what an interrupted push whose pending file is not a
-// list of changes may have changed: with an earlier crabbox's plan (the
-// whole manifest it meant to install), the paths of both on which they do
-// not agree, and those only it names; otherwise everything.
-func untrustedByPlan(trusted map[string]Entry, plan []byte) []string {
+// list of changes may have changed, given the box's manifest prev: with an
+// earlier crabbox's plan (the whole manifest it meant to install), the
+// paths of both on which they do not agree, and those only it names;
+// otherwise everything.
+func untrustedByPlan(prev []Entry, plan []byte) []string {
 	pending, err := parseManifest(plan)
 	if err != nil || len(pending) == 0 {
-		return slices.Collect(maps.Keys(trusted))
+		out := make([]string, len(prev))
+		for i, e := range prev {
+			out[i] = e.Path
+		}
+		return out
 	}
-	byPath := make(map[string]Entry, len(pending))
+	box := newBoxState(prev, nil)
+	byPath := make(map[string]bool, len(pending))
 	var out []string
 	for _, e := range pending {
-		byPath[e.Path] = e
-		if t, ok := trusted[e.Path]; !ok || !t.same(e) {
+		byPath[e.Path] = true
+		if t, ok := box.lookup(e.Path); !ok || !t.same(e) {
 			out = append(out, e.Path)
 		}
 	}
-	for p := range trusted {
-		if _, ok := byPath[p]; !ok {
-			out = append(out, p)
+	for _, e := range prev {
+		if !byPath[e.Path] {
+			out = append(out, e.Path)
 		}
 	}
 	return out
 }
 
-func dedupSorted(paths []string) []string {
-	out := slices.Clone(paths)
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 // verify hashes on the box the files the trusted manifest would leave
-// alone and returns the entries the box's content confirms.
-func (s *session) verify(ctx context.Context, local []Entry, trusted map[string]Entry) (map[string]Entry, error) {
+// alone and returns the entries the box's content confirms, sorted.
+func (s *session) verify(ctx context.Context, local []Entry, box *boxState) ([]Entry, error) {
 	var check []string
 	for _, e := range local {
-		if t, ok := trusted[e.Path]; ok && t.same(e) && e.Link == "" {
+		if t, ok := box.lookup(e.Path); ok && t.same(e) && e.Link == "" {
 			check = append(check, e.Path)
 		}
 	}
@@ -640,10 +626,10 @@ func (s *session) verify(ctx context.Context, local []Entry, trusted map[string]
 		lines = append(lines, line)
 	}
 	sums := parseHashes(lines)
-	verified := make(map[string]Entry, len(check))
+	var verified []Entry // sorted: check is
 	for _, p := range check {
-		if t := trusted[p]; sums[p] == t.SHA256 {
-			verified[p] = t
+		if t, _ := box.lookup(p); sums[p] == t.SHA256 {
+			verified = append(verified, t)
 		}
 	}
 	return verified, nil
@@ -667,7 +653,7 @@ func (r remoteWriter) Write(p []byte) (int, error) {
 // writeArchive writes the archive of a push: the plan (pendingFile), the
 // files to send, then the new manifest and fingerprint, describing what was
 // actually sent.
-func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, send []int, del []string, trusted map[string]Entry, previous map[string]bool) error {
+func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, send []int, del []string, box *boxState) error {
 	root, err := openRoot(s.opts.Root)
 	if err != nil {
 		return err
@@ -701,10 +687,10 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 		if !ok {
 			clean = false
 			// Vanished locally: the box keeps what it had.
-			switch t, trustedOK := trusted[e.Path]; {
+			switch t, trustedOK := box.lookup(e.Path); {
 			case trustedOK:
 				*e = t
-			case previous[e.Path]:
+			case box.wasSynced(e.Path):
 				// Unknown content, still crabbox's: never matches.
 				*e = Entry{Path: e.Path, SHA256: unhashed}
 			default:
@@ -740,8 +726,13 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 		fp = fingerprint(final)
 	}
 	if clean {
-		// Saving the hash cache waits until the box has all it needs.
-		s.sent = func() { s.prep.remember(fp) }
+		// The hash cache is saved while the manifest is encoded and
+		// sent and the box extracts; run waits for it.
+		s.saved = make(chan struct{})
+		go func() {
+			defer close(s.saved)
+			s.prep.remember(fp)
+		}()
 	}
 	if err := addState(tw, manifestTmp, encodeManifest(final), now); err != nil {
 		return err
