@@ -135,7 +135,7 @@ func wrapperScript(nonce, marker, command, dir, precondition string, env map[str
 			q, statusNoDir, q, statusNotDir, statusNoAccess)
 	}
 	fmt.Fprintf(&b, "crabbox_d=%s\n", runDir(nonce))
-	fmt.Fprintf(&b, "(umask 077 && mkdir -- \"$crabbox_d\") 2>/dev/null || crabbox_fail %s\n", statusRunDir)
+	fmt.Fprintf(&b, "mkdir -m 700 -- \"$crabbox_d\" 2>/dev/null || crabbox_fail %s\n", statusRunDir)
 	fmt.Fprintf(&b, "{ while read -r crabbox_l; do :; done; crabbox_kill \"$crabbox_d\" %d %d; } 0<&3 3<&- >/dev/null 2>&1 &\n",
 		steps(publishWait), steps(grace))
 	b.WriteString("crabbox_w=$!\n")

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"slices"
@@ -62,12 +63,14 @@ const defaultLockTries = 3000
 const staleMinutes = 1
 
 // sessionScript is the one command a push runs on the box, with the
-// arguments DIR FINGERPRINT MODE TOKEN STALE TRIES. It creates DIR, takes
-// the lock, and either reports that the box already holds FINGERPRINT
-// (MODE "quick") or prints the state: "crabbox-sync state NAMES" naming
-// which of fingerprint, manifest and pending exist, then wc -c's report of
-// their sizes and their contents, one after the other (two processes, not
-// two per file). Then it runs the steps the client sends on stdin, each as
+// arguments DIR FINGERPRINT MODE TOKEN STALE TRIES KNOWN. It creates DIR,
+// takes the lock, and either reports that the box already holds
+// FINGERPRINT (MODE "quick") or prints the state: "crabbox-sync state
+// NAMES" naming which of fingerprint, manifest and pending exist, then wc
+// -c's report of their sizes and their contents, one after the other (two
+// processes, not two per file). When the box's fingerprint is KNOWN (the
+// client has the manifest of that fingerprint), the manifest is not sent
+// and NAMES ends with "known". Then it runs the steps the client sends on stdin, each as
 // "SIZE\n" and SIZE bytes of sh script, until stdin ends. A step may read stdin itself (tar). The lock is
 // released when the script ends, however it ends.
 //
@@ -82,7 +85,7 @@ const staleMinutes = 1
 // The script contains no backslash, so it survives any login shell's
 // quoting; it reads steps with read and dd, which never read ahead, unlike
 // sh -s.
-const sessionScript = `crabbox_dir=$1 crabbox_fp=$2 crabbox_mode=$3 crabbox_token=$4 crabbox_stale=$5 crabbox_tries=$6
+const sessionScript = `crabbox_dir=$1 crabbox_fp=$2 crabbox_mode=$3 crabbox_token=$4 crabbox_stale=$5 crabbox_tries=$6 crabbox_known=${7:--}
 s=.crabbox
 if [ "$crabbox_mode" = quick ] && { read -r crabbox_have <"$crabbox_dir/$s/fingerprint"; } 2>/dev/null &&
 	[ "$crabbox_have" = "$crabbox_fp" ] && [ ! -e "$crabbox_dir/$s/pending" ]; then
@@ -130,11 +133,18 @@ if [ "$crabbox_mode" = quick ] && [ ! -e "$s/pending" ] && { read -r crabbox_hav
 	exit 0
 fi
 echo "crabbox-sync differ"
+crabbox_have= crabbox_k=
+{ read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null
 set --
 for crabbox_f in fingerprint manifest pending; do
-	[ -f "$s/$crabbox_f" ] && set -- "$@" "$crabbox_f"
+	[ -f "$s/$crabbox_f" ] || continue
+	if [ "$crabbox_f" = manifest ] && [ "$crabbox_known" != - ] && [ "$crabbox_have" = "$crabbox_known" ]; then
+		crabbox_k=known
+		continue
+	fi
+	set -- "$@" "$crabbox_f"
 done
-echo "crabbox-sync state $*"
+echo "crabbox-sync state $* $crabbox_k"
 if [ $# -gt 0 ]; then
 	crabbox_n=$#
 	for crabbox_f do set -- "$@" "$s/$crabbox_f"; done
@@ -154,15 +164,24 @@ exit 0
 `
 
 // sessionCommand is the command line running sessionScript.
-func sessionCommand(remoteDir, fp, mode, token string, lockTries int) string {
+func sessionCommand(remoteDir, fp, mode, token string, lockTries int, known string) string {
 	return remote.CommandLine([]string{"sh", "-c", sessionScript, "crabbox-sync",
-		remoteDir, fp, mode, token, strconv.Itoa(staleMinutes), strconv.Itoa(lockTries)})
+		remoteDir, fp, mode, token, strconv.Itoa(staleMinutes), strconv.Itoa(lockTries), cmp.Or(known, "-")})
 }
 
 // step frames a script as one step for sessionScript.
 func step(script string) []byte {
 	return []byte(strconv.Itoa(len(script)) + "\n" + script)
 }
+
+// manifestStep prints the box's manifest as "crabbox-sync manifest SIZE"
+// and SIZE bytes, or "crabbox-sync manifest -".
+const manifestStep = `if [ -f .crabbox/manifest ]; then
+	echo "crabbox-sync manifest $(($(wc -c < .crabbox/manifest)))" && cat .crabbox/manifest || exit 1
+else
+	echo "crabbox-sync manifest -"
+fi
+`
 
 // hashedMarker ends the output of a hash step.
 const hashedMarker = "crabbox-sync hashed"

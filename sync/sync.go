@@ -58,10 +58,15 @@ type Options struct {
 	// DefaultLimits. Force ignores the Max limits.
 	Limits *Limits
 	Force  bool
-	// Warn, if set, receives the warning of a sync past a Warn limit.
+	// Warn, if set, receives the warning of a sync past a Warn limit,
+	// and of a local cache that could not be saved (the latter from a
+	// goroutine of the push's own, while Push runs).
 	Warn func(string)
 	// CacheFile, if set, is a local file caching content hashes by path,
 	// size, mtime and inode, so that unchanged files are not read again.
+	// Files next to it, named after it, keep the fingerprint of the last
+	// listing (.listing), git's listings of the checkout (.untracked) and
+	// the manifest of the last push (.pushed).
 	CacheFile string
 	// Checksum verifies the content of the files on the box (sha256sum or
 	// shasum -a 256 there) instead of trusting the box's manifest; files
@@ -84,6 +89,9 @@ type Options struct {
 	// eagerFiles, when not zero, replaces eagerHashFiles (tests set -1 to
 	// hash nothing before the session).
 	eagerFiles int
+	// stateRead, if set, learns whether the box left its manifest out as
+	// known (tests).
+	stateRead func(known bool)
 }
 
 // Stats describes a finished push.
@@ -313,14 +321,17 @@ func (p *Prepared) remember(fp string) {
 	if p.cache == nil {
 		return
 	}
-	warn := func(err error) {
-		if err != nil && p.opts.Warn != nil {
-			p.opts.Warn(fmt.Sprintf("could not save the sync hash cache %s: %v", p.opts.CacheFile, err))
-		}
-	}
-	warn(p.cache.save())
+	p.warn(p.cache.save())
 	if p.digest != "" && !p.cache.racyIn(p.stamps) {
-		warn(writeListing(p.opts.CacheFile, p.digest, fp))
+		p.warn(writeListing(p.opts.CacheFile, p.digest, fp))
+	}
+}
+
+// warn reports a failure to save one of the local caches, which only
+// makes the next push slower.
+func (p *Prepared) warn(err error) {
+	if err != nil && p.opts.Warn != nil {
+		p.opts.Warn(fmt.Sprintf("could not save the sync cache %s: %v", p.opts.CacheFile, err))
 	}
 }
 
@@ -397,7 +408,11 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 		return err
 	}
 	s.stdout = bufio.NewReaderSize(stdout, 64<<10)
-	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce), cmp.Or(s.opts.lockTries, defaultLockTries))); err != nil {
+	known := ""
+	if s.opts.CacheFile != "" {
+		known = pushedFingerprint(s.opts.CacheFile + pushedSuffix)
+	}
+	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce), cmp.Or(s.opts.lockTries, defaultLockTries), known)); err != nil {
 		return fmt.Errorf("start sync on the box: %w", err)
 	}
 
@@ -451,54 +466,87 @@ var stateLimits = map[string]int64{"fingerprint": 4096, "manifest": maxManifestS
 // readState reads what sessionScript prints of the box's state: the line
 // naming the files that exist, wc -c's line for each (and its total line
 // for more than one), then their contents in that order. Absent files
-// are missing from the map.
-func (s *session) readState() (map[string][]byte, error) {
+// are missing from the map. known reports that the box left out its
+// manifest because its fingerprint is the pushed file's.
+func (s *session) readState() (map[string][]byte, bool, error) {
 	line, err := s.readLine()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	rest, ok := strings.CutPrefix(line, "crabbox-sync state")
 	if !ok {
-		return nil, fmt.Errorf("%w: %q, want the state", errProtocol, line)
+		return nil, false, fmt.Errorf("%w: %q, want the state", errProtocol, line)
 	}
 	names := strings.Fields(rest)
+	known := false
+	if n := len(names); n > 0 && names[n-1] == "known" {
+		names, known = names[:n-1], true
+	}
 	sizes := make([]int64, len(names))
 	for i, name := range names {
 		limit, known := stateLimits[name]
 		if !known || slices.Index(names, name) != i {
-			return nil, fmt.Errorf("%w: %q", errProtocol, line)
+			return nil, false, fmt.Errorf("%w: %q", errProtocol, line)
 		}
 		wc, err := s.readLine()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		f := strings.Fields(wc)
 		if len(f) != 2 || f[1] != stateDir+"/"+name {
-			return nil, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
+			return nil, false, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
 		}
 		n, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
+			return nil, false, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
 		}
 		if n > limit {
-			return nil, fmt.Errorf("%s/%s on the box is larger than %d bytes; remove it to start over", s.opts.RemoteDir, stateDir+"/"+name, limit)
+			return nil, false, fmt.Errorf("%s/%s on the box is larger than %d bytes; remove it to start over", s.opts.RemoteDir, stateDir+"/"+name, limit)
 		}
 		sizes[i] = n
 	}
 	if len(names) > 1 {
 		if _, err := s.readLine(); err != nil { // wc's total
-			return nil, err
+			return nil, false, err
 		}
 	}
 	state := make(map[string][]byte, len(names))
 	for i, name := range names {
 		data := make([]byte, sizes[i])
 		if _, err := io.ReadFull(s.stdout, data); err != nil {
-			return nil, fmt.Errorf("read %s from the box: %w", name, err)
+			return nil, false, fmt.Errorf("read %s from the box: %w", name, err)
 		}
 		state[name] = data
 	}
-	return state, nil
+	return state, known, nil
+}
+
+// fetchManifest asks the box for its manifest after all: the pushed file
+// that matched its fingerprint could not be read.
+func (s *session) fetchManifest() ([]byte, error) {
+	if _, err := (remoteWriter{s.stdin}).Write(step(manifestStep)); err != nil {
+		return nil, err
+	}
+	line, err := s.readLine()
+	if err != nil {
+		return nil, err
+	}
+	size, ok := strings.CutPrefix(line, "crabbox-sync manifest ")
+	if !ok {
+		return nil, fmt.Errorf("%w: %q, want the manifest", errProtocol, line)
+	}
+	if size == "-" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(size, 10, 64)
+	if err != nil || n < 0 || n > maxManifestSize {
+		return nil, fmt.Errorf("%w: %q", errProtocol, line)
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(s.stdout, data); err != nil {
+		return nil, fmt.Errorf("read manifest from the box: %w", err)
+	}
+	return data, nil
 }
 
 // converse runs the protocol of sessionScript.
@@ -517,14 +565,29 @@ func (s *session) converse(ctx context.Context) error {
 		return fmt.Errorf("%w: %q", errProtocol, line)
 	}
 
-	state, err := s.readState()
+	state, known, err := s.readState()
 	if err != nil {
 		return err
 	}
+	if s.opts.stateRead != nil {
+		s.opts.stateRead(known)
+	}
 	pendingData, dirty := state["pending"]
-	prev, err := parseManifest(state["manifest"])
-	if err != nil {
-		return fmt.Errorf("%s/%s on the box is malformed (%w); nothing was changed; remove it to start over", s.opts.RemoteDir, manifestFile, err)
+	manifestData := state["manifest"]
+	var prev []Entry
+	if known {
+		// The box has the manifest of the last push from here.
+		boxFP := strings.TrimSpace(string(state["fingerprint"]))
+		if prev, err = loadPushed(s.opts.CacheFile+pushedSuffix, boxFP); err != nil {
+			if manifestData, err = s.fetchManifest(); err != nil {
+				return err
+			}
+		}
+	}
+	if prev == nil {
+		if prev, err = parseManifest(manifestData); err != nil {
+			return fmt.Errorf("%s/%s on the box is malformed (%w); nothing was changed; remove it to start over", s.opts.RemoteDir, manifestFile, err)
+		}
 	}
 	var untrusted []string
 	if dirty {
@@ -732,6 +795,9 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 		go func() {
 			defer close(s.saved)
 			s.prep.remember(fp)
+			if s.opts.CacheFile != "" {
+				s.prep.warn(savePushed(s.opts.CacheFile+pushedSuffix, fp, final))
+			}
 		}()
 	}
 	if err := addState(tw, manifestTmp, encodeManifest(final), now); err != nil {
