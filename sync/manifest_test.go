@@ -56,6 +56,27 @@ func TestParseManifestV1(t *testing.T) {
 	}
 }
 
+// A box synced by crabbox before the binary format keeps a version 2
+// manifest (text lines); it is still read.
+func TestParseManifestV2(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(manifestHeaderV2 + "\n")
+	for _, e := range sampleEntries {
+		sum := e.SHA256
+		if sum == "" {
+			sum = "-"
+		}
+		fmt.Fprintf(&b, "%o %d %d %s %s %s\n", uint32(e.Mode), e.Size, e.MTime, sum, strconv.Quote(e.Path), strconv.Quote(e.Link))
+	}
+	got, err := parseManifest([]byte(b.String()))
+	if err != nil {
+		t.Fatalf("parseManifest: %v\n%s", err, b.String())
+	}
+	if diff := cmp.Diff(sampleEntries, got); diff != "" {
+		t.Errorf("version 2 (-want +got):\n%s", diff)
+	}
+}
+
 func TestParseManifestRejects(t *testing.T) {
 	hash := strings.Repeat("a", 64)
 	line := func(e string) string { return manifestHeaderV1 + "\n" + e + "\n" }
@@ -81,7 +102,7 @@ func TestParseManifestRejects(t *testing.T) {
 			`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}` + "\n",
 	}
 	// The same in the current format.
-	line2 := func(e string) string { return manifestHeader + "\n" + e + "\n" }
+	line2 := func(e string) string { return manifestHeaderV2 + "\n" + e + "\n" }
 	for name, data := range map[string]string{
 		"v2 dot dot":        line2(`420 0 0 ` + hash + ` "../x" ""`),
 		"v2 absolute":       line2(`420 0 0 ` + hash + ` "/etc/passwd" ""`),
@@ -99,7 +120,29 @@ func TestParseManifestRejects(t *testing.T) {
 		"v2 few fields":     line2(`644 0 "a" ""`),
 		"v2 bad mode":       line2(`9z 0 0 ` + hash + ` "a" ""`),
 		"v2 unsorted":       line2(`644 0 0 ` + hash + ` "b" ""` + "\n" + `644 0 0 ` + hash + ` "a" ""`),
-		"v2 unterminated":   manifestHeader + "\n" + `644 0 0 ` + hash + ` "a" ""`,
+		"v2 unterminated":   manifestHeaderV2 + "\n" + `644 0 0 ` + hash + ` "a" ""`,
+	} {
+		tests[name] = data
+	}
+	// And in the binary format.
+	ok := Entry{Path: "a", Mode: 0o644, Size: 1, SHA256: hash}
+	v3 := func(change func(*Entry)) string {
+		e := ok
+		change(&e)
+		return string(encodeManifest([]Entry{e}))
+	}
+	for name, data := range map[string]string{
+		"v3 dot dot":        v3(func(e *Entry) { e.Path = "../x" }),
+		"v3 absolute":       v3(func(e *Entry) { e.Path = "/etc/passwd" }),
+		"v3 reserved":       v3(func(e *Entry) { e.Path = ".crabbox/manifest" }),
+		"v3 directory mode": v3(func(e *Entry) { e.Mode = fs.ModeDir | 0o755 }),
+		"v3 no hash":        v3(func(e *Entry) { e.SHA256 = "" }),
+		"v3 symlink hash":   v3(func(e *Entry) { e.Mode, e.Link = fs.ModeSymlink|0o777, "b" }),
+		"v3 negative size":  v3(func(e *Entry) { e.Size = -1 }),
+		"v3 unsorted":       string(encodeManifest([]Entry{{Path: "b", Mode: 0o644, SHA256: hash}, ok})),
+		"v3 duplicate":      string(encodeManifest([]Entry{ok, ok})),
+		"v3 cut short":      v3(func(*Entry) {})[:len(manifestHeader)+10],
+		"v3 short hash":     manifestHeader + "\n\x01a\x80\x08\x02\x00\x00\x03abc",
 	} {
 		tests[name] = data
 	}
@@ -120,7 +163,7 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add(encodeManifest(sampleEntries))
 	f.Add([]byte(manifestHeaderV1 + "\n" + `{"path":"../x","mode":420,"size":0,"mtime":0,"sha256":""}` + "\n"))
 	f.Add([]byte(manifestHeaderV1 + "\n{}\n"))
-	f.Add([]byte(manifestHeader + "\n644 1 2 - \"a b\" \"\"\n"))
+	f.Add([]byte(manifestHeaderV2 + "\n644 1 2 - \"a b\" \"\"\n"))
 	f.Add([]byte("garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		entries, err := parseManifest(data)
@@ -241,7 +284,7 @@ func TestPushIgnoresHostilePending(t *testing.T) {
 	base := t.TempDir()
 	remoteDir := filepath.Join(base, "repo")
 	write(t, base, "outside.txt", "precious", 0o644)
-	bad := manifestHeader + "\n" + `{"path":"../outside.txt","mode":420,"size":0,"mtime":0,"sha256":"` + strings.Repeat("a", 64) + `"}` + "\n"
+	bad := manifestHeaderV2 + "\n" + `{"path":"../outside.txt","mode":420,"size":0,"mtime":0,"sha256":"` + strings.Repeat("a", 64) + `"}` + "\n"
 	write(t, remoteDir, pendingFile, bad, 0o644)
 	write(t, remoteDir, fingerprintFile, "x\ncrabbox-sync same\n", 0o644)
 	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir}); err != nil {
