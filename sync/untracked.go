@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -432,102 +433,115 @@ func topmost(dirs []string) []string {
 // before it is read. It reports false when there are more than
 // maxCachedDirs or one cannot be read.
 func walkDirs(ctx context.Context, root *rootDir, m *matcher, starts ...string) (dirs, ignores []stampedPath, ok bool) {
-	var mu gosync.Mutex
-	m = m.clone() // used under mu
-	excluded := func(dir string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return m.excluded(dir, true, false)
-	}
 	var (
-		failed  bool
-		pending gosync.WaitGroup
-		sem     = make(chan struct{}, runtime.GOMAXPROCS(0))
+		mu     gosync.Mutex
+		cond   = gosync.NewCond(&mu)
+		queue  = slices.Clone(starts)
+		busy   int // directories being read
+		failed bool
+		wg     gosync.WaitGroup
 	)
-	fail := func() {
-		mu.Lock()
-		failed = true
-		mu.Unlock()
-	}
-	var visit func(rel string)
-	visit = func(rel string) {
-		defer pending.Done()
-		sem <- struct{}{}
-		defer func() { <-sem }()
-		mu.Lock()
-		stop := failed || len(dirs) >= maxCachedDirs || ctx.Err() != nil
-		mu.Unlock()
-		if stop {
-			fail()
-			return
-		}
-		st, err := root.stampAt(rel)
-		if err != nil || st.Mode&sIFMT != sIFDIR {
-			fail()
-			return
-		}
-		f, err := os.Open(filepath.Join(root.path, filepath.FromSlash(rel)))
-		if err != nil {
-			fail()
-			return
-		}
-		entries, err := f.ReadDir(-1)
-		f.Close()
-		if err != nil {
-			fail()
-			return
-		}
-		var subdirs []string
-		var ignore *stampedPath
-		nested := false
-		for _, e := range entries {
-			name := e.Name()
-			child := name
-			if rel != "" {
-				child = rel + "/" + name
-			}
-			switch {
-			case name == ".git":
-				nested = rel != ""
-			case name == ".gitignore":
-				st, err := stampFile(filepath.Join(root.path, filepath.FromSlash(child)))
-				if err != nil {
-					fail()
+	m = m.clone() // used under mu
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			for {
+				for len(queue) == 0 && busy > 0 && !failed {
+					cond.Wait()
+				}
+				if len(dirs) >= maxCachedDirs || ctx.Err() != nil {
+					failed = true
+				}
+				if failed || len(queue) == 0 {
+					cond.Broadcast()
 					return
 				}
-				ignore = &stampedPath{child, st}
-			case e.IsDir() && !excluded(child):
-				subdirs = append(subdirs, child)
+				rel := queue[len(queue)-1]
+				queue = queue[:len(queue)-1]
+				busy++
+				mu.Unlock()
+				d, err := readDirOf(root, rel)
+				mu.Lock()
+				busy--
+				if err != nil {
+					failed = true
+					continue
+				}
+				dirs = append(dirs, stampedPath{rel, d.st})
+				if d.ignore != nil {
+					ignores = append(ignores, *d.ignore)
+				}
+				if !d.nested {
+					// git lists a nested repository as one entry and
+					// never reads it; its own stamp tells when it stops
+					// being one.
+					for _, sub := range d.subdirs {
+						if !m.excluded(sub, true, false) {
+							queue = append(queue, sub)
+						}
+					}
+				}
+				cond.Broadcast()
 			}
-		}
-		mu.Lock()
-		dirs = append(dirs, stampedPath{rel, st})
-		if ignore != nil {
-			ignores = append(ignores, *ignore)
-		}
-		mu.Unlock()
-		if nested {
-			// git lists a nested repository as one entry and never
-			// reads it; its own stamp tells when it stops being one.
-			return
-		}
-		for _, d := range subdirs {
-			pending.Add(1)
-			go visit(d)
-		}
+		})
 	}
-	for _, start := range starts {
-		pending.Add(1)
-		go visit(start)
-	}
-	pending.Wait()
-	if failed || ctx.Err() != nil {
+	wg.Wait()
+	if failed {
 		return nil, nil, false
 	}
 	byPath := func(a, b stampedPath) int { return strings.Compare(a.path, b.path) }
 	slices.SortFunc(dirs, byPath)
 	slices.SortFunc(ignores, byPath)
 	return dirs, ignores, true
+}
+
+// dirRead is what walkDirs learns of one directory.
+type dirRead struct {
+	st      stamp // taken before the directory was read
+	subdirs []string
+	ignore  *stampedPath
+	nested  bool // holds a .git: a repository of its own
+}
+
+func readDirOf(root *rootDir, rel string) (dirRead, error) {
+	var d dirRead
+	var err error
+	if d.st, err = root.stampAt(rel); err != nil {
+		return d, err
+	}
+	if d.st.Mode&sIFMT != sIFDIR {
+		return d, fmt.Errorf("%s is no longer a directory", rel)
+	}
+	f, err := os.Open(filepath.Join(root.path, filepath.FromSlash(rel)))
+	if err != nil {
+		return d, err
+	}
+	entries, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return d, err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		child := name
+		if rel != "" {
+			child = rel + "/" + name
+		}
+		switch {
+		case name == ".git":
+			d.nested = rel != ""
+		case name == ".gitignore":
+			st, err := stampFile(filepath.Join(root.path, filepath.FromSlash(child)))
+			if err != nil {
+				return d, err
+			}
+			d.ignore = &stampedPath{child, st}
+		case e.IsDir():
+			d.subdirs = append(d.subdirs, child)
+		}
+	}
+	return d, nil
 }
 
 // racyStamps reports whether any of the stamps changed too recently
