@@ -65,35 +65,19 @@ func parseCache(data []byte) (map[string]cacheEntry, error) {
 		return nil, errors.New("not a hash cache")
 	}
 	entries := map[string]cacheEntry{}
-	rest := []byte(all) // read-only; paths are substrings of all
-	off := 0
-	// n <= 0 means a cut short or overlong number.
-	next := func() (uint64, bool) {
-		v, n := binary.Uvarint(rest[off:])
-		off += max(n, 0)
-		return v, n > 0
-	}
-	nextInt := func() (int64, bool) {
-		v, n := binary.Varint(rest[off:])
-		off += max(n, 0)
-		return v, n > 0
-	}
-	for off < len(rest) {
-		n, ok1 := next()
-		if !ok1 || n > uint64(len(rest)-off) {
+	d := &decoder{data: all}
+	for d.more() {
+		path := d.string()
+		size, mtime, ino := d.varint(), d.varint(), d.uvarint()
+		if d.bad || len(all)-d.off < sha256.Size {
 			return nil, errors.New("malformed record")
 		}
-		path := all[off : off+int(n)]
-		off += int(n)
-		size, ok2 := nextInt()
-		mtime, ok3 := nextInt()
-		ino, ok4 := next()
-		if !ok2 || !ok3 || !ok4 || len(rest)-off < sha256.Size {
-			return nil, errors.New("malformed record")
-		}
-		sum := hex.EncodeToString(rest[off : off+sha256.Size])
-		off += sha256.Size
+		sum := hex.EncodeToString([]byte(all[d.off : d.off+sha256.Size]))
+		d.off += sha256.Size
 		entries[path] = cacheEntry{Size: size, MTime: mtime, Inode: ino, SHA256: sum}
+	}
+	if d.bad {
+		return nil, errors.New("malformed record")
 	}
 	return entries, nil
 }
@@ -106,8 +90,7 @@ func formatCache(entries map[string]cacheEntry) []byte {
 		if err != nil || len(sum) != sha256.Size {
 			continue
 		}
-		b = binary.AppendUvarint(b, uint64(len(path)))
-		b = append(b, path...)
+		b = appendString(b, path)
 		b = binary.AppendVarint(b, e.Size)
 		b = binary.AppendVarint(b, e.MTime)
 		b = binary.AppendUvarint(b, e.Inode)

@@ -66,21 +66,17 @@ func encodeManifest(entries []Entry) []byte {
 	b := make([]byte, 0, len(manifestHeader)+1+len(entries)*80)
 	b = append(b, manifestHeader...)
 	b = append(b, '\n')
-	str := func(s string) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
 	var sum [sha256.Size]byte
 	for _, e := range entries {
-		str(e.Path)
+		b = appendString(b, e.Path)
 		b = binary.AppendUvarint(b, uint64(e.Mode))
 		b = binary.AppendVarint(b, e.Size)
 		b = binary.AppendVarint(b, e.MTime)
-		str(e.Link)
+		b = appendString(b, e.Link)
 		if n, err := hex.Decode(sum[:], []byte(e.SHA256)); err == nil && n == sha256.Size {
-			str(string(sum[:]))
+			b = appendString(b, string(sum[:]))
 		} else {
-			str("")
+			b = appendString(b, "")
 		}
 	}
 	return b
@@ -88,43 +84,14 @@ func encodeManifest(entries []Entry) []byte {
 
 // parseEntries parses the entries of a version 3 manifest, unchecked.
 func parseEntries(all string) ([]Entry, error) {
-	off := 0
-	bad := false
-	uvarint := func() uint64 {
-		v, n := binary.Uvarint([]byte(all[off:min(len(all), off+binary.MaxVarintLen64)]))
-		if n <= 0 {
-			bad = true
-			return 0
-		}
-		off += n
-		return v
-	}
-	varint := func() int64 {
-		v, n := binary.Varint([]byte(all[off:min(len(all), off+binary.MaxVarintLen64)]))
-		if n <= 0 {
-			bad = true
-			return 0
-		}
-		off += n
-		return v
-	}
-	str := func() string {
-		n := uvarint()
-		if bad || n > uint64(len(all)-off) {
-			bad = true
-			return ""
-		}
-		s := all[off : off+int(n)]
-		off += int(n)
-		return s
-	}
+	d := &decoder{data: all}
 	var entries []Entry
-	for off < len(all) {
-		e := Entry{Path: str()}
-		mode := uvarint()
-		e.Size, e.MTime, e.Link = varint(), varint(), str()
-		sum := str()
-		if bad || mode > math.MaxUint32 {
+	for d.more() {
+		e := Entry{Path: d.string()}
+		mode := d.uvarint()
+		e.Size, e.MTime, e.Link = d.varint(), d.varint(), d.string()
+		sum := d.string()
+		if d.bad || mode > math.MaxUint32 {
 			return nil, fmt.Errorf("entry %d: malformed", len(entries)+1)
 		}
 		e.Mode = fs.FileMode(mode)

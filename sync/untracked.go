@@ -238,14 +238,10 @@ func loadUntracked(name string) *untrackedCache {
 // bytes, stamps as varints.
 func formatUntracked(c *untrackedCache) []byte {
 	b := []byte(untrackedHeader)
-	str := func(s string) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
 	stamped := func(list []stampedPath) {
 		b = binary.AppendUvarint(b, uint64(len(list)))
 		for _, p := range list {
-			str(p.path)
+			b = appendString(b, p.path)
 			b = binary.AppendVarint(b, p.st.MTime)
 			b = binary.AppendVarint(b, p.st.CTime)
 			b = binary.AppendUvarint(b, p.st.Ino)
@@ -253,14 +249,14 @@ func formatUntracked(c *untrackedCache) []byte {
 			b = binary.AppendUvarint(b, uint64(p.st.Mode))
 		}
 	}
-	str(c.key)
-	str(c.excludesFile)
-	str(string(c.tracked))
+	b = appendString(b, c.key)
+	b = appendString(b, c.excludesFile)
+	b = appendString(b, string(c.tracked))
 	stamped(c.dirs)
 	stamped(c.ignores)
 	b = binary.AppendUvarint(b, uint64(len(c.entries)))
 	for _, e := range c.entries {
-		str(e)
+		b = appendString(b, e)
 	}
 	return b
 }
@@ -272,66 +268,26 @@ func parseUntracked(data []byte) (*untrackedCache, error) {
 	if !ok {
 		return nil, errMalformedCache
 	}
-	off := 0
-	bad := false
-	uvarint := func() uint64 {
-		v, n := binary.Uvarint([]byte(all[off:min(len(all), off+binary.MaxVarintLen64)]))
-		if n <= 0 {
-			bad = true
-			return 0
-		}
-		off += n
-		return v
-	}
-	varint := func() int64 {
-		v, n := binary.Varint([]byte(all[off:min(len(all), off+binary.MaxVarintLen64)]))
-		if n <= 0 {
-			bad = true
-			return 0
-		}
-		off += n
-		return v
-	}
-	str := func() string {
-		n := uvarint()
-		if bad || n > uint64(len(all)-off) {
-			bad = true
-			return ""
-		}
-		s := all[off : off+int(n)]
-		off += int(n)
-		return s
-	}
-	count := func() int {
-		n := uvarint()
-		if n > uint64(len(all)) { // every item takes a byte at least
-			bad = true
-			return 0
-		}
-		return int(n)
-	}
+	d := &decoder{data: all}
 	stamped := func() []stampedPath {
-		list := make([]stampedPath, count())
+		list := make([]stampedPath, d.count())
 		for i := range list {
-			list[i].path = str()
-			list[i].st = stamp{MTime: varint(), CTime: varint(), Ino: uvarint(), Size: varint(), Mode: uint32(uvarint())}
-			if bad {
-				return nil
-			}
+			list[i].path = d.string()
+			list[i].st = stamp{MTime: d.varint(), CTime: d.varint(), Ino: d.uvarint(), Size: d.varint(), Mode: uint32(d.uvarint())}
 		}
 		return list
 	}
 	c := &untrackedCache{}
-	c.key = str()
-	c.excludesFile = str()
-	c.tracked = []byte(str())
+	c.key = d.string()
+	c.excludesFile = d.string()
+	c.tracked = []byte(d.string())
 	c.dirs = stamped()
 	c.ignores = stamped()
-	c.entries = make([]string, count())
+	c.entries = make([]string, d.count())
 	for i := range c.entries {
-		c.entries[i] = str()
+		c.entries[i] = d.string()
 	}
-	if bad || off != len(all) {
+	if d.bad || d.off != len(all) {
 		return nil, errMalformedCache
 	}
 	for _, list := range [][]stampedPath{c.dirs, c.ignores} {
