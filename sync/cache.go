@@ -30,10 +30,11 @@ type hashCache struct {
 	// lookup needs no second lstat; set by Push, read-only afterwards.
 	stamps map[string]fileStamp
 
-	mu     gosync.Mutex
-	old    map[string]cacheEntry // as read
-	hits   int                   // lookups old answered
-	stored map[string]cacheEntry // hashed since
+	mu      gosync.Mutex
+	old     map[string]cacheEntry // as read
+	records int                   // in the file as read: len(old) and superseded ones
+	hits    int                   // lookups old answered
+	stored  map[string]cacheEntry // hashed since
 }
 
 type cacheEntry struct {
@@ -58,33 +59,45 @@ const (
 	racyFine   = 100 * time.Millisecond
 )
 
-// parseCache reads a cache file's records; malformed content is an error.
+// parseCache reads a cache file's records, a later record of a path
+// replacing an earlier one; malformed content is an error.
 func parseCache(data []byte) (map[string]cacheEntry, error) {
+	entries, _, err := parseCacheRecords(data)
+	return entries, err
+}
+
+// parseCacheRecords is parseCache that also counts the records.
+func parseCacheRecords(data []byte) (map[string]cacheEntry, int, error) {
 	all, ok := strings.CutPrefix(string(data), cacheHeader)
 	if !ok {
-		return nil, errors.New("not a hash cache")
+		return nil, 0, errors.New("not a hash cache")
 	}
 	entries := map[string]cacheEntry{}
+	records := 0
 	d := &decoder{data: all}
 	for d.more() {
+		records++
 		path := d.string()
 		size, mtime, ino := d.varint(), d.varint(), d.uvarint()
 		if d.bad || len(all)-d.off < sha256.Size {
-			return nil, errors.New("malformed record")
+			return nil, 0, errors.New("malformed record")
 		}
 		sum := hex.EncodeToString([]byte(all[d.off : d.off+sha256.Size]))
 		d.off += sha256.Size
 		entries[path] = cacheEntry{Size: size, MTime: mtime, Inode: ino, SHA256: sum}
 	}
 	if d.bad {
-		return nil, errors.New("malformed record")
+		return nil, 0, errors.New("malformed record")
 	}
-	return entries, nil
+	return entries, records, nil
 }
 
 func formatCache(entries map[string]cacheEntry) []byte {
 	b := make([]byte, 0, len(cacheHeader)+len(entries)*96)
-	b = append(b, cacheHeader...)
+	return appendCacheRecords(append(b, cacheHeader...), entries)
+}
+
+func appendCacheRecords(b []byte, entries map[string]cacheEntry) []byte {
 	for path, e := range entries {
 		sum, err := hex.DecodeString(e.SHA256)
 		if err != nil || len(sum) != sha256.Size {
@@ -114,8 +127,8 @@ func loadCache(name string) *hashCache {
 	if err != nil {
 		return c
 	}
-	if entries, err := parseCache(data); err == nil {
-		c.old = entries
+	if entries, records, err := parseCacheRecords(data); err == nil {
+		c.old, c.records = entries, records
 	}
 	return c
 }
@@ -168,8 +181,19 @@ func (c *hashCache) save() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.stored) == 0 && c.hits == len(c.old) {
+	// Records of files gone or changed are superseded or unused; they
+	// cost only space, until they are as many as the files listed.
+	live := len(c.old)
+	if c.stamps != nil {
+		live = len(c.stamps)
+	}
+	roomy := c.records+len(c.stored) <= 2*live+256
+	switch {
+	case len(c.stored) == 0 && (c.hits == len(c.old) || roomy):
 		return nil
+	case c.old != nil && roomy:
+		// Only what was hashed since is written, at the end.
+		return appendFile(c.file, appendCacheRecords(nil, c.stored))
 	}
 	keep := make(map[string]cacheEntry, len(c.old)+len(c.stored))
 	if c.stamps == nil {
@@ -183,6 +207,16 @@ func (c *hashCache) save() error {
 	}
 	maps.Copy(keep, c.stored)
 	return atomicfile.Write(c.file, formatCache(keep))
+}
+
+// appendFile appends data to the file name, which must exist.
+func appendFile(name string, data []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	return errors.Join(err, f.Close())
 }
 
 // racy reports whether a file with this mtime was modified too recently

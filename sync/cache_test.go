@@ -1,6 +1,9 @@
 package sync
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -72,4 +75,73 @@ func TestRacy(t *testing.T) {
 			t.Errorf("racy(%s) = %v, want %v", tt.mtime.Format(time.RFC3339Nano), got, tt.want)
 		}
 	}
+}
+
+// A save after a few files were hashed appends their records; the file is
+// rewritten without stale records once those are as many as the files.
+func TestCacheSaveAppendsThenCompacts(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "hashes")
+	old := time.Now().Add(-time.Hour).UnixNano()
+	sum := func(i int) string { return fmt.Sprintf("%064x", i) }
+	stamps := map[string]fileStamp{}
+	c := loadCache(name)
+	c.stamps = stamps
+	for i := range 100 {
+		p := fmt.Sprintf("f%03d", i)
+		stamps[p] = fileStamp{mtime: old, ino: uint64(i)}
+		c.store(p, 1, old, uint64(i), sum(i))
+	}
+	if err := c.save(); err != nil {
+		t.Fatal(err)
+	}
+	size := func() int64 {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	full := size()
+
+	// Round after round, one file changes.
+	for round := 1; round <= 600; round++ {
+		c := loadCache(name)
+		c.stamps = stamps
+		p := "f000"
+		mtime := old + int64(round)
+		stamps[p] = fileStamp{mtime: mtime, ino: 0}
+		c.store(p, 1, mtime, 0, sum(1000+round))
+		before := size()
+		if err := c.save(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := parseCache(mustRead(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 100 || got[p].SHA256 != sum(1000+round) || got["f099"].SHA256 != sum(99) {
+			t.Fatalf("round %d: %d entries, %s = %.8s", round, len(got), p, got[p].SHA256)
+		}
+		if after := size(); after < before {
+			if after > full {
+				t.Fatalf("round %d: compacted to %d bytes, want %d", round, after, full)
+			}
+			if round < 100 {
+				t.Fatalf("round %d: compacted with few stale records", round)
+			}
+			return
+		} else if after-before > 200 {
+			t.Fatalf("round %d: the file grew by %d bytes for one record", round, after-before)
+		}
+	}
+	t.Fatal("never compacted")
+}
+
+func mustRead(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

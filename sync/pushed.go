@@ -22,8 +22,10 @@ const (
 	pushedHeader = "crabbox pushed manifest 2\n"
 )
 
-func formatPushed(fp string, entries []Entry) []byte {
-	return append([]byte(pushedHeader+fp+"\n"), encodeManifest(entries)...)
+// formatPushed is the pushed file of fingerprint fp and its manifest, as
+// encodeManifest made it.
+func formatPushed(fp string, manifest []byte) []byte {
+	return append([]byte(pushedHeader+fp+"\n"), manifest...)
 }
 
 // pushedFingerprint returns the fingerprint of the pushed file, or "".
@@ -66,6 +68,6 @@ func parsePushed(data []byte, fp string) ([]Entry, error) {
 	return parseManifest(rest)
 }
 
-func savePushed(name, fp string, entries []Entry) error {
-	return atomicfile.Write(name, formatPushed(fp, entries))
+func savePushed(name, fp string, manifest []byte) error {
+	return atomicfile.Write(name, formatPushed(fp, manifest))
 }

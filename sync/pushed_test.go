@@ -64,7 +64,7 @@ func TestPushUsesKnownManifest(t *testing.T) {
 
 func FuzzParsePushed(f *testing.F) {
 	fp := fingerprint(sampleEntries)
-	f.Add(formatPushed(fp, sampleEntries))
+	f.Add(formatPushed(fp, encodeManifest(sampleEntries)))
 	f.Add([]byte(pushedHeader + fp + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		entries, err := parsePushed(data, fp)
@@ -76,7 +76,7 @@ func FuzzParsePushed(f *testing.F) {
 				t.Fatalf("accepted %+v", e)
 			}
 		}
-		again, err := parsePushed(formatPushed(fp, entries), fp)
+		again, err := parsePushed(formatPushed(fp, encodeManifest(entries)), fp)
 		if err != nil || (len(entries) > 0 && !cmp.Equal(entries, again)) {
 			t.Fatalf("round trip: %v\n%s", err, cmp.Diff(entries, again))
 		}

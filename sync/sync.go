@@ -788,19 +788,20 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	if fp == "" || rehashed || len(drop) > 0 {
 		fp = fingerprint(final)
 	}
+	manifest := encodeManifest(final)
 	if clean {
-		// The hash cache is saved while the manifest is encoded and
-		// sent and the box extracts; run waits for it.
+		// The local caches are saved while the manifest is sent and the
+		// box extracts; run waits for them.
 		s.saved = make(chan struct{})
 		go func() {
 			defer close(s.saved)
 			s.prep.remember(fp)
 			if s.opts.CacheFile != "" {
-				s.prep.warn(savePushed(s.opts.CacheFile+pushedSuffix, fp, final))
+				s.prep.warn(savePushed(s.opts.CacheFile+pushedSuffix, fp, manifest))
 			}
 		}()
 	}
-	if err := addState(tw, manifestTmp, encodeManifest(final), now); err != nil {
+	if err := addState(tw, manifestTmp, manifest, now); err != nil {
 		return err
 	}
 	if err := addState(tw, fingerprintTmp, []byte(fp+"\n"), now); err != nil {
