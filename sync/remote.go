@@ -94,7 +94,6 @@ if [ "$crabbox_mode" = quick ] && { read -r crabbox_have <"$crabbox_dir/$s/finge
 fi
 crabbox_held=
 crabbox_release() {
-	[ -e "$s/step-$crabbox_token" ] && rm -f "$s/step-$crabbox_token"
 	if [ -n "$crabbox_held" ] && { read -r crabbox_o <"$s/lock/owner"; } 2>/dev/null && [ "$crabbox_o" = "$crabbox_token $$" ]; then
 		rm -rf "$s/lock"
 	fi
@@ -156,9 +155,9 @@ while IFS= read -r crabbox_n; do
 	case $crabbox_n in
 	''|*[!0-9]*) echo "crabbox: malformed step" >&2; exit 1 ;;
 	esac
-	dd bs=1 count="$crabbox_n" of="$s/step-$crabbox_token" 2>/dev/null || exit 1
-	[ "$(($(wc -c < "$s/step-$crabbox_token")))" -eq "$crabbox_n" ] || exit 1
-	. "./$s/step-$crabbox_token"
+	dd bs=1 count="$crabbox_n" of="$s/lock/step" 2>/dev/null || exit 1
+	[ "$(($(wc -c < "$s/lock/step")))" -eq "$crabbox_n" ] || exit 1
+	. "./$s/lock/step"
 done
 exit 0
 `
@@ -254,17 +253,23 @@ func unescapeName(s string) string {
 // transferStep marks the tree as changing, deletes the stale paths,
 // extracts the archive that follows on stdin and, only if that succeeded,
 // installs the new manifest and fingerprint (the archive's last entries).
+//
+// The box's fingerprint goes first (with the pending file in place,
+// either tells a reader without the lock that the tree is changing) and
+// comes back last, written by the shell: a reader that catches it half
+// written sees a fingerprint that matches nothing while the pending file
+// is still there.
 func transferStep(del []string) string {
 	var b strings.Builder
-	b.WriteString("rm -f .crabbox/fingerprint .crabbox/manifest.tmp .crabbox/fingerprint.tmp\n")
 	b.WriteString(": > .crabbox/pending || exit 1\n")
-	b.WriteString(deleteSection(del))
+	b.WriteString(deleteSection([]string{".crabbox/fingerprint", ".crabbox/manifest.tmp", ".crabbox/fingerprint.tmp"}, del))
 	b.WriteString(`if tar -xf -; then :; else
 	crabbox_st=$?
 	rm -f .crabbox/manifest.tmp .crabbox/fingerprint.tmp
 	exit "$crabbox_st"
 fi
-mv -f .crabbox/manifest.tmp .crabbox/manifest && mv -f .crabbox/fingerprint.tmp .crabbox/fingerprint && rm -f .crabbox/pending .crabbox/synced
+read -r crabbox_f <.crabbox/fingerprint.tmp && mv -f .crabbox/manifest.tmp .crabbox/manifest &&
+	echo "$crabbox_f" >.crabbox/fingerprint && rm -f .crabbox/pending .crabbox/synced .crabbox/fingerprint.tmp
 exit $?
 `)
 	return b.String()
@@ -273,14 +278,12 @@ exit $?
 // deleteBatch bounds the arguments of one rm or rmdir on the box.
 const deleteBatch = 256
 
-// deleteSection removes the stale paths (relative to the current
-// directory), then the directories that held them if they are now empty.
-// Nothing is removed through a symlink: every parent of a path must be a
-// real directory.
-func deleteSection(paths []string) string {
-	if len(paths) == 0 {
-		return ""
-	}
+// deleteSection removes the state files and the stale paths (relative to
+// the current directory), then the directories that held the stale paths
+// if they are now empty, with one rm and one rmdir per batch. Nothing is
+// removed through a symlink: every parent of a path must be a real
+// directory.
+func deleteSection(state, paths []string) string {
 	var b strings.Builder
 	b.WriteString(`crabbox_safe() {
 	crabbox_p=$1 crabbox_d=.
@@ -303,8 +306,10 @@ func deleteSection(paths []string) string {
 			fmt.Fprintf(&b, "[ $# -eq 0 ] || %s -- \"$@\" 2>/dev/null\n", cmd)
 		}
 	}
-	batch("rm -f", paths)
-	batch("rmdir", parentDirs(paths))
+	batch("rm -f", append(slices.Clip(state), paths...))
+	if len(paths) > 0 {
+		batch("rmdir", parentDirs(paths))
+	}
 	return b.String()
 }
 
