@@ -152,6 +152,30 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	if opts.onCache != nil {
 		opts.onCache(lc.hit(), lc.relist())
 	}
+	// git's listing of untracked files runs beside the rest; whatever
+	// way listFiles returns, it and the listing cache's walk are over.
+	gitCtx, cancelGit := context.WithCancel(ctx)
+	var fromGit chan listing
+	defer func() {
+		cancelGit()
+		if fromGit != nil {
+			<-fromGit
+		}
+		lc.stopWalk()
+	}()
+	listUntracked := func(args ...string) {
+		fromGit = make(chan listing, 1)
+		go func() {
+			entries, _, err := gitList(gitCtx, root, append([]string{"-o", "--exclude-standard"}, args...)...)
+			fromGit <- listing{entries, err}
+		}()
+	}
+	receive := func() listing {
+		l := <-fromGit
+		fromGit = nil
+		return l
+	}
+
 	var tracked []listed
 	var untracked func() listing
 	if lc.hit() {
@@ -163,18 +187,14 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 		}
 		untracked = func() listing { return listing{entries: lc.untracked()} }
 		if dirs := lc.relist(); dirs != nil {
-			fromGit := make(chan listing, 1)
-			args := []string{"-o", "--exclude-standard", "--"}
+			args := []string{"--"}
 			for _, d := range dirs {
 				args = append(args, ":(literal)"+d)
 			}
-			go func() {
-				entries, _, err := gitList(ctx, root, args...)
-				fromGit <- listing{entries, err}
-			}()
+			listUntracked(args...)
 			lc.startWalk(ctx)
 			untracked = func() listing {
-				l := <-fromGit
+				l := receive()
 				if l.err == nil {
 					l.entries = append(lc.untracked(), l.entries...)
 				}
@@ -183,13 +203,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 			}
 		}
 	} else {
-		fromGit := make(chan listing, 1)
-		gitCtx, cancelGit := context.WithCancel(ctx)
-		defer cancelGit()
-		go func() {
-			entries, _, err := gitList(gitCtx, root, "-o", "--exclude-standard")
-			fromGit <- listing{entries, err}
-		}()
+		listUntracked()
 		lc.startWalk(ctx)
 		// Git's modes of tracked files matter only where the file system
 		// cannot express them (indexModes); elsewhere the file system says
@@ -203,7 +217,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 		tracked, trackedRaw, isRepo, err = gitListRaw(ctx, root, selection...)
 		if err != nil || !isRepo {
 			cancelGit()
-			<-fromGit
+			receive()
 			lc.stopWalk()
 			if err != nil {
 				return nil, 0, err
@@ -220,7 +234,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 			return files, excluded, err
 		}
 		untracked = func() listing {
-			l := <-fromGit
+			l := receive()
 			lc.save(trackedRaw, l)
 			return l
 		}

@@ -641,11 +641,12 @@ func (lc *listingCache) startWalk(ctx context.Context) {
 	}()
 }
 
-// stopWalk abandons the walk.
+// stopWalk abandons the walk, if one is running.
 func (lc *listingCache) stopWalk() {
 	if lc.walked != nil {
 		lc.stop()
 		<-lc.walked
+		lc.walked = nil
 	}
 }
 
@@ -656,6 +657,7 @@ func (lc *listingCache) save(tracked []byte, untracked listing) {
 		return
 	}
 	w := <-lc.walked
+	lc.walked = nil
 	lc.stop()
 	if untracked.err != nil || !w.ok || w.inputs.racy || racyStamps(lc.start, w.dirs, w.ignores) {
 		return
