@@ -46,7 +46,8 @@ import (
 // recently for its stamp to tell a later change apart (see racyFine), nor
 // for a checkout whose git config includes other files (their changes
 // would go unseen), nor when the git directory is not a plain .git
-// directory (worktrees, submodules). It only exists where the file
+// directory (worktrees, submodules) or the environment points git
+// elsewhere (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, GIT_COMMON_DIR). It only exists where the file
 // system's directory times are trusted (Linux and macOS).
 //
 // One gap remains: a core.excludesFile set in a git config file other
@@ -138,13 +139,20 @@ func gitConfigFiles(root string) (configs []string, defaultExcludes string) {
 	return configs, defaultExcludes
 }
 
-// untrackedKeyInputs digests everything but the tracked paths that the
-// untracked list depends on, with excludesFile as git's resolved
+// untrackedKeyInputs digests everything but the directories that git's
+// listings depend on, with excludesFile as git's resolved
 // core.excludesFile. ownExcludes are the sync's own exclude patterns.
 // Files changed after since are racy.
 func untrackedKeyInputs(root, excludesFile string, ownExcludes []byte, since time.Time) untrackedInputs {
 	if !untrackedCacheSupported {
 		return untrackedInputs{}
+	}
+	for _, v := range []string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"} {
+		if os.Getenv(v) != "" {
+			// git reads an index or a repository elsewhere than
+			// root/.git, whose stamps the key would not cover.
+			return untrackedInputs{}
+		}
 	}
 	if fi, err := os.Lstat(filepath.Join(root, ".git")); err != nil || !fi.IsDir() {
 		return untrackedInputs{}

@@ -257,3 +257,21 @@ func FuzzParseUntracked(f *testing.F) {
 		}
 	})
 }
+
+// With git pointed at another index or repository by the environment, the
+// cache's stamps would watch the wrong files: there is no cache.
+func TestListingCacheOffWhenGitIsPointedElsewhere(t *testing.T) {
+	root := cacheTree(t)
+	l := newLister(t, root)
+	l.touch(".", "src", "src/lib", "docs", "logs", "out", "node_modules", "vendor", "vendor/nested", "empty", ".git/index")
+	index := filepath.Join(t.TempDir(), "index")
+	if err := os.WriteFile(index, mustRead(t, filepath.Join(root, ".git", "index")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GIT_INDEX_FILE", index)
+	l.check("first")
+	l.check("second")
+	if l.hits != 0 {
+		t.Errorf("the cache answered %d listings with GIT_INDEX_FILE set", l.hits)
+	}
+}
