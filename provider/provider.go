@@ -102,6 +102,16 @@ type Spec struct {
 // Has reports whether the spec declares feature f.
 func (s Spec) Has(f Feature) bool { return slices.Contains(s.Features, f) }
 
+// Clone returns a copy of s sharing no slice with it, so that a provider
+// can hand out its Spec without letting callers change it.
+func (s Spec) Clone() Spec {
+	s.Aliases = slices.Clone(s.Aliases)
+	s.Targets = slices.Clone(s.Targets)
+	s.Features = slices.Clone(s.Features)
+	s.Options = slices.Clone(s.Options)
+	return s
+}
+
 // Option returns the option named name.
 func (s Spec) Option(name string) (Option, bool) {
 	for _, o := range s.Options {

@@ -135,3 +135,19 @@ func TestExecRunner(t *testing.T) {
 		t.Errorf("failing command: err = %v, want it named", err)
 	}
 }
+
+func TestSpecCloneSharesNothing(t *testing.T) {
+	orig := provider.Spec{
+		Name: "x", Aliases: []string{"a"}, Targets: []provider.Target{provider.TargetLinux},
+		Features: []provider.Feature{provider.FeatureSSH}, Options: []provider.Option{{Name: "o"}},
+	}
+	want := provider.Spec{
+		Name: "x", Aliases: []string{"a"}, Targets: []provider.Target{provider.TargetLinux},
+		Features: []provider.Feature{provider.FeatureSSH}, Options: []provider.Option{{Name: "o"}},
+	}
+	c := orig.Clone()
+	c.Aliases[0], c.Targets[0], c.Features[0], c.Options[0].Name = "b", "other", "other", "p"
+	if diff := cmp.Diff(want, orig); diff != "" {
+		t.Errorf("changing the clone changed the original (-want +got):\n%s", diff)
+	}
+}

@@ -68,7 +68,7 @@ var _ provider.Provider = Provider{}
 func init() { provider.Register(Provider{}) }
 
 // Spec describes the provider.
-func (Provider) Spec() provider.Spec { return cloneSpec() }
+func (Provider) Spec() provider.Spec { return spec.Clone() }
 
 // Configure parses cfg and returns the backend. It reads the AWS SDK's
 // local configuration but contacts nothing.
@@ -130,7 +130,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 }
 
 // Spec describes the provider.
-func (b *Backend) Spec() provider.Spec { return cloneSpec() }
+func (b *Backend) Spec() provider.Spec { return spec.Clone() }
 
 // Regions are the regions the backend works in; boxes are created in the
 // first.

@@ -126,15 +126,6 @@ var spec = provider.Spec{
 	},
 }
 
-func cloneSpec() provider.Spec {
-	s := spec
-	s.Aliases = slices.Clone(spec.Aliases)
-	s.Targets = slices.Clone(spec.Targets)
-	s.Features = slices.Clone(spec.Features)
-	s.Options = slices.Clone(spec.Options)
-	return s
-}
-
 // ParseConfig turns the provider's raw settings into a Config, applying the
 // Spec's defaults and rejecting unknown keys and malformed numbers. New
 // validates the values.

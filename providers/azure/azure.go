@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -156,9 +155,7 @@ func init() { provider.Register(Provider{}) }
 
 // Spec describes the Azure provider.
 func (Provider) Spec() provider.Spec {
-	s := spec
-	s.Targets, s.Features, s.Options = slices.Clone(s.Targets), slices.Clone(s.Features), slices.Clone(s.Options)
-	return s
+	return spec.Clone()
 }
 
 // Configure parses cfg (already merged with the Spec's defaults), takes

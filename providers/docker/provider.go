@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -110,9 +109,7 @@ func init() { provider.Register(Provider{}) }
 
 // Spec describes the docker provider.
 func (Provider) Spec() provider.Spec {
-	s := spec
-	s.Aliases, s.Targets, s.Features, s.Options = slices.Clone(s.Aliases), slices.Clone(s.Targets), slices.Clone(s.Features), slices.Clone(s.Options)
-	return s
+	return spec.Clone()
 }
 
 // Configure parses cfg (already merged with the Spec's defaults) and returns

@@ -103,12 +103,7 @@ type Provider struct{}
 func init() { provider.Register(Provider{}) }
 
 // Spec describes the external provider.
-func (Provider) Spec() provider.Spec { return cloneSpec(spec) }
-
-func cloneSpec(s provider.Spec) provider.Spec {
-	s.Targets, s.Features, s.Options = slices.Clone(s.Targets), slices.Clone(s.Features), slices.Clone(s.Options)
-	return s
-}
+func (Provider) Spec() provider.Spec { return spec.Clone() }
 
 // Configure parses cfg (merged with the Spec's defaults) and returns a
 // *Backend or, in mode delegated-run, a *DelegatedBackend. It reads the

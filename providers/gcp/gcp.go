@@ -50,7 +50,6 @@ package gcp
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	compute "cloud.google.com/go/compute/apiv1"
@@ -74,7 +73,7 @@ var (
 func init() { provider.Register(Provider{}) }
 
 // Spec describes the provider.
-func (Provider) Spec() provider.Spec { return cloneSpec() }
+func (Provider) Spec() provider.Spec { return spec.Clone() }
 
 // Configure parses cfg and returns the backend. It contacts nothing and
 // resolves no credentials: that happens on the first API call.
@@ -114,7 +113,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 }
 
 // Spec describes the provider.
-func (b *Backend) Spec() provider.Spec { return cloneSpec() }
+func (b *Backend) Spec() provider.Spec { return spec.Clone() }
 
 func (b *Backend) String() string {
 	return fmt.Sprintf("gcp backend (project %s, zones %v, %s, %s)", b.cfg.Project, b.cfg.Zones, b.cfg.MachineType, b.cfg.Market)
@@ -179,13 +178,4 @@ func (b *Backend) Close() error {
 func credentialsError(err error) error {
 	return fmt.Errorf("gcp provider: set up the Compute Engine client (Application Default Credentials: GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`): %w: %w",
 		provider.ErrUnauthenticated, err)
-}
-
-func cloneSpec() provider.Spec {
-	s := spec
-	s.Aliases = slices.Clone(spec.Aliases)
-	s.Targets = slices.Clone(spec.Targets)
-	s.Features = slices.Clone(spec.Features)
-	s.Options = slices.Clone(spec.Options)
-	return s
 }

@@ -116,9 +116,7 @@ func init() { provider.Register(Provider{}) }
 
 // Spec describes the Hetzner provider.
 func (Provider) Spec() provider.Spec {
-	s := spec
-	s.Targets, s.Features, s.Options = slices.Clone(s.Targets), slices.Clone(s.Features), slices.Clone(s.Options)
-	return s
+	return spec.Clone()
 }
 
 // Configure parses cfg (already merged with the Spec's defaults), takes

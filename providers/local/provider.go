@@ -17,7 +17,6 @@ package local
 import (
 	"errors"
 	"path/filepath"
-	"slices"
 
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -66,9 +65,7 @@ func init() { provider.Register(Provider{}) }
 
 // Spec describes the local provider.
 func (Provider) Spec() provider.Spec {
-	s := spec
-	s.Targets, s.Features, s.Options = slices.Clone(s.Targets), slices.Clone(s.Features), slices.Clone(s.Options)
-	return s
+	return spec.Clone()
 }
 
 // Configure parses cfg (already merged with the Spec's defaults) and returns

@@ -38,7 +38,7 @@ var (
 )
 
 // Spec describes the provider.
-func (b *Backend) Spec() provider.Spec { return cloneSpec() }
+func (b *Backend) Spec() provider.Spec { return spec.Clone() }
 
 // Config is the backend's configuration, with defaults applied.
 func (b *Backend) Config() Config { return b.cfg }

@@ -85,7 +85,7 @@ var spec = provider.Spec{
 }
 
 // Spec describes the provider.
-func (Provider) Spec() provider.Spec { return cloneSpec() }
+func (Provider) Spec() provider.Spec { return spec.Clone() }
 
 // Configure parses cfg into a Config and returns the backend. It contacts no
 // host.
@@ -250,15 +250,6 @@ func checkWorkRoot(root string) (string, error) {
 		return "", fmt.Errorf("work root %q is the root directory; choose a directory of its own, like %s", root, DefaultWorkRoot)
 	}
 	return clean, nil
-}
-
-func cloneSpec() provider.Spec {
-	s := spec
-	s.Aliases = append([]string(nil), spec.Aliases...)
-	s.Targets = append([]provider.Target(nil), spec.Targets...)
-	s.Features = append([]provider.Feature(nil), spec.Features...)
-	s.Options = append([]provider.Option(nil), spec.Options...)
-	return s
 }
 
 // checkAcquire reports what the configuration lacks to acquire a lease.
