@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
-	"strconv"
 	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
@@ -79,7 +77,7 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (tar
 	ip := awssdk.ToString(inst.PublicIpAddress)
 	port, err := cloud.WaitForSSH(ctx, cloud.SSHWait{
 		Host: ip, Ports: b.cfg.SSHPorts, HostKey: l.hostKey.PublicKey(),
-		Clock: b.rt.Clock, Timeout: max(deadline.Sub(b.rt.Clock.Now()), 1), Dial: b.dial, Log: b.rt.Logger,
+		Clock: b.rt.Clock, Timeout: max(deadline.Sub(b.rt.Clock.Now()), 1), Dial: cloud.MappedDial(b.mapAddress), Log: b.rt.Logger,
 	})
 	if err != nil {
 		return provider.LeaseTarget{}, cloud.Failed(cloud.StepSSH, err)
@@ -279,19 +277,4 @@ func (b *Backend) waitForAddress(ctx context.Context, ec *ec2.Client, id string,
 		case <-b.rt.Clock.After(min(pollInterval, left)):
 		}
 	}
-}
-
-// dial connects to a box's SSH port, through the address mapper.
-func (b *Backend) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, portText, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: bad port: %w", addr, err)
-	}
-	host, port = b.mapAddress(host, port)
-	var d net.Dialer
-	return d.DialContext(ctx, network, net.JoinHostPort(host, strconv.Itoa(port)))
 }

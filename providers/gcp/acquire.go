@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
-	"strconv"
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -131,7 +129,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 	port, err := cloud.WaitForSSH(ctx, cloud.SSHWait{
 		Host: ip, Ports: b.cfg.SSHPorts, HostKey: l.hostKey.PublicKey(), Clock: clock,
 		Interval: b.cfg.PollInterval, Timeout: max(deadline.Sub(clock.Now()), time.Nanosecond),
-		Dial: b.dial, Log: b.rt.Logger,
+		Dial: cloud.MappedDial(b.mapAddress), Log: b.rt.Logger,
 	})
 	if err != nil {
 		return target, cloud.Failed(cloud.StepSSH, err)
@@ -279,19 +277,4 @@ func (b *Backend) waitAddress(ctx context.Context, api *clients, zone, name stri
 		case <-clock.After(min(b.cfg.PollInterval, left)):
 		}
 	}
-}
-
-// dial connects to a box's SSH port, through the address mapper.
-func (b *Backend) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, portText, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: bad port: %w", addr, err)
-	}
-	host, port = b.mapAddress(host, port)
-	var d net.Dialer
-	return d.DialContext(ctx, network, net.JoinHostPort(host, strconv.Itoa(port)))
 }

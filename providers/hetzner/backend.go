@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -135,7 +134,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 
 	port, err := cloud.WaitForSSH(ctx, cloud.SSHWait{
 		Host: ip, Ports: b.cfg.Ports, HostKey: hostKey.PublicKey(), Clock: clock,
-		Interval: b.cfg.PollInterval, Timeout: max(deadline.Sub(clock.Now()), time.Nanosecond), Dial: b.dial, Log: log,
+		Interval: b.cfg.PollInterval, Timeout: max(deadline.Sub(clock.Now()), time.Nanosecond), Dial: cloud.MappedDial(b.cfg.MapAddress), Log: log,
 	})
 	if err != nil {
 		return target, cloud.Failed(cloud.StepSSH, err)
@@ -186,21 +185,6 @@ func publicIP(s *hcloud.Server) string {
 		return ip.String()
 	}
 	return ""
-}
-
-// dial connects to a box's public address through the address mapper.
-func (b *Backend) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: bad port", addr)
-	}
-	host, port = b.cfg.MapAddress(host, port)
-	var d net.Dialer
-	return d.DialContext(ctx, network, net.JoinHostPort(host, strconv.Itoa(port)))
 }
 
 // target describes the box of server s from its labels.

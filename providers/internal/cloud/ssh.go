@@ -38,6 +38,28 @@ type SSHWait struct {
 	Log *slog.Logger
 }
 
+// MappedDial returns a Dial for SSHWait that connects to what mapAddress
+// makes of each address (the tests' fake clouds map public addresses to
+// loopback); a nil mapAddress dials addresses as they are.
+func MappedDial(mapAddress func(host string, port int) (string, int)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if mapAddress != nil {
+			host, portText, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			port, err := strconv.Atoi(portText)
+			if err != nil {
+				return nil, fmt.Errorf("dial %s: bad port: %w", addr, err)
+			}
+			host, port = mapAddress(host, port)
+			addr = net.JoinHostPort(host, strconv.Itoa(port))
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
 // WaitForSSH waits until the box answers an SSH handshake with the pinned
 // host key on one of the ports, and returns that port. It needs no key of
 // its own: the handshake proves the host key before authentication, and

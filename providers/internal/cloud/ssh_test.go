@@ -161,3 +161,40 @@ func TestWaitForSSHNeedsHostKey(t *testing.T) {
 		t.Error("WaitForSSH without a host key: no error")
 	}
 }
+
+func TestMappedDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	real := ln.Addr().(*net.TCPAddr)
+	toLoopback := func(host string, port int) (string, int) {
+		if host == "203.0.113.7" && port == 22 {
+			return "127.0.0.1", real.Port
+		}
+		return host, port
+	}
+	c, err := cloud.MappedDial(toLoopback)(t.Context(), "tcp", "203.0.113.7:22")
+	if err != nil {
+		t.Fatalf("mapped dial: %v", err)
+	}
+	c.Close()
+	c, err = cloud.MappedDial(nil)(t.Context(), "tcp", real.String())
+	if err != nil {
+		t.Fatalf("unmapped dial: %v", err)
+	}
+	c.Close()
+	if _, err := cloud.MappedDial(toLoopback)(t.Context(), "tcp", "203.0.113.7:ssh"); err == nil || !strings.Contains(err.Error(), "bad port") {
+		t.Errorf("dial with a named port: %v, want a bad port error", err)
+	}
+}
