@@ -2,13 +2,11 @@ package external_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,37 +205,6 @@ func TestNonZeroExit(t *testing.T) {
 	}
 	if !errors.Is(err, provider.ErrCapacity) {
 		t.Errorf("error %v does not match provider.ErrCapacity (errorKind capacity)", err)
-	}
-}
-
-func TestTimeoutStopsProcessGroup(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("checks processes through /proc")
-	}
-	pidFile := filepath.Join(t.TempDir(), "child.pid")
-	b, _ := fake(t, "hang", func(c *external.Config) {
-		c.Timeout = 300 * time.Millisecond
-		c.Env[fakePIDEnv] = pidFile
-	})
-	_, err := b.Resolve(context.Background(), provider.ResolveRequest{ID: "cbx_0123456789ab"})
-	if err == nil || !strings.Contains(err.Error(), "no answer within 300ms") || !strings.Contains(err.Error(), "fake: thinking") {
-		t.Fatalf("Resolve error = %v, want a timeout with the stderr tail", err)
-	}
-	data, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(string(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The child held the program's stdout, which crabbox read to its end:
-	// by now it has exited (at most a zombie waiting for its reaper).
-	if stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) > 0 && fields[0] != "Z" && fields[0] != "X" {
-			t.Errorf("the program's child %d survived the timeout (state %s)", pid, fields[0])
-		}
 	}
 }
 
