@@ -182,9 +182,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 		// The index and the ignore rules did not change: the tracked
 		// files are as listed last time, and so are the untracked ones
 		// outside the directories that changed, if any.
-		if tracked, err = parseLsFiles(lc.cache.tracked, false); err != nil {
-			return nil, 0, err
-		}
+		tracked = lc.tracked
 		untracked = func() listing { return listing{entries: lc.untracked()} }
 		if dirs := lc.relist(); dirs != nil {
 			args := []string{"--"}

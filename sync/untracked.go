@@ -305,6 +305,12 @@ func parseUntracked(data []byte) (*untrackedCache, error) {
 			}
 		}
 	}
+	for _, e := range c.entries {
+		// As git lists them: nested repositories end in a slash.
+		if checkPath(strings.TrimSuffix(e, "/")) != nil {
+			return nil, errMalformedCache
+		}
+	}
 	return c, nil
 }
 
@@ -538,6 +544,8 @@ type listingCache struct {
 	m     *matcher
 	start time.Time
 	cache *untrackedCache // as read, when it is still valid
+	// tracked is the cache's listing of the tracked files, parsed.
+	tracked []listed
 	// changed are the directories whose untracked files git lists again
 	// (nil: none; the rest of the cache holds). Empty cache: git lists
 	// everything.
@@ -582,7 +590,11 @@ func openListingCache(ctx context.Context, root, file string, indexModes bool, m
 	if !ok || slices.Contains(changed, "") {
 		return lc
 	}
-	lc.cache, lc.changed = c, changed
+	tracked, err := parseLsFiles(c.tracked, false)
+	if err != nil {
+		return lc // a damaged cache is no cache
+	}
+	lc.cache, lc.changed, lc.tracked = c, changed, tracked
 	return lc
 }
 

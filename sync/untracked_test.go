@@ -233,6 +233,27 @@ func TestListingCacheMalformed(t *testing.T) {
 			t.Errorf("a malformed cache of %d bytes answered", len(bad))
 		}
 	}
+	// Well formed, with the right key, but holding what git never lists:
+	// no cache, and no error either.
+	good, err := parseUntracked(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, damage := range map[string]func(c *untrackedCache){
+		"tracked listing": func(c *untrackedCache) { c.tracked = []byte("not ls-files output\x00") },
+		"untracked entry": func(c *untrackedCache) { c.entries = append(c.entries, "../outside") },
+	} {
+		c := *good
+		damage(&c)
+		if err := os.WriteFile(l.cache, formatUntracked(&c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		before := l.hits
+		l.check("cache with a damaged " + name)
+		if l.hits != before {
+			t.Errorf("a cache with a damaged %s answered", name)
+		}
+	}
 }
 
 func FuzzParseUntracked(f *testing.F) {
