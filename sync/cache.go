@@ -60,14 +60,9 @@ const (
 )
 
 // parseCache reads a cache file's records, a later record of a path
-// replacing an earlier one; malformed content is an error.
-func parseCache(data []byte) (map[string]cacheEntry, error) {
-	entries, _, err := parseCacheRecords(data)
-	return entries, err
-}
-
-// parseCacheRecords is parseCache that also counts the records.
-func parseCacheRecords(data []byte) (map[string]cacheEntry, int, error) {
+// replacing an earlier one, and counts them; malformed content is an
+// error.
+func parseCache(data []byte) (map[string]cacheEntry, int, error) {
 	all, ok := strings.CutPrefix(string(data), cacheHeader)
 	if !ok {
 		return nil, 0, errors.New("not a hash cache")
@@ -127,7 +122,7 @@ func loadCache(name string) *hashCache {
 	if err != nil {
 		return c
 	}
-	if entries, records, err := parseCacheRecords(data); err == nil {
+	if entries, records, err := parseCache(data); err == nil {
 		c.old, c.records = entries, records
 	}
 	return c

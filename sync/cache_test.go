@@ -17,7 +17,7 @@ func TestCacheFormatRoundTrip(t *testing.T) {
 		"dir/with space/b c.go": {Size: 10, MTime: -5, Inode: 0, SHA256: hash},
 		"odd\nname":             {Size: 0, MTime: 1, Inode: 1 << 40, SHA256: hash},
 	}
-	got, err := parseCache(formatCache(entries))
+	got, _, err := parseCache(formatCache(entries))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestCacheFormatRoundTrip(t *testing.T) {
 		cacheHeader + "\x01a\x02\x04",    // no inode or hash
 		cacheHeader + "\xff\xff\xff\xff", // a runaway length
 	} {
-		if _, err := parseCache([]byte(bad)); err == nil {
+		if _, _, err := parseCache([]byte(bad)); err == nil {
 			t.Errorf("parseCache(%q) accepted malformed content", bad)
 		}
 	}
@@ -42,11 +42,11 @@ func FuzzParseCache(f *testing.F) {
 	f.Add(formatCache(map[string]cacheEntry{"a": {Size: 1, MTime: 2, Inode: 3, SHA256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}))
 	f.Add([]byte(cacheHeader + "\x01a\x02\x04\x06"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		entries, err := parseCache(data)
+		entries, _, err := parseCache(data)
 		if err != nil {
 			return
 		}
-		again, err := parseCache(formatCache(entries))
+		again, _, err := parseCache(formatCache(entries))
 		if err != nil {
 			t.Fatalf("reparse of formatted cache: %v", err)
 		}
@@ -115,7 +115,7 @@ func TestCacheSaveAppendsThenCompacts(t *testing.T) {
 		if err := c.save(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := parseCache(mustRead(t, name))
+		got, _, err := parseCache(mustRead(t, name))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -451,18 +451,6 @@ func dedupSorted(paths []string) []string {
 	return slices.Compact(out)
 }
 
-// buildManifest describes files with their content hashes, reading only
-// the files the cache (if any) does not know with the same size, mtime and
-// inode.
-func buildManifest(ctx context.Context, root string, files []File, cache *hashCache) (entries []Entry, hashed int, err error) {
-	entries, misses := cachedManifest(files, cache)
-	hashed, err = hashEntries(ctx, root, entries, misses, cache)
-	if err != nil {
-		return nil, 0, err
-	}
-	return entries, hashed, nil
-}
-
 // cachedManifest describes files, with the content hashes the cache knows,
 // and returns the indexes of the regular files whose hash it does not know.
 func cachedManifest(files []File, cache *hashCache) (entries []Entry, misses []int) {

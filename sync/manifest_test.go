@@ -2,6 +2,7 @@ package sync
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -445,4 +446,16 @@ func FuzzAppendQuoted(f *testing.F) {
 			t.Fatalf("appendQuoted(%q) = %s, want %s", s, got, want)
 		}
 	})
+}
+
+// buildManifest describes files with their content hashes, reading only
+// the files the cache (if any) does not know with the same size, mtime and
+// inode.
+func buildManifest(ctx context.Context, root string, files []File, cache *hashCache) (entries []Entry, hashed int, err error) {
+	entries, misses := cachedManifest(files, cache)
+	hashed, err = hashEntries(ctx, root, entries, misses, cache)
+	if err != nil {
+		return nil, 0, err
+	}
+	return entries, hashed, nil
 }

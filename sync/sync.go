@@ -460,8 +460,17 @@ func (s *session) readLine() (string, error) {
 	return strings.TrimSuffix(line, "\n"), nil
 }
 
-// stateLimits bounds each of the box's state files the client reads.
-var stateLimits = map[string]int64{"fingerprint": 4096, "manifest": maxManifestSize, "pending": maxManifestSize}
+// stateLimit bounds each of the box's state files the client reads; it
+// reports false for a name that is not one.
+func stateLimit(name string) (int64, bool) {
+	switch name {
+	case "fingerprint":
+		return 4096, true
+	case "manifest", "pending":
+		return maxManifestSize, true
+	}
+	return 0, false
+}
 
 // readState reads what sessionScript prints of the box's state: the line
 // naming the files that exist, wc -c's line for each (and its total line
@@ -484,7 +493,7 @@ func (s *session) readState() (map[string][]byte, bool, error) {
 	}
 	sizes := make([]int64, len(names))
 	for i, name := range names {
-		limit, known := stateLimits[name]
+		limit, known := stateLimit(name)
 		if !known || slices.Index(names, name) != i {
 			return nil, false, fmt.Errorf("%w: %q", errProtocol, line)
 		}
