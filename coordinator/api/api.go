@@ -151,12 +151,7 @@ func ComputeExpiresAt(lc Lifecycle, createdAt, lastTouchedAt time.Time, ttlSecon
 	if lc == LifecycleRegistered {
 		return lastTouchedAt.Add(min(ttl, idle)).UTC()
 	}
-	byTTL := createdAt.Add(ttl)
-	byIdle := lastTouchedAt.Add(idle)
-	if byIdle.Before(byTTL) {
-		return byIdle.UTC()
-	}
-	return byTTL.UTC()
+	return lease.ExpiresAt(createdAt, lastTouchedAt, ttl, idle).UTC()
 }
 
 // ClampSeconds applies a lease duration default and the 86400 s cap: a
