@@ -1,10 +1,8 @@
 package aws_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +30,7 @@ type world struct {
 	ec2   *fakeec2.Server
 	url   string
 	fleet *cloudtest.Fleet
-	logs  *syncBuffer
+	logs  *cloudtest.LogBuffer
 }
 
 func newWorld(t *testing.T) *world {
@@ -47,7 +45,7 @@ func newWorld(t *testing.T) *world {
 		},
 		Terminate: func(in fakeec2.Instance) { _ = fleet.Halt(in.Address) },
 	})
-	return &world{ec2: fake, url: url, fleet: fleet, logs: &syncBuffer{}}
+	return &world{ec2: fake, url: url, fleet: fleet, logs: &cloudtest.LogBuffer{}}
 }
 
 // config is a backend configuration that talks only to the fake.
@@ -142,24 +140,6 @@ func (w *world) actions() []string {
 }
 
 func isDescribe(action string) bool { return len(action) > 8 && action[:8] == "Describe" }
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func releaseOf(t provider.LeaseTarget) provider.ReleaseRequest {
 	return provider.ReleaseRequest{Lease: t}

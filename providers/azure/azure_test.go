@@ -1,13 +1,11 @@
 package azure_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,27 +22,10 @@ import (
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/azure"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // fakeCredential hands out the fake's token.
 type fakeCredential struct{}
@@ -60,13 +41,13 @@ type env struct {
 	arm  *fakeARM
 	cfg  azure.Config
 	rt   provider.Runtime
-	logs *syncBuffer
+	logs *cloudtest.LogBuffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	f := newFakeARM(t)
-	logs := &syncBuffer{}
+	logs := &cloudtest.LogBuffer{}
 	return &env{
 		arm: f,
 		cfg: azure.Config{

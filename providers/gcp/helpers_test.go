@@ -1,12 +1,10 @@
 package gcp_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"os"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/gcp"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 func TestMain(m *testing.M) {
@@ -29,37 +28,19 @@ const sourceRange = "203.0.113.0/24"
 
 var zones = []string{"europe-west1-b", "europe-west1-c"}
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // env is one fake Compute Engine project and a backend configured
 // against it.
 type env struct {
 	api  *fakeGCE
 	cfg  gcp.Config
 	rt   provider.Runtime
-	logs *syncBuffer
+	logs *cloudtest.LogBuffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	api := newFakeGCE(t)
-	logs := &syncBuffer{}
+	logs := &cloudtest.LogBuffer{}
 	return &env{
 		api: api,
 		cfg: gcp.Config{
@@ -73,7 +54,7 @@ func newEnv(t *testing.T) *env {
 
 // runtime is a runtime logging into logs, with its own HTTP transport
 // whose idle connections close when the test ends.
-func runtime(t *testing.T, clock clockwork.Clock, logs *syncBuffer) provider.Runtime {
+func runtime(t *testing.T, clock clockwork.Clock, logs *cloudtest.LogBuffer) provider.Runtime {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return provider.Runtime{

@@ -1,7 +1,6 @@
 package hetzner_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,34 +21,17 @@ import (
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/hetzner"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // env is one fake Hetzner project and a backend configured against it.
 type env struct {
 	api  *fakeAPI
 	cfg  hetzner.Config
 	rt   provider.Runtime
-	logs *syncBuffer
+	logs *cloudtest.LogBuffer
 }
 
 func newEnv(t *testing.T) *env {
@@ -58,7 +39,7 @@ func newEnv(t *testing.T) *env {
 	api := newFakeAPI(t)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	logs := &syncBuffer{}
+	logs := &cloudtest.LogBuffer{}
 	return &env{
 		api: api,
 		cfg: hetzner.Config{
