@@ -52,6 +52,15 @@ func (d *decoder) varint() int64 {
 	return v
 }
 
+func (d *decoder) byte() byte {
+	if d.bad || d.off >= len(d.data) {
+		d.bad = true
+		return 0
+	}
+	d.off++
+	return d.data[d.off-1]
+}
+
 func (d *decoder) string() string {
 	n := d.uvarint()
 	if d.bad || n > uint64(len(d.data)-d.off) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"maps"
 	"os"
-	"strconv"
 	"strings"
 	gosync "sync"
 	"time"
@@ -242,31 +241,27 @@ func (c *hashCache) racyIn(stamps map[string]fileStamp) bool {
 // without looking up a single hash.
 const (
 	listingSuffix = ".listing"
-	listingHeader = "crabbox listing 1"
+	listingHeader = "crabbox listing 2"
 )
 
 // listingDigest is the SHA-256 of everything the hash cache trusts about
 // files: each file's path, mode, size, link target, mtime and inode.
-func listingDigest(files []File, stamps map[string]fileStamp) string {
+func listingDigest(files []File, stamps []fileStamp) string {
 	h := sha256.New()
-	var buf []byte
-	for _, f := range files {
-		st := stamps[f.Path]
-		buf = buf[:0]
-		buf = append(buf, f.Path...)
-		buf = append(buf, 0)
-		buf = strconv.AppendUint(buf, uint64(f.Mode), 10)
-		buf = append(buf, ' ')
-		buf = strconv.AppendInt(buf, f.Size, 10)
-		buf = append(buf, ' ')
-		buf = strconv.AppendInt(buf, st.mtime, 10)
-		buf = append(buf, ' ')
-		buf = strconv.AppendUint(buf, st.ino, 10)
-		buf = append(buf, ' ')
-		buf = append(buf, f.LinkTarget...)
-		buf = append(buf, 0)
-		h.Write(buf)
+	buf := make([]byte, 0, 4096)
+	for i, f := range files {
+		buf = appendString(buf, f.Path)
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(f.Mode))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(f.Size))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(stamps[i].mtime))
+		buf = binary.LittleEndian.AppendUint64(buf, stamps[i].ino)
+		buf = appendString(buf, f.LinkTarget)
+		if len(buf) >= 3072 {
+			h.Write(buf)
+			buf = buf[:0]
+		}
 	}
+	h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil))
 }
 

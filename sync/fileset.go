@@ -117,7 +117,7 @@ const (
 // fileSet lists root's files and the number of paths the excludes left
 // out (outside git, an excluded directory counts once: it is not read).
 func fileSet(ctx context.Context, root string, indexModes bool, opts FileSetOptions) ([]File, int, error) {
-	files, excluded, err := listFiles(ctx, root, indexModes, opts, nil)
+	files, _, excluded, err := listFiles(ctx, root, indexModes, opts)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list files of %s: %w", root, err)
 	}
@@ -137,20 +137,32 @@ type listing struct {
 	err     error
 }
 
-// listFiles lists root's files; when stamps is not nil it records each
-// regular file's fileStamp in it.
+// listFiles lists root's files, with each regular file's fileStamp (zero
+// for symlinks), and counts the files the sync's excludes leave out (of
+// those listed: the listing cache lists only what changed, and no cache
+// looks inside the directories the excludes leave out whole).
 //
 // In a git checkout, git lists the tracked files (from the index, quick)
 // and the untracked ones (a walk of the tree) in two processes at once,
-// and the tracked files are stat'ed while the walk runs.
-func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOptions, stamps map[string]fileStamp) ([]File, int, error) {
+// and the tracked files are stat'ed while the walk runs. When the listing
+// cache holds, git runs for the directories that changed, or not at all.
+func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOptions) ([]File, []fileStamp, int, error) {
 	m, err := newMatcher(root, opts.Exclude)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	lc := openListingCache(ctx, root, opts.untrackedCache, indexModes, m, opts.listingStart)
 	if opts.onCache != nil {
 		opts.onCache(lc.hit(), lc.relist())
+	}
+	if kept, ok := lc.kept(); ok {
+		// Nothing changed that git would list differently.
+		stats, err := statAll(ctx, root, kept, indexModes)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		files, stamps, err := collect(stats)
+		return files, stamps, 0, err
 	}
 	// git's listing of untracked files runs beside the rest; whatever
 	// way listFiles returns, it and the listing cache's walk are over.
@@ -181,24 +193,20 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	if lc.hit() {
 		// The index and the ignore rules did not change: the tracked
 		// files are as listed last time, and so are the untracked ones
-		// outside the directories that changed, if any.
-		tracked = lc.tracked
-		untracked = func() listing { return listing{entries: lc.untracked()} }
-		if dirs := lc.relist(); dirs != nil {
-			args := []string{"--"}
-			for _, d := range dirs {
-				args = append(args, ":(literal)"+d)
+		// outside the directories that changed.
+		tracked = lc.tracked()
+		args := []string{"--"}
+		for _, d := range lc.relist() {
+			args = append(args, ":(literal)"+d)
+		}
+		listUntracked(args...)
+		lc.startWalk(ctx)
+		untracked = func() listing {
+			l := receive()
+			if l.err == nil {
+				l.entries = append(lc.untracked(), l.entries...)
 			}
-			listUntracked(args...)
-			lc.startWalk(ctx)
-			untracked = func() listing {
-				l := receive()
-				if l.err == nil {
-					l.entries = append(lc.untracked(), l.entries...)
-				}
-				lc.save(lc.cache.tracked, l)
-				return l
-			}
+			return l
 		}
 	} else {
 		listUntracked()
@@ -210,32 +218,27 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 		if indexModes {
 			selection = append(selection, "-s")
 		}
-		var trackedRaw []byte
 		var isRepo bool
-		tracked, trackedRaw, isRepo, err = gitListRaw(ctx, root, selection...)
+		tracked, isRepo, err = gitList(ctx, root, selection...)
 		if err != nil || !isRepo {
 			cancelGit()
 			receive()
 			lc.stopWalk()
 			if err != nil {
-				return nil, 0, err
+				return nil, nil, 0, err
 			}
 			entries, excluded, err := walk(ctx, root, m)
 			if err != nil {
-				return nil, 0, err
+				return nil, nil, 0, err
 			}
 			stats, err := statAll(ctx, root, entries, indexModes)
 			if err != nil {
-				return nil, 0, err
+				return nil, nil, 0, err
 			}
-			files, err := collect(stamps, stats)
-			return files, excluded, err
+			files, stamps, err := collect(stats)
+			return files, stamps, excluded, err
 		}
-		untracked = func() listing {
-			l := receive()
-			lc.save(trackedRaw, l)
-			return l
-		}
+		untracked = receive
 	}
 
 	excluded := 0
@@ -262,7 +265,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	}
 	todo, err := keep(tracked)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	type statResult struct {
 		stats []statted
@@ -275,47 +278,53 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	}(todo)
 	u := untracked()
 	var stats []statted
+	var utodo []listed
 	if u.err == nil {
-		var todo []listed
-		if todo, u.err = keep(u.entries); u.err == nil {
-			stats, u.err = statAll(ctx, root, todo, indexModes)
+		if utodo, u.err = keep(u.entries); u.err == nil {
+			stats, u.err = statAll(ctx, root, utodo, indexModes)
 		}
 	}
 	if u.err != nil {
 		<-trackedStats
-		return nil, 0, u.err
+		return nil, nil, 0, u.err
 	}
 	t := <-trackedStats
 	if t.err != nil {
-		return nil, 0, t.err
+		return nil, nil, 0, t.err
 	}
-	files, err := collect(stamps, append(t.stats, stats...))
-	return files, excluded, err
+	kept := make([]listed, 0, len(todo)+len(utodo))
+	for _, e := range append(todo, utodo...) {
+		kept = append(kept, listed{path: e.path, tracked: e.tracked})
+	}
+	slices.SortFunc(kept, func(a, b listed) int { return strings.Compare(a.path, b.path) })
+	lc.save(kept)
+	files, stamps, err := collect(append(t.stats, stats...))
+	return files, stamps, excluded, err
 }
 
-// collect turns what statAll found into the sorted file set, checking the
-// symlinks, and records the regular files' stamps when stamps is not nil.
-func collect(stamps map[string]fileStamp, stats []statted) ([]File, error) {
-	files := make([]File, 0, len(stats))
-	links := map[string]string{}
-	for _, st := range stats {
-		if !st.ok {
+// collect turns what statAll found into the file set, sorted, and the
+// files' stamps, checking the symlinks.
+func collect(stats []statted) ([]File, []fileStamp, error) {
+	stats = slices.DeleteFunc(stats, func(st statted) bool { return !st.ok })
+	slices.SortFunc(stats, func(a, b statted) int { return strings.Compare(a.file.Path, b.file.Path) })
+	files := make([]File, len(stats))
+	stamps := make([]fileStamp, len(stats))
+	var links map[string]string
+	for i, st := range stats {
+		files[i] = st.file
+		if st.file.LinkTarget == "" {
+			stamps[i] = st.stamp
 			continue
 		}
-		f := st.file
-		if stamps != nil && f.LinkTarget == "" {
-			stamps[f.Path] = st.stamp
+		if links == nil {
+			links = map[string]string{}
 		}
-		if f.LinkTarget != "" {
-			links[f.Path] = f.LinkTarget
-		}
-		files = append(files, f)
+		links[st.file.Path] = st.file.LinkTarget
 	}
 	if err := checkLinks(links); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
-	return files, nil
+	return files, stamps, nil
 }
 
 // statted is what stat found of one listed entry.
@@ -339,7 +348,7 @@ func statAll(ctx context.Context, rootPath string, entries []listed, indexModes 
 	out := make([]statted, len(entries))
 	var next atomic.Int64
 	var g errgroup.Group
-	for range min(runtime.GOMAXPROCS(0), (len(entries)+statChunk-1)/statChunk) {
+	for range min(scanWorkers(), (len(entries)+statChunk-1)/statChunk) {
 		g.Go(func() error {
 			for {
 				start := int(next.Add(statChunk)) - statChunk
@@ -448,35 +457,29 @@ func readSmall(name string) (string, error) {
 // ones). It reports false, without an error, when root is not in a git
 // work tree.
 func gitList(ctx context.Context, root string, selection ...string) ([]listed, bool, error) {
-	entries, _, isRepo, err := gitListRaw(ctx, root, selection...)
-	return entries, isRepo, err
-}
-
-// gitListRaw is gitList that also returns git's output.
-func gitListRaw(ctx context.Context, root string, selection ...string) ([]listed, []byte, bool, error) {
 	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", root, "ls-files", "-z", "-t"}, selection...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if errors.Is(err, exec.ErrNotFound) {
 		if _, statErr := os.Stat(filepath.Join(root, ".git")); statErr == nil {
-			return nil, nil, false, errors.New("git is needed to list the files of a git checkout but is not installed")
+			return nil, false, errors.New("git is needed to list the files of a git checkout but is not installed")
 		}
-		return nil, nil, false, nil
+		return nil, false, nil
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, nil, false, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 		msg := strings.TrimSpace(stderr.String())
 		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) && strings.Contains(msg, "not a git repository") {
-			return nil, nil, false, nil
+			return nil, false, nil
 		}
-		return nil, nil, false, fmt.Errorf("git ls-files: %w: %s", err, msg)
+		return nil, false, fmt.Errorf("git ls-files: %w: %s", err, msg)
 	}
 	entries, err := parseLsFiles(out, slices.Contains(selection, "-s"))
-	return entries, out, err == nil, err
+	return entries, err == nil, err
 }
 
 // parseLsFiles parses `git ls-files -z -t` output: "? PATH" for untracked

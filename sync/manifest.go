@@ -12,7 +12,6 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -478,7 +477,7 @@ func hashEntries(ctx context.Context, root string, entries []Entry, idx []int, c
 		return 0, err
 	}
 	defer dir.close()
-	workers := min(runtime.GOMAXPROCS(0), 16, len(idx))
+	workers := min(scanWorkers(), 16, len(idx))
 	next := make(chan int)
 	var wg gosync.WaitGroup
 	var mu gosync.Mutex

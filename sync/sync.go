@@ -153,8 +153,10 @@ type Prepared struct {
 	opts  Options
 	took  time.Duration // spent in Prepare
 	files []File
-	// stamps are the regular files' mtimes and inodes as listed, and
-	// digest the SHA-256 of the listing (see listingDigest).
+	// listed are the files' stamps as listed (zero for symlinks), and
+	// stamps the regular files' by path, made once the hash cache is
+	// wanted; digest is the SHA-256 of the listing (see listingDigest).
+	listed []fileStamp
 	stamps map[string]fileStamp
 	digest string
 	cache  *hashCache
@@ -187,7 +189,7 @@ const (
 // file.
 func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	start := time.Now()
-	p := &Prepared{opts: opts, stamps: map[string]fileStamp{}}
+	p := &Prepared{opts: opts}
 	defer func() { p.took = time.Since(start) }()
 	fail := func(err error) (*Prepared, error) {
 		return p, fmt.Errorf("sync %s to %s: %w", opts.Root, opts.RemoteDir, err)
@@ -204,7 +206,7 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	if opts.CacheFile != "" {
 		setOpts.untrackedCache = opts.CacheFile + untrackedSuffix
 	}
-	files, _, err := listFiles(ctx, opts.Root, runtime.GOOS == "windows", setOpts, p.stamps)
+	files, stamps, _, err := listFiles(ctx, opts.Root, runtime.GOOS == "windows", setOpts)
 	if err != nil {
 		return fail(fmt.Errorf("list files of %s: %w", opts.Root, err))
 	}
@@ -216,13 +218,14 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	if err := checkLimits(opts, files); err != nil {
 		return fail(err)
 	}
-	p.files = files
+	p.files, p.listed = files, stamps
 	if opts.CacheFile != "" {
-		p.digest = listingDigest(files, p.stamps)
+		p.digest = listingDigest(files, stamps)
 		if p.fp = readListing(opts.CacheFile, p.digest); p.fp != "" {
 			return p, nil
 		}
 	}
+	p.stamps = stampsByPath(files, stamps)
 	p.cache = loadCache(opts.CacheFile)
 	if p.cache != nil {
 		p.cache.stamps = p.stamps
@@ -240,6 +243,17 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 		p.fp = fingerprint(p.local)
 	}
 	return p, nil
+}
+
+// stampsByPath indexes the regular files' stamps by path.
+func stampsByPath(files []File, stamps []fileStamp) map[string]fileStamp {
+	m := make(map[string]fileStamp, len(files))
+	for i, f := range files {
+		if f.LinkTarget == "" {
+			m[f.Path] = stamps[i]
+		}
+	}
+	return m
 }
 
 // UnchangedCheck returns a sh condition that holds on the box exactly
@@ -288,6 +302,7 @@ func (p *Prepared) hash(ctx context.Context, idx []int) error {
 func (p *Prepared) manifest(ctx context.Context, box *boxState) ([]Entry, error) {
 	if p.local == nil {
 		// Only the fingerprint was known, and the box differs.
+		p.stamps = stampsByPath(p.files, p.listed)
 		p.cache = loadCache(p.opts.CacheFile)
 		if p.cache != nil {
 			p.cache.stamps = p.stamps

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -72,7 +71,7 @@ const (
 
 const (
 	untrackedSuffix = ".untracked"
-	untrackedHeader = "crabbox untracked cache 1\n"
+	untrackedHeader = "crabbox untracked cache 2\n"
 	// maxCachedDirs bounds the directories the cache stats instead of
 	// letting git read them: past it (large ignored trees that the
 	// sync's own excludes do not leave out), git lists as usual.
@@ -89,10 +88,12 @@ type stampedPath struct {
 type untrackedCache struct {
 	key          string        // untrackedKey of the inputs
 	excludesFile string        // git's core.excludesFile, resolved
-	tracked      []byte        // git ls-files -z -t -c, as it printed it
 	dirs         []stampedPath // the directories, the root first
 	ignores      []stampedPath // their .gitignore files
-	entries      []string      // what git listed, as it listed it
+	// kept is what git listed, tracked files and untracked ones, that
+	// the sync's excludes keep, sorted by path: with nothing changed,
+	// the candidates of the file set.
+	kept []listed
 }
 
 // untrackedInputs is what the key of an untracked cache is made of,
@@ -242,8 +243,8 @@ func loadUntracked(name string) *untrackedCache {
 
 // The cache file is the header, then the key, the excludes file, the
 // directories and .gitignore files (count, then each path and stamp) and
-// git's entries (count, then each path): strings as uvarint length and
-// bytes, stamps as varints.
+// the kept paths (count, then each path and a byte, 1 for a tracked file):
+// strings as uvarint length and bytes, counts and stamps as varints.
 func formatUntracked(c *untrackedCache) []byte {
 	b := []byte(untrackedHeader)
 	stamped := func(list []stampedPath) {
@@ -259,12 +260,16 @@ func formatUntracked(c *untrackedCache) []byte {
 	}
 	b = appendString(b, c.key)
 	b = appendString(b, c.excludesFile)
-	b = appendString(b, string(c.tracked))
 	stamped(c.dirs)
 	stamped(c.ignores)
-	b = binary.AppendUvarint(b, uint64(len(c.entries)))
-	for _, e := range c.entries {
-		b = appendString(b, e)
+	b = binary.AppendUvarint(b, uint64(len(c.kept)))
+	for _, e := range c.kept {
+		b = appendString(b, e.path)
+		tracked := byte(0)
+		if e.tracked {
+			tracked = 1
+		}
+		b = append(b, tracked)
 	}
 	return b
 }
@@ -288,12 +293,18 @@ func parseUntracked(data []byte) (*untrackedCache, error) {
 	c := &untrackedCache{}
 	c.key = d.string()
 	c.excludesFile = d.string()
-	c.tracked = []byte(d.string())
 	c.dirs = stamped()
 	c.ignores = stamped()
-	c.entries = make([]string, d.count())
-	for i := range c.entries {
-		c.entries[i] = d.string()
+	c.kept = make([]listed, d.count())
+	for i := range c.kept {
+		c.kept[i].path = d.string()
+		switch d.byte() {
+		case 0:
+		case 1:
+			c.kept[i].tracked = true
+		default:
+			d.bad = true
+		}
 	}
 	if d.bad || d.off != len(all) {
 		return nil, errMalformedCache
@@ -305,9 +316,8 @@ func parseUntracked(data []byte) (*untrackedCache, error) {
 			}
 		}
 	}
-	for _, e := range c.entries {
-		// As git lists them: nested repositories end in a slash.
-		if checkPath(strings.TrimSuffix(e, "/")) != nil {
+	for i, e := range c.kept {
+		if checkPath(e.path) != nil || i > 0 && c.kept[i-1].path >= e.path {
 			return nil, errMalformedCache
 		}
 	}
@@ -334,7 +344,7 @@ func (c *untrackedCache) changes(ctx context.Context, root *rootDir) ([]string, 
 	for _, g := range c.ignores {
 		all = append(all, item{g, parentDir(g.path)})
 	}
-	workers := min(runtime.GOMAXPROCS(0), (len(all)+statChunk-1)/statChunk)
+	workers := min(scanWorkers(), (len(all)+statChunk-1)/statChunk)
 	var (
 		mu      gosync.Mutex
 		changed []string
@@ -412,7 +422,7 @@ func walkDirs(ctx context.Context, root *rootDir, m *matcher, starts ...string) 
 		wg     gosync.WaitGroup
 	)
 	m = m.clone() // used under mu
-	for range runtime.GOMAXPROCS(0) {
+	for range scanWorkers() {
 		wg.Go(func() {
 			mu.Lock()
 			defer mu.Unlock()
@@ -544,8 +554,6 @@ type listingCache struct {
 	m     *matcher
 	start time.Time
 	cache *untrackedCache // as read, when it is still valid
-	// tracked is the cache's listing of the tracked files, parsed.
-	tracked []listed
 	// changed are the directories whose untracked files git lists again
 	// (nil: none; the rest of the cache holds). Empty cache: git lists
 	// everything.
@@ -590,11 +598,7 @@ func openListingCache(ctx context.Context, root, file string, indexModes bool, m
 	if !ok || slices.Contains(changed, "") {
 		return lc
 	}
-	tracked, err := parseLsFiles(c.tracked, false)
-	if err != nil {
-		return lc // a damaged cache is no cache
-	}
-	lc.cache, lc.changed, lc.tracked = c, changed, tracked
+	lc.cache, lc.changed = c, changed
 	return lc
 }
 
@@ -602,17 +606,37 @@ func openListingCache(ctx context.Context, root, file string, indexModes bool, m
 // (see relist) of the untracked ones.
 func (lc *listingCache) hit() bool { return lc.cache != nil }
 
+// kept returns what the sync's excludes kept of the cached listing,
+// sorted, when nothing changed since it was made.
+func (lc *listingCache) kept() ([]listed, bool) {
+	if lc.cache == nil || lc.changed != nil {
+		return nil, false
+	}
+	return lc.cache.kept, true
+}
+
 // relist returns the directories git must list the untracked files of
 // again, or nil.
 func (lc *listingCache) relist() []string { return lc.changed }
 
-// untracked returns the cached untracked entries, but those below the
-// directories to list again.
+// tracked returns the cached tracked files the sync's excludes keep.
+func (lc *listingCache) tracked() []listed {
+	var entries []listed
+	for _, e := range lc.cache.kept {
+		if e.tracked {
+			entries = append(entries, e)
+		}
+	}
+	return entries
+}
+
+// untracked returns the cached untracked files the sync's excludes keep,
+// but those below the directories to list again.
 func (lc *listingCache) untracked() []listed {
-	entries := make([]listed, 0, len(lc.cache.entries))
-	for _, p := range lc.cache.entries {
-		if !lc.relisted(p) {
-			entries = append(entries, listed{path: p})
+	var entries []listed
+	for _, e := range lc.cache.kept {
+		if !e.tracked && !lc.relisted(e.path) {
+			entries = append(entries, e)
 		}
 	}
 	return entries
@@ -670,19 +694,19 @@ func (lc *listingCache) stopWalk() {
 	}
 }
 
-// save writes a new cache of git's listings, unless something changed
-// while they were made.
-func (lc *listingCache) save(tracked []byte, untracked listing) {
+// save writes a new cache of what the sync's excludes kept of git's
+// listings (sorted), unless something changed while they were made.
+func (lc *listingCache) save(kept []listed) {
 	if lc.walked == nil {
 		return
 	}
 	w := <-lc.walked
 	lc.walked = nil
 	lc.stop()
-	if untracked.err != nil || !w.ok || w.inputs.racy || racyStamps(lc.start, w.dirs, w.ignores) {
+	if !w.ok || w.inputs.racy || racyStamps(lc.start, w.dirs, w.ignores) {
 		return
 	}
-	c := &untrackedCache{key: untrackedKey(w.inputs), excludesFile: w.excludesFile, tracked: tracked, dirs: w.dirs, ignores: w.ignores}
+	c := &untrackedCache{key: untrackedKey(w.inputs), excludesFile: w.excludesFile, dirs: w.dirs, ignores: w.ignores, kept: kept}
 	if old := lc.cache; old != nil {
 		// Only the changed directories were walked and listed again:
 		// the rest is the old cache's.
@@ -701,10 +725,6 @@ func (lc *listingCache) save(tracked []byte, untracked listing) {
 		if len(c.dirs) > maxCachedDirs {
 			return
 		}
-	}
-	c.entries = make([]string, len(untracked.entries))
-	for i, e := range untracked.entries {
-		c.entries[i] = e.path
 	}
 	// Best effort: without it, git lists again next time.
 	_ = saveUntracked(lc.file, c)

@@ -71,7 +71,7 @@ func (l *lister) touch(paths ...string) {
 // check lists with the cache and compares with git's own listing.
 func (l *lister) check(step string) {
 	l.t.Helper()
-	cached, _, err := listFiles(l.t.Context(), l.root, false, FileSetOptions{
+	cached, _, _, err := listFiles(l.t.Context(), l.root, false, FileSetOptions{
 		untrackedCache: l.cache,
 		listingStart:   time.Now().Add(time.Hour),
 		onCache: func(hit bool, relist []string) {
@@ -80,15 +80,15 @@ func (l *lister) check(step string) {
 			}
 			l.relist = relist
 		},
-	}, nil)
+	})
 	if err != nil {
 		l.t.Fatalf("%s: listing with the cache: %v", step, err)
 	}
-	fresh, err := FileSet(l.t.Context(), l.root)
+	fresh, _, _, err := listFiles(l.t.Context(), l.root, false, FileSetOptions{})
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	if diff := cmp.Diff(paths(fresh), paths(cached)); diff != "" {
+	if diff := cmp.Diff(fresh, cached); diff != "" {
 		l.t.Errorf("%s: listing with the cache differs from git's (-git +cache):\n%s", step, diff)
 	}
 }
@@ -192,14 +192,14 @@ func TestListingCacheSkipsRecentChanges(t *testing.T) {
 	hits := 0
 	list := func() {
 		t.Helper()
-		if _, _, err := listFiles(t.Context(), root, false, FileSetOptions{
+		if _, _, _, err := listFiles(t.Context(), root, false, FileSetOptions{
 			untrackedCache: cache,
 			onCache: func(hit bool, _ []string) {
 				if hit {
 					hits++
 				}
 			},
-		}, nil); err != nil {
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -240,8 +240,8 @@ func TestListingCacheMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, damage := range map[string]func(c *untrackedCache){
-		"tracked listing": func(c *untrackedCache) { c.tracked = []byte("not ls-files output\x00") },
-		"untracked entry": func(c *untrackedCache) { c.entries = append(c.entries, "../outside") },
+		"kept path":  func(c *untrackedCache) { c.kept = append(c.kept, listed{path: "../outside"}) },
+		"kept order": func(c *untrackedCache) { c.kept = append(c.kept, c.kept[0]) },
 	} {
 		c := *good
 		damage(&c)
@@ -257,7 +257,7 @@ func TestListingCacheMalformed(t *testing.T) {
 }
 
 func FuzzParseUntracked(f *testing.F) {
-	f.Add(formatUntracked(&untrackedCache{key: "k", tracked: []byte("H a\x00"), dirs: []stampedPath{{"", stamp{MTime: 1}}, {"a", stamp{CTime: 2}}}, entries: []string{"a/b"}}))
+	f.Add(formatUntracked(&untrackedCache{key: "k", dirs: []stampedPath{{"", stamp{MTime: 1}}, {"a", stamp{CTime: 2}}}, kept: []listed{{path: "a", tracked: true}, {path: "a/b"}}}))
 	f.Add([]byte(untrackedHeader))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := parseUntracked(data)
@@ -269,11 +269,16 @@ func FuzzParseUntracked(f *testing.F) {
 				t.Fatalf("accepted unsafe path %q", p.path)
 			}
 		}
+		for i, e := range c.kept {
+			if checkPath(e.path) != nil || i > 0 && c.kept[i-1].path >= e.path {
+				t.Fatalf("accepted unsafe or unsorted kept path %q", e.path)
+			}
+		}
 		again, err := parseUntracked(formatUntracked(c))
 		if err != nil {
 			t.Fatalf("re-encoded cache rejected: %v", err)
 		}
-		if !cmp.Equal(c, again, cmp.AllowUnexported(untrackedCache{}, stampedPath{}, stamp{})) {
+		if !cmp.Equal(c, again, cmp.AllowUnexported(untrackedCache{}, stampedPath{}, stamp{}, listed{})) {
 			t.Fatal("round trip changed the cache")
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime"
 
 	"github.com/crabbox-dev/crabbox/cmd/crabbox/internal/quickstart"
 	_ "github.com/crabbox-dev/crabbox/providers/all"
@@ -14,6 +15,11 @@ import (
 
 func main() {
 	quickstart.Done()
+	// The sync's scans run on one goroutine fewer than GOMAXPROCS, so
+	// that network reads (the SSH handshake's round trips) find an idle P
+	// instead of waiting up to 10 ms each for the scheduler; one more P
+	// than processors keeps every processor scanning (sync/workers.go).
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	interrupts := make(chan os.Signal, 2)
 	signal.Notify(interrupts, os.Interrupt)
