@@ -66,24 +66,35 @@ func parseCache(data []byte) (map[string]cacheEntry, int, error) {
 	if !ok {
 		return nil, 0, errors.New("not a hash cache")
 	}
-	entries := map[string]cacheEntry{}
-	records := 0
+	type record struct {
+		path string
+		e    cacheEntry
+	}
+	// A record takes some 70 bytes; the hashes are made into hex in one
+	// string for all of them.
+	records := make([]record, 0, len(all)/48+1)
+	sums := make([]byte, 0, cap(records)*sha256.Size)
 	d := &decoder{data: all}
 	for d.more() {
-		records++
 		path := d.string()
 		size, mtime, ino := d.varint(), d.varint(), d.uvarint()
 		if d.bad || len(all)-d.off < sha256.Size {
 			return nil, 0, errors.New("malformed record")
 		}
-		sum := hex.EncodeToString([]byte(all[d.off : d.off+sha256.Size]))
+		sums = append(sums, all[d.off:d.off+sha256.Size]...)
 		d.off += sha256.Size
-		entries[path] = cacheEntry{Size: size, MTime: mtime, Inode: ino, SHA256: sum}
+		records = append(records, record{path, cacheEntry{Size: size, MTime: mtime, Inode: ino}})
 	}
-	if d.bad {
-		return nil, 0, errors.New("malformed record")
+	hexSums := make([]byte, hex.EncodedLen(len(sums)))
+	hex.Encode(hexSums, sums)
+	all = string(hexSums)
+	const n = 2 * sha256.Size
+	entries := make(map[string]cacheEntry, len(records))
+	for i, r := range records {
+		r.e.SHA256 = all[i*n : (i+1)*n]
+		entries[r.path] = r.e
 	}
-	return entries, records, nil
+	return entries, len(records), nil
 }
 
 func formatCache(entries map[string]cacheEntry) []byte {

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -188,25 +189,54 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 		return l
 	}
 
-	var tracked []listed
-	var untracked func() listing
+	excluded := 0
+	var seen map[string]bool
+	// keep drops what is not synced: nested repositories (listed as
+	// "dir/"), unmerged paths past their first stage, excluded paths.
+	keep := func(entries []listed) ([]listed, error) {
+		if seen == nil {
+			seen = make(map[string]bool, len(entries))
+		}
+		var out []listed
+		for _, e := range entries {
+			if strings.HasSuffix(e.path, "/") || seen[e.path] || e.indexMode == gitModeGitlink {
+				continue
+			}
+			seen[e.path] = true
+			if err := checkPath(e.path); err != nil {
+				return nil, fmt.Errorf("%q: %w", e.path, err)
+			}
+			if m.excluded(e.path, false, e.tracked) {
+				excluded++
+				continue
+			}
+			out = append(out, e)
+		}
+		return out, nil
+	}
+
+	// todo are the tracked files to stat, untracked returns the untracked
+	// ones, both as keep leaves them.
+	var todo []listed
+	var untracked func() ([]listed, error)
 	if lc.hit() {
 		// The index and the ignore rules did not change: the tracked
-		// files are as listed last time, and so are the untracked ones
+		// files are as kept last time, and so are the untracked ones
 		// outside the directories that changed.
-		tracked = lc.tracked()
+		todo = lc.tracked()
 		args := []string{"--"}
 		for _, d := range lc.relist() {
 			args = append(args, ":(literal)"+d)
 		}
 		listUntracked(args...)
 		lc.startWalk(ctx)
-		untracked = func() listing {
+		untracked = func() ([]listed, error) {
 			l := receive()
-			if l.err == nil {
-				l.entries = append(lc.untracked(), l.entries...)
+			if l.err != nil {
+				return nil, l.err
 			}
-			return l
+			fresh, err := keep(l.entries)
+			return append(lc.untracked(), fresh...), err
 		}
 	} else {
 		listUntracked()
@@ -218,8 +248,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 		if indexModes {
 			selection = append(selection, "-s")
 		}
-		var isRepo bool
-		tracked, isRepo, err = gitList(ctx, root, selection...)
+		tracked, isRepo, err := gitList(ctx, root, selection...)
 		if err != nil || !isRepo {
 			cancelGit()
 			receive()
@@ -238,75 +267,54 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 			files, stamps, err := collect(stats)
 			return files, stamps, excluded, err
 		}
-		untracked = receive
+		if todo, err = keep(tracked); err != nil {
+			return nil, nil, 0, err
+		}
+		untracked = func() ([]listed, error) {
+			l := receive()
+			if l.err != nil {
+				return nil, l.err
+			}
+			return keep(l.entries)
+		}
 	}
 
-	excluded := 0
-	seen := make(map[string]bool, len(tracked))
-	// keep drops what is not synced: nested repositories (listed as
-	// "dir/"), unmerged paths past their first stage, excluded paths.
-	keep := func(entries []listed) ([]listed, error) {
-		var out []listed
-		for _, e := range entries {
-			if strings.HasSuffix(e.path, "/") || seen[e.path] || e.indexMode == gitModeGitlink {
-				continue
-			}
-			seen[e.path] = true
-			if err := checkPath(e.path); err != nil {
-				return nil, fmt.Errorf("%q: %w", e.path, err)
-			}
-			if m.excluded(e.path, false, e.tracked) {
-				excluded++
-				continue
-			}
-			out = append(out, e)
-		}
-		return out, nil
-	}
-	todo, err := keep(tracked)
-	if err != nil {
-		return nil, nil, 0, err
-	}
 	type statResult struct {
 		stats []statted
 		err   error
 	}
 	trackedStats := make(chan statResult, 1)
-	go func(todo []listed) {
+	go func() {
 		stats, err := statAll(ctx, root, todo, indexModes)
 		trackedStats <- statResult{stats, err}
-	}(todo)
-	u := untracked()
+	}()
+	utodo, err := untracked()
 	var stats []statted
-	var utodo []listed
-	if u.err == nil {
-		if utodo, u.err = keep(u.entries); u.err == nil {
-			stats, u.err = statAll(ctx, root, utodo, indexModes)
-		}
-	}
-	if u.err != nil {
-		<-trackedStats
-		return nil, nil, 0, u.err
+	if err == nil {
+		stats, err = statAll(ctx, root, utodo, indexModes)
 	}
 	t := <-trackedStats
-	if t.err != nil {
-		return nil, nil, 0, t.err
+	if err := cmp.Or(err, t.err); err != nil {
+		return nil, nil, 0, err
 	}
-	kept := make([]listed, 0, len(todo)+len(utodo))
-	for _, e := range append(todo, utodo...) {
-		kept = append(kept, listed{path: e.path, tracked: e.tracked})
-	}
-	slices.SortFunc(kept, func(a, b listed) int { return strings.Compare(a.path, b.path) })
-	lc.save(kept)
-	files, stamps, err := collect(append(t.stats, stats...))
+	lc.save(merge(cacheable(todo), cacheable(utodo), comparePaths))
+	files, stamps, err := collect(t.stats, stats)
 	return files, stamps, excluded, err
 }
 
 // collect turns what statAll found into the file set, sorted, and the
-// files' stamps, checking the symlinks.
-func collect(stats []statted) ([]File, []fileStamp, error) {
-	stats = slices.DeleteFunc(stats, func(st statted) bool { return !st.ok })
-	slices.SortFunc(stats, func(a, b statted) int { return strings.Compare(a.file.Path, b.file.Path) })
+// files' stamps, checking the symlinks. Each of runs is usually sorted
+// already (git lists in order): they are merged.
+func collect(runs ...[]statted) ([]File, []fileStamp, error) {
+	byPath := func(a, b statted) int { return strings.Compare(a.file.Path, b.file.Path) }
+	var stats []statted
+	for _, run := range runs {
+		run = slices.DeleteFunc(run, func(st statted) bool { return !st.ok })
+		if !slices.IsSortedFunc(run, byPath) {
+			slices.SortFunc(run, byPath)
+		}
+		stats = merge(stats, run, byPath)
+	}
 	files := make([]File, len(stats))
 	stamps := make([]fileStamp, len(stats))
 	var links map[string]string
@@ -325,6 +333,40 @@ func collect(stats []statted) ([]File, []fileStamp, error) {
 		return nil, nil, err
 	}
 	return files, stamps, nil
+}
+
+func comparePaths(a, b listed) int { return strings.Compare(a.path, b.path) }
+
+// cacheable returns what the listing cache keeps of entries, sorted.
+func cacheable(entries []listed) []listed {
+	out := make([]listed, len(entries))
+	for i, e := range entries {
+		out[i] = listed{path: e.path, tracked: e.tracked}
+	}
+	if !slices.IsSortedFunc(out, comparePaths) {
+		slices.SortFunc(out, comparePaths)
+	}
+	return out
+}
+
+// merge merges a and b, both sorted by cmp, into a new sorted slice (or
+// returns one of them when the other is empty).
+func merge[T any](a, b []T, cmp func(T, T) int) []T {
+	switch {
+	case len(a) == 0:
+		return b
+	case len(b) == 0:
+		return a
+	}
+	out := make([]T, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if cmp(b[0], a[0]) < 0 {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // statted is what stat found of one listed entry.

@@ -291,3 +291,30 @@ func TestParseLsFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestCollectMergesRuns(t *testing.T) {
+	st := func(paths ...string) []statted {
+		var out []statted
+		for _, p := range paths {
+			out = append(out, statted{file: File{Path: p, Mode: 0o644}, ok: p != "gone"})
+		}
+		return out
+	}
+	for _, runs := range [][][]statted{
+		{st("a", "c", "e"), st("b", "d")},
+		{st("e", "a", "c"), st("d", "gone", "b")}, // unsorted: sorted first
+		{st(), st("b", "a", "e", "d", "c")},
+		{st("a", "b", "c", "d", "e"), st()},
+	} {
+		files, stamps, err := collect(runs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"a", "b", "c", "d", "e"}, paths(files)); diff != "" {
+			t.Errorf("collect (-want +got):\n%s", diff)
+		}
+		if len(stamps) != len(files) {
+			t.Errorf("collect: %d stamps for %d files", len(stamps), len(files))
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -81,10 +80,17 @@ func encodeManifest(entries []Entry) []byte {
 	return b
 }
 
-// parseEntries parses the entries of a version 3 manifest, unchecked.
+// parseEntries parses the entries of a version 3 manifest, checked but
+// for their paths, modes and sizes (checkFields). Every hash is valid hex:
+// it is made here, in one string for all of them.
 func parseEntries(all string) ([]Entry, error) {
 	d := &decoder{data: all}
-	var entries []Entry
+	// A typical entry takes some 70 bytes; appending grows past a guess
+	// that falls short.
+	guess := len(all)/48 + 1
+	entries := make([]Entry, 0, guess)
+	sums := make([]byte, 0, guess*sha256.Size) // the raw hashes, one after the other
+	hashed := make([]int, 0, guess)            // the entries they belong to
 	for d.more() {
 		e := Entry{Path: d.string()}
 		mode := d.uvarint()
@@ -97,11 +103,19 @@ func parseEntries(all string) ([]Entry, error) {
 		switch len(sum) {
 		case 0:
 		case sha256.Size:
-			e.SHA256 = hex.EncodeToString([]byte(sum))
+			hashed = append(hashed, len(entries))
+			sums = append(sums, sum...)
 		default:
 			return nil, fmt.Errorf("entry %d: malformed content hash", len(entries)+1)
 		}
 		entries = append(entries, e)
+	}
+	hexSums := make([]byte, hex.EncodedLen(len(sums)))
+	hex.Encode(hexSums, sums)
+	all = string(hexSums)
+	const n = 2 * sha256.Size
+	for k, i := range hashed {
+		entries[i].SHA256 = all[k*n : (k+1)*n]
 	}
 	return entries, nil
 }
@@ -127,7 +141,7 @@ func parseManifest(data []byte) ([]Entry, error) {
 			return nil, err
 		}
 		for i, e := range entries {
-			if err := checkEntry(e); err != nil {
+			if err := checkFields(e); err != nil {
 				return nil, fmt.Errorf("entry %d: %w", i+1, err)
 			}
 			if i > 0 && entries[i-1].Path >= e.Path {
@@ -321,6 +335,15 @@ func isHash(s string) bool {
 }
 
 func checkEntry(e Entry) error {
+	if e.Mode&^fs.ModePerm == 0 && !isHash(e.SHA256) {
+		return fmt.Errorf("%q: malformed content hash", e.Path)
+	}
+	return checkFields(e)
+}
+
+// checkFields is checkEntry but for the content hash's hex, which
+// parseEntries makes itself: only that a regular file has a hash.
+func checkFields(e Entry) error {
 	if err := checkPath(e.Path); err != nil {
 		return fmt.Errorf("unsafe path %q: %w", e.Path, err)
 	}
@@ -334,7 +357,7 @@ func checkEntry(e Entry) error {
 		if e.Link != "" {
 			return fmt.Errorf("%q: regular file with a link target", e.Path)
 		}
-		if !isHash(e.SHA256) {
+		if e.SHA256 == "" {
 			return fmt.Errorf("%q: malformed content hash", e.Path)
 		}
 	case e.Mode&^fs.ModePerm == fs.ModeSymlink:
@@ -348,27 +371,23 @@ func checkEntry(e Entry) error {
 }
 
 // fingerprint is the SHA-256 over the sorted entries' paths, modes, sizes,
-// link targets and content hashes (not their mtimes): equal fingerprints
-// mean equal trees.
+// link targets and content hashes (not their mtimes), each length-prefixed
+// or a varint: equal fingerprints mean equal trees.
 func fingerprint(entries []Entry) string {
 	h := sha256.New()
-	w := bufio.NewWriterSize(h, 64<<10)
-	var buf []byte
+	buf := make([]byte, 0, 4096)
 	for _, e := range entries {
-		buf = buf[:0]
-		buf = appendQuoted(buf, e.Path)
-		buf = append(buf, ' ')
-		buf = strconv.AppendUint(buf, uint64(e.Mode), 8)
-		buf = append(buf, ' ')
-		buf = strconv.AppendInt(buf, e.Size, 10)
-		buf = append(buf, ' ')
-		buf = appendQuoted(buf, e.Link)
-		buf = append(buf, ' ')
-		buf = append(buf, e.SHA256...)
-		buf = append(buf, '\n')
-		w.Write(buf)
+		buf = appendString(buf, e.Path)
+		buf = binary.AppendUvarint(buf, uint64(e.Mode))
+		buf = binary.AppendVarint(buf, e.Size)
+		buf = appendString(buf, e.Link)
+		buf = appendString(buf, e.SHA256)
+		if len(buf) >= 3072 {
+			h.Write(buf)
+			buf = buf[:0]
+		}
 	}
-	w.Flush()
+	h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -3,6 +3,8 @@ package sync
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -417,11 +419,11 @@ func TestPushRefusesOversizedState(t *testing.T) {
 	client := dial(t)
 	root := plainTree(t, 3, "v1")
 	remoteDir := t.TempDir()
-	write(t, remoteDir, fingerprintFile, strings.Repeat("f", 5000), 0o644)
+	write(t, remoteDir, manifestFile, manifestHeader+"\n"+strings.Repeat("x", 5000), 0o644)
 	write(t, remoteDir, "kept.txt", "mine", 0o644)
-	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir})
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(remoteDir, fingerprintFile)+" on the box is larger than 4096 bytes; remove it to start over") {
-		t.Fatalf("Push = %v, want the oversized fingerprint named", err)
+	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir, maxState: 4096})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(remoteDir, manifestFile)+" on the box is larger than 4096 bytes; remove it to start over") {
+		t.Fatalf("Push = %v, want the oversized manifest named", err)
 	}
 	entries, err := os.ReadDir(remoteDir)
 	if err != nil {
@@ -433,6 +435,29 @@ func TestPushRefusesOversizedState(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{stateDir, "kept.txt"}, names); diff != "" {
 		t.Errorf("box changed (-want +got):\n%s", diff)
+	}
+}
+
+// A fingerprint file on the box that holds no fingerprint (too long, not
+// hex) is none: the push replaces it, and leaves what it did not sync.
+func TestPushReplacesMalformedFingerprint(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 3, "v1")
+	for _, bad := range []string{strings.Repeat("f", 5000), strings.Repeat("g", 64), "", "two\nlines"} {
+		remoteDir := t.TempDir()
+		write(t, remoteDir, fingerprintFile, bad, 0o644)
+		write(t, remoteDir, "kept.txt", "mine", 0o644)
+		stats, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir})
+		if err != nil || stats.Skipped {
+			t.Fatalf("Push over fingerprint %.20q = %+v, %v; want a transfer", bad, stats, err)
+		}
+		again, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir})
+		if err != nil || !again.Skipped {
+			t.Errorf("second Push over fingerprint %.20q = %+v, %v; want it skipped", bad, again, err)
+		}
+		if got, err := os.ReadFile(filepath.Join(remoteDir, "kept.txt")); err != nil || string(got) != "mine" {
+			t.Errorf("kept.txt = %q, %v", got, err)
+		}
 	}
 }
 
@@ -458,4 +483,50 @@ func buildManifest(ctx context.Context, root string, files []File, cache *hashCa
 		return nil, 0, err
 	}
 	return entries, hashed, nil
+}
+
+// benchEntries is a manifest of n regular files, sorted, like a checkout's.
+func benchEntries(n int) []Entry {
+	entries := make([]Entry, n)
+	for i := range entries {
+		sum := sha256.Sum256([]byte(strconv.Itoa(i)))
+		entries[i] = Entry{Path: fmt.Sprintf("mod%02d/pkg%03d/file%06d.go", i%20, i%300, i), Mode: 0o644, Size: int64(1000 + i), MTime: int64(i) * 1e9, SHA256: hex.EncodeToString(sum[:])}
+	}
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
+	return entries
+}
+
+// BenchmarkParseManifest reads a 20,000-file manifest, as an incremental
+// push reads the pushed file or the box's manifest.
+func BenchmarkParseManifest(b *testing.B) {
+	data := encodeManifest(benchEntries(20000))
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := parseManifest(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFingerprint(b *testing.B) {
+	entries := benchEntries(20000)
+	for b.Loop() {
+		fingerprint(entries)
+	}
+}
+
+// BenchmarkParseCache reads a 20,000-file hash cache, as every push whose
+// listing is new does.
+func BenchmarkParseCache(b *testing.B) {
+	cache := map[string]cacheEntry{}
+	for _, e := range benchEntries(20000) {
+		cache[e.Path] = cacheEntry{Size: e.Size, MTime: e.MTime, Inode: uint64(e.Size), SHA256: e.SHA256}
+	}
+	data := formatCache(cache)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, _, err := parseCache(data); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

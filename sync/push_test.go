@@ -352,7 +352,7 @@ func TestPushOptionErrors(t *testing.T) {
 }
 
 func TestDeleteScriptQuotesPaths(t *testing.T) {
-	script := deleteSection(nil, []string{"a'b", "c/d e"})
+	script := deleteSection([]string{"a'b", "c/d e"})
 	for _, want := range []string{`crabbox_safe 'a'\''b'`, `'c/d e'`, `rmdir -- "$@"`} {
 		if !bytes.Contains([]byte(script), []byte(want)) {
 			t.Errorf("delete script lacks %q:\n%s", want, script)

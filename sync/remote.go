@@ -65,14 +65,16 @@ const staleMinutes = 1
 // sessionScript is the one command a push runs on the box, with the
 // arguments DIR FINGERPRINT MODE TOKEN STALE TRIES KNOWN. It creates DIR,
 // takes the lock, and either reports that the box already holds
-// FINGERPRINT (MODE "quick") or prints the state: "crabbox-sync state
-// NAMES" naming which of fingerprint, manifest and pending exist, then wc
-// -c's report of their sizes and their contents, one after the other (two
-// processes, not two per file). When the box's fingerprint is KNOWN (the
+// FINGERPRINT (MODE "quick") or prints the state: "crabbox-sync state FP
+// NAMES", with the box's fingerprint FP ("-" for none) and NAMES naming
+// which of manifest and pending exist, then wc -c's report of their sizes
+// and their contents, one after the other (two processes, not two per
+// file; none without a file). When the box's fingerprint is KNOWN (the
 // client has the manifest of that fingerprint), the manifest is not sent
-// and NAMES ends with "known". Then it runs the steps the client sends on stdin, each as
-// "SIZE\n" and SIZE bytes of sh script, until stdin ends. A step may read stdin itself (tar). The lock is
-// released when the script ends, however it ends.
+// and NAMES ends with "known". Then it runs the steps the client sends on
+// stdin, each as "LINES\n" and LINES lines of sh script, until stdin ends.
+// A step may read stdin itself (tar). The lock is released when the script
+// ends, however it ends.
 //
 // An unchanged box is recognised before the lock, with shell builtins
 // alone: a push that changes the tree removes the fingerprint and creates
@@ -83,8 +85,8 @@ const staleMinutes = 1
 // lock would have found; the lock only makes pushes wait for each other.
 //
 // The script contains no backslash, so it survives any login shell's
-// quoting; it reads steps with read and dd, which never read ahead, unlike
-// sh -s.
+// quoting; it reads steps with the read builtin, which never reads ahead,
+// unlike sh -s, and which, unlike dd and wc, costs no process.
 const sessionScript = `crabbox_dir=$1 crabbox_fp=$2 crabbox_mode=$3 crabbox_token=$4 crabbox_stale=$5 crabbox_tries=$6 crabbox_known=${7:--}
 s=.crabbox
 if [ "$crabbox_mode" = quick ] && { read -r crabbox_have <"$crabbox_dir/$s/fingerprint"; } 2>/dev/null &&
@@ -134,8 +136,12 @@ fi
 echo "crabbox-sync differ"
 crabbox_have= crabbox_k=
 { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null
+case $crabbox_have in
+''|*[!0-9a-f]*) crabbox_have=- ;;
+*) [ "${#crabbox_have}" -eq 64 ] || crabbox_have=- ;;
+esac
 set --
-for crabbox_f in fingerprint manifest pending; do
+for crabbox_f in manifest pending; do
 	[ -f "$s/$crabbox_f" ] || continue
 	if [ "$crabbox_f" = manifest ] && [ "$crabbox_known" != - ] && [ "$crabbox_have" = "$crabbox_known" ]; then
 		crabbox_k=known
@@ -143,7 +149,7 @@ for crabbox_f in fingerprint manifest pending; do
 	fi
 	set -- "$@" "$crabbox_f"
 done
-echo "crabbox-sync state $* $crabbox_k"
+echo "crabbox-sync state $crabbox_have $* $crabbox_k"
 if [ $# -gt 0 ]; then
 	crabbox_n=$#
 	for crabbox_f do set -- "$@" "$s/$crabbox_f"; done
@@ -151,12 +157,18 @@ if [ $# -gt 0 ]; then
 	wc -c -- "$@" || exit 1
 	cat -- "$@" || exit 1
 fi
+crabbox_nl='
+'
 while IFS= read -r crabbox_n; do
 	case $crabbox_n in
 	''|*[!0-9]*) echo "crabbox: malformed step" >&2; exit 1 ;;
 	esac
-	dd bs=1 count="$crabbox_n" of="$s/lock/step" 2>/dev/null || exit 1
-	[ "$(($(wc -c < "$s/lock/step")))" -eq "$crabbox_n" ] || exit 1
+	crabbox_i=0
+	while [ "$crabbox_i" -lt "$crabbox_n" ] && IFS= read -r crabbox_l; do
+		printf '%s%s' "$crabbox_l" "$crabbox_nl"
+		crabbox_i=$((crabbox_i + 1))
+	done >"$s/lock/step" || exit 1
+	[ "$crabbox_i" -eq "$crabbox_n" ] || exit 1
 	. "./$s/lock/step"
 done
 exit 0
@@ -168,9 +180,13 @@ func sessionCommand(remoteDir, fp, mode, token string, lockTries int, known stri
 		remoteDir, fp, mode, token, strconv.Itoa(staleMinutes), strconv.Itoa(lockTries), cmp.Or(known, "-")})
 }
 
-// step frames a script as one step for sessionScript.
+// step frames a script as one step for sessionScript: its number of
+// lines, then its lines.
 func step(script string) []byte {
-	return []byte(strconv.Itoa(len(script)) + "\n" + script)
+	if !strings.HasSuffix(script, "\n") {
+		script += "\n"
+	}
+	return []byte(strconv.Itoa(strings.Count(script, "\n")) + "\n" + script)
 }
 
 // manifestStep prints the box's manifest as "crabbox-sync manifest SIZE"
@@ -261,8 +277,14 @@ func unescapeName(s string) string {
 // is still there.
 func transferStep(del []string) string {
 	var b strings.Builder
-	b.WriteString(": > .crabbox/pending || exit 1\n")
-	b.WriteString(deleteSection([]string{".crabbox/fingerprint", ".crabbox/manifest.tmp", ".crabbox/fingerprint.tmp"}, del))
+	// An empty fingerprint is none. The leftovers of an interrupted push
+	// are removed, but costing a process only when there are any.
+	b.WriteString(": > .crabbox/pending && : > .crabbox/fingerprint || exit 1\n")
+	b.WriteString("if [ -e .crabbox/manifest.tmp ] || [ -e .crabbox/fingerprint.tmp ] || [ -L .crabbox/manifest.tmp ] || [ -L .crabbox/fingerprint.tmp ]; then\n")
+	b.WriteString("\trm -f .crabbox/manifest.tmp .crabbox/fingerprint.tmp || exit 1\nfi\n")
+	if len(del) > 0 {
+		b.WriteString(deleteSection(del))
+	}
 	b.WriteString(`if tar -xf -; then :; else
 	crabbox_st=$?
 	rm -f .crabbox/manifest.tmp .crabbox/fingerprint.tmp
@@ -278,12 +300,12 @@ exit $?
 // deleteBatch bounds the arguments of one rm or rmdir on the box.
 const deleteBatch = 256
 
-// deleteSection removes the state files and the stale paths (relative to
-// the current directory), then the directories that held the stale paths
-// if they are now empty, with one rm and one rmdir per batch. Nothing is
+// deleteSection removes the stale paths (relative to the current
+// directory), then the directories that held them if they are now empty,
+// with one rm and one rmdir per batch. Nothing is
 // removed through a symlink: every parent of a path must be a real
 // directory.
-func deleteSection(state, paths []string) string {
+func deleteSection(paths []string) string {
 	var b strings.Builder
 	b.WriteString(`crabbox_safe() {
 	crabbox_p=$1 crabbox_d=.
@@ -306,10 +328,8 @@ func deleteSection(state, paths []string) string {
 			fmt.Fprintf(&b, "[ $# -eq 0 ] || %s -- \"$@\" 2>/dev/null\n", cmd)
 		}
 	}
-	batch("rm -f", append(slices.Clip(state), paths...))
-	if len(paths) > 0 {
-		batch("rmdir", parentDirs(paths))
-	}
+	batch("rm -f", paths)
+	batch("rmdir", parentDirs(paths))
 	return b.String()
 }
 

@@ -92,6 +92,9 @@ type Options struct {
 	// stateRead, if set, learns whether the box left its manifest out as
 	// known (tests).
 	stateRead func(known bool)
+	// maxState, when not zero, replaces maxManifestSize as the bound of
+	// the box's state files (tests).
+	maxState int64
 }
 
 // Stats describes a finished push.
@@ -386,6 +389,17 @@ type session struct {
 	// saved, if set, is closed when the hash cache, saved while the
 	// archive's end is sent, is written.
 	saved chan struct{}
+	// pushed, if set, is the pushed file, read while the box answers.
+	pushed *pushedRead
+}
+
+// pushedRead is the pushed file read for a fingerprint, once done is
+// closed.
+type pushedRead struct {
+	done    chan struct{}
+	fp      string
+	entries []Entry
+	err     error
 }
 
 func (s *session) run(ctx context.Context, client *ssh.Client) error {
@@ -426,6 +440,18 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 	known := ""
 	if s.opts.CacheFile != "" {
 		known = pushedFingerprint(s.opts.CacheFile + pushedSuffix)
+	}
+	if known != "" && s.prep.local != nil {
+		// The listing is new, so the box most likely differs, and
+		// holds the pushed manifest if it holds the pushed fingerprint:
+		// read it while the box answers.
+		r := &pushedRead{done: make(chan struct{}), fp: known}
+		s.pushed = r
+		go func() {
+			defer close(r.done)
+			r.entries, r.err = loadPushed(s.opts.CacheFile+pushedSuffix, known)
+		}()
+		defer func() { <-r.done }()
 	}
 	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce), cmp.Or(s.opts.lockTries, defaultLockTries), known)); err != nil {
 		return fmt.Errorf("start sync on the box: %w", err)
@@ -475,74 +501,85 @@ func (s *session) readLine() (string, error) {
 	return strings.TrimSuffix(line, "\n"), nil
 }
 
-// stateLimit bounds each of the box's state files the client reads; it
-// reports false for a name that is not one.
-func stateLimit(name string) (int64, bool) {
-	switch name {
-	case "fingerprint":
-		return 4096, true
-	case "manifest", "pending":
-		return maxManifestSize, true
-	}
-	return 0, false
+// stateFile reports whether name is one of the box's state files the
+// client reads.
+func stateFile(name string) bool {
+	return name == "manifest" || name == "pending"
+}
+
+// boxFiles is what sessionScript reports of the box's state: its
+// fingerprint ("" for none), and the contents of its manifest and pending
+// files, absent from the map when the box has none (or, for the manifest,
+// when known).
+type boxFiles struct {
+	fingerprint string
+	files       map[string][]byte
+	// known reports that the box left out its manifest because its
+	// fingerprint is the pushed file's.
+	known bool
 }
 
 // readState reads what sessionScript prints of the box's state: the line
-// naming the files that exist, wc -c's line for each (and its total line
-// for more than one), then their contents in that order. Absent files
-// are missing from the map. known reports that the box left out its
-// manifest because its fingerprint is the pushed file's.
-func (s *session) readState() (map[string][]byte, bool, error) {
+// with the fingerprint and naming the files that exist, wc -c's line for
+// each (and its total line for more than one), then their contents in that
+// order.
+func (s *session) readState() (boxFiles, error) {
 	line, err := s.readLine()
 	if err != nil {
-		return nil, false, err
+		return boxFiles{}, err
 	}
-	rest, ok := strings.CutPrefix(line, "crabbox-sync state")
-	if !ok {
-		return nil, false, fmt.Errorf("%w: %q, want the state", errProtocol, line)
-	}
+	rest, ok := strings.CutPrefix(line, "crabbox-sync state ")
 	names := strings.Fields(rest)
-	known := false
+	if !ok || len(names) == 0 {
+		return boxFiles{}, fmt.Errorf("%w: %q, want the state", errProtocol, line)
+	}
+	var box boxFiles
+	if names[0] != "-" {
+		if !isHash(names[0]) {
+			return boxFiles{}, fmt.Errorf("%w: %q, want the state", errProtocol, line)
+		}
+		box.fingerprint = names[0]
+	}
+	names = names[1:]
 	if n := len(names); n > 0 && names[n-1] == "known" {
-		names, known = names[:n-1], true
+		names, box.known = names[:n-1], true
 	}
 	sizes := make([]int64, len(names))
 	for i, name := range names {
-		limit, known := stateLimit(name)
-		if !known || slices.Index(names, name) != i {
-			return nil, false, fmt.Errorf("%w: %q", errProtocol, line)
+		if !stateFile(name) || slices.Index(names, name) != i {
+			return boxFiles{}, fmt.Errorf("%w: %q", errProtocol, line)
 		}
 		wc, err := s.readLine()
 		if err != nil {
-			return nil, false, err
+			return boxFiles{}, err
 		}
 		f := strings.Fields(wc)
 		if len(f) != 2 || f[1] != stateDir+"/"+name {
-			return nil, false, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
+			return boxFiles{}, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
 		}
 		n, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil || n < 0 {
-			return nil, false, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
+			return boxFiles{}, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
 		}
-		if n > limit {
-			return nil, false, fmt.Errorf("%s/%s on the box is larger than %d bytes; remove it to start over", s.opts.RemoteDir, stateDir+"/"+name, limit)
+		if limit := cmp.Or(s.opts.maxState, maxManifestSize); n > limit {
+			return boxFiles{}, fmt.Errorf("%s/%s on the box is larger than %d bytes; remove it to start over", s.opts.RemoteDir, stateDir+"/"+name, limit)
 		}
 		sizes[i] = n
 	}
 	if len(names) > 1 {
 		if _, err := s.readLine(); err != nil { // wc's total
-			return nil, false, err
+			return boxFiles{}, err
 		}
 	}
-	state := make(map[string][]byte, len(names))
+	box.files = make(map[string][]byte, len(names))
 	for i, name := range names {
 		data := make([]byte, sizes[i])
 		if _, err := io.ReadFull(s.stdout, data); err != nil {
-			return nil, false, fmt.Errorf("read %s from the box: %w", name, err)
+			return boxFiles{}, fmt.Errorf("read %s from the box: %w", name, err)
 		}
-		state[name] = data
+		box.files[name] = data
 	}
-	return state, known, nil
+	return box, nil
 }
 
 // fetchManifest asks the box for its manifest after all: the pushed file
@@ -589,20 +626,19 @@ func (s *session) converse(ctx context.Context) error {
 		return fmt.Errorf("%w: %q", errProtocol, line)
 	}
 
-	state, known, err := s.readState()
+	state, err := s.readState()
 	if err != nil {
 		return err
 	}
 	if s.opts.stateRead != nil {
-		s.opts.stateRead(known)
+		s.opts.stateRead(state.known)
 	}
-	pendingData, dirty := state["pending"]
-	manifestData := state["manifest"]
+	pendingData, dirty := state.files["pending"]
+	manifestData := state.files["manifest"]
 	var prev []Entry
-	if known {
+	if state.known {
 		// The box has the manifest of the last push from here.
-		boxFP := strings.TrimSpace(string(state["fingerprint"]))
-		if prev, err = loadPushed(s.opts.CacheFile+pushedSuffix, boxFP); err != nil {
+		if prev, err = s.loadPushed(state.fingerprint); err != nil {
 			if manifestData, err = s.fetchManifest(); err != nil {
 				return err
 			}
@@ -653,6 +689,16 @@ func (s *session) converse(ctx context.Context) error {
 		return err
 	}
 	return s.writeArchive(ctx, w, local, send, del, box)
+}
+
+// loadPushed returns the pushed file's entries, which must be those of
+// fingerprint fp, from the read started with the session when there is one.
+func (s *session) loadPushed(fp string) ([]Entry, error) {
+	if r := s.pushed; r != nil && r.fp == fp {
+		<-r.done
+		return r.entries, r.err
+	}
+	return loadPushed(s.opts.CacheFile+pushedSuffix, fp)
 }
 
 // untrustedByPlan is what an interrupted push whose pending file is not a
