@@ -211,7 +211,7 @@ func (c *hashCache) save() error {
 		}
 	}
 	maps.Copy(keep, c.stored)
-	return atomicfile.Write(c.file, formatCache(keep))
+	return atomicfile.WriteCache(c.file, formatCache(keep))
 }
 
 // appendFile appends data to the file name, which must exist.
@@ -294,5 +294,5 @@ func writeListing(cacheFile, digest, fp string) error {
 	if readListing(cacheFile, digest) == fp {
 		return nil
 	}
-	return atomicfile.Write(cacheFile+listingSuffix, []byte(listingHeader+" "+digest+" "+fp+"\n"))
+	return atomicfile.WriteCache(cacheFile+listingSuffix, []byte(listingHeader+" "+digest+" "+fp+"\n"))
 }

@@ -69,5 +69,5 @@ func parsePushed(data []byte, fp string) ([]Entry, error) {
 }
 
 func savePushed(name, fp string, manifest []byte) error {
-	return atomicfile.Write(name, formatPushed(fp, manifest))
+	return atomicfile.WriteCache(name, formatPushed(fp, manifest))
 }

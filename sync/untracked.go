@@ -544,7 +544,7 @@ func racyStamps(since time.Time, lists ...[]stampedPath) bool {
 }
 
 func saveUntracked(name string, c *untrackedCache) error {
-	return atomicfile.Write(name, formatUntracked(c))
+	return atomicfile.WriteCache(name, formatUntracked(c))
 }
 
 // listingCache is the untracked cache's part in one listing.

@@ -12,9 +12,15 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestWrite(t *testing.T) {
+	for name, write := range map[string]func(string, []byte) error{"Write": Write, "WriteCache": WriteCache} {
+		t.Run(name, func(t *testing.T) { testWrite(t, write) })
+	}
+}
+
+func testWrite(t *testing.T, write func(string, []byte) error) {
 	path := filepath.Join(t.TempDir(), "new", "dir", "file")
 	for _, content := range []string{"first", "second"} {
-		if err := Write(path, []byte(content)); err != nil {
+		if err := write(path, []byte(content)); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(path)
