@@ -424,12 +424,14 @@ func stat(root *rootDir, e listed, indexModes bool) (File, fileStamp, bool, erro
 	if err != nil {
 		return File{}, fileStamp{}, false, err
 	}
-	name := filepath.Join(root.path, filepath.FromSlash(e.path))
+	// Made only where it is needed: per file, it costs as much as the
+	// rest of stat outside the kernel.
+	name := func() string { return filepath.Join(root.path, filepath.FromSlash(e.path)) }
 	stamp := fileStamp{mtime: fi.mtime, ino: fi.ino}
 	f := File{Path: e.path}
 	switch fi.mode.Type() {
 	case fs.ModeSymlink:
-		target, err := os.Readlink(name)
+		target, err := os.Readlink(name())
 		if err != nil {
 			return File{}, fileStamp{}, false, err
 		}
@@ -442,7 +444,7 @@ func stat(root *rootDir, e listed, indexModes bool) (File, fileStamp, bool, erro
 		return File{}, fileStamp{}, false, nil
 	}
 	if indexModes {
-		if err := applyIndexMode(&f, name, e); err != nil {
+		if err := applyIndexMode(&f, name(), e); err != nil {
 			return File{}, fileStamp{}, false, err
 		}
 	}

@@ -17,6 +17,11 @@
 // command created on the box stay. Pushes into one RemoteDir take a lock on
 // the box, so concurrent pushes leave one of the trees with its correct
 // fingerprint.
+//
+// Listing and hashing run on GOMAXPROCS-1 goroutines (at least one), so
+// that the network reads they usually run beside, an SSH handshake above
+// all, find an idle P: a program that wants every processor scanning sets
+// GOMAXPROCS one above their number, as the crabbox command does.
 package sync
 
 import (
