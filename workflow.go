@@ -376,11 +376,14 @@ func checkout(ctx context.Context, dir string) (root, rel string, err error) {
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real // git reports the top without symlinks (macOS /tmp)
 	}
-	out, err := exec.CommandContext(ctx, "git", "-C", abs, "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		return abs, ".", nil // not a git checkout (or no git): sync the directory itself
+	top, ok := gitTop(abs)
+	if !ok {
+		out, err := exec.CommandContext(ctx, "git", "-C", abs, "rev-parse", "--show-toplevel").Output()
+		if err != nil {
+			return abs, ".", nil // not a git checkout (or no git): sync the directory itself
+		}
+		top = filepath.Clean(strings.TrimSpace(string(out)))
 	}
-	top := filepath.Clean(strings.TrimSpace(string(out)))
 	rel, err = filepath.Rel(top, abs)
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return abs, ".", nil
