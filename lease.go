@@ -330,32 +330,37 @@ type SyncOptions struct {
 // Sync copies the checkout at root to the lease's workdir for it
 // (Workdir(base name of root)).
 func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.Stats, error) {
-	p, err := l.prepareSync(ctx, root, opts)
+	p, err := l.client.prepareSync(ctx, root, opts)
 	if err != nil {
 		return sync.Stats{}, err
 	}
 	return l.pushPrepared(ctx, p)
 }
 
-// prepareSync does the local half of a sync, which needs no connection.
-func (l *Lease) prepareSync(ctx context.Context, root string, opts SyncOptions) (*sync.Prepared, error) {
+// prepareSync does the local half of a sync, which needs neither a box nor
+// a connection: pushPrepared tells it where the lease wants the checkout.
+func (c *Client) prepareSync(ctx context.Context, root string, opts SyncOptions) (*sync.Prepared, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("sync %s: %w", root, err)
 	}
-	p, err := sync.Prepare(ctx, sync.Options{
-		Root: abs, RemoteDir: l.Workdir(filepath.Base(abs)), Progress: opts.Progress,
+	return sync.Prepare(ctx, sync.Options{
+		Root: abs, Progress: opts.Progress,
 		Checksum: opts.Checksum, FullResync: opts.FullResync, Force: opts.ForceLarge, Warn: opts.Warn,
-		CacheFile: l.client.hashCache(abs), Exclude: opts.Exclude,
+		CacheFile: c.hashCache(abs), Exclude: opts.Exclude,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("sync %s to %s: %w", abs, l.ID(), err)
-	}
-	return p, nil
+}
+
+// syncTo points a prepared sync at the lease's workdir for its checkout.
+func (l *Lease) syncTo(p *sync.Prepared) error {
+	return p.SetRemoteDir(l.Workdir(filepath.Base(p.Root())))
 }
 
 // pushPrepared sends a prepared sync to the box.
 func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats, error) {
+	if err := l.syncTo(p); err != nil {
+		return sync.Stats{}, err
+	}
 	conn, err := l.SSH(ctx)
 	if err != nil {
 		return sync.Stats{}, err

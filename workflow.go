@@ -205,6 +205,37 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 		return c.runDelegated(ctx, b, req, root, rel, res) // delegated.go
 	}
 
+	// The local half of the sync (listing and hashing the checkout) needs
+	// no box: it runs while the lease is acquired and the connection made.
+	type prepared struct {
+		p   *sync.Prepared
+		err error
+	}
+	var prep chan prepared
+	if !req.NoSync {
+		prepCtx, cancelPrep := context.WithCancel(ctx)
+		prep = make(chan prepared, 1)
+		go func() {
+			p, err := c.prepareSync(prepCtx, root, SyncOptions{
+				Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
+				ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn, Exclude: req.SyncExclude,
+			})
+			prep <- prepared{p, err}
+		}()
+		// Whatever way run returns, the preparation is over.
+		defer func() {
+			cancelPrep()
+			if prep != nil {
+				<-prep
+			}
+		}()
+	}
+	received := func() prepared {
+		pr := <-prep
+		prep = nil
+		return pr
+	}
+
 	l, acquired, err := c.leaseFor(ctx, req)
 	if err != nil {
 		return res, err
@@ -233,27 +264,8 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	defer stop()
 
 	workdir := path.Join(l.Workdir(filepath.Base(root)), rel)
-	// The local half of the sync (listing and hashing the checkout) needs
-	// no box: it runs while the connection is made.
-	type prepared struct {
-		p   *sync.Prepared
-		err error
-	}
-	prep := make(chan prepared, 1)
-	if !req.NoSync {
-		go func() {
-			p, err := l.prepareSync(ctx, root, SyncOptions{
-				Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
-				ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn, Exclude: req.SyncExclude,
-			})
-			prep <- prepared{p, err}
-		}()
-	}
 	connectStart := c.rt.Clock.Now()
 	if _, err := l.SSH(ctx); err != nil {
-		if !req.NoSync {
-			<-prep
-		}
 		return res, err
 	}
 	res.Timing.Connect = c.rt.Clock.Since(connectStart)
@@ -266,13 +278,15 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	var precondition string
 	if req.NoSync {
 		precondition = "mkdir -p -- " + remote.Quote(workdir)
-	} else if pr := <-prep; pr.err != nil {
+	} else if pr := received(); pr.err != nil {
 		err = pr.err
-	} else if check, ok := pr.p.UnchangedCheck(); ok && !req.SyncOnly {
-		p, precondition = pr.p, check
-		res.Sync = p.Unchanged()
-	} else {
-		res.Sync, err = l.pushPrepared(ctx, pr.p)
+	} else if err = l.syncTo(pr.p); err == nil {
+		if check, ok := pr.p.UnchangedCheck(); ok && !req.SyncOnly {
+			p, precondition = pr.p, check
+			res.Sync = p.Unchanged()
+		} else {
+			res.Sync, err = l.pushPrepared(ctx, pr.p)
+		}
 	}
 	res.Timing.Sync = c.rt.Clock.Since(syncStart)
 	res.SyncSkipped = req.NoSync || res.Sync.Skipped

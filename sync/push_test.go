@@ -351,6 +351,42 @@ func TestPushOptionErrors(t *testing.T) {
 	}
 }
 
+// The local half runs before the box is known: Prepare needs no RemoteDir,
+// Push refuses to go without one, and SetRemoteDir gives it.
+func TestPrepareBeforeRemoteDir(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	p, err := Prepare(t.Context(), Options{Root: root})
+	if err != nil {
+		t.Fatalf("Prepare without RemoteDir: %v", err)
+	}
+	if _, ok := p.UnchangedCheck(); ok {
+		t.Error("UnchangedCheck without RemoteDir reported a check")
+	}
+	if _, err := p.Push(t.Context(), client); err == nil || !strings.Contains(err.Error(), "no remote directory") {
+		t.Errorf("Push without RemoteDir = %v, want it refused", err)
+	}
+	for _, bad := range []string{"", "a\x00b"} {
+		if err := p.SetRemoteDir(bad); err == nil {
+			t.Errorf("SetRemoteDir(%q) = nil error", bad)
+		}
+	}
+	remote := filepath.Join(t.TempDir(), "repo")
+	if err := p.SetRemoteDir(remote); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Push(t.Context(), client); err != nil {
+		t.Fatalf("Push after SetRemoteDir: %v", err)
+	}
+	files, err := FileSet(t.Context(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(treeOf(t, root, files), tree(t, remote)); diff != "" {
+		t.Errorf("box tree differs from the file set (-local +box):\n%s", diff)
+	}
+}
+
 func TestDeleteScriptQuotesPaths(t *testing.T) {
 	script := deleteSection([]string{"a'b", "c/d e"})
 	for _, want := range []string{`crabbox_safe 'a'\''b'`, `'c/d e'`, `rmdir -- "$@"`} {

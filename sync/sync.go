@@ -55,6 +55,8 @@ type Options struct {
 	Root string
 	// RemoteDir is the directory on the box to copy into; it is created
 	// if missing. A relative path is relative to the login directory.
+	// Prepare does without it, so that the local half of a push can run
+	// before the box is known (see Prepared.SetRemoteDir).
 	RemoteDir string
 	// Progress, if set, is called after each file is sent with the
 	// number of files and bytes of content sent so far.
@@ -200,15 +202,18 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	p := &Prepared{opts: opts}
 	defer func() { p.took = time.Since(start) }()
 	fail := func(err error) (*Prepared, error) {
+		if opts.RemoteDir == "" {
+			return p, fmt.Errorf("sync %s: %w", opts.Root, err)
+		}
 		return p, fmt.Errorf("sync %s to %s: %w", opts.Root, opts.RemoteDir, err)
 	}
-	switch {
-	case opts.Root == "":
+	if opts.Root == "" {
 		return fail(errors.New("no local root"))
-	case opts.RemoteDir == "":
-		return fail(errors.New("no remote directory"))
-	case strings.IndexByte(opts.RemoteDir, 0) >= 0:
-		return fail(errors.New("remote directory contains a NUL byte"))
+	}
+	if opts.RemoteDir != "" {
+		if err := checkRemoteDir(opts.RemoteDir); err != nil {
+			return fail(err)
+		}
 	}
 	setOpts := FileSetOptions{Exclude: opts.Exclude}
 	if opts.CacheFile != "" {
@@ -253,6 +258,29 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	return p, nil
 }
 
+func checkRemoteDir(dir string) error {
+	switch {
+	case dir == "":
+		return errors.New("no remote directory")
+	case strings.IndexByte(dir, 0) >= 0:
+		return errors.New("remote directory contains a NUL byte")
+	}
+	return nil
+}
+
+// Root is the local directory the file set was listed from.
+func (p *Prepared) Root() string { return p.opts.Root }
+
+// SetRemoteDir sets the directory on the box that UnchangedCheck and Push
+// use, for a Prepare made without one (Options.RemoteDir).
+func (p *Prepared) SetRemoteDir(dir string) error {
+	if err := checkRemoteDir(dir); err != nil {
+		return fmt.Errorf("sync %s: %w", p.opts.Root, err)
+	}
+	p.opts.RemoteDir = dir
+	return nil
+}
+
 // stampsByPath indexes the regular files' stamps by path.
 func stampsByPath(files []File, stamps []fileStamp) map[string]fileStamp {
 	m := make(map[string]fileStamp, len(files))
@@ -273,9 +301,9 @@ func stampsByPath(files []File, stamps []fileStamp) map[string]fileStamp {
 // It reports false when the box most likely differs, and checking first
 // would only add a round trip: the checkout's listing is not the one the
 // CacheFile last saw synced. It also reports false when Checksum or
-// FullResync ask for more than the check.
+// FullResync ask for more than the check, and without a RemoteDir.
 func (p *Prepared) UnchangedCheck() (string, bool) {
-	if p.fp == "" || p.local != nil || p.opts.Checksum || p.opts.FullResync {
+	if p.fp == "" || p.local != nil || p.opts.Checksum || p.opts.FullResync || p.opts.RemoteDir == "" {
 		return "", false
 	}
 	dir := p.opts.RemoteDir
@@ -363,6 +391,9 @@ func (p *Prepared) warn(err error) {
 func (p *Prepared) Push(ctx context.Context, client *ssh.Client) (Stats, error) {
 	start := time.Now()
 	stats := Stats{Total: len(p.files)}
+	if err := checkRemoteDir(p.opts.RemoteDir); err != nil {
+		return stats, fmt.Errorf("sync %s: %w", p.opts.Root, err)
+	}
 	s := &session{prep: p, opts: p.opts, stats: &stats, planStart: start, prepared: p.took}
 	err := s.run(ctx, client)
 	if err == nil && stats.Skipped && p.local != nil {
