@@ -20,12 +20,13 @@ import (
 	"github.com/crabbox-dev/crabbox/internal/atomicfile"
 )
 
-// The listing cache remembers git's two listings of a checkout, the
-// tracked files (git ls-files -c, which reads the index) and the untracked
-// ones (git ls-files -o --exclude-standard, which reads every directory),
-// together with everything they depend on, so that the next listing of an
-// unchanged checkout runs no git at all and stats the directories instead
-// of reading them:
+// The listing cache remembers what the sync's excludes kept of git's two
+// listings of a checkout, the tracked files (git ls-files -c, which reads
+// the index) and the untracked ones (git ls-files -o --exclude-standard,
+// which reads every directory), sorted, together with everything they
+// depend on, so that the next listing of an unchanged checkout runs no git
+// at all, stats the directories instead of reading them and stats the
+// files in the order kept:
 //
 //   - the stamp (mtime, ctime, inode) of every directory below the root
 //     that could hold a file the sync takes: all but .git, the insides of
