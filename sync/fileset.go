@@ -15,11 +15,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // File is one entry of the set of files a sync copies: a regular file or a
@@ -376,11 +373,11 @@ type statted struct {
 	ok    bool
 }
 
-// statChunk is how many entries a statAll goroutine takes at a time.
+// statChunk is how many entries a scanning goroutine takes at a time.
 const statChunk = 256
 
-// statAll stats the entries on as many goroutines as there are processors:
-// listing a large checkout is mostly waiting for lstat.
+// statAll stats the entries on several goroutines: listing a large
+// checkout is mostly waiting for lstat.
 func statAll(ctx context.Context, rootPath string, entries []listed, indexModes bool) ([]statted, error) {
 	root, err := openRoot(rootPath)
 	if err != nil {
@@ -388,29 +385,12 @@ func statAll(ctx context.Context, rootPath string, entries []listed, indexModes 
 	}
 	defer root.close()
 	out := make([]statted, len(entries))
-	var next atomic.Int64
-	var g errgroup.Group
-	for range min(scanWorkers(), (len(entries)+statChunk-1)/statChunk) {
-		g.Go(func() error {
-			for {
-				start := int(next.Add(statChunk)) - statChunk
-				if start >= len(entries) {
-					return nil
-				}
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				for i := start; i < min(start+statChunk, len(entries)); i++ {
-					f, stamp, ok, err := stat(root, entries[i], indexModes)
-					if err != nil {
-						return err
-					}
-					out[i] = statted{f, stamp, ok}
-				}
-			}
-		})
-	}
-	return out, g.Wait()
+	err = forEach(ctx, len(entries), statChunk, func(_, i int) error {
+		f, stamp, ok, err := stat(root, entries[i], indexModes)
+		out[i] = statted{f, stamp, ok}
+		return err
+	})
+	return out, err
 }
 
 // stat describes e as it is in the working tree. It reports false for

@@ -14,7 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	gosync "sync"
+	"sync/atomic"
 )
 
 // Entry is one file of a manifest: what a file of the set was (locally) or
@@ -485,8 +485,7 @@ func cachedManifest(files []File, cache *hashCache) (entries []Entry, misses []i
 }
 
 // hashEntries reads and hashes the regular files entries[i] for i in idx,
-// on as many goroutines as there are processors, and returns how many it
-// read.
+// on several goroutines, and returns how many it read.
 func hashEntries(ctx context.Context, root string, entries []Entry, idx []int, cache *hashCache) (hashed int, err error) {
 	if len(idx) == 0 {
 		return 0, ctx.Err()
@@ -496,41 +495,19 @@ func hashEntries(ctx context.Context, root string, entries []Entry, idx []int, c
 		return 0, err
 	}
 	defer dir.close()
-	workers := min(scanWorkers(), 16, len(idx))
-	next := make(chan int)
-	var wg gosync.WaitGroup
-	var mu gosync.Mutex
-	var firstErr error
-	for range workers {
-		wg.Go(func() {
-			buf := make([]byte, copyBuffer)
-			for i := range next {
-				read, err := describe(dir, &entries[i], cache, buf)
-				mu.Lock()
-				if read {
-					hashed++
-				}
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-			}
-		})
-	}
-feed:
-	for _, i := range idx {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
+	bufs := make([][]byte, scanWorkers())
+	var read atomic.Int64
+	err = forEach(ctx, len(idx), 1, func(w, k int) error {
+		if bufs[w] == nil {
+			bufs[w] = make([]byte, copyBuffer)
 		}
-	}
-	close(next)
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	return hashed, firstErr
+		ok, err := describe(dir, &entries[idx[k]], cache, bufs[w])
+		if ok {
+			read.Add(1)
+		}
+		return err
+	})
+	return int(read.Load()), err
 }
 
 // copyBuffer is the size of the buffers files are read through.

@@ -330,8 +330,8 @@ func parseUntracked(data []byte) (*untrackedCache, error) {
 const maxChangedDirs = 64
 
 // changes returns the directories whose stamp differs from the cache's,
-// and those of the .gitignore files that differ, statting them on all
-// processors. It reports false when there are more than maxChangedDirs,
+// and those of the .gitignore files that differ, statting them on several
+// goroutines. It reports false when there are more than maxChangedDirs,
 // or a stat fails.
 func (c *untrackedCache) changes(ctx context.Context, root *rootDir) ([]string, bool) {
 	type item struct {
@@ -345,41 +345,30 @@ func (c *untrackedCache) changes(ctx context.Context, root *rootDir) ([]string, 
 	for _, g := range c.ignores {
 		all = append(all, item{g, parentDir(g.path)})
 	}
-	workers := min(scanWorkers(), (len(all)+statChunk-1)/statChunk)
 	var (
 		mu      gosync.Mutex
 		changed []string
-		failed  bool
-		wg      gosync.WaitGroup
 	)
-	for w := range workers {
-		wg.Go(func() {
-			for start := w * statChunk; start < len(all); start += workers * statChunk {
-				mu.Lock()
-				stop := failed || ctx.Err() != nil
-				mu.Unlock()
-				if stop {
-					return
-				}
-				for _, it := range all[start:min(start+statChunk, len(all))] {
-					st, err := root.stampAt(it.path)
-					if err == nil && st == it.st {
-						continue
-					}
-					mu.Lock()
-					changed = append(changed, it.dir)
-					failed = failed || err != nil || len(changed) > maxChangedDirs
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if failed || ctx.Err() != nil {
+	err := forEach(ctx, len(all), statChunk, func(_, i int) error {
+		st, err := root.stampAt(all[i].path)
+		if err != nil || st == all[i].st {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		changed = append(changed, all[i].dir)
+		if len(changed) > maxChangedDirs {
+			return errTooManyChanges
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, false
 	}
 	return topmost(changed), true
 }
+
+var errTooManyChanges = errors.New("too many changed directories")
 
 // parentDir is the directory holding p ("" for the root).
 func parentDir(p string) string {
