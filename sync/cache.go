@@ -85,13 +85,10 @@ func parseCache(data []byte) (map[string]cacheEntry, int, error) {
 		d.off += sha256.Size
 		records = append(records, record{path, cacheEntry{Size: size, MTime: mtime, Inode: ino}})
 	}
-	hexSums := make([]byte, hex.EncodedLen(len(sums)))
-	hex.Encode(hexSums, sums)
-	all = string(hexSums)
-	const n = 2 * sha256.Size
+	hexes := newHexSums(sums)
 	entries := make(map[string]cacheEntry, len(records))
 	for i, r := range records {
-		r.e.SHA256 = all[i*n : (i+1)*n]
+		r.e.SHA256 = hexes.at(i)
 		entries[r.path] = r.e
 	}
 	return entries, len(records), nil
@@ -258,22 +255,15 @@ const (
 // listingDigest is the SHA-256 of everything the hash cache trusts about
 // files: each file's path, mode, size, link target, mtime and inode.
 func listingDigest(files []File, stamps []fileStamp) string {
-	h := sha256.New()
-	buf := make([]byte, 0, 4096)
-	for i, f := range files {
-		buf = appendString(buf, f.Path)
-		buf = binary.LittleEndian.AppendUint32(buf, uint32(f.Mode))
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(f.Size))
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(stamps[i].mtime))
-		buf = binary.LittleEndian.AppendUint64(buf, stamps[i].ino)
-		buf = appendString(buf, f.LinkTarget)
-		if len(buf) >= 3072 {
-			h.Write(buf)
-			buf = buf[:0]
-		}
-	}
-	h.Write(buf)
-	return hex.EncodeToString(h.Sum(nil))
+	return digest(len(files), func(b []byte, i int) []byte {
+		f := &files[i]
+		b = appendString(b, f.Path)
+		b = binary.LittleEndian.AppendUint32(b, uint32(f.Mode))
+		b = binary.LittleEndian.AppendUint64(b, uint64(f.Size))
+		b = binary.LittleEndian.AppendUint64(b, uint64(stamps[i].mtime))
+		b = binary.LittleEndian.AppendUint64(b, stamps[i].ino)
+		return appendString(b, f.LinkTarget)
+	})
 }
 
 // readListing returns the fingerprint remembered for digest, or "".

@@ -122,6 +122,14 @@ func fileSet(ctx context.Context, root string, indexModes bool, opts FileSetOpti
 	return files, excluded, nil
 }
 
+// lstatInfo is what listing needs of a file's lstat.
+type lstatInfo struct {
+	mode  fs.FileMode // fs.ModeSymlink, 0 for a regular file, fs.ModeIrregular otherwise; plus permissions
+	size  int64
+	mtime int64
+	ino   uint64
+}
+
 // fileStamp is what the hash cache is keyed by, besides path and size,
 // recorded while listing so that a cache hit costs no second lstat.
 type fileStamp struct {

@@ -11,14 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lstatInfo is what listing needs of a file's lstat.
-type lstatInfo struct {
-	mode  fs.FileMode // fs.ModeSymlink, 0 for a regular file, fs.ModeIrregular otherwise; plus permissions
-	size  int64
-	mtime int64
-	ino   uint64
-}
-
 // rootDir stats files relative to an open root directory: fstatat skips
 // walking the root's own path and building an os.FileInfo, a third of the
 // cost of listing a large checkout.

@@ -9,14 +9,6 @@ import (
 	"path/filepath"
 )
 
-// lstatInfo is what listing needs of a file's lstat.
-type lstatInfo struct {
-	mode  fs.FileMode // fs.ModeSymlink, 0 for a regular file, fs.ModeIrregular otherwise; plus permissions
-	size  int64
-	mtime int64
-	ino   uint64
-}
-
 // rootDir stats files below a root directory.
 type rootDir struct{ path string }
 
@@ -30,6 +22,10 @@ func (r *rootDir) lstat(rel string) (lstatInfo, error) {
 	if err != nil {
 		return lstatInfo{}, err
 	}
+	return infoOf(fi), nil
+}
+
+func infoOf(fi fs.FileInfo) lstatInfo {
 	info := lstatInfo{mode: fi.Mode().Perm(), size: fi.Size(), mtime: fi.ModTime().UnixNano(), ino: inode(fi)}
 	switch {
 	case fi.Mode().IsRegular():
@@ -38,7 +34,7 @@ func (r *rootDir) lstat(rel string) (lstatInfo, error) {
 	default:
 		info.mode |= fs.ModeIrregular
 	}
-	return info, nil
+	return info
 }
 
 // regularFile is a regular file below the root, open for reading, with
@@ -69,7 +65,7 @@ func (r *rootDir) openFile(rel string) (*regularFile, error) {
 		f.Close()
 		return nil, err
 	}
-	info := lstatInfo{mode: fi.Mode().Perm(), size: fi.Size(), mtime: fi.ModTime().UnixNano(), ino: inode(fi)}
+	info := infoOf(fi)
 	if !fi.Mode().IsRegular() || info.ino != before.ino || (info.ino == 0 && info.mtime != before.mtime) {
 		// Swapped for something else between the lstat and the open.
 		f.Close()

@@ -110,12 +110,9 @@ func parseEntries(all string) ([]Entry, error) {
 		}
 		entries = append(entries, e)
 	}
-	hexSums := make([]byte, hex.EncodedLen(len(sums)))
-	hex.Encode(hexSums, sums)
-	all = string(hexSums)
-	const n = 2 * sha256.Size
+	hexes := newHexSums(sums)
 	for k, i := range hashed {
-		entries[i].SHA256 = all[k*n : (k+1)*n]
+		entries[i].SHA256 = hexes.at(k)
 	}
 	return entries, nil
 }
@@ -374,21 +371,14 @@ func checkFields(e Entry) error {
 // link targets and content hashes (not their mtimes), each length-prefixed
 // or a varint: equal fingerprints mean equal trees.
 func fingerprint(entries []Entry) string {
-	h := sha256.New()
-	buf := make([]byte, 0, 4096)
-	for _, e := range entries {
-		buf = appendString(buf, e.Path)
-		buf = binary.AppendUvarint(buf, uint64(e.Mode))
-		buf = binary.AppendVarint(buf, e.Size)
-		buf = appendString(buf, e.Link)
-		buf = appendString(buf, e.SHA256)
-		if len(buf) >= 3072 {
-			h.Write(buf)
-			buf = buf[:0]
-		}
-	}
-	h.Write(buf)
-	return hex.EncodeToString(h.Sum(nil))
+	return digest(len(entries), func(b []byte, i int) []byte {
+		e := &entries[i]
+		b = appendString(b, e.Path)
+		b = binary.AppendUvarint(b, uint64(e.Mode))
+		b = binary.AppendVarint(b, e.Size)
+		b = appendString(b, e.Link)
+		return appendString(b, e.SHA256)
+	})
 }
 
 // boxState is what the box holds, as far as a push trusts it: the

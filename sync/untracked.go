@@ -197,15 +197,16 @@ func untrackedKeyInputs(root, excludesFile string, ownExcludes []byte, since tim
 }
 
 func writeStamp(h interface{ Write([]byte) (int, error) }, name string, st stamp) {
-	var b []byte
-	b = append(b, name...)
-	b = append(b, 0)
+	h.Write(appendStamp(append([]byte(name), 0), st))
+}
+
+// appendStamp appends st's fields as varints.
+func appendStamp(b []byte, st stamp) []byte {
 	b = binary.AppendVarint(b, st.MTime)
 	b = binary.AppendVarint(b, st.CTime)
 	b = binary.AppendUvarint(b, st.Ino)
 	b = binary.AppendVarint(b, st.Size)
-	b = binary.AppendUvarint(b, uint64(st.Mode))
-	h.Write(b)
+	return binary.AppendUvarint(b, uint64(st.Mode))
 }
 
 // untrackedKey is the key of an untracked cache.
@@ -251,12 +252,7 @@ func formatUntracked(c *untrackedCache) []byte {
 	stamped := func(list []stampedPath) {
 		b = binary.AppendUvarint(b, uint64(len(list)))
 		for _, p := range list {
-			b = appendString(b, p.path)
-			b = binary.AppendVarint(b, p.st.MTime)
-			b = binary.AppendVarint(b, p.st.CTime)
-			b = binary.AppendUvarint(b, p.st.Ino)
-			b = binary.AppendVarint(b, p.st.Size)
-			b = binary.AppendUvarint(b, uint64(p.st.Mode))
+			b = appendStamp(appendString(b, p.path), p.st)
 		}
 	}
 	b = appendString(b, c.key)
