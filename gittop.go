@@ -1,7 +1,6 @@
 package crabbox
 
 import (
-	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -65,6 +64,23 @@ func plainRepository(top string, gitDir fs.FileInfo) bool {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
-	config = bytes.ToLower(config)
-	return !strings.Contains(string(config), "worktree") && !bytes.Contains(config, []byte("bare = true")) && !bytes.Contains(config, []byte("bare=true"))
+	return !movesWorkTree(config)
+}
+
+// movesWorkTree reports whether a repository's config may make git see
+// the work tree elsewhere than above .git: any mention of a worktree
+// (core.worktree, extensions.worktreeConfig), or core.bare set to anything
+// but false (a bare "bare" line is true, as are yes, on and 1).
+func movesWorkTree(config []byte) bool {
+	for line := range strings.Lines(strings.ToLower(string(config))) {
+		key, value, _ := strings.Cut(line, "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		switch {
+		case strings.Contains(key, "worktree"):
+			return true
+		case key == "bare" && value != "false" && value != "no" && value != "off" && value != "0":
+			return true
+		}
+	}
+	return false
 }

@@ -76,6 +76,18 @@ func TestGitTop(t *testing.T) {
 			t.Errorf("with core.worktree, gitTop = %s, want it left to git", top)
 		}
 	})
+	t.Run("core.bare", func(t *testing.T) {
+		for _, value := range []string{"true", "yes", "1"} {
+			gitCmd(t, repo, "config", "core.bare", value)
+			if top, ok := gitTop(filepath.Join(repo, "a")); ok {
+				t.Errorf("with core.bare %s, gitTop = %s, want it left to git", value, top)
+			}
+		}
+		gitCmd(t, repo, "config", "core.bare", "false")
+		if top, ok := gitTop(filepath.Join(repo, "a")); !ok || top != repo {
+			t.Errorf("with core.bare false, gitTop = %s, %v, want %s", top, ok, repo)
+		}
+	})
 	t.Run("no HEAD", func(t *testing.T) {
 		fake := filepath.Join(repo, "a", ".git")
 		mkdirs(fake)
