@@ -334,11 +334,14 @@ func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.S
 	if err != nil {
 		return sync.Stats{}, err
 	}
+	if err := l.syncTo(p); err != nil {
+		return sync.Stats{}, err
+	}
 	return l.pushPrepared(ctx, p)
 }
 
 // prepareSync does the local half of a sync, which needs neither a box nor
-// a connection: pushPrepared tells it where the lease wants the checkout.
+// a connection: syncTo then tells it where the lease wants the checkout.
 func (c *Client) prepareSync(ctx context.Context, root string, opts SyncOptions) (*sync.Prepared, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
@@ -356,11 +359,8 @@ func (l *Lease) syncTo(p *sync.Prepared) error {
 	return p.SetRemoteDir(l.Workdir(filepath.Base(p.Root())))
 }
 
-// pushPrepared sends a prepared sync to the box.
+// pushPrepared sends a prepared sync, pointed at the box by syncTo.
 func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats, error) {
-	if err := l.syncTo(p); err != nil {
-		return sync.Stats{}, err
-	}
 	conn, err := l.SSH(ctx)
 	if err != nil {
 		return sync.Stats{}, err

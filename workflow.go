@@ -206,34 +206,28 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	}
 
 	// The local half of the sync (listing and hashing the checkout) needs
-	// no box: it runs while the lease is acquired and the connection made.
-	type prepared struct {
-		p   *sync.Prepared
-		err error
-	}
-	var prep chan prepared
-	if !req.NoSync {
+	// no box: it runs while the lease is acquired and the connection made,
+	// and is over (prepDone closed) whatever way run returns.
+	var (
+		prep     *sync.Prepared
+		prepErr  error
+		prepDone = make(chan struct{})
+	)
+	if req.NoSync {
+		close(prepDone)
+	} else {
 		prepCtx, cancelPrep := context.WithCancel(ctx)
-		prep = make(chan prepared, 1)
 		go func() {
-			p, err := c.prepareSync(prepCtx, root, SyncOptions{
+			defer close(prepDone)
+			prep, prepErr = c.prepareSync(prepCtx, root, SyncOptions{
 				Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
 				ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn, Exclude: req.SyncExclude,
 			})
-			prep <- prepared{p, err}
 		}()
-		// Whatever way run returns, the preparation is over.
 		defer func() {
 			cancelPrep()
-			if prep != nil {
-				<-prep
-			}
+			<-prepDone
 		}()
-	}
-	received := func() prepared {
-		pr := <-prep
-		prep = nil
-		return pr
 	}
 
 	l, acquired, err := c.leaseFor(ctx, req)
@@ -274,18 +268,22 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	// workdir created) by a condition, that condition runs in the
 	// command's own session, and a sync happens only if it fails: an
 	// unchanged checkout costs no round trip of its own.
-	var p *sync.Prepared
 	var precondition string
-	if req.NoSync {
+	<-prepDone
+	switch {
+	case req.NoSync:
 		precondition = "mkdir -p -- " + remote.Quote(workdir)
-	} else if pr := received(); pr.err != nil {
-		err = pr.err
-	} else if err = l.syncTo(pr.p); err == nil {
-		if check, ok := pr.p.UnchangedCheck(); ok && !req.SyncOnly {
-			p, precondition = pr.p, check
-			res.Sync = p.Unchanged()
+	case prepErr != nil:
+		err = prepErr
+	default:
+		if err = l.syncTo(prep); err != nil {
+			break
+		}
+		if check, ok := prep.UnchangedCheck(); ok && !req.SyncOnly {
+			precondition = check
+			res.Sync = prep.Unchanged()
 		} else {
-			res.Sync, err = l.pushPrepared(ctx, pr.p)
+			res.Sync, err = l.pushPrepared(ctx, prep)
 		}
 	}
 	res.Timing.Sync = c.rt.Clock.Since(syncStart)
@@ -303,7 +301,7 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 		if req.NoSync {
 			err = l.ensureDir(ctx, workdir)
 		} else {
-			res.Sync, err = l.pushPrepared(ctx, p)
+			res.Sync, err = l.pushPrepared(ctx, prep)
 		}
 		res.Timing.Sync += c.rt.Clock.Since(syncStart)
 		res.SyncSkipped = req.NoSync || res.Sync.Skipped
