@@ -163,11 +163,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	}
 	if kept, ok := lc.kept(); ok {
 		// Nothing changed that git would list differently.
-		stats, err := statAll(ctx, root, kept, indexModes)
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		files, stamps, err := collect(stats)
+		files, stamps, err := statCollect(ctx, root, kept, indexModes)
 		return files, stamps, 0, err
 	}
 	// git's listing of untracked files runs beside the rest; whatever
@@ -265,11 +261,7 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 			if err != nil {
 				return nil, nil, 0, err
 			}
-			stats, err := statAll(ctx, root, entries, indexModes)
-			if err != nil {
-				return nil, nil, 0, err
-			}
-			files, stamps, err := collect(stats)
+			files, stamps, err := statCollect(ctx, root, entries, indexModes)
 			return files, stamps, excluded, err
 		}
 		if todo, err = keep(tracked); err != nil {
@@ -305,6 +297,15 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	lc.save(merge(cacheable(todo), cacheable(utodo), comparePaths))
 	files, stamps, err := collect(t.stats, stats)
 	return files, stamps, excluded, err
+}
+
+// statCollect stats entries and collects them into the file set.
+func statCollect(ctx context.Context, root string, entries []listed, indexModes bool) ([]File, []fileStamp, error) {
+	stats, err := statAll(ctx, root, entries, indexModes)
+	if err != nil {
+		return nil, nil, err
+	}
+	return collect(stats)
 }
 
 // collect turns what statAll found into the file set, sorted, and the
