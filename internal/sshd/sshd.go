@@ -10,7 +10,6 @@
 package sshd
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
@@ -23,10 +22,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 )
 
 // SSHDPath is where Launch expects the OpenSSH server binary. sshd must be
@@ -61,7 +61,7 @@ type Server struct {
 	HostKey ssh.PublicKey
 
 	cmd    *exec.Cmd
-	log    *lockedBuffer
+	log    *logbuf.Buffer
 	exited chan struct{}
 	err    error // valid once exited is closed
 }
@@ -181,7 +181,7 @@ func (s *Server) start(dir string, port int) error {
 		return fmt.Errorf("write config: %w", err)
 	}
 	s.cmd = exec.Command(SSHDPath, "-D", "-e", "-f", cfg)
-	s.log, s.exited = &lockedBuffer{}, make(chan struct{})
+	s.log, s.exited = &logbuf.Buffer{}, make(chan struct{})
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	// Its own process group: Ctrl-C at a terminal reaches only the program
 	// that started it, which then stops it.
@@ -280,22 +280,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// lockedBuffer collects sshd's log; exec copies into it from a goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/aws"
@@ -30,7 +31,7 @@ type world struct {
 	ec2   *fakeec2.Server
 	url   string
 	fleet *cloudtest.Fleet
-	logs  *cloudtest.LogBuffer
+	logs  *logbuf.Buffer
 }
 
 func newWorld(t *testing.T) *world {
@@ -45,7 +46,7 @@ func newWorld(t *testing.T) *world {
 		},
 		Terminate: func(in fakeec2.Instance) { _ = fleet.Halt(in.Address) },
 	})
-	return &world{ec2: fake, url: url, fleet: fleet, logs: &cloudtest.LogBuffer{}}
+	return &world{ec2: fake, url: url, fleet: fleet, logs: &logbuf.Buffer{}}
 }
 
 // config is a backend configuration that talks only to the fake.

@@ -17,12 +17,12 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/azure"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
-	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,13 +41,13 @@ type env struct {
 	arm  *fakeARM
 	cfg  azure.Config
 	rt   provider.Runtime
-	logs *cloudtest.LogBuffer
+	logs *logbuf.Buffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	f := newFakeARM(t)
-	logs := &cloudtest.LogBuffer{}
+	logs := &logbuf.Buffer{}
 	return &env{
 		arm: f,
 		cfg: azure.Config{

@@ -11,10 +11,10 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/gcp"
-	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 func TestMain(m *testing.M) {
@@ -34,13 +34,13 @@ type env struct {
 	api  *fakeGCE
 	cfg  gcp.Config
 	rt   provider.Runtime
-	logs *cloudtest.LogBuffer
+	logs *logbuf.Buffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	api := newFakeGCE(t)
-	logs := &cloudtest.LogBuffer{}
+	logs := &logbuf.Buffer{}
 	return &env{
 		api: api,
 		cfg: gcp.Config{
@@ -54,7 +54,7 @@ func newEnv(t *testing.T) *env {
 
 // runtime is a runtime logging into logs, with its own HTTP transport
 // whose idle connections close when the test ends.
-func runtime(t *testing.T, clock clockwork.Clock, logs *cloudtest.LogBuffer) provider.Runtime {
+func runtime(t *testing.T, clock clockwork.Clock, logs *logbuf.Buffer) provider.Runtime {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return provider.Runtime{

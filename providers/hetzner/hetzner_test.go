@@ -16,12 +16,12 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/hetzner"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
-	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,7 +31,7 @@ type env struct {
 	api  *fakeAPI
 	cfg  hetzner.Config
 	rt   provider.Runtime
-	logs *cloudtest.LogBuffer
+	logs *logbuf.Buffer
 }
 
 func newEnv(t *testing.T) *env {
@@ -39,7 +39,7 @@ func newEnv(t *testing.T) *env {
 	api := newFakeAPI(t)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	logs := &cloudtest.LogBuffer{}
+	logs := &logbuf.Buffer{}
 	return &env{
 		api: api,
 		cfg: hetzner.Config{

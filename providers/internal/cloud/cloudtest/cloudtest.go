@@ -15,7 +15,6 @@
 package cloudtest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -259,24 +258,4 @@ func (f *Fleet) Close() error {
 		errs = append(errs, b.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// LogBuffer collects what a provider logs (give it to slog.NewTextHandler)
-// and is safe for the concurrent writers a provider's goroutines are.
-type LogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *LogBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns everything written so far.
-func (b *LogBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
