@@ -72,8 +72,8 @@ type Options struct {
 	// CacheFile, if set, is a local file caching content hashes by path,
 	// size, mtime and inode, so that unchanged files are not read again.
 	// Files next to it, named after it, keep the fingerprint of the last
-	// listing (.listing), git's listings of the checkout (.untracked) and
-	// the manifest of the last push (.pushed).
+	// listing (.listing), what the excludes kept of git's listings of the
+	// checkout (.untracked) and the manifest of the last push (.pushed).
 	CacheFile string
 	// Checksum verifies the content of the files on the box (sha256sum or
 	// shasum -a 256 there) instead of trusting the box's manifest; files
