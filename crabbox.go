@@ -50,6 +50,7 @@ type Client struct {
 
 	mu       gosync.Mutex
 	backends map[string]provider.Backend
+	held     map[*Lease]struct{} // lease handles not yet closed
 	closed   bool
 }
 
@@ -109,6 +110,7 @@ func New(opts ...Option) (*Client, error) {
 	c := &Client{
 		registry: o.registry, store: store, rt: rt, log: rt.Logger,
 		provider: o.provider, configs: o.configs, backends: map[string]provider.Backend{},
+		held: map[*Lease]struct{}{},
 	}
 	if err := c.setupBroker(o.broker); err != nil {
 		return nil, err
@@ -116,16 +118,27 @@ func New(opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Close stops whatever the client's providers run in-process (the local
-// provider's in-process boxes) and releases nothing else.
+// Close closes the lease handles still open (they stop keeping their
+// leases alive) and stops whatever the client's providers run in-process
+// (the local provider's in-process boxes). It releases nothing.
 func (c *Client) Close() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return nil
 	}
 	c.closed = true
+	held := make([]*Lease, 0, len(c.held))
+	for l := range c.held {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
 	var errs []error
+	for _, l := range held {
+		errs = append(errs, l.Close())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, b := range c.backends {
 		if cl, ok := b.(io.Closer); ok {
 			errs = append(errs, cl.Close())

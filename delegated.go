@@ -13,10 +13,6 @@ import (
 	"github.com/crabbox-dev/crabbox/run"
 )
 
-// releaseTimeout bounds the release at the end of a one-shot run, which
-// happens even when the run's context is cancelled.
-const releaseTimeout = 2 * time.Minute
-
 // delegatedRunBackend returns the named provider's backend ("" means the
 // client's provider) when it runs commands itself: a provider.
 // DelegatedRunBackend that is not also an SSH-lease backend. Brokered

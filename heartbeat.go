@@ -22,24 +22,21 @@ func (c *Client) Heartbeat(ctx context.Context, ref string, opts HeartbeatOption
 	if opts.IdleTimeout < 0 || opts.IdleTimeout > 0 && opts.IdleTimeout < time.Second {
 		return LeaseInfo{}, fmt.Errorf("heartbeat lease %s: idle timeout %s: want at least 1s", ref, opts.IdleTimeout)
 	}
-	l, err := c.Resolve(ctx, ref)
+	l, err := c.resolve(ctx, ref, false) // touched below, at once
 	if err != nil {
 		return LeaseInfo{}, err
 	}
 	defer l.Close()
 	if opts.IdleTimeout > 0 {
-		claim, err := c.store.Update(l.ID(), func(cl *lease.Claim) error {
+		_, err := c.store.Update(l.ID(), func(cl *lease.Claim) error {
 			cl.IdleSeconds = int64(opts.IdleTimeout / time.Second)
 			return nil
 		})
 		if err != nil {
 			return LeaseInfo{}, fmt.Errorf("heartbeat lease %s: set idle timeout: %w", l.ID(), err)
 		}
-		l.mu.Lock()
-		l.lease.Claim = claim
-		l.mu.Unlock()
 	}
-	if err := l.Touch(ctx); err != nil {
+	if err := l.Touch(ctx); err != nil { // the touch reads the new idle timeout
 		return LeaseInfo{}, err
 	}
 	return c.Status(ctx, l.ID())

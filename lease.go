@@ -35,15 +35,17 @@ type AcquireOptions struct {
 
 // Lease is a box held by this client: a claim in the lease store and, once
 // used, one SSH connection that sync and commands share.
+//
+// A held lease keeps itself alive: it is touched every heartbeat interval
+// (a third of its idle timeout, at most a minute) and around every use
+// (sync, each command's start and end), until Close or Release. Close or
+// Release every Lease you acquire or resolve.
 type Lease struct {
 	client  *Client
 	backend provider.SSHLeaseBackend
+	keep    *lease.Keepalive // holds the lease as last touched
 
-	// mu guards lease; connMu guards conn and is held while dialing, so
-	// that a dial never blocks readers of the lease (the sync's local
-	// half runs while the connection is made). connMu comes before mu.
-	mu     gosync.Mutex
-	lease  lease.Lease
+	// connMu guards conn and is held while dialing.
 	connMu gosync.Mutex
 	conn   *ssh.Client
 }
@@ -66,10 +68,16 @@ func (l *Lease) Target() provider.LeaseTarget { return l.snapshot().Target }
 // Claim is the lease's record in the local store.
 func (l *Lease) Claim() lease.Claim { return l.snapshot().Claim }
 
-func (l *Lease) snapshot() lease.Lease {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lease
+func (l *Lease) snapshot() lease.Lease { return l.keep.Lease() }
+
+// hold wraps a lease just acquired (touchNow false) or resolved for reuse
+// (touchNow true: resolving is a use) in a handle that keeps it alive.
+func (c *Client) hold(b provider.SSHLeaseBackend, l lease.Lease, touchNow bool) *Lease {
+	h := &Lease{client: c, backend: b, keep: c.store.Keep(b, l, c.log, touchNow)}
+	c.mu.Lock()
+	c.held[h] = struct{}{}
+	c.mu.Unlock()
+	return h
 }
 
 // Workdir is the directory on the box that a checkout named repo syncs to:
@@ -92,11 +100,17 @@ func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, erro
 		return nil, err
 	}
 	c.log.Info("lease acquired", "lease", l.Claim.ID, "slug", l.Claim.Slug, "provider", l.Claim.Provider)
-	return &Lease{client: c, backend: b, lease: l}, nil
+	return c.hold(b, l, false), nil
 }
 
 // Resolve finds a live lease by ID or slug among this client's claims.
+// Resolving a lease is a use of it: its expiry moves (in the background,
+// adding no wait), and the handle keeps it alive until Close or Release.
 func (c *Client) Resolve(ctx context.Context, ref string) (*Lease, error) {
+	return c.resolve(ctx, ref, true)
+}
+
+func (c *Client) resolve(ctx context.Context, ref string, touchNow bool) (*Lease, error) {
 	claim, err := c.store.Find(ref)
 	if err != nil {
 		return nil, err
@@ -109,7 +123,7 @@ func (c *Client) Resolve(ctx context.Context, ref string) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Lease{client: c, backend: b, lease: l}, nil
+	return c.hold(b, l, touchNow), nil
 }
 
 // LeaseInfo is a lease as list and status report it.
@@ -238,30 +252,36 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 	return c.store.Release(ctx, b, claim)
 }
 
-// Touch records activity, moving the lease's expiry.
-func (l *Lease) Touch(ctx context.Context) error {
-	cur := l.snapshot()
-	next, err := l.client.store.Touch(ctx, l.backend, cur)
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.lease = next
-	l.mu.Unlock()
-	return nil
-}
+// Touch records activity now, moving the lease's expiry to
+// min(created+ttl, now+idle). A held lease is touched on its own; Touch is
+// for callers that want the new expiry at once.
+func (l *Lease) Touch(ctx context.Context) error { return l.keep.Touch(ctx) }
 
-// Release closes the connection and ends the lease at its provider.
+// releaseTimeout bounds a release (of a held lease, or at the end of a
+// one-shot run), which goes on when the caller's context is cancelled.
+const releaseTimeout = 2 * time.Minute
+
+// Release closes the connection and ends the lease at its provider. It
+// completes even when ctx is cancelled (it is bounded by its own timeout),
+// so `defer l.Release(ctx)` is safe; ctx's error is reported only if the
+// release did not finish.
 func (l *Lease) Release(ctx context.Context) error {
 	closeErr := l.Close()
-	if err := l.client.store.Release(ctx, l.backend, l.snapshot().Claim); err != nil {
-		return err
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := l.client.store.Release(rctx, l.backend, l.snapshot().Claim); err != nil {
+		return errors.Join(err, ctx.Err())
 	}
 	return closeErr
 }
 
-// Close closes the lease's SSH connection without releasing the lease.
+// Close stops keeping the lease alive and closes its SSH connection,
+// without releasing the lease.
 func (l *Lease) Close() error {
+	l.keep.Stop()
+	l.client.mu.Lock()
+	delete(l.client.held, l)
+	l.client.mu.Unlock()
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
 	if l.conn == nil {
@@ -330,6 +350,7 @@ type SyncOptions struct {
 // Sync copies the checkout at root to the lease's workdir for it
 // (Workdir(base name of root)).
 func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.Stats, error) {
+	l.keep.Used()
 	p, err := l.client.prepareSync(ctx, root, opts)
 	if err != nil {
 		return sync.Stats{}, err
@@ -374,7 +395,11 @@ func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats,
 
 // Run runs a command on the box. A non-zero exit is not an error: it is in
 // the result. Errors are crabbox's own failures (connection, cancellation).
+//
+// A command is a use of the lease: it is touched when the command starts
+// (in the background) and when it ends, unless it was touched just before.
 func (l *Lease) Run(ctx context.Context, req run.Request) (run.Result, error) {
+	l.keep.Used()
 	conn, err := l.SSH(ctx)
 	if err != nil {
 		return run.Result{}, err
@@ -382,6 +407,9 @@ func (l *Lease) Run(ctx context.Context, req run.Request) (run.Result, error) {
 	res, err := run.Run(ctx, conn, req)
 	if err != nil {
 		return res, fmt.Errorf("run on %s: %w", l.ID(), err)
+	}
+	if ctx.Err() == nil {
+		_ = l.keep.UsedSync(ctx) // a failure is logged; the result stands
 	}
 	return res, nil
 }

@@ -28,11 +28,12 @@ func TestDialDoesNotBlockLeaseReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	l := &Lease{client: c, lease: lease.Lease{
-		Claim:  lease.Claim{ID: "cbx_0123456789ab"},
+	l := c.hold(nil, lease.Lease{
+		Claim:  lease.Claim{ID: "cbx_0123456789ab", IdleSeconds: 3600},
 		Target: provider.LeaseTarget{Host: "127.0.0.1", Port: port, User: "nobody", WorkRoot: "/work"},
 		Key:    key,
-	}}
+	}, false)
+	defer l.Close()
 
 	dialed := make(chan error, 1)
 	go func() {

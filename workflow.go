@@ -248,14 +248,9 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 			err = errors.Join(err, l.Close())
 			return
 		}
-		// Release even when ctx is cancelled: a one-shot lease must not outlive the run.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		err = errors.Join(err, l.Release(rctx))
+		// Release goes on when ctx is cancelled: a one-shot lease must not outlive the run.
+		err = errors.Join(err, l.Release(context.WithoutCancel(ctx)))
 	}()
-
-	stop := c.store.Heartbeat(ctx, l.backend, l.snapshot(), c.log)
-	defer stop()
 
 	workdir := path.Join(l.Workdir(filepath.Base(root)), rel)
 	connectStart := c.rt.Clock.Now()

@@ -18,8 +18,14 @@ func ExpiresAt(created, lastTouched time.Time, ttl, idle time.Duration) time.Tim
 	return byTTL
 }
 
-// HeartbeatInterval is how often a lease in use is touched: a third of the
-// idle timeout, clamped to [5s, 60s].
+// HeartbeatInterval is how often a held lease is touched: a third of the
+// idle timeout, at least 5s (unless the idle timeout is shorter than 15s:
+// a lease is touched at least three times per idle timeout) and at most
+// 60s.
 func HeartbeatInterval(idle time.Duration) time.Duration {
-	return min(max(idle/3, 5*time.Second), 60*time.Second)
+	d := min(max(idle/3, 5*time.Second), 60*time.Second)
+	if d > idle/3 {
+		d = max(idle/3, 100*time.Millisecond)
+	}
+	return d
 }

@@ -81,7 +81,7 @@ func TestExpiry(t *testing.T) {
 		}
 	}
 	for idle, want := range map[time.Duration]time.Duration{
-		3 * time.Second: 5 * time.Second, 30 * time.Second: 10 * time.Second,
+		3 * time.Second: time.Second, 15 * time.Second: 5 * time.Second, 30 * time.Second: 10 * time.Second,
 		30 * time.Minute: 60 * time.Second,
 	} {
 		if got := lease.HeartbeatInterval(idle); got != want {
@@ -326,7 +326,7 @@ func TestHeartbeatTouchesOnInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Release(ctx, b, l.Claim)
-	stop := s.Heartbeat(ctx, b, l, nil)
+	k := s.Keep(b, l, nil, false)
 	before := l.Claim.Revision
 	for i := 1; i <= 3; i++ {
 		if err := clock.BlockUntilContext(ctx, 2); err != nil { // the heartbeat ticker and the box's expiry timer
@@ -345,7 +345,7 @@ func TestHeartbeatTouchesOnInterval(t *testing.T) {
 			runtime.Gosched()
 		}
 	}
-	stop()
+	k.Stop()
 	got, _ := s.Get(l.Claim.ID)
 	if want := clock.Now().Add(30 * time.Second); !got.ExpiresAt.Equal(want) {
 		t.Errorf("ExpiresAt after heartbeats = %v, want %v", got.ExpiresAt, want)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net"
 	"os"
@@ -152,8 +151,8 @@ func (s *Store) Resolve(ctx context.Context, b provider.SSHLeaseBackend, ref str
 	if c.State != StateReady {
 		return Lease{}, fmt.Errorf("lease %s is %s, not ready: %w", c.ID, c.State, provider.ErrNotFound)
 	}
-	if now := s.clock.Now(); c.Expired(now) {
-		return Lease{}, fmt.Errorf("lease %s expired at %s: %w", c.ID, c.ExpiresAt.Format(time.RFC3339), provider.ErrNotFound)
+	if c.Expired(s.clock.Now()) {
+		return Lease{}, errExpired(c)
 	}
 	target, err := b.Resolve(ctx, provider.ResolveRequest{ID: c.ID})
 	if err != nil {
@@ -194,10 +193,20 @@ func LoadKeyFile(path string) (Key, error) {
 }
 
 // Touch records activity: the lease's expiry moves to
-// min(created+ttl, now+idle), at the provider and in the claim.
+// min(created+ttl, now+idle), at the provider and in the claim. The claim
+// is read again first, so a touch by another process or a new idle timeout
+// counts; a lease already expired (or whose claim is gone) is not revived
+// and the error satisfies errors.Is(err, provider.ErrNotFound).
 func (s *Store) Touch(ctx context.Context, b provider.SSHLeaseBackend, l Lease) (Lease, error) {
+	cur, err := s.Get(l.Claim.ID)
+	if err != nil {
+		return l, fmt.Errorf("touch lease %s: %w", l.Claim.ID, err)
+	}
 	now := s.clock.Now().UTC()
-	expires := ExpiresAt(l.Claim.CreatedAt, now, l.Claim.TTL(), l.Claim.IdleTimeout())
+	if cur.Expired(now) {
+		return l, fmt.Errorf("touch: %w", errExpired(cur))
+	}
+	expires := ExpiresAt(cur.CreatedAt, now, cur.TTL(), cur.IdleTimeout())
 	target, err := b.Touch(ctx, provider.TouchRequest{Lease: l.Target, Now: now, ExpiresAt: expires})
 	if err != nil {
 		return l, fmt.Errorf("touch lease %s: %w", l.Claim.ID, err)
@@ -224,35 +233,6 @@ func (s *Store) Release(ctx context.Context, b provider.SSHLeaseBackend, c Claim
 		return fmt.Errorf("release lease %s: %w", c.ID, err)
 	}
 	return s.Delete(c.ID)
-}
-
-// Heartbeat touches the lease every HeartbeatInterval(idle) until the
-// returned stop function is called; stop waits for the loop to end.
-// Failures are logged (log may be nil), not fatal: the lease simply expires
-// if they persist.
-func (s *Store) Heartbeat(ctx context.Context, b provider.SSHLeaseBackend, l Lease, log *slog.Logger) (stop func()) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	ticker := s.clock.NewTicker(HeartbeatInterval(l.Claim.IdleTimeout()))
-	go func() {
-		defer close(done)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.Chan():
-				var err error
-				if l, err = s.Touch(ctx, b, l); err != nil && ctx.Err() == nil {
-					log.Warn("heartbeat failed", "lease", l.Claim.ID, "err", err)
-				}
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }
 
 // HostKeyCallback verifies the box's host key for lease id: against the
