@@ -12,7 +12,9 @@ import (
 )
 
 // acquireGrace is how long a claim may stay "acquiring" before cleanup takes
-// it for the leftover of a crashed acquire rather than one in progress.
+// it for the leftover of a crashed acquire rather than one in progress,
+// when it cannot tell that the acquiring process is gone (a claim of
+// another host, or one written before claims recorded their process).
 const acquireGrace = time.Hour
 
 // CleanupOptions shape a cleanup.
@@ -96,30 +98,44 @@ func (c *Client) cleanupProvider(ctx context.Context, name string, dryRun bool) 
 	if err != nil {
 		return nil, err
 	}
+	claims, err := c.store.List()
+	if err != nil {
+		return nil, err
+	}
+	// Acquires that did not finish first: what they left is released
+	// through their claim, so the backend's sweep does not report it too.
 	var out []CleanupDecision
+	handled := map[string]bool{}
+	for _, cl := range claims {
+		if cl.Provider != name {
+			continue
+		}
+		if d, ok := c.unfinishedDecision(ctx, b, cl, dryRun); ok {
+			out = append(out, d)
+			handled[cl.ID] = true
+		}
+	}
 	if cb, ok := b.(provider.CleanupBackend); ok {
 		claimed := func(id string) bool { _, err := c.store.Get(id); return err == nil }
 		ds, err := cb.Cleanup(ctx, provider.CleanupRequest{DryRun: dryRun, Now: c.rt.Clock.Now(), Claimed: claimed})
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		for _, d := range ds {
-			out = append(out, c.backendDecision(name, d, claimed(d.LeaseID), dryRun))
+			if !handled[d.LeaseID] {
+				out = append(out, c.backendDecision(name, d, claimed(d.LeaseID), dryRun))
+			}
 		}
-	}
-	claims, err := c.store.List()
-	if err != nil {
-		return out, err
 	}
 	live, err := c.liveIDs(ctx, name, map[string]map[string]bool{})
 	if err != nil {
 		return out, err
 	}
 	for _, cl := range claims {
-		if cl.Provider != name {
+		if cl.Provider != name || handled[cl.ID] {
 			continue
 		}
-		if d, ok := c.claimDecision(ctx, b, cl, live[cl.ID], dryRun); ok {
+		if d, ok := c.goneDecision(ctx, b, cl, live[cl.ID], dryRun); ok {
 			out = append(out, d)
 		}
 	}
@@ -149,37 +165,61 @@ func (c *Client) backendDecision(name string, d provider.CleanupDecision, claime
 	return out
 }
 
-// claimDecision decides about a claim whose box the provider no longer
-// lists or whose acquire did not finish. ok is false for claims left alone
-// without comment (live boxes, which the backend already reported).
-func (c *Client) claimDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, listed, dryRun bool) (d CleanupDecision, ok bool) {
+// unfinishedDecision decides about a claim whose acquire did not finish:
+// failed, or acquiring while its process is gone (or for longer than
+// acquireGrace). ok is false for other claims.
+func (c *Client) unfinishedDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, dryRun bool) (d CleanupDecision, ok bool) {
 	d = CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete}
-	now := c.rt.Clock.Now()
+	dead := cl.Process != nil && cl.Process.Gone()
 	switch {
-	case cl.State == lease.StateReady && !listed:
-		d.Reason = "box is gone: dropping the claim"
-		if dryRun {
-			d.Result = "dry run"
-		} else if err := c.store.Delete(cl.ID); err != nil {
-			d.Result = "failed: " + err.Error()
-		} else {
-			d.Result = "claim dropped"
-		}
-		return d, true
-	case cl.State == lease.StateFailed,
-		cl.State == lease.StateAcquiring && now.Sub(cl.CreatedAt) > acquireGrace:
-		d.Reason = "acquire did not finish: releasing what is left"
-		if dryRun {
-			d.Result = "dry run"
-		} else if err := c.store.Release(ctx, b, cl); err != nil {
-			d.Result = "failed: " + err.Error()
-		} else {
-			d.Result = "deleted"
-		}
-		return d, true
+	case cl.State == lease.StateFailed:
+		d.Reason = "acquire failed: releasing what is left"
+	case cl.State == lease.StateAcquiring && dead:
+		d.Reason = fmt.Sprintf("acquire did not finish (%s is gone): releasing what is left", cl.Process)
+	case cl.State == lease.StateAcquiring && c.rt.Clock.Since(cl.CreatedAt) > acquireGrace:
+		d.Reason = "acquire did not finish within " + acquireGrace.String() + ": releasing what is left"
 	case cl.State == lease.StateAcquiring:
 		d.Action, d.Reason = CleanupKeep, "acquire in progress"
+		if cl.Process != nil {
+			d.Reason += " (" + cl.Process.String() + ")"
+		}
+		return d, true
+	default:
+		return d, false
+	}
+	if dryRun {
+		d.Result = "dry run"
+	} else if err := c.store.Release(ctx, b, cl); err != nil {
+		d.Result = "failed: " + err.Error()
+	} else {
+		d.Result = "deleted"
+	}
+	return d, true
+}
+
+// goneDecision decides about a ready claim whose box the provider no
+// longer lists: once the provider also says it has no such box, the claim
+// is dropped. ok is false for claims left alone without comment (live
+// boxes, which the backend already reported).
+func (c *Client) goneDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, listed, dryRun bool) (d CleanupDecision, ok bool) {
+	if cl.State != lease.StateReady || listed {
+		return d, false
+	}
+	d = CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete,
+		Reason: "box is gone: dropping the claim"}
+	if _, err := b.Resolve(ctx, provider.ResolveRequest{ID: cl.ID}); !errors.Is(err, provider.ErrNotFound) {
+		d.Action, d.Reason = CleanupKeep, "not listed by the provider, but it still answers for the box"
+		if err != nil {
+			d.Reason = "not listed by the provider, and asking for the box failed: " + err.Error()
+		}
 		return d, true
 	}
-	return d, false
+	if dryRun {
+		d.Result = "dry run"
+	} else if err := c.store.Delete(cl.ID); err != nil {
+		d.Result = "failed: " + err.Error()
+	} else {
+		d.Result = "claim dropped"
+	}
+	return d, true
 }

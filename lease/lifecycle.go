@@ -58,6 +58,7 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Ac
 	}
 	now := s.clock.Now().UTC()
 	id := NewID()
+	self := ThisProcess()
 	if err := s.SaveKey(id, key); err != nil {
 		return Lease{}, err
 	}
@@ -65,7 +66,7 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Ac
 		ID: id, Slug: opts.Slug, Provider: spec.Name, State: StateAcquiring,
 		CreatedAt: now, LastTouchedAt: now, ExpiresAt: ExpiresAt(now, now, ttl, idle),
 		TTLSeconds: int64(ttl / time.Second), IdleSeconds: int64(idle / time.Second),
-		Keep: opts.Keep, Labels: maps.Clone(opts.Labels),
+		Keep: opts.Keep, Labels: maps.Clone(opts.Labels), Process: &self,
 	})
 	if err != nil {
 		_ = os.Remove(s.KeyPath(id))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/crabbox-dev/crabbox/internal/atomicfile"
+	"github.com/crabbox-dev/crabbox/internal/proc"
 
 	"github.com/gofrs/flock"
 	"github.com/jonboulle/clockwork"
@@ -51,10 +52,39 @@ type Claim struct {
 	// PinnedHostKey is the box's host key in authorized_keys form, from the
 	// provider or recorded on first use. A different key later is an error.
 	PinnedHostKey string `json:"pinnedHostKey,omitempty"`
+	// Process is the process that acquired the lease, so that cleanup can
+	// tell a dead acquire from one in progress.
+	Process *Process `json:"process,omitempty"`
 	// Revision increases with every write; a write with a stale revision
 	// fails with ErrConflict so two processes never overwrite each other.
 	Revision int64 `json:"revision"`
 }
+
+// Process identifies a process on a host: its PID and an opaque token of
+// when it started, so that a reused PID is not taken for it.
+type Process struct {
+	Host  string `json:"host"`
+	PID   int    `json:"pid"`
+	Start string `json:"start,omitempty"`
+}
+
+// ThisProcess is the calling process.
+func ThisProcess() Process {
+	host, _ := os.Hostname()
+	pid, start := proc.Self()
+	return Process{Host: host, PID: pid, Start: start}
+}
+
+// Gone reports whether p has certainly ended: it ran on this host and no
+// process with its PID and start runs now. A process of another host, or
+// one this system cannot tell apart, is not gone.
+func (p Process) Gone() bool {
+	host, err := os.Hostname()
+	return err == nil && p.Host == host && proc.Gone(p.PID, p.Start)
+}
+
+// String is "PID N on HOST".
+func (p Process) String() string { return fmt.Sprintf("PID %d on %s", p.PID, p.Host) }
 
 // TTL is the lease's time to live.
 func (c Claim) TTL() time.Duration { return time.Duration(c.TTLSeconds) * time.Second }

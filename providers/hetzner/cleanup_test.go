@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"maps"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -241,6 +243,46 @@ func TestCleanupAfterKilledAcquire(t *testing.T) {
 			t.Errorf("claim %s still there after cleanup", c.ID)
 		}
 	})
+	t.Run("a dead acquire's server is deleted at once", func(t *testing.T) {
+		e := newEnv(t)
+		client := newClient(t, e, clockwork.NewRealClock())
+		c := killAfterCreate(t, e, client.Store())
+		if _, err := client.Store().Update(c.ID, func(cl *lease.Claim) error {
+			cl.Process = deadProcess(t)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := client.Cleanup(context.Background(), crabbox.CleanupOptions{Provider: hetzner.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != 1 || ds[0].LeaseID != c.ID || ds[0].Result != "deleted" {
+			t.Errorf("cleanup decisions %+v, want lease %s deleted", ds, c.ID)
+		}
+		checkEmpty(t, e.api)
+	})
+	t.Run("a live acquire's server is left alone", func(t *testing.T) {
+		e := newEnv(t)
+		client := newClient(t, e, clockwork.NewRealClock())
+		c := killAfterCreate(t, e, client.Store())
+		self := lease.ThisProcess()
+		if _, err := client.Store().Update(c.ID, func(cl *lease.Claim) error { cl.Process = &self; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := client.Cleanup(context.Background(), crabbox.CleanupOptions{Provider: hetzner.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Action == crabbox.CleanupDelete {
+				t.Errorf("cleanup while the acquiring process runs: %+v", d)
+			}
+		}
+		if len(e.api.serverList()) != 1 {
+			t.Errorf("the server of an acquire in progress was deleted")
+		}
+	})
 	t.Run("backend cleanup after the grace period", func(t *testing.T) {
 		e := newEnv(t)
 		store, err := lease.OpenStore(t.TempDir())
@@ -289,4 +331,16 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("API mutations (-want +got):\n%s", diff)
 	}
 	checkEmpty(t, e.api)
+}
+
+// deadProcess is the record of a process of this host that has ended.
+func deadProcess(t *testing.T) *lease.Process {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	p := lease.ThisProcess()
+	p.PID = cmd.Process.Pid
+	return &p
 }
