@@ -149,33 +149,51 @@ func (c *Client) brokerFor(name string) (b provider.SSHLeaseBackend, ok bool, er
 	if mode == BrokerRegistered && !linked {
 		return nil, true, lookupErr
 	}
+	if mode != BrokerRegistered {
+		b, err := c.brokered(name)
+		return b, true, err
+	}
 	c.broker.mu.Lock()
 	defer c.broker.mu.Unlock()
 	if b, ok := c.broker.backends[canonical]; ok {
 		return b, true, nil
 	}
-	if mode == BrokerRegistered {
-		direct, err := c.Backend(canonical)
-		if err != nil {
-			return nil, true, err
-		}
-		sb, isSSH := direct.(provider.SSHLeaseBackend)
-		if !isSSH {
-			return nil, true, fmt.Errorf("provider %q runs commands itself (%s); it has no SSH leases", canonical, direct.Spec().Kind)
-		}
-		b = newRegisteredBackend(sb, c.broker.coord, c.store, c.log)
-	} else {
-		extra, err := brokeredRequest(canonical, c.configs[canonical], linked)
-		if err != nil {
-			return nil, true, err
-		}
-		b = &brokeredBackend{
-			name: canonical, coord: c.broker.coord, store: c.store, clock: c.rt.Clock,
-			extra: extra, pollInterval: 2 * time.Second,
-		}
+	direct, err := c.Backend(canonical)
+	if err != nil {
+		return nil, true, err
 	}
+	sb, isSSH := direct.(provider.SSHLeaseBackend)
+	if !isSSH {
+		return nil, true, fmt.Errorf("provider %q runs commands itself (%s); it has no SSH leases", canonical, direct.Spec().Kind)
+	}
+	b = newRegisteredBackend(sb, c.broker.coord, c.store, c.log)
 	c.broker.backends[canonical] = b
 	return b, true, nil
+}
+
+// brokered returns the backend of the named provider's leases brokered by
+// the client's coordinator, whatever the broker mode.
+func (c *Client) brokered(name string) (provider.SSHLeaseBackend, error) {
+	canonical, linked := name, false
+	if p, err := c.registry.Lookup(name); err == nil {
+		canonical, linked = p.Spec().Name, true
+	}
+	key := "brokered\x00" + canonical
+	c.broker.mu.Lock()
+	defer c.broker.mu.Unlock()
+	if b, ok := c.broker.backends[key]; ok {
+		return b, nil
+	}
+	extra, err := brokeredRequest(canonical, c.configs[canonical], linked)
+	if err != nil {
+		return nil, err
+	}
+	b := &brokeredBackend{
+		name: canonical, coord: c.broker.coord, store: c.store, clock: c.rt.Clock,
+		extra: extra, pollInterval: 2 * time.Second,
+	}
+	c.broker.backends[key] = b
+	return b, nil
 }
 
 // brokeredKeys are the provider settings a brokered lease request carries.

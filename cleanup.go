@@ -94,25 +94,63 @@ func (c *Client) cleanupProvider(ctx context.Context, name string, dryRun bool) 
 	if db, ok := c.delegatedRunBackend(name); ok {
 		return c.cleanupDelegated(ctx, db, name, dryRun) // delegated.go
 	}
-	b, err := c.sshBackend(name)
-	if err != nil {
-		return nil, err
-	}
 	claims, err := c.store.List()
 	if err != nil {
 		return nil, err
 	}
-	// Acquires that did not finish first: what they left is released
-	// through their claim, so the backend's sweep does not report it too.
-	var out []CleanupDecision
-	handled := map[string]bool{}
+	// The provider's claims, by the backend that drives their leases (the
+	// settings each claim recorded, direct or through a coordinator).
+	groups := map[string][]lease.Claim{}
+	var keys []string
 	for _, cl := range claims {
 		if cl.Provider != name {
 			continue
 		}
+		k := leaseKey(cl)
+		if groups[k] == nil {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], cl)
+	}
+	if len(keys) == 0 { // no claims: the provider's sweep still reports what it sees
+		b, err := c.sshBackend(name)
+		if err != nil {
+			return nil, err
+		}
+		return c.sweep(ctx, name, b, nil, map[string]bool{}, dryRun)
+	}
+	var out []CleanupDecision
+	var errs []error
+	seen := map[string]bool{} // leases already decided, by ID
+	for _, k := range keys {
+		group := groups[k]
+		b, err := c.leaseBackend(group[0])
+		if err != nil {
+			for _, cl := range group {
+				out = append(out, CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: name, Action: CleanupKeep, Reason: "cannot reach its box: " + err.Error()})
+			}
+			errs = append(errs, err)
+			continue
+		}
+		ds, err := c.sweep(ctx, name, b, group, seen, dryRun)
+		out = append(out, ds...)
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+// sweep cleans up through one backend: first the claims in group whose
+// acquire did not finish (what they left is released through the claim, so
+// the backend's sweep does not report it too), then the backend's own
+// sweep of expired boxes (only those with a claim are deleted), and last
+// the claims in group whose box is gone. Leases in seen were decided
+// already; sweep adds those it decides.
+func (c *Client) sweep(ctx context.Context, name string, b provider.SSHLeaseBackend, group []lease.Claim, seen map[string]bool, dryRun bool) ([]CleanupDecision, error) {
+	var out []CleanupDecision
+	for _, cl := range group {
 		if d, ok := c.unfinishedDecision(ctx, b, cl, dryRun); ok {
 			out = append(out, d)
-			handled[cl.ID] = true
+			seen[cl.ID] = true
 		}
 	}
 	if cb, ok := b.(provider.CleanupBackend); ok {
@@ -122,21 +160,26 @@ func (c *Client) cleanupProvider(ctx context.Context, name string, dryRun bool) 
 			return out, err
 		}
 		for _, d := range ds {
-			if !handled[d.LeaseID] {
+			if !seen[d.LeaseID] {
 				out = append(out, c.backendDecision(name, d, claimed(d.LeaseID), dryRun))
+				seen[d.LeaseID] = true
 			}
 		}
 	}
-	live, err := c.liveIDs(ctx, name, map[string]map[string]bool{})
+	if len(group) == 0 {
+		return out, nil
+	}
+	live, err := c.liveIDs(ctx, group[0], map[string]map[string]bool{})
 	if err != nil {
 		return out, err
 	}
-	for _, cl := range claims {
-		if cl.Provider != name || handled[cl.ID] {
+	for _, cl := range group {
+		if seen[cl.ID] {
 			continue
 		}
 		if d, ok := c.goneDecision(ctx, b, cl, live[cl.ID], dryRun); ok {
 			out = append(out, d)
+			seen[cl.ID] = true
 		}
 	}
 	return out, nil

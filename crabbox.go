@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	gosync "sync"
 
 	"github.com/crabbox-dev/crabbox/lease"
@@ -156,6 +158,14 @@ func (c *Client) Registry() *provider.Registry { return c.registry }
 // Backend returns the configured backend of the named provider ("" means the
 // client's default provider), configuring it on first use.
 func (c *Client) Backend(name string) (provider.Backend, error) {
+	return c.backend(name, nil)
+}
+
+// backend returns the named provider's backend configured with the client's
+// settings, over which the settings in at are laid (the settings a lease's
+// claim recorded). A backend whose resolved settings equal the client's
+// own is the client's own backend.
+func (c *Client) backend(name string, at provider.Config) (provider.Backend, error) {
 	if name == "" {
 		name = c.provider
 	}
@@ -167,14 +177,6 @@ func (c *Client) Backend(name string) (provider.Backend, error) {
 		return nil, err
 	}
 	spec := p.Spec()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errors.New("crabbox client is closed")
-	}
-	if b, ok := c.backends[spec.Name]; ok {
-		return b, nil
-	}
 	cfg := c.configs[spec.Name]
 	if cfg == nil {
 		cfg = c.configs[name] // configured under an alias
@@ -183,12 +185,106 @@ func (c *Client) Backend(name string) (provider.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	key := spec.Name
+	for _, k := range slices.Sorted(maps.Keys(at)) {
+		if cfg[k] != at[k] {
+			if _, known := spec.Option(k); !known {
+				return nil, fmt.Errorf("provider %q: the lease records setting %q, which the provider does not know", spec.Name, k)
+			}
+			cfg[k] = at[k]
+			key += "\x00" + k + "=" + at[k]
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("crabbox client is closed")
+	}
+	if b, ok := c.backends[key]; ok {
+		return b, nil
+	}
 	b, err := p.Configure(cfg, c.rt)
 	if err != nil {
 		return nil, fmt.Errorf("configure provider %q: %w", spec.Name, err)
 	}
-	c.backends[spec.Name] = b
+	c.backends[key] = b
 	return b, nil
+}
+
+// locators are the settings of the named provider, as this client has
+// them, that a new lease's claim records.
+func (c *Client) locators(name string) provider.Config {
+	p, err := c.registry.Lookup(name)
+	if err != nil {
+		return nil
+	}
+	spec := p.Spec()
+	cfg := c.configs[spec.Name]
+	if cfg == nil {
+		cfg = c.configs[name]
+	}
+	cfg, err = spec.Resolve(cfg)
+	if err != nil {
+		return nil
+	}
+	return spec.Locators(cfg)
+}
+
+// newLease returns the backend through which a new lease of the named
+// provider is acquired, and how its claim records that route.
+func (c *Client) newLease(name string) (provider.SSHLeaseBackend, lease.AcquireOptions, error) {
+	var route lease.AcquireOptions
+	if name == "" {
+		name = c.provider
+	}
+	if c.broker != nil {
+		if b, ok, err := c.brokerFor(name); ok {
+			if err != nil {
+				return nil, route, err
+			}
+			route.Route, route.Coordinator = lease.RouteBrokered, c.broker.coord.URL()
+			if c.broker.mode == BrokerRegistered {
+				route.Route, route.Config = lease.RouteRegistered, c.locators(name)
+			}
+			return b, route, nil
+		}
+	}
+	b, err := c.sshBackendAt(name, nil)
+	route.Route, route.Config = lease.RouteDirect, c.locators(name)
+	return b, route, err
+}
+
+// leaseBackend returns the backend that drives the lease of cl: the
+// coordinator's for a brokered lease, otherwise its provider's, configured
+// with the settings the claim recorded.
+func (c *Client) leaseBackend(cl lease.Claim) (provider.SSHLeaseBackend, error) {
+	switch cl.Route {
+	case "": // a claim of an older crabbox: routed as a new lease would be
+		return c.sshBackend(cl.Provider)
+	case lease.RouteBrokered:
+		if c.broker == nil || c.broker.coord.URL() != cl.Coordinator {
+			return nil, fmt.Errorf("lease %s is brokered by the coordinator at %s: set CRABBOX_COORDINATOR to it (and CRABBOX_COORDINATOR_TOKEN): %w",
+				cl.ID, cl.Coordinator, provider.ErrPrecondition)
+		}
+		return c.brokered(cl.Provider)
+	case lease.RouteDirect, lease.RouteRegistered:
+		b, err := c.sshBackendAt(cl.Provider, cl.Config)
+		if err != nil || cl.Route == lease.RouteDirect || c.broker == nil || c.broker.coord.URL() != cl.Coordinator {
+			return b, err // a registered lease without its coordinator is driven direct
+		}
+		return newRegisteredBackend(b, c.broker.coord, c.store, c.log), nil
+	}
+	return nil, fmt.Errorf("lease %s: unknown route %q in its claim", cl.ID, cl.Route)
+}
+
+// leaseKey names the backend that drives the lease of cl, so that leases
+// driven by the same backend are listed and swept together.
+func leaseKey(cl lease.Claim) string {
+	key := string(cl.Route) + "\x00" + cl.Coordinator + "\x00" + cl.Provider
+	for _, k := range slices.Sorted(maps.Keys(cl.Config)) {
+		key += "\x00" + k + "=" + cl.Config[k]
+	}
+	return key
 }
 
 func (c *Client) sshBackend(name string) (provider.SSHLeaseBackend, error) {
@@ -197,7 +293,13 @@ func (c *Client) sshBackend(name string) (provider.SSHLeaseBackend, error) {
 			return b, err
 		}
 	}
-	b, err := c.Backend(name)
+	return c.sshBackendAt(name, nil)
+}
+
+// sshBackendAt is the named provider's direct SSH-lease backend, configured
+// with the settings in at laid over the client's.
+func (c *Client) sshBackendAt(name string, at provider.Config) (provider.SSHLeaseBackend, error) {
+	b, err := c.backend(name, at)
 	if err != nil {
 		return nil, err
 	}

@@ -166,16 +166,16 @@ func (c *Client) releaseDelegated(ctx context.Context, b provider.DelegatedRunBa
 }
 
 // delegatedLiveIDs is liveIDs for a delegated backend.
-func (c *Client) delegatedLiveIDs(ctx context.Context, name string, b provider.DelegatedRunBackend, cache map[string]map[string]bool) (map[string]bool, error) {
+func (c *Client) delegatedLiveIDs(ctx context.Context, key string, b provider.DelegatedRunBackend, cache map[string]map[string]bool) (map[string]bool, error) {
 	views, err := b.List(ctx, provider.ListRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("list %s leases: %w", name, err)
+		return nil, fmt.Errorf("list %s leases: %w", b.Spec().Name, err)
 	}
 	ids := map[string]bool{}
 	for _, v := range views {
 		ids[v.ID] = true
 	}
-	cache[name] = ids
+	cache[key] = ids
 	return ids, nil
 }
 

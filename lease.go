@@ -89,13 +89,12 @@ func (l *Lease) Workdir(repo string) string {
 
 // Acquire leases a new box.
 func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, error) {
-	b, err := c.sshBackend(opts.Provider)
+	b, lo, err := c.newLease(opts.Provider)
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.store.Acquire(ctx, b, lease.AcquireOptions{
-		Slug: opts.Slug, TTL: opts.TTL, IdleTimeout: opts.IdleTimeout, Keep: opts.Keep, Labels: opts.Labels,
-	})
+	lo.Slug, lo.TTL, lo.IdleTimeout, lo.Keep, lo.Labels = opts.Slug, opts.TTL, opts.IdleTimeout, opts.Keep, opts.Labels
+	l, err := c.store.Acquire(ctx, b, lo)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +114,7 @@ func (c *Client) resolve(ctx context.Context, ref string, touchNow bool) (*Lease
 	if err != nil {
 		return nil, err
 	}
-	b, err := c.sshBackend(claim.Provider)
+	b, err := c.leaseBackend(claim)
 	if err != nil {
 		return nil, err
 	}
@@ -139,31 +138,42 @@ type LeaseInfo struct {
 	ExpiresAt time.Time         `json:"expiresAt"`
 	Keep      bool              `json:"keep"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// Route is how the lease is driven: direct, brokered or registered
+	// (with Coordinator, the coordinator's URL).
+	Route       string `json:"route,omitempty"`
+	Coordinator string `json:"coordinator,omitempty"`
+	// Error says why the state is unknown.
+	Error string `json:"error,omitempty"`
 }
 
 // Lease states reported by List and Status besides the claim's own.
 const (
 	StateGone    = "gone"    // the claim remains but the provider no longer has the box
 	StateExpired = "expired" // past its expiry
+	StateUnknown = "unknown" // the provider (or coordinator) could not be asked; Error says why
 )
 
 // List returns this client's leases, oldest first, with their state checked
-// against each provider: a box the provider no longer has is "gone".
+// against where each lives (its provider, or the coordinator that brokers
+// it): a box that is no longer there is "gone", and one that could not be
+// asked is "unknown", with the reason in Error.
 func (c *Client) List(ctx context.Context) ([]LeaseInfo, error) {
 	claims, err := c.store.List()
 	if err != nil {
 		return nil, err
 	}
-	live := map[string]map[string]bool{} // provider -> lease IDs the provider lists
+	live := map[string]map[string]bool{} // backend -> lease IDs it lists
 	out := make([]LeaseInfo, 0, len(claims))
 	for _, cl := range claims {
 		info := infoOf(cl, c.rt.Clock.Now())
 		if info.State == string(lease.StateReady) {
-			ids, err := c.liveIDs(ctx, cl.Provider, live)
-			if err != nil {
-				return nil, err
-			}
-			if !ids[cl.ID] {
+			ids, err := c.liveIDs(ctx, cl, live)
+			switch {
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			case err != nil:
+				info.State, info.Error = StateUnknown, err.Error()
+			case !ids[cl.ID]:
 				info.State = StateGone
 			}
 		}
@@ -172,26 +182,29 @@ func (c *Client) List(ctx context.Context) ([]LeaseInfo, error) {
 	return out, nil
 }
 
-func (c *Client) liveIDs(ctx context.Context, name string, cache map[string]map[string]bool) (map[string]bool, error) {
-	if ids, ok := cache[name]; ok {
+// liveIDs are the IDs of the live leases of the backend that drives cl's
+// lease, listed once per backend (cache).
+func (c *Client) liveIDs(ctx context.Context, cl lease.Claim, cache map[string]map[string]bool) (map[string]bool, error) {
+	key := leaseKey(cl)
+	if ids, ok := cache[key]; ok {
 		return ids, nil
 	}
-	if db, ok := c.delegatedRunBackend(name); ok {
-		return c.delegatedLiveIDs(ctx, name, db, cache) // delegated.go
+	if db, ok := c.delegatedRunBackend(cl.Provider); ok {
+		return c.delegatedLiveIDs(ctx, key, db, cache) // delegated.go
 	}
-	b, err := c.sshBackend(name)
+	b, err := c.leaseBackend(cl)
 	if err != nil {
 		return nil, err
 	}
 	targets, err := b.List(ctx, provider.ListRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("list %s leases: %w", name, err)
+		return nil, fmt.Errorf("list %s leases: %w", cl.Provider, err)
 	}
 	ids := map[string]bool{}
 	for _, t := range targets {
 		ids[t.LeaseID] = true
 	}
-	cache[name] = ids
+	cache[key] = ids
 	return ids, nil
 }
 
@@ -206,7 +219,7 @@ func (c *Client) Status(ctx context.Context, ref string) (LeaseInfo, error) {
 		return c.statusDelegated(ctx, db, info) // delegated.go
 	}
 	if info.State == string(lease.StateReady) {
-		b, err := c.sshBackend(claim.Provider)
+		b, err := c.leaseBackend(claim)
 		if err != nil {
 			return LeaseInfo{}, err
 		}
@@ -225,6 +238,7 @@ func infoOf(cl lease.Claim, now time.Time) LeaseInfo {
 	info := LeaseInfo{
 		ID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, State: string(cl.State),
 		CreatedAt: cl.CreatedAt, ExpiresAt: cl.ExpiresAt, Keep: cl.Keep, Labels: cl.Labels,
+		Route: string(cl.Route), Coordinator: cl.Coordinator,
 	}
 	if cl.Target != nil {
 		info.Host, info.Port, info.WorkRoot = cl.Target.Host, cl.Target.Port, cl.Target.WorkRoot
@@ -245,7 +259,7 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 	if db, ok := c.delegatedRunBackend(claim.Provider); ok {
 		return c.stopDelegated(ctx, db, claim) // delegated.go
 	}
-	b, err := c.sshBackend(claim.Provider)
+	b, err := c.leaseBackend(claim)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,10 @@ type AcquireOptions struct {
 	IdleTimeout time.Duration
 	Keep        bool
 	Labels      map[string]string
+	// Route, Coordinator and Config are recorded in the claim (see Claim).
+	Route       Route
+	Coordinator string
+	Config      map[string]string
 }
 
 // Acquire creates a lease through b. The claim is written before the
@@ -67,6 +71,7 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Ac
 		CreatedAt: now, LastTouchedAt: now, ExpiresAt: ExpiresAt(now, now, ttl, idle),
 		TTLSeconds: int64(ttl / time.Second), IdleSeconds: int64(idle / time.Second),
 		Keep: opts.Keep, Labels: maps.Clone(opts.Labels), Process: &self,
+		Route: opts.Route, Coordinator: opts.Coordinator, Config: maps.Clone(opts.Config),
 	})
 	if err != nil {
 		_ = os.Remove(s.KeyPath(id))

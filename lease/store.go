@@ -52,6 +52,15 @@ type Claim struct {
 	// PinnedHostKey is the box's host key in authorized_keys form, from the
 	// provider or recorded on first use. A different key later is an error.
 	PinnedHostKey string `json:"pinnedHostKey,omitempty"`
+	// Route says how the lease's box is driven: direct through its
+	// provider, or brokered by (or registered with) the coordinator at
+	// Coordinator. It is empty in claims written before crabbox recorded it.
+	Route       Route  `json:"route,omitempty"`
+	Coordinator string `json:"coordinator,omitempty"`
+	// Config holds the provider settings that locate the lease's box (the
+	// provider options marked Locates) as they were at acquire. The lease
+	// is reached with them later, whatever the configuration says then.
+	Config map[string]string `json:"config,omitempty"`
 	// Process is the process that acquired the lease, so that cleanup can
 	// tell a dead acquire from one in progress.
 	Process *Process `json:"process,omitempty"`
@@ -59,6 +68,20 @@ type Claim struct {
 	// fails with ErrConflict so two processes never overwrite each other.
 	Revision int64 `json:"revision"`
 }
+
+// Route is how a lease's box is driven.
+type Route string
+
+const (
+	// RouteDirect: through the provider, by this client.
+	RouteDirect Route = "direct"
+	// RouteBrokered: through the coordinator, which holds the provider's
+	// credentials.
+	RouteBrokered Route = "brokered"
+	// RouteRegistered: through the provider, by this client, with an
+	// inventory record at the coordinator.
+	RouteRegistered Route = "registered"
+)
 
 // Process identifies a process on a host: its PID and an opaque token of
 // when it started, so that a reused PID is not taken for it.

@@ -84,6 +84,12 @@ type Option struct {
 	Flag    string
 	Default string
 	Help    string
+	// Locates marks a setting that is needed to find a lease's box again
+	// (a root directory, a host, port, user or key file, a region, a work
+	// root). The library records such settings in each lease's claim and
+	// reaches that lease with them later, whatever the configuration says
+	// then. It must never be set on a secret.
+	Locates bool
 }
 
 // Spec describes a provider. It is the single source for the capability
@@ -150,6 +156,18 @@ func (s Spec) Resolve(cfg Config) (Config, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// Locators returns the settings of cfg that locate a lease's box (the
+// options marked Locates), with their values in cfg (empty if unset).
+func (s Spec) Locators(cfg Config) Config {
+	out := Config{}
+	for _, o := range s.Options {
+		if o.Locates {
+			out[o.Name] = cfg[o.Name]
+		}
+	}
+	return out
 }
 
 func (s Spec) optionNames() []string {

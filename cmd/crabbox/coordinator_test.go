@@ -6,11 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
@@ -150,8 +154,18 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 		t.Fatalf("token issue: exit %d, stderr %q", tok.code, tok.stderr)
 	}
 	token := strings.TrimSpace(tok.stdout)
-	clientEnv := append(stateEnv(t), "CRABBOX_COORDINATOR="+url, "CRABBOX_COORDINATOR_TOKEN="+token, "CRABBOX_COORDINATOR_MODE=all")
+	directEnv := stateEnv(t)
+	clientEnv := append(slices.Clone(directEnv), "CRABBOX_COORDINATOR="+url, "CRABBOX_COORDINATOR_TOKEN="+token, "CRABBOX_COORDINATOR_MODE=all")
 	repo := gitRepo(t)
+	// A lease made direct, before the coordinator was set, stays direct.
+	warm := crabboxCmd(t, directEnv, repo, "warmup", "--json")
+	if warm.code != 0 {
+		t.Fatalf("direct warmup: exit %d, stderr %q", warm.code, warm.stderr)
+	}
+	var direct crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(warm.stdout), &direct); err != nil {
+		t.Fatal(err)
+	}
 	r := crabboxCmd(t, clientEnv, repo, "run", "--", "sh", "-c", "cat committed.txt; exit 5")
 	if r.code != 5 || r.stdout != "committed\n" {
 		t.Fatalf("brokered run: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
@@ -173,6 +187,57 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 		t.Errorf("lease = %+v, %v; want released", l, err)
 	}
 	cc.CloseIdleConnections()
+
+	// With the coordinator set, the direct lease is listed, usable and
+	// stoppable, and cleanup keeps it; a brokered lease beside it too.
+	brokered := crabboxCmd(t, clientEnv, repo, "warmup", "--json")
+	if brokered.code != 0 {
+		t.Fatalf("brokered warmup: exit %d, stderr %q", brokered.code, brokered.stderr)
+	}
+	var brokeredInfo crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(brokered.stdout), &brokeredInfo); err != nil {
+		t.Fatal(err)
+	}
+	states := func(env []string) map[string]string {
+		t.Helper()
+		r := crabboxCmd(t, env, repo, "list", "--json")
+		var infos []crabbox.LeaseInfo
+		if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil {
+			t.Fatalf("list --json: %q (%v), stderr %q", r.stdout, err, r.stderr)
+		}
+		out := map[string]string{}
+		for _, i := range infos {
+			out[i.ID] = i.Route + " " + i.State
+		}
+		return out
+	}
+	want := map[string]string{direct.ID: "direct ready", brokeredInfo.ID: "brokered ready"}
+	if diff := cmp.Diff(want, states(clientEnv)); diff != "" {
+		t.Errorf("list with the coordinator set (-want +got):\n%s", diff)
+	}
+	if r := crabboxCmd(t, clientEnv, repo, "run", "--id", direct.Slug, "--", "cat", "committed.txt"); r.code != 0 || r.stdout != "committed\n" {
+		t.Errorf("run --id on the direct lease with the coordinator set: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := crabboxCmd(t, clientEnv, repo, "cleanup"); r.code != 0 {
+		t.Errorf("cleanup: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if diff := cmp.Diff(want, states(clientEnv)); diff != "" {
+		t.Errorf("list after cleanup (-want +got):\n%s", diff)
+	}
+	// Without the coordinator, the brokered lease cannot be asked: it is
+	// listed as unknown, and the direct one is still fine.
+	want[brokeredInfo.ID] = "brokered unknown"
+	if diff := cmp.Diff(want, states(directEnv)); diff != "" {
+		t.Errorf("list without the coordinator (-want +got):\n%s", diff)
+	}
+	for _, id := range []string{direct.ID, brokeredInfo.ID} {
+		if r := crabboxCmd(t, clientEnv, repo, "stop", id); r.code != 0 {
+			t.Errorf("stop %s: exit %d, stderr %q", id, r.code, r.stderr)
+		}
+	}
+	if diff := cmp.Diff(map[string]string{}, states(clientEnv)); diff != "" {
+		t.Errorf("list after stop (-want +got):\n%s", diff)
+	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

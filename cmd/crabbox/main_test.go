@@ -239,3 +239,50 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version: exit %d, output %q", code, out.String())
 	}
 }
+
+// A lease remembers the settings that reach its box: after warmup with
+// them, run, list, cleanup and stop work without them.
+func TestLeaseRemembersProviderSettings(t *testing.T) {
+	t.Parallel()
+	for name, settings := range map[string]func(t *testing.T) []string{
+		"local": func(t *testing.T) []string { return []string{"--local-root", t.TempDir()} },
+		"ssh": func(t *testing.T) []string {
+			sshd := testsshd.Start(t)
+			keyFile := filepath.Join(t.TempDir(), "id_ed25519")
+			if err := os.WriteFile(keyFile, sshd.ClientKeyPEM, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"--provider", "ssh", "--ssh-host", sshd.Host, "--ssh-port", strconv.Itoa(sshd.Port),
+				"--ssh-user", sshd.User, "--ssh-key", keyFile, "--work-root", t.TempDir()}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			settings := settings(t)
+			env, repo := stateEnv(t), gitRepo(t)
+			r := crabboxCmd(t, env, repo, append([]string{"warmup", "--json"}, settings...)...)
+			var warm crabbox.LeaseInfo
+			if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
+				t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+			t.Cleanup(func() { crabboxCmd(t, env, repo, append([]string{"stop", warm.ID}, settings...)...) })
+			if r := crabboxCmd(t, env, repo, "run", "--id", warm.Slug, "--", "cat", "committed.txt"); r.code != 0 || r.stdout != "committed\n" {
+				t.Errorf("run --id without the settings: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+			if r := crabboxCmd(t, env, repo, "cleanup"); r.code != 0 {
+				t.Errorf("cleanup: exit %d, stderr %q", r.code, r.stderr)
+			}
+			r = crabboxCmd(t, env, repo, "status", "--json", warm.ID)
+			var status crabbox.LeaseInfo
+			if err := json.Unmarshal([]byte(r.stdout), &status); err != nil || status.State != "ready" || status.Route != "direct" {
+				t.Errorf("status after cleanup: %q (%v), stderr %q; want ready, direct", r.stdout, err, r.stderr)
+			}
+			if r := crabboxCmd(t, env, repo, "stop", warm.Slug); r.code != 0 {
+				t.Errorf("stop without the settings: exit %d, stderr %q", r.code, r.stderr)
+			}
+			if r := crabboxCmd(t, env, repo, "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+				t.Errorf("list after stop = %q", r.stdout)
+			}
+		})
+	}
+}

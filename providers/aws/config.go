@@ -112,8 +112,8 @@ var spec = provider.Spec{
 	},
 	Coordinator: provider.CoordinatorSupported,
 	Options: []provider.Option{
-		{Name: "regions", Flag: "aws-regions", Help: "comma-separated AWS regions: boxes are created in the first, list and cleanup search all (default: AWS_REGION or the profile's region, else " + DefaultRegion + ")"},
-		{Name: "profile", Flag: "aws-profile", Help: "AWS shared-config profile for credentials and region (default: AWS_PROFILE, else the default profile)"},
+		{Name: "regions", Flag: "aws-regions", Help: "comma-separated AWS regions: boxes are created in the first, list and cleanup search all (default: AWS_REGION or the profile's region, else " + DefaultRegion + ")", Locates: true},
+		{Name: "profile", Flag: "aws-profile", Help: "AWS shared-config profile for credentials and region (default: AWS_PROFILE, else the default profile)", Locates: true},
 		{Name: "instance-type", Flag: "aws-instance-type", Default: DefaultInstanceType, Help: "EC2 instance type"},
 		{Name: "arch", Flag: "aws-arch", Help: "box architecture, amd64 or arm64 (default: the instance type's)"},
 		{Name: "image", Flag: "aws-image", Help: "AMI ID to boot (default: the newest Ubuntu 24.04 LTS image from Canonical)"},
@@ -121,7 +121,7 @@ var spec = provider.Spec{
 		{Name: "market", Flag: "aws-market", Default: DefaultMarket, Help: "spot (falls back to on-demand when EC2 has no spot capacity) or on-demand"},
 		{Name: "disk-gb", Flag: "aws-disk-gb", Default: fmt.Sprint(DefaultDiskGB), Help: "root volume size in GiB"},
 		{Name: "boot-timeout", Flag: "aws-boot-timeout", Default: DefaultBootTimeout.String(), Help: "how long to wait for a new box's address and SSH"},
-		{Name: "work-root", Flag: "aws-work-root", Default: DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created"},
+		{Name: "work-root", Flag: "aws-work-root", Default: DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created", Locates: true},
 		{Name: "owner", Flag: "aws-owner", Help: "value of the boxes' owner tag (default: the current user)"},
 	},
 }

@@ -130,10 +130,10 @@ var spec = provider.Spec{
 	Features:    []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup},
 	Coordinator: provider.CoordinatorSupported,
 	Options: []provider.Option{
-		{Name: "subscription", Flag: "azure-subscription", Help: "Azure subscription ID (default: $" + SubscriptionEnv + ")"},
-		{Name: "location", Flag: "azure-location", Default: DefaultLocation, Help: "Azure region"},
+		{Name: "subscription", Flag: "azure-subscription", Help: "Azure subscription ID (default: $" + SubscriptionEnv + ")", Locates: true},
+		{Name: "location", Flag: "azure-location", Default: DefaultLocation, Help: "Azure region", Locates: true},
 		{Name: "resource-group", Flag: "azure-resource-group", Default: DefaultResourceGroup,
-			Help: "resource group of crabbox's network and boxes (created, tagged crabbox=true)"},
+			Help: "resource group of crabbox's network and boxes (created, tagged crabbox=true)", Locates: true},
 		{Name: "vm-size", Flag: "azure-vm-size", Default: DefaultVMSize, Help: "VM size"},
 		{Name: "image", Flag: "azure-image", Default: DefaultImage, Help: "marketplace image URN publisher:offer:sku:version"},
 		{Name: "source-range", Flag: "azure-source-range",
@@ -143,7 +143,7 @@ var spec = provider.Spec{
 		{Name: "prepared", Flag: "azure-prepared", Default: "false", Help: "the image already has git and tar: install nothing at boot"},
 		{Name: "boot-timeout", Flag: "azure-boot-timeout", Default: DefaultBootTimeout.String(),
 			Help: "how long to wait for a new VM's address and SSH"},
-		{Name: "work-root", Flag: "azure-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box"},
+		{Name: "work-root", Flag: "azure-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
 		{Name: "owner", Flag: "azure-owner", Help: "owner tag on resources (default: the OS user)"},
 	},
 }

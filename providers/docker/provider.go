@@ -98,7 +98,7 @@ var spec = provider.Spec{
 		{Name: "memory", Flag: "memory", Help: "memory a box may use, like 2g or 512m (default: no limit)"},
 		{Name: "network", Flag: "docker-network", Help: "engine network the containers join (default: the engine's bridge)"},
 		{Name: "labels", Flag: "docker-labels", Help: "extra container labels, as key=value,key=value"},
-		{Name: "host", Flag: "docker-host", Help: "engine address (default: DOCKER_HOST or the default socket); must be on this machine"},
+		{Name: "host", Flag: "docker-host", Help: "engine address (default: DOCKER_HOST or the default socket); must be on this machine", Locates: true},
 	},
 }
 

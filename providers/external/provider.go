@@ -86,14 +86,14 @@ var spec = provider.Spec{
 	Features:    []provider.Feature{provider.FeatureSSH, provider.FeatureCleanup, provider.FeatureDoctor},
 	Coordinator: provider.CoordinatorUnsupported,
 	Options: []provider.Option{
-		{Name: "command", Flag: "external-command", Help: "provider program (path, or a name in PATH); run without a shell"},
-		{Name: "args", Flag: "external-args", Help: `arguments of the provider program as a JSON array, e.g. ["--region","eu"]`},
+		{Name: "command", Flag: "external-command", Help: "provider program (path, or a name in PATH); run without a shell", Locates: true},
+		{Name: "args", Flag: "external-args", Help: `arguments of the provider program as a JSON array, e.g. ["--region","eu"]`, Locates: true},
 		{Name: "env", Flag: "external-env", Help: `variables set for the program as a JSON object, e.g. {"REGION":"eu"}`},
 		{Name: "pass-env", Flag: "external-pass-env", Help: "comma-separated names of your environment variables passed to the program (e.g. a token)"},
 		{Name: "config", Flag: "external-config", Help: "JSON object sent to the program as the request's config"},
 		{Name: "timeout", Flag: "external-timeout", Default: DefaultTimeout.String(), Help: "time limit of one call of the program; then its process group is stopped"},
-		{Name: "mode", Flag: "external-mode", Default: ModeSSHLease, Help: "ssh-lease (crabbox syncs and runs over SSH) or delegated-run (the program's run operation does)"},
-		{Name: "work-root", Flag: "external-work-root", Default: DefaultWorkRoot, Help: "work root on the box when the program names none"},
+		{Name: "mode", Flag: "external-mode", Default: ModeSSHLease, Help: "ssh-lease (crabbox syncs and runs over SSH) or delegated-run (the program's run operation does)", Locates: true},
+		{Name: "work-root", Flag: "external-work-root", Default: DefaultWorkRoot, Help: "work root on the box when the program names none", Locates: true},
 	},
 }
 

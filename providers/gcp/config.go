@@ -104,15 +104,15 @@ var spec = provider.Spec{
 	},
 	Coordinator: provider.CoordinatorSupported,
 	Options: []provider.Option{
-		{Name: "project", Flag: "gcp-project", Help: "Google Cloud project ID (required)"},
-		{Name: "zones", Flag: "gcp-zones", Default: DefaultZones, Help: "comma-separated zones: boxes are created in the first with capacity, list and cleanup search all"},
+		{Name: "project", Flag: "gcp-project", Help: "Google Cloud project ID (required)", Locates: true},
+		{Name: "zones", Flag: "gcp-zones", Default: DefaultZones, Help: "comma-separated zones: boxes are created in the first with capacity, list and cleanup search all", Locates: true},
 		{Name: "machine-type", Flag: "gcp-machine-type", Default: DefaultMachineType, Help: "machine type"},
 		{Name: "image", Flag: "gcp-image", Default: DefaultImage, Help: "boot image or image family (partial URL)"},
 		{Name: "source-range", Flag: "gcp-source-range", Help: "network allowed to reach the boxes' SSH ports, e.g. 203.0.113.7/32 (required to create boxes)"},
 		{Name: "market", Flag: "gcp-market", Default: DefaultMarket, Help: "spot (falls back to standard when no zone has spot capacity) or standard"},
 		{Name: "disk-gb", Flag: "gcp-disk-gb", Default: fmt.Sprint(DefaultDiskGB), Help: "boot disk size in GB"},
 		{Name: "boot-timeout", Flag: "gcp-boot-timeout", Default: DefaultBootTimeout.String(), Help: "how long to wait for a new box's address and SSH"},
-		{Name: "work-root", Flag: "gcp-work-root", Default: cloud.DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created"},
+		{Name: "work-root", Flag: "gcp-work-root", Default: cloud.DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created", Locates: true},
 		{Name: "owner", Flag: "gcp-owner", Help: "value of the boxes' owner label (default: the current user)"},
 	},
 }

@@ -102,7 +102,7 @@ var spec = provider.Spec{
 		{Name: "image", Flag: "hetzner-image", Default: DefaultImage, Help: "system image"},
 		{Name: "prepared", Flag: "hetzner-prepared", Default: "false",
 			Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "work-root", Flag: "hetzner-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box"},
+		{Name: "work-root", Flag: "hetzner-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
 		{Name: "owner", Flag: "hetzner-owner", Help: "owner label on servers (default: the OS user)"},
 		{Name: "boot-timeout", Flag: "hetzner-boot-timeout", Default: DefaultBootTimeout.String(),
 			Help: "how long to wait for a new server's address and SSH"},

@@ -49,7 +49,8 @@ var spec = provider.Spec{
 	Options: []provider.Option{
 		{
 			Name: "root", Flag: "local-root",
-			Help: "directory for local leases (default: the local directory under crabbox's state directory)",
+			Help:    "directory for local leases (default: the local directory under crabbox's state directory)",
+			Locates: true,
 		},
 		{
 			Name: "agent", Flag: "local-agent",

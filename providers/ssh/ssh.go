@@ -76,11 +76,11 @@ var spec = provider.Spec{
 	Features:    []provider.Feature{provider.FeatureSSH, provider.FeatureCleanup},
 	Coordinator: provider.CoordinatorUnsupported,
 	Options: []provider.Option{
-		{Name: "host", Flag: "ssh-host", Help: "host name or IP address of your SSH host"},
-		{Name: "port", Flag: "ssh-port", Default: "22", Help: "SSH port of your host"},
-		{Name: "user", Flag: "ssh-user", Help: "login user on your host (default: the current user)"},
-		{Name: "key", Flag: "ssh-key", Help: "unencrypted private key file your host accepts"},
-		{Name: "work-root", Flag: "work-root", Default: DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created"},
+		{Name: "host", Flag: "ssh-host", Help: "host name or IP address of your SSH host", Locates: true},
+		{Name: "port", Flag: "ssh-port", Default: "22", Help: "SSH port of your host", Locates: true},
+		{Name: "user", Flag: "ssh-user", Help: "login user on your host (default: the current user)", Locates: true},
+		{Name: "key", Flag: "ssh-key", Help: "unencrypted private key file your host accepts", Locates: true},
+		{Name: "work-root", Flag: "work-root", Default: DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created", Locates: true},
 	},
 }
 
