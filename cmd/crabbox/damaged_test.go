@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,7 +59,7 @@ func TestDamagedClaimCommands(t *testing.T) {
 	if r := crabboxCmd(t, env, dir, "stop", bad.ID); r.code != 0 {
 		t.Fatalf("stop of the damaged lease: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if _, err := os.Stat(filepath.Join(bad.WorkRoot, bad.ID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(bad.WorkRoot, bad.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("box of the damaged lease after stop: %v, want it gone", err)
 	}
 	if r := crabboxCmd(t, env, dir, "doctor"); r.code != 0 {
