@@ -86,6 +86,13 @@ func (c *Client) cleanupProviders(name string) ([]string, error) {
 			names = append(names, cl.Provider)
 		}
 	}
+	// A damaged claim no longer names its provider: the client's own is
+	// swept for its box.
+	if damaged, err := c.store.Damaged(); err == nil && len(damaged) > 0 {
+		if p, err := c.registry.Lookup(c.provider); err == nil && !slices.Contains(names, p.Spec().Name) {
+			names = append(names, p.Spec().Name)
+		}
+	}
 	slices.Sort(names)
 	return names, nil
 }
@@ -154,7 +161,12 @@ func (c *Client) sweep(ctx context.Context, name string, b provider.SSHLeaseBack
 		}
 	}
 	if cb, ok := b.(provider.CleanupBackend); ok {
-		claimed := func(id string) bool { _, err := c.store.Get(id); return err == nil }
+		// A lease whose claim is damaged is still ours: its box goes
+		// when it is due, as any other.
+		claimed := func(id string) bool {
+			_, err := c.store.Get(id)
+			return err == nil || errors.Is(err, lease.ErrDamaged)
+		}
 		ds, err := cb.Cleanup(ctx, provider.CleanupRequest{DryRun: dryRun, Now: c.rt.Clock.Now(), Claimed: claimed})
 		if err != nil {
 			return out, err
@@ -265,4 +277,42 @@ func (c *Client) goneDecision(ctx context.Context, b provider.SSHLeaseBackend, c
 		d.Result = "claim dropped"
 	}
 	return d, true
+}
+
+// stopDamaged releases the box of a lease whose claim is damaged. The claim
+// no longer says which provider holds the box, so the client's provider is
+// asked for it by lease ID; once it is released the damaged claim is
+// dropped.
+func (c *Client) stopDamaged(ctx context.Context, d *lease.DamagedClaim) error {
+	name := c.provider
+	var err error
+	if db, ok := c.delegatedRunBackend(name); ok {
+		name = db.Spec().Name
+		if _, err = db.Status(ctx, provider.StatusRequest{ID: d.ID}); err == nil {
+			err = db.Stop(ctx, provider.StopRequest{ID: d.ID})
+		}
+	} else {
+		b, berr := c.sshBackend(name)
+		if berr != nil {
+			return fmt.Errorf("stop lease %s, whose claim is damaged: %w", d.ID, berr)
+		}
+		name = b.Spec().Name
+		var t provider.LeaseTarget
+		if t, err = b.Resolve(ctx, provider.ResolveRequest{ID: d.ID}); err == nil {
+			if t.LeaseID != d.ID {
+				return fmt.Errorf("stop lease %s: provider %q returned lease %q", d.ID, name, t.LeaseID)
+			}
+			err = b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: t})
+		}
+	}
+	switch {
+	case errors.Is(err, provider.ErrNotFound):
+		return fmt.Errorf("stop lease %s: provider %q has no box for it (%w); its claim is damaged (kept as %s), so which provider made it is unknown: "+
+			"if another did, stop it with that one (--provider); if none has it, remove that file",
+			d.ID, name, provider.ErrNotFound, d.Path)
+	case err != nil:
+		return fmt.Errorf("stop lease %s (claim damaged) at provider %q: %w", d.ID, name, err)
+	}
+	c.log.Info("lease with a damaged claim released", "lease", d.ID, "provider", name)
+	return c.store.Delete(d.ID)
 }

@@ -23,15 +23,17 @@ type DoctorOptions struct {
 }
 
 // Doctor runs cheap checks that change nothing (beyond a temporary file in
-// the state directory): the state directory is writable, git is installed,
-// the provider configures, and the provider's own checks if it has any.
-// A failed check is a result, not an error.
+// the state directory): the state directory is writable, no lease claim is
+// damaged (each damaged one is a failed check saying what to do), git is
+// installed, the provider configures, and the provider's own checks if it
+// has any. A failed check is a result, not an error.
 func (c *Client) Doctor(ctx context.Context, opts DoctorOptions) []Check {
-	checks := []Check{c.checkStateDir(), checkGit()}
 	name := opts.Provider
 	if name == "" {
 		name = c.provider
 	}
+	checks := append([]Check{c.checkStateDir()}, c.checkClaims(name)...)
+	checks = append(checks, checkGit())
 	b, err := c.Backend(name)
 	if err != nil {
 		return append(checks, Check{Name: "provider " + name, Detail: err.Error()})
@@ -67,6 +69,26 @@ func (c *Client) checkStateDir() Check {
 	}
 	ch.OK, ch.Detail = true, dir+" is writable"
 	return ch
+}
+
+// checkClaims reports the lease store's damaged claims, one failed check
+// each; the lease of one is released by Stop at the provider that made it.
+func (c *Client) checkClaims(name string) []Check {
+	damaged, err := c.store.Damaged()
+	if err != nil {
+		return []Check{{Name: "lease claims", Detail: err.Error()}}
+	}
+	if len(damaged) == 0 {
+		return []Check{{Name: "lease claims", OK: true, Detail: "none damaged"}}
+	}
+	var out []Check
+	for _, d := range damaged {
+		out = append(out, Check{Name: "lease claim " + d.ID, Detail: fmt.Sprintf(
+			"damaged (%v), kept as %s; its box is still yours: `crabbox stop %s` releases it and drops the file "+
+				"(add --provider P unless provider %q made it); if no provider has it any more, remove the file",
+			d.Err, d.Path, d.ID, name)})
+	}
+	return out
 }
 
 func checkGit() Check {

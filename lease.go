@@ -250,9 +250,14 @@ func infoOf(cl lease.Claim, now time.Time) LeaseInfo {
 }
 
 // Stop releases the lease with the given ID or slug. A claim whose box is
-// already gone is simply dropped.
+// already gone is simply dropped. A lease whose claim is damaged is looked
+// up by ID at the client's provider, released there, and its damaged claim
+// dropped.
 func (c *Client) Stop(ctx context.Context, ref string) error {
 	claim, err := c.store.Find(ref)
+	if d := (*lease.DamagedClaim)(nil); errors.As(err, &d) {
+		return c.stopDamaged(ctx, d) // cleanup.go
+	}
 	if err != nil {
 		return err
 	}

@@ -150,7 +150,7 @@ func TestStoreCreateFindUpdate(t *testing.T) {
 // Two writers updating one claim at once never lose an update.
 func TestStoreConcurrentUpdates(t *testing.T) {
 	s := openStore(t)
-	c, err := s.Create(lease.Claim{ID: lease.NewID(), Provider: "local"})
+	c, err := s.Create(lease.Claim{ID: lease.NewID(), Provider: "local", State: lease.StateAcquiring})
 	if err != nil {
 		t.Fatal(err)
 	}

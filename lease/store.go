@@ -226,10 +226,18 @@ func (s *Store) Create(c Claim) (Claim, error) {
 	return c, err
 }
 
-// Get returns the claim with the given ID.
+// Get returns the claim with the given ID. A claim whose file is damaged
+// is set aside (see DamagedClaim) and reported as a *DamagedClaim, also
+// after it was set aside; errors.Is(err, ErrDamaged) holds for it.
 func (s *Store) Get(id string) (Claim, error) {
-	c, err := s.read(s.claimPath(id))
+	if !IsID(id) {
+		return Claim{}, fmt.Errorf("lease %q: %w: malformed lease ID (want cbx_ and 12 hex digits)", id, provider.ErrNotFound)
+	}
+	c, err := s.load(id)
 	if errors.Is(err, fs.ErrNotExist) {
+		if d := s.setAsideOf(id); d != nil {
+			return Claim{}, d
+		}
 		return Claim{}, fmt.Errorf("lease %s: %w", id, provider.ErrNotFound)
 	}
 	return c, err
@@ -251,6 +259,10 @@ func (s *Store) Find(ref string) (Claim, error) {
 		if c.Slug == ref {
 			return c, nil
 		}
+	}
+	if d, _ := os.ReadDir(s.damagedDir()); len(d) > 0 {
+		return Claim{}, fmt.Errorf("lease %q: %w (slugs cannot find the damaged claims in %s: use the lease ID)",
+			ref, provider.ErrNotFound, s.damagedDir())
 	}
 	return Claim{}, fmt.Errorf("lease %q: %w", ref, provider.ErrNotFound)
 }
@@ -300,11 +312,16 @@ func (s *Store) Put(c Claim) (Claim, error) {
 	return c, err
 }
 
-// Delete removes the claim, its key and its known_hosts file. Deleting a
-// missing claim is not an error.
+// Delete removes the claim, its key and its known_hosts file, and the
+// damaged claims of the lease that were set aside. Deleting a missing claim
+// is not an error.
 func (s *Store) Delete(id string) error {
 	return s.locked(func() error {
-		for _, p := range []string{s.claimPath(id), s.KeyPath(id), s.KnownHostsPath(id)} {
+		paths := []string{s.claimPath(id), s.KeyPath(id), s.KnownHostsPath(id)}
+		if IsID(id) {
+			paths = append(paths, s.setAsidePaths(id)...)
+		}
+		for _, p := range paths {
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("delete claim %s: %w", id, err)
 			}
@@ -330,23 +347,18 @@ func (s *Store) LoadKey(id string) (Key, error) {
 	return ParseKey(b)
 }
 
+// list returns the claims that read well, oldest first. Damaged ones are
+// set aside and left out: one bad file never hides the others.
 func (s *Store) list() ([]Claim, error) {
-	entries, err := os.ReadDir(filepath.Join(s.dir, "leases"))
+	ids, err := s.claimIDs()
 	if err != nil {
-		return nil, fmt.Errorf("list leases in %s: %w", s.dir, err)
+		return nil, err
 	}
 	var out []Claim
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".json") || !IsID(strings.TrimSuffix(name, ".json")) {
-			continue
-		}
-		c, err := s.read(filepath.Join(s.dir, "leases", name))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // deleted meanwhile
-		}
+	for _, id := range ids {
+		c, err := s.load(id)
 		if err != nil {
-			return nil, err
+			continue // deleted meanwhile, or damaged (and set aside)
 		}
 		out = append(out, c)
 	}
@@ -354,19 +366,68 @@ func (s *Store) list() ([]Claim, error) {
 	return out, nil
 }
 
-func (s *Store) read(path string) (Claim, error) {
-	b, err := os.ReadFile(path)
+// claimIDs are the lease IDs that have a claim file.
+func (s *Store) claimIDs() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, "leases"))
 	if err != nil {
+		return nil, fmt.Errorf("list leases in %s: %w", s.dir, err)
+	}
+	var ids []string
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && IsID(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// load reads the claim of lease id. A missing file is fs.ErrNotExist; a
+// file that cannot be read or does not hold a valid claim of lease id is a
+// *DamagedClaim, and one that cannot be parsed is set aside first.
+func (s *Store) load(id string) (Claim, error) {
+	path := s.claimPath(id)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return Claim{}, err
 	}
-	var c Claim
-	if err := json.Unmarshal(b, &c); err != nil {
-		return Claim{}, fmt.Errorf("read claim %s: %w", path, err)
+	if err != nil {
+		// Perhaps only its permissions are wrong: it stays where it is.
+		return Claim{}, &DamagedClaim{ID: id, Path: path, Err: err}
+	}
+	c, err := decode(id, b)
+	if err != nil {
+		return Claim{}, s.setAside(id, path, err)
 	}
 	return c, nil
 }
 
+// decode parses the claim file of lease id and checks that it is one.
+func decode(id string, b []byte) (Claim, error) {
+	var c Claim
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Claim{}, err
+	}
+	return c, c.check(id)
+}
+
+// check reports what makes c no valid claim of lease id.
+func (c Claim) check(id string) error {
+	switch {
+	case c.ID != id:
+		return fmt.Errorf("it holds lease ID %q", c.ID)
+	case !slices.Contains([]State{StateAcquiring, StateReady, StateFailed}, c.State):
+		return fmt.Errorf("unknown state %q", c.State)
+	case c.Provider == "":
+		return errors.New("no provider")
+	}
+	return nil
+}
+
 func (s *Store) write(c Claim) error {
+	if err := c.check(c.ID); err != nil {
+		// Written, it would read back as damaged.
+		return fmt.Errorf("write claim %s: %w", c.ID, err)
+	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode claim %s: %w", c.ID, err)

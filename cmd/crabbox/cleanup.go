@@ -23,6 +23,8 @@ func (a *app) cleanupCmd() *ffcli.Command {
 		LongHelp: `Sweep the boxes of every provider you hold claims for (or only --provider):
 expired boxes with a local claim are deleted, boxes without one are never
 touched, claims whose box is gone are dropped, failed acquires are released.
+A lease whose claim is damaged is still yours: with any damaged claims, the
+--provider's boxes are swept too, and theirs go when expired.
 
   crabbox cleanup --dry-run`,
 		FlagSet: fs,

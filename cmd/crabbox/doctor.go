@@ -17,8 +17,10 @@ func (a *app) doctorCmd() *ffcli.Command {
 		Name:       "doctor",
 		ShortUsage: "crabbox doctor [--provider P] [--json]",
 		ShortHelp:  "check that crabbox can work here; changes nothing",
-		LongHelp: `Check the state directory, git, and that the provider configures, plus the
-provider's own checks. Exits 125 when any check fails.
+		LongHelp: `Check the state directory, that no lease claim in it is damaged, git, and
+that the provider configures, plus the provider's own checks. Exits 125 when
+any check fails. A damaged claim's check says where its file is kept and how
+to release its box.
 
   crabbox doctor --provider ssh --ssh-host build.example --ssh-key ~/.ssh/id_ed25519`,
 		FlagSet: fs,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,7 +21,9 @@ func (a *app) stopCmd() *ffcli.Command {
 		ShortUsage: "crabbox stop ID|slug",
 		ShortHelp:  "release a lease: its box is deleted (or, on your own host, its work directory)",
 		LongHelp: `Release a lease by ID or slug: a local or cloud box is deleted; on your
-own host (provider ssh) only the lease's work directory is removed.
+own host (provider ssh) only the lease's work directory is removed. When the
+lease's claim is damaged (see crabbox doctor), its box is looked up by ID at
+--provider, released, and the damaged claim dropped.
 
   crabbox stop tidal-lobster`,
 		FlagSet: fs,
@@ -46,6 +49,8 @@ func (a *app) listCmd() *ffcli.Command {
 		ShortHelp:  "list your leases",
 		LongHelp: `List the leases recorded in the state directory, oldest first, with their
 state checked against the provider ("gone" when the box no longer exists).
+Leases whose claim file is damaged are named on stderr (crabbox doctor says
+more); they are not in the list.
 
   crabbox list --json`,
 		FlagSet: fs,
@@ -59,6 +64,7 @@ state checked against the provider ("gone" when the box no longer exists).
 				if err != nil {
 					return err
 				}
+				a.noteDamaged(c)
 				if *asJSON {
 					return writeJSON(a.stdout, infos)
 				}
@@ -111,6 +117,20 @@ creation and expiry times.
 			})
 		},
 	}
+}
+
+// noteDamaged says on stderr, in one line, which lease claims are damaged
+// and so not listed.
+func (a *app) noteDamaged(c *crabbox.Client) {
+	damaged, err := c.Store().Damaged()
+	if err != nil || len(damaged) == 0 {
+		return
+	}
+	ids := make([]string, len(damaged))
+	for i, d := range damaged {
+		ids[i] = d.ID
+	}
+	fmt.Fprintf(a.stderr, "crabbox: not listed, their claims are damaged: %s (see crabbox doctor)\n", strings.Join(ids, ", "))
 }
 
 func writeJSON(w io.Writer, v any) error {
