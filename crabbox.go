@@ -37,6 +37,9 @@ var (
 	ErrUnauthenticated = provider.ErrUnauthenticated
 	ErrPrecondition    = provider.ErrPrecondition
 	ErrTransient       = provider.ErrTransient
+	// ErrExpired: the lease is past its expiry (errors.Is(err,
+	// ErrNotFound) holds too).
+	ErrExpired = lease.ErrExpired
 )
 
 // Client is the entry point of the library. It is safe for concurrent use.

@@ -97,3 +97,28 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func runTrue() run.Request { return run.Request{Command: []string{"true"}} }
+
+// A lease that expired under its holder (here: the holder's clock jumped
+// past its TTL) says so: the error is ErrExpired, not a lost connection.
+func TestExpiredLeaseIsErrExpired(t *testing.T) {
+	c, clock := fakeClockClient(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, crabbox.AcquireOptions{TTL: time.Minute, IdleTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := clock.BlockUntilContext(ctx, 2); err != nil { // the keepalive's ticker and the box's expiry timer
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	if err := l.Touch(ctx); !errors.Is(err, crabbox.ErrExpired) || !errors.Is(err, crabbox.ErrNotFound) {
+		t.Errorf("Touch past the TTL = %v, want ErrExpired and ErrNotFound", err)
+	}
+	if _, err := l.Run(ctx, runTrue()); !errors.Is(err, crabbox.ErrExpired) {
+		t.Errorf("Run past the TTL = %v, want ErrExpired", err)
+	}
+	if _, err := c.Resolve(ctx, l.ID()); !errors.Is(err, crabbox.ErrExpired) {
+		t.Errorf("Resolve past the TTL = %v, want ErrExpired", err)
+	}
+}

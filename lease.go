@@ -418,6 +418,9 @@ func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats,
 // A command is a use of the lease: it is touched when the command starts
 // (in the background) and when it ends, unless it was touched just before.
 func (l *Lease) Run(ctx context.Context, req run.Request) (run.Result, error) {
+	if err := l.keep.Err(); err != nil {
+		return run.Result{}, fmt.Errorf("run on %s: %w", l.ID(), err)
+	}
 	l.keep.Used()
 	conn, err := l.SSH(ctx)
 	if err != nil {
@@ -425,6 +428,9 @@ func (l *Lease) Run(ctx context.Context, req run.Request) (run.Result, error) {
 	}
 	res, err := run.Run(ctx, conn, req)
 	if err != nil {
+		if lost := l.keep.Err(); lost != nil {
+			err = fmt.Errorf("%w (%w)", err, lost)
+		}
 		return res, fmt.Errorf("run on %s: %w", l.ID(), err)
 	}
 	if ctx.Err() == nil {

@@ -183,7 +183,11 @@ func TouchSlack(idle time.Duration) time.Duration {
 	return min(HeartbeatInterval(idle)/4, 5*time.Second)
 }
 
-// errExpired says a touch came too late to keep the lease.
+// ErrExpired is the error of a lease past its expiry. Such errors also
+// satisfy errors.Is(err, provider.ErrNotFound): the lease is gone.
+var ErrExpired = errors.New("lease expired")
+
+// errExpired says the lease c is past its expiry.
 func errExpired(c Claim) error {
-	return fmt.Errorf("lease %s expired at %s: %w", c.ID, c.ExpiresAt.Format(time.RFC3339), provider.ErrNotFound)
+	return fmt.Errorf("lease %s expired at %s: %w (%w)", c.ID, c.ExpiresAt.Format(time.RFC3339), ErrExpired, provider.ErrNotFound)
 }
