@@ -112,6 +112,9 @@ func New(opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	rt.StateDir = store.Dir()
+	if err := checkConfigs(o); err != nil {
+		return nil, err
+	}
 	c := &Client{
 		registry: o.registry, store: store, rt: rt, log: rt.Logger,
 		provider: o.provider, configs: o.configs, backends: map[string]provider.Backend{},
@@ -121,6 +124,26 @@ func New(opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkConfigs rejects settings that no provider would take: a key the
+// provider does not declare, or a provider that is not registered (unless
+// a coordinator may broker it, which checks its keys itself).
+func checkConfigs(o options) error {
+	brokered := o.broker.url != "" || o.broker.client != nil
+	for _, name := range slices.Sorted(maps.Keys(o.configs)) {
+		p, err := o.registry.Lookup(name)
+		if err != nil {
+			if brokered {
+				continue
+			}
+			return fmt.Errorf("provider settings: %w", err)
+		}
+		if _, err := p.Spec().Resolve(o.configs[name]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close closes the lease handles still open (they stop keeping their

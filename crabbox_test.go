@@ -150,16 +150,21 @@ func TestUnknownLeaseIsNotFound(t *testing.T) {
 func TestUnknownProviderListsKnownOnes(t *testing.T) {
 	c := newClient(t, t.TempDir(), crabbox.WithProvider("nope"))
 	_, err := c.Acquire(context.Background(), crabbox.AcquireOptions{})
-	if err == nil || !strings.Contains(err.Error(), `unknown provider "nope"`) || !strings.Contains(err.Error(), "local") {
-		t.Fatalf("err = %v, want unknown provider with the known names", err)
+	if !errors.Is(err, crabbox.ErrNotFound) || !strings.Contains(err.Error(), `unknown provider "nope"`) || !strings.Contains(err.Error(), "local") {
+		t.Fatalf("err = %v, want unknown provider (ErrNotFound) with the known names", err)
 	}
 }
 
+// New rejects settings no provider takes, before anything is acquired.
 func TestBadProviderConfigIsNamed(t *testing.T) {
-	c := newClient(t, t.TempDir(), crabbox.WithProviderConfig("local", provider.Config{"colour": "blue"}))
-	_, err := c.Acquire(context.Background(), crabbox.AcquireOptions{})
-	if err == nil || !strings.Contains(err.Error(), `unknown config key "colour"`) {
-		t.Fatalf("err = %v, want the unknown key named", err)
+	for name, opt := range map[string]crabbox.Option{
+		`unknown config key "colour"`: crabbox.WithProviderConfig("local", provider.Config{"colour": "blue"}),
+		`unknown provider "nope"`:     crabbox.WithProviderConfig("nope", provider.Config{"root": "/x"}),
+	} {
+		_, err := crabbox.New(crabbox.WithStateDir(t.TempDir()), opt)
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("New = %v, want an error naming %s", err, name)
+		}
 	}
 }
 

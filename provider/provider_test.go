@@ -3,6 +3,7 @@ package provider_test
 import (
 	"context"
 	"flag"
+	"errors"
 	"strings"
 	"testing"
 
@@ -37,8 +38,8 @@ func TestRegistryLookup(t *testing.T) {
 		}
 	}
 	_, err := r.Lookup("hetzner")
-	if err == nil || err.Error() != `unknown provider "hetzner" (known: aws, docker, local)` {
-		t.Errorf("Lookup of an unknown name: err = %v, want the sorted known names", err)
+	if !errors.Is(err, provider.ErrNotFound) || !strings.HasSuffix(err.Error(), `(known: aws, docker, local)`) {
+		t.Errorf("Lookup of an unknown name: err = %v, want ErrNotFound with the sorted known names", err)
 	}
 	var got []string
 	for _, p := range r.All() {

@@ -45,7 +45,7 @@ func (r *Registry) Register(p Provider) {
 }
 
 // Lookup finds a provider by name or alias. An unknown name is an error that
-// lists the known names.
+// lists the known names, for which errors.Is(err, ErrNotFound) holds.
 func (r *Registry) Lookup(name string) (Provider, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -57,9 +57,9 @@ func (r *Registry) Lookup(name string) (Provider, error) {
 	}
 	names := slices.Sorted(maps.Keys(r.providers))
 	if len(names) == 0 {
-		return nil, fmt.Errorf("unknown provider %q: no providers are registered", name)
+		return nil, fmt.Errorf("unknown provider %q: %w: no providers are registered", name, ErrNotFound)
 	}
-	return nil, fmt.Errorf("unknown provider %q (known: %s)", name, strings.Join(names, ", "))
+	return nil, fmt.Errorf("unknown provider %q: %w (known: %s)", name, ErrNotFound, strings.Join(names, ", "))
 }
 
 // All returns the registered providers sorted by name.
