@@ -2,8 +2,8 @@ package provider_test
 
 import (
 	"context"
-	"flag"
 	"errors"
+	"flag"
 	"strings"
 	"testing"
 
