@@ -89,8 +89,8 @@ func TestRunSyncsCheckoutAndPassesExitCode(t *testing.T) {
 	if len(lines) != 3 || lines[0] != "committed" || lines[1] != "untracked" {
 		t.Fatalf("output = %q, want the two files' contents and the workdir", out.String())
 	}
-	if wd := lines[2]; wd == repo || !strings.HasSuffix(wd, "/"+res.LeaseID+"/"+filepath.Base(repo)) {
-		t.Errorf("command ran in %q, want <workRoot>/%s/%s, not the checkout", wd, res.LeaseID, filepath.Base(repo))
+	if wd, want := lines[2], "/"+res.LeaseID+"/"+filepath.Base(repo)+"-"; wd == repo || !strings.Contains(wd, want) {
+		t.Errorf("command ran in %q, want <workRoot>%s<hash>, not the checkout", wd, want)
 	}
 	if res.Kept {
 		t.Errorf("one-shot lease was kept")
@@ -272,8 +272,8 @@ func TestRunFromSubdirectory(t *testing.T) {
 		t.Fatalf("Run: %v (exit %d)", err, res.ExitCode)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	want := "/" + res.LeaseID + "/" + filepath.Base(repo) + "/pkg/inner"
-	if len(lines) != 3 || lines[0] != "here" || lines[1] != "committed" || !strings.HasSuffix(lines[2], want) {
+	want := "/" + res.LeaseID + "/" + filepath.Base(repo) + "-"
+	if len(lines) != 3 || lines[0] != "here" || lines[1] != "committed" || !strings.Contains(lines[2], want) || !strings.HasSuffix(lines[2], "/pkg/inner") {
 		t.Errorf("output = %q, want both files and a workdir ending in %s", out.String(), want)
 	}
 }

@@ -82,7 +82,7 @@ func ExampleClient_Acquire() {
 
 	res, err := box.Run(ctx, run.Request{
 		Command: []string{"wc", "-l", "hello.txt"},
-		Dir:     box.Workdir(filepath.Base(checkout)),
+		Dir:     box.Workdir(checkout),
 		Stdout:  os.Stdout,
 	})
 	if err != nil {

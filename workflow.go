@@ -257,7 +257,7 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	stop := c.store.Heartbeat(ctx, l.backend, l.snapshot(), c.log)
 	defer stop()
 
-	workdir := path.Join(l.Workdir(filepath.Base(root)), rel)
+	workdir := path.Join(l.Workdir(root), rel)
 	connectStart := c.rt.Clock.Now()
 	if _, err := l.SSH(ctx); err != nil {
 		return res, err
