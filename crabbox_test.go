@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,7 +197,7 @@ func TestFailedAcquireLeavesNothing(t *testing.T) {
 		reg := provider.NewRegistry()
 		reg.Register(p)
 		c := newClient(t, t.TempDir(), crabbox.WithRegistry(reg))
-		_, err := c.Run(context.Background(), crabbox.RunRequest{Command: []string{"true"}, Root: t.TempDir()})
+		_, err := c.Run(context.Background(), crabbox.RunRequest{Command: []string{"true"}, Root: t.TempDir(), PlainDir: true})
 		if !errors.Is(err, providertest.ErrInjected) {
 			t.Fatalf("fault %+v: err = %v, want the injected failure", ft, err)
 		}
@@ -245,7 +246,7 @@ func TestCancelledRunReleasesOneShotLease(t *testing.T) {
 		<-w.seen
 		cancel()
 	}()
-	_, err := c.Run(ctx, crabbox.RunRequest{Root: t.TempDir(), Shell: "echo started; sleep 1000", Stdout: w})
+	_, err := c.Run(ctx, crabbox.RunRequest{Root: t.TempDir(), PlainDir: true, Shell: "echo started; sleep 1000", Stdout: w})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: err = %v, want context.Canceled", err)
 	}
@@ -280,9 +281,10 @@ func TestRunFromSubdirectory(t *testing.T) {
 
 func TestRunRejectsMissingCheckout(t *testing.T) {
 	c := newClient(t, t.TempDir())
-	_, err := c.Run(context.Background(), crabbox.RunRequest{Root: filepath.Join(t.TempDir(), "nope"), Command: []string{"true"}})
-	if err == nil || !strings.Contains(err.Error(), "is not a directory") {
-		t.Fatalf("err = %v, want the checkout named", err)
+	missing := filepath.Join(t.TempDir(), "nope")
+	_, err := c.Run(context.Background(), crabbox.RunRequest{Root: missing, Command: []string{"true"}})
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("err = %v, want fs.ErrNotExist naming %s", err, missing)
 	}
 	noLeases(t, c)
 }

@@ -148,7 +148,7 @@ func TestDelegatedRunRejectsOptions(t *testing.T) {
 	f := &fakeDelegated{}
 	c := delegatedClient(t, f)
 	_, err := c.Run(context.Background(), crabbox.RunRequest{
-		Root: t.TempDir(), Command: []string{"true"}, Keep: true, Checksum: true, JUnit: "*.xml",
+		Root: t.TempDir(), PlainDir: true, Command: []string{"true"}, Keep: true, Checksum: true, JUnit: "*.xml",
 		SyncExclude: []string{"dist"},
 	})
 	if !errors.Is(err, provider.ErrPrecondition) {
@@ -170,7 +170,7 @@ func TestDelegatedRunRejectsOptions(t *testing.T) {
 func TestDelegatedRunReleasesOnFailure(t *testing.T) {
 	f := &fakeDelegated{warmupErr: errors.New("quota exceeded")}
 	c := delegatedClient(t, f)
-	_, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), Command: []string{"true"}})
+	_, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), PlainDir: true, Command: []string{"true"}})
 	if err == nil || !strings.Contains(err.Error(), "quota exceeded") {
 		t.Fatalf("Run error = %v, want the warmup failure", err)
 	}
@@ -185,7 +185,7 @@ func TestDelegatedRunReleasesOnFailure(t *testing.T) {
 func TestDelegatedRunTimeout(t *testing.T) {
 	f := &fakeDelegated{hang: true}
 	c := delegatedClient(t, f)
-	res, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), Command: []string{"sleep", "1000"}, Timeout: time.Millisecond})
+	res, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), PlainDir: true, Command: []string{"sleep", "1000"}, Timeout: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

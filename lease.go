@@ -375,9 +375,14 @@ type SyncOptions struct {
 	Exclude []string
 }
 
-// Sync copies the checkout at root to the lease's workdir for it
-// (Workdir(root)).
+// Sync copies the directory at root, a git checkout or a plain directory,
+// to the lease's workdir for it (Workdir(root)). A home directory or a
+// directory holding one, and crabbox's state directory or a directory
+// holding it, are refused (ErrUnsafeSyncDir).
 func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.Stats, error) {
+	if err := refuseSync(realPath(root), l.client.store.Dir()); err != nil {
+		return sync.Stats{}, fmt.Errorf("sync: %w", err)
+	}
 	p, err := l.client.prepareSync(ctx, root, opts)
 	if err != nil {
 		return sync.Stats{}, err
