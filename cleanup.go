@@ -150,8 +150,9 @@ func (c *Client) backendDecision(name string, d provider.CleanupDecision, claime
 }
 
 // claimDecision decides about a claim whose box the provider no longer
-// lists or whose acquire did not finish. ok is false for claims left alone
-// without comment (live boxes, which the backend already reported).
+// lists or whose acquire (or a one-shot run's release) did not finish. ok
+// is false for claims left alone without comment (live boxes, which the
+// backend already reported).
 func (c *Client) claimDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, listed, dryRun bool) (d CleanupDecision, ok bool) {
 	d = CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete}
 	now := c.rt.Clock.Now()
@@ -168,7 +169,7 @@ func (c *Client) claimDecision(ctx context.Context, b provider.SSHLeaseBackend, 
 		return d, true
 	case cl.State == lease.StateFailed,
 		cl.State == lease.StateAcquiring && now.Sub(cl.CreatedAt) > acquireGrace:
-		d.Reason = "acquire did not finish: releasing what is left"
+		d.Reason = "acquire or release did not finish: releasing what is left"
 		if dryRun {
 			d.Result = "dry run"
 		} else if err := c.store.Release(ctx, b, cl); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +28,7 @@ type fakeDelegated struct {
 	calls      []string
 	runs       []provider.RunRequest
 	warmupErr  error
+	stopErr    error
 	exit       int
 	hang       bool // Run blocks until its context ends
 	store      *lease.Store
@@ -82,7 +84,7 @@ func (f *fakeDelegated) Status(_ context.Context, req provider.StatusRequest) (p
 
 func (f *fakeDelegated) Stop(_ context.Context, req provider.StopRequest) error {
 	f.record("stop")
-	return nil
+	return f.stopErr
 }
 
 func delegatedClient(t *testing.T, f *fakeDelegated) *crabbox.Client {
@@ -179,6 +181,23 @@ func TestDelegatedRunReleasesOnFailure(t *testing.T) {
 	}
 	if cl := claims(t, c); len(cl) != 0 {
 		t.Errorf("claims left: %+v", cl)
+	}
+}
+
+// A delegated lease that cannot be stopped after the command leaves the
+// command's exit code standing, and its claim, marked failed, for cleanup.
+func TestDelegatedFailedReleaseKeepsExitCode(t *testing.T) {
+	f := &fakeDelegated{exit: 3, stopErr: errors.New("sandbox API down")}
+	c := delegatedClient(t, f)
+	res, err := c.Run(context.Background(), crabbox.RunRequest{Root: gitRepo(t), Command: []string{"true"}, Stdout: io.Discard, Stderr: io.Discard})
+	if err != nil {
+		t.Fatalf("Run: %v, want the command's result", err)
+	}
+	if res.ExitCode != 3 || res.ReleaseErr == nil || !strings.Contains(res.ReleaseErr.Error(), "sandbox API down") {
+		t.Errorf("exit %d, ReleaseErr %v; want 3 and the stop failure", res.ExitCode, res.ReleaseErr)
+	}
+	if cl := claims(t, c); len(cl) != 1 || cl[0].ID != res.LeaseID || cl[0].State != lease.StateFailed {
+		t.Errorf("claims = %+v, want %s marked failed", cl, res.LeaseID)
 	}
 }
 

@@ -117,6 +117,12 @@ type RunResult struct {
 	// JUnit is set when RunRequest.JUnit was.
 	JUnit  *JUnitReport
 	Timing Timing
+	// ReleaseErr is set when the run's own lease could not be released
+	// after the run: its claim stays in the lease store, marked failed,
+	// and Client.Cleanup (or Stop) releases it later. It does not make
+	// Run fail: the command ran, and ExitCode is its exit code. (When Run
+	// fails for another reason, its error includes ReleaseErr too.)
+	ReleaseErr error
 }
 
 // Run is the one-shot workflow. The returned error is crabbox's own failure
@@ -271,7 +277,10 @@ func (c *Client) run(ctx context.Context, req RunRequest, co checkoutDir, start 
 		// Release even when ctx is cancelled: a one-shot lease must not outlive the run.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		err = errors.Join(err, l.Release(rctx))
+		res.ReleaseErr = c.releaseOneShot(rctx, l)
+		if err != nil {
+			err = errors.Join(err, res.ReleaseErr)
+		}
 	}()
 
 	stop := c.store.Heartbeat(ctx, l.backend, l.snapshot(), c.log)
@@ -341,6 +350,28 @@ func (c *Client) run(ctx context.Context, req RunRequest, co checkoutDir, start 
 		res.JUnit = &rep
 	}
 	return res, nil
+}
+
+// releaseOneShot releases a run's own lease. When the provider could not
+// release it, the claim stays, marked failed so that cleanup releases it,
+// and the error is returned; a connection that closed badly after a
+// release is only logged.
+func (c *Client) releaseOneShot(ctx context.Context, l *Lease) error {
+	err := l.Release(ctx)
+	if err == nil {
+		return nil
+	}
+	id := l.ID()
+	_, uerr := c.store.Update(id, func(cl *lease.Claim) error { cl.State = lease.StateFailed; return nil })
+	if errors.Is(uerr, ErrNotFound) {
+		c.log.Warn("lease released; its connection did not close cleanly", "lease", id, "err", err)
+		return nil
+	}
+	c.log.Warn("lease not released; its claim stays for cleanup", "lease", id, "err", err)
+	if uerr != nil {
+		return errors.Join(err, uerr)
+	}
+	return err // "release lease <ID>: ..."
 }
 
 // command runs the request's command in workdir, within its timeout.

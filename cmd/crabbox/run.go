@@ -66,7 +66,9 @@ run refuses and uploads nothing: name a plain directory to sync on purpose
 with --sync-dir DIR, or sync nothing with --no-sync. A home directory and
 crabbox's state directory are never synced.
 
-The exit status is the command's own; 124 when --timeout stopped it; 125 means crabbox failed; 2 a usage error,
+The exit status is the command's own, even when the box could not be
+released afterwards (a line on stderr says so, and crabbox cleanup retries);
+124 when --timeout stopped it; 125 means crabbox failed; 2 a usage error,
 including a run refused for the directory it would sync. A summary line
 (lease, sync, command, total, exit) follows on stderr unless --quiet. Runs are
 recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
@@ -149,6 +151,11 @@ func (a *app) report(f runFlags, res crabbox.RunResult) error {
 	}
 	if !f.quiet {
 		fmt.Fprintln(a.stderr, summaryLine(res))
+	}
+	if res.ReleaseErr != nil {
+		// The command's exit code still wins: the lease is left claimed
+		// (marked failed), and cleanup releases it.
+		fmt.Fprintf(a.stderr, "crabbox: %s; the lease stays claimed: crabbox cleanup (or crabbox stop %s) will release it\n", oneLine(res.ReleaseErr), res.LeaseID)
 	}
 	if f.timingJSON != "" {
 		if err := a.writeTiming(f.timingJSON, res); err != nil {
