@@ -56,7 +56,7 @@ func BenchmarkRunWarmNoChange(b *testing.B) {
 	defer l.Release(ctx)
 	root := b.TempDir()
 	for b.Loop() {
-		res, err := c.Run(ctx, crabbox.RunRequest{Lease: l.ID(), Root: root, Command: []string{"true"}})
+		res, err := c.Run(ctx, crabbox.RunRequest{Lease: l.ID(), Root: root, PlainDir: true, Command: []string{"true"}})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("run: %v (exit %d)", err, res.ExitCode)
 		}

@@ -709,8 +709,11 @@ func (r *runRecorder) finish(res RunResult, runErr error) {
 	}
 	if res.LeaseID != "" {
 		msg := "lease released"
-		if res.Kept {
+		switch {
+		case res.Kept:
 			msg = "lease kept"
+		case res.ReleaseErr != nil:
+			msg = truncate("lease not released (left for cleanup): "+res.ReleaseErr.Error(), api.MaxEventFieldBytes)
 		}
 		r.event(api.EventRequest{Type: api.EventLease, Phase: api.PhaseRelease, Message: msg,
 			Data: mustJSON(map[string]any{"leaseID": res.LeaseID, "kept": res.Kept})})

@@ -480,7 +480,7 @@ func TestBrokeredRunRecordsAcquireFailure(t *testing.T) {
 	f.createStatus = http.StatusFailedDependency
 	f.createError = api.Error{Code: api.CodeProviderNotConfigured, Message: "provider local is not configured"}
 	c := f.client(t, crabbox.WithBrokerMode(crabbox.BrokerAll))
-	_, err := c.Run(t.Context(), crabbox.RunRequest{Root: t.TempDir(), Shell: "true"})
+	_, err := c.Run(t.Context(), crabbox.RunRequest{Root: t.TempDir(), PlainDir: true, Shell: "true"})
 	if !errors.Is(err, crabbox.ErrPrecondition) {
 		t.Fatalf("Run error %v, want ErrPrecondition", err)
 	}

@@ -220,15 +220,15 @@ func (c *Client) backendDecision(name string, d provider.CleanupDecision, claime
 	return out
 }
 
-// unfinishedDecision decides about a claim whose acquire did not finish:
-// failed, or acquiring while its process is gone (or for longer than
-// acquireGrace). ok is false for other claims.
+// unfinishedDecision decides about a claim whose acquire (or a one-shot
+// run's release) did not finish: failed, or acquiring while its process is
+// gone (or for longer than acquireGrace). ok is false for other claims.
 func (c *Client) unfinishedDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, dryRun bool) (d CleanupDecision, ok bool) {
 	d = CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete}
 	dead := cl.Process != nil && cl.Process.Gone()
 	switch {
 	case cl.State == lease.StateFailed:
-		d.Reason = "acquire failed: releasing what is left"
+		d.Reason = "acquire or release did not finish: releasing what is left"
 	case cl.State == lease.StateAcquiring && dead:
 		d.Reason = fmt.Sprintf("acquire did not finish (%s is gone): releasing what is left", cl.Process)
 	case cl.State == lease.StateAcquiring && c.rt.Clock.Since(cl.CreatedAt) > acquireGrace:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,8 +90,8 @@ func TestRunSyncsCheckoutAndPassesExitCode(t *testing.T) {
 	if len(lines) != 3 || lines[0] != "committed" || lines[1] != "untracked" {
 		t.Fatalf("output = %q, want the two files' contents and the workdir", out.String())
 	}
-	if wd := lines[2]; wd == repo || !strings.HasSuffix(wd, "/"+res.LeaseID+"/"+filepath.Base(repo)) {
-		t.Errorf("command ran in %q, want <workRoot>/%s/%s, not the checkout", wd, res.LeaseID, filepath.Base(repo))
+	if wd, want := lines[2], "/"+res.LeaseID+"/"+filepath.Base(repo)+"-"; wd == repo || !strings.Contains(wd, want) {
+		t.Errorf("command ran in %q, want <workRoot>%s<hash>, not the checkout", wd, want)
 	}
 	if res.Kept {
 		t.Errorf("one-shot lease was kept")
@@ -201,7 +202,7 @@ func TestFailedAcquireLeavesNothing(t *testing.T) {
 		reg := provider.NewRegistry()
 		reg.Register(p)
 		c := newClient(t, t.TempDir(), crabbox.WithRegistry(reg))
-		_, err := c.Run(context.Background(), crabbox.RunRequest{Command: []string{"true"}, Root: t.TempDir()})
+		_, err := c.Run(context.Background(), crabbox.RunRequest{Command: []string{"true"}, Root: t.TempDir(), PlainDir: true})
 		if !errors.Is(err, providertest.ErrInjected) {
 			t.Fatalf("fault %+v: err = %v, want the injected failure", ft, err)
 		}
@@ -250,7 +251,7 @@ func TestCancelledRunReleasesOneShotLease(t *testing.T) {
 		<-w.seen
 		cancel()
 	}()
-	_, err := c.Run(ctx, crabbox.RunRequest{Root: t.TempDir(), Shell: "echo started; sleep 1000", Stdout: w})
+	_, err := c.Run(ctx, crabbox.RunRequest{Root: t.TempDir(), PlainDir: true, Shell: "echo started; sleep 1000", Stdout: w})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: err = %v, want context.Canceled", err)
 	}
@@ -277,17 +278,18 @@ func TestRunFromSubdirectory(t *testing.T) {
 		t.Fatalf("Run: %v (exit %d)", err, res.ExitCode)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	want := "/" + res.LeaseID + "/" + filepath.Base(repo) + "/pkg/inner"
-	if len(lines) != 3 || lines[0] != "here" || lines[1] != "committed" || !strings.HasSuffix(lines[2], want) {
+	want := "/" + res.LeaseID + "/" + filepath.Base(repo) + "-"
+	if len(lines) != 3 || lines[0] != "here" || lines[1] != "committed" || !strings.Contains(lines[2], want) || !strings.HasSuffix(lines[2], "/pkg/inner") {
 		t.Errorf("output = %q, want both files and a workdir ending in %s", out.String(), want)
 	}
 }
 
 func TestRunRejectsMissingCheckout(t *testing.T) {
 	c := newClient(t, t.TempDir())
-	_, err := c.Run(context.Background(), crabbox.RunRequest{Root: filepath.Join(t.TempDir(), "nope"), Command: []string{"true"}})
-	if err == nil || !strings.Contains(err.Error(), "is not a directory") {
-		t.Fatalf("err = %v, want the checkout named", err)
+	missing := filepath.Join(t.TempDir(), "nope")
+	_, err := c.Run(context.Background(), crabbox.RunRequest{Root: missing, Command: []string{"true"}})
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("err = %v, want fs.ErrNotExist naming %s", err, missing)
 	}
 	noLeases(t, c)
 }

@@ -68,9 +68,9 @@ func unsupportedDelegated(req RunRequest) []string {
 }
 
 // runDelegated is the one-shot workflow on a delegated backend: claim,
-// warm up a lease, let the provider sync root and run the command in rel
-// (relative to root), release. res carries the run ID and start time.
-func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBackend, req RunRequest, root, rel string, res RunResult) (_ RunResult, err error) {
+// warm up a lease, let the provider sync co.root and run the command in
+// co.rel (relative to it), release. res carries the run ID and start time.
+func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBackend, req RunRequest, co checkoutDir, res RunResult) (out RunResult, err error) {
 	spec := b.Spec()
 	if bad := unsupportedDelegated(req); len(bad) > 0 {
 		return res, fmt.Errorf("run: provider %q runs commands itself (%s) and cannot honour: %s: %w",
@@ -115,7 +115,14 @@ func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBacken
 	if err != nil {
 		return res, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, claim.ID, err), c.releaseDelegated(ctx, b, claim))
 	}
-	defer func() { err = errors.Join(err, c.releaseDelegated(ctx, b, claim)) }()
+	defer func() {
+		// As with SSH leases (Client.run), a failed release is the
+		// result's ReleaseErr and fails the run only if it failed anyway.
+		out.ReleaseErr = c.releaseDelegated(ctx, b, claim)
+		if err != nil {
+			err = errors.Join(err, out.ReleaseErr)
+		}
+	}()
 	if _, err := c.store.Update(claim.ID, func(cl *lease.Claim) error {
 		cl.State = lease.StateReady
 		if !view.ExpiresAt.IsZero() {
@@ -135,8 +142,8 @@ func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBacken
 		defer cancel()
 	}
 	cmdStart := c.rt.Clock.Now()
-	out, err := b.Run(cmdCtx, provider.RunRequest{
-		LeaseID: claim.ID, Command: command, Env: req.Env, Workdir: rel, Root: root,
+	ran, err := b.Run(cmdCtx, provider.RunRequest{
+		LeaseID: claim.ID, Command: command, Env: req.Env, Workdir: co.rel, Root: co.root,
 		Stdout: req.Stdout, Stderr: req.Stderr,
 	})
 	// The provider's run includes its own sync: all of it is command time.
@@ -148,7 +155,7 @@ func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBacken
 	if err != nil {
 		return res, fmt.Errorf("run on %s: %w", claim.ID, err)
 	}
-	res.ExitCode = out.ExitCode
+	res.ExitCode = ran.ExitCode
 	return res, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +28,7 @@ type fakeDelegated struct {
 	calls      []string
 	runs       []provider.RunRequest
 	warmupErr  error
+	stopErr    error
 	exit       int
 	hang       bool // Run blocks until its context ends
 	store      *lease.Store
@@ -82,7 +84,7 @@ func (f *fakeDelegated) Status(_ context.Context, req provider.StatusRequest) (p
 
 func (f *fakeDelegated) Stop(_ context.Context, req provider.StopRequest) error {
 	f.record("stop")
-	return nil
+	return f.stopErr
 }
 
 func delegatedClient(t *testing.T, f *fakeDelegated) *crabbox.Client {
@@ -148,7 +150,7 @@ func TestDelegatedRunRejectsOptions(t *testing.T) {
 	f := &fakeDelegated{}
 	c := delegatedClient(t, f)
 	_, err := c.Run(context.Background(), crabbox.RunRequest{
-		Root: t.TempDir(), Command: []string{"true"}, Keep: true, Checksum: true, JUnit: "*.xml",
+		Root: t.TempDir(), PlainDir: true, Command: []string{"true"}, Keep: true, Checksum: true, JUnit: "*.xml",
 		SyncExclude: []string{"dist"},
 	})
 	if !errors.Is(err, provider.ErrPrecondition) {
@@ -170,7 +172,7 @@ func TestDelegatedRunRejectsOptions(t *testing.T) {
 func TestDelegatedRunReleasesOnFailure(t *testing.T) {
 	f := &fakeDelegated{warmupErr: errors.New("quota exceeded")}
 	c := delegatedClient(t, f)
-	_, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), Command: []string{"true"}})
+	_, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), PlainDir: true, Command: []string{"true"}})
 	if err == nil || !strings.Contains(err.Error(), "quota exceeded") {
 		t.Fatalf("Run error = %v, want the warmup failure", err)
 	}
@@ -182,10 +184,27 @@ func TestDelegatedRunReleasesOnFailure(t *testing.T) {
 	}
 }
 
+// A delegated lease that cannot be stopped after the command leaves the
+// command's exit code standing, and its claim, marked failed, for cleanup.
+func TestDelegatedFailedReleaseKeepsExitCode(t *testing.T) {
+	f := &fakeDelegated{exit: 3, stopErr: errors.New("sandbox API down")}
+	c := delegatedClient(t, f)
+	res, err := c.Run(context.Background(), crabbox.RunRequest{Root: gitRepo(t), Command: []string{"true"}, Stdout: io.Discard, Stderr: io.Discard})
+	if err != nil {
+		t.Fatalf("Run: %v, want the command's result", err)
+	}
+	if res.ExitCode != 3 || res.ReleaseErr == nil || !strings.Contains(res.ReleaseErr.Error(), "sandbox API down") {
+		t.Errorf("exit %d, ReleaseErr %v; want 3 and the stop failure", res.ExitCode, res.ReleaseErr)
+	}
+	if cl := claims(t, c); len(cl) != 1 || cl[0].ID != res.LeaseID || cl[0].State != lease.StateFailed {
+		t.Errorf("claims = %+v, want %s marked failed", cl, res.LeaseID)
+	}
+}
+
 func TestDelegatedRunTimeout(t *testing.T) {
 	f := &fakeDelegated{hang: true}
 	c := delegatedClient(t, f)
-	res, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), Command: []string{"sleep", "1000"}, Timeout: time.Millisecond})
+	res, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), PlainDir: true, Command: []string{"sleep", "1000"}, Timeout: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

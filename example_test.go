@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -16,6 +17,7 @@ import (
 func exampleCheckout() string {
 	dir, _ := os.MkdirTemp("", "crabbox-example-")
 	_ = os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hello from the checkout\n"), 0o644)
+	_ = exec.Command("git", "-C", dir, "init", "-q").Run() // a run syncs a git checkout
 	return dir
 }
 
@@ -82,7 +84,7 @@ func ExampleClient_Acquire() {
 
 	res, err := box.Run(ctx, run.Request{
 		Command: []string{"wc", "-l", "hello.txt"},
-		Dir:     box.Workdir(filepath.Base(checkout)),
+		Dir:     box.Workdir(checkout),
 		Stdout:  os.Stdout,
 	})
 	if err != nil {

@@ -10,8 +10,10 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	gosync "sync"
 	"time"
+	"unicode"
 
 	"golang.org/x/crypto/ssh"
 
@@ -80,11 +82,57 @@ func (c *Client) hold(b provider.SSHLeaseBackend, l lease.Lease, touchNow bool) 
 	return h
 }
 
-// Workdir is the directory on the box that a checkout named repo syncs to:
-// <workRoot>/<leaseID>/<repo>.
-func (l *Lease) Workdir(repo string) string {
+// Workdir is the directory on the box that the local checkout at root (a
+// path on this machine, such as "." or the top of a git checkout) syncs
+// to: <workRoot>/<leaseID>/<name>-<hash>, where name is root's base name
+// made a safe path element and hash is 8 hex digits of the SHA-256 of
+// root's absolute path with symlinks resolved. Two checkouts of the same
+// name never share a workdir; the same checkout always gets the same one.
+func (l *Lease) Workdir(root string) string {
 	s := l.snapshot()
-	return path.Join(s.Target.WorkRoot, s.Claim.ID, repo)
+	return path.Join(s.Target.WorkRoot, s.Claim.ID, checkoutKey(root))
+}
+
+// checkoutKey is the name of the workdir of the checkout at root (see
+// Lease.Workdir).
+func checkoutKey(root string) string {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		abs = filepath.Clean(root)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return safeName(filepath.Base(abs)) + "-" + hex.EncodeToString(sum[:4])
+}
+
+// safeName keeps the letters, digits, '.', '_' and '-' of a base name
+// (others become '_'), drops leading dots and keeps at most 48 runes, so
+// that it is one ordinary path element on any box; "checkout" when
+// nothing is left.
+func safeName(base string) string {
+	const max = 48
+	var b strings.Builder
+	n := 0
+	for _, r := range base {
+		if n == max {
+			break
+		}
+		switch {
+		case r == '.' && b.Len() == 0:
+			continue
+		case r == '.' || r == '_' || r == '-', unicode.IsLetter(r), unicode.IsDigit(r):
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		n++
+	}
+	if b.Len() == 0 {
+		return "checkout"
+	}
+	return b.String()
 }
 
 // Acquire leases a new box.
@@ -366,10 +414,15 @@ type SyncOptions struct {
 	Exclude []string
 }
 
-// Sync copies the checkout at root to the lease's workdir for it
-// (Workdir(base name of root)).
+// Sync copies the directory at root, a git checkout or a plain directory,
+// to the lease's workdir for it (Workdir(root)). A home directory or a
+// directory holding one, and crabbox's state directory or a directory
+// holding it, are refused (ErrUnsafeSyncDir).
 func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.Stats, error) {
 	l.keep.Used()
+	if err := refuseSync(realPath(root), l.client.store.Dir()); err != nil {
+		return sync.Stats{}, fmt.Errorf("sync: %w", err)
+	}
 	p, err := l.client.prepareSync(ctx, root, opts)
 	if err != nil {
 		return sync.Stats{}, err
@@ -396,7 +449,7 @@ func (c *Client) prepareSync(ctx context.Context, root string, opts SyncOptions)
 
 // syncTo points a prepared sync at the lease's workdir for its checkout.
 func (l *Lease) syncTo(p *sync.Prepared) error {
-	return p.SetRemoteDir(l.Workdir(filepath.Base(p.Root())))
+	return p.SetRemoteDir(l.Workdir(p.Root()))
 }
 
 // pushPrepared sends a prepared sync, pointed at the box by syncTo.

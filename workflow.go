@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"path"
-	"path/filepath"
-	"strings"
 	gosync "sync"
 	"time"
 
@@ -35,10 +31,23 @@ type RunRequest struct {
 	Script  string
 	// ScriptName names the script in the run history.
 	ScriptName string
-	// Root is the local checkout to sync (default: the current directory).
-	// A directory inside a git checkout stands for the whole checkout: it
-	// is all synced, and the command runs in the same directory on the box.
-	Root   string
+	// Root is the local directory the run starts from (default: the
+	// current directory). It must be inside a git checkout, which it
+	// stands for: the whole checkout is synced, to the lease's Workdir
+	// for it, and the command runs in the same directory there. A Root
+	// outside any git checkout is refused (ErrNotCheckout), so that a run
+	// from the wrong directory uploads nothing, unless PlainDir or NoSync
+	// is set.
+	Root string
+	// PlainDir lets Root be a plain directory outside any git checkout,
+	// named on purpose: it is synced as it is (every file but .git
+	// directories and the excludes). Inside a git checkout it changes
+	// nothing. Whatever PlainDir says, a home directory, a directory
+	// holding one and crabbox's state directory (or one holding it) are
+	// never synced (ErrUnsafeSyncDir).
+	PlainDir bool
+	// NoSync syncs nothing: the command runs in the workdir as the box
+	// has it.
 	NoSync bool
 	// SyncOnly syncs the checkout and runs nothing.
 	SyncOnly bool
@@ -108,6 +117,12 @@ type RunResult struct {
 	// JUnit is set when RunRequest.JUnit was.
 	JUnit  *JUnitReport
 	Timing Timing
+	// ReleaseErr is set when the run's own lease could not be released
+	// after the run: its claim stays in the lease store, marked failed,
+	// and Client.Cleanup (or Stop) releases it later. It does not make
+	// Run fail: the command ran, and ExitCode is its exit code. (When Run
+	// fails for another reason, its error includes ReleaseErr too.)
+	ReleaseErr error
 }
 
 // Run is the one-shot workflow. The returned error is crabbox's own failure
@@ -116,6 +131,12 @@ type RunResult struct {
 func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err error) {
 	if err := req.check(); err != nil {
 		return res, err
+	}
+	// The checkout is settled first: a run refused for where it starts
+	// leaves no lease, history or record behind.
+	co, err := c.runDir(ctx, req)
+	if err != nil {
+		return res, fmt.Errorf("run: %w", err)
 	}
 	if req.RunID == "" {
 		req.RunID = lease.NewRunID()
@@ -127,7 +148,7 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	}
 	start := c.rt.Clock.Now()
 	if !req.RecordHistory {
-		res, err = c.run(ctx, req, start)
+		res, err = c.run(ctx, req, co, start)
 		res.Timing.Total = c.rt.Clock.Since(start)
 		return res, err
 	}
@@ -139,7 +160,7 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	var mu gosync.Mutex
 	req.Stdout = teeWriter{mu: &mu, w: req.Stdout, log: log}
 	req.Stderr = teeWriter{mu: &mu, w: req.Stderr, log: log}
-	res, err = c.run(ctx, req, start)
+	res, err = c.run(ctx, req, co, start)
 	res.Timing.Total = c.rt.Clock.Since(start)
 	if lerr := log.Close(); lerr != nil {
 		c.log.Warn("run log incomplete", "run", req.RunID, "err", lerr)
@@ -195,14 +216,19 @@ func historyEntry(req RunRequest, res RunResult, err error) HistoryEntry {
 	return e
 }
 
-func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res RunResult, err error) {
-	res.RunID, res.StartedAt = req.RunID, start
-	root, rel, err := checkout(ctx, req.Root)
-	if err != nil {
-		return res, err
+// runDir is where a run starts and what it syncs (see RunRequest.Root).
+func (c *Client) runDir(ctx context.Context, req RunRequest) (checkoutDir, error) {
+	if req.NoSync {
+		return checkout(ctx, req.Root)
 	}
+	return syncRoot(ctx, req.Root, req.PlainDir, c.store.Dir())
+}
+
+func (c *Client) run(ctx context.Context, req RunRequest, co checkoutDir, start time.Time) (res RunResult, err error) {
+	res.RunID, res.StartedAt = req.RunID, start
+	root, rel := co.root, co.rel
 	if b, ok := c.delegatedFor(req); ok {
-		return c.runDelegated(ctx, b, req, root, rel, res) // delegated.go
+		return c.runDelegated(ctx, b, req, co, res) // delegated.go
 	}
 
 	// The local half of the sync (listing and hashing the checkout) needs
@@ -249,10 +275,13 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 			return
 		}
 		// Release goes on when ctx is cancelled: a one-shot lease must not outlive the run.
-		err = errors.Join(err, l.Release(context.WithoutCancel(ctx)))
+		res.ReleaseErr = c.releaseOneShot(context.WithoutCancel(ctx), l)
+		if err != nil {
+			err = errors.Join(err, res.ReleaseErr)
+		}
 	}()
 
-	workdir := path.Join(l.Workdir(filepath.Base(root)), rel)
+	workdir := path.Join(l.Workdir(root), rel)
 	connectStart := c.rt.Clock.Now()
 	if _, err := l.SSH(ctx); err != nil {
 		return res, err
@@ -318,6 +347,28 @@ func (c *Client) run(ctx context.Context, req RunRequest, start time.Time) (res 
 	return res, nil
 }
 
+// releaseOneShot releases a run's own lease. When the provider could not
+// release it, the claim stays, marked failed so that cleanup releases it,
+// and the error is returned; a connection that closed badly after a
+// release is only logged.
+func (c *Client) releaseOneShot(ctx context.Context, l *Lease) error {
+	err := l.Release(ctx)
+	if err == nil {
+		return nil
+	}
+	id := l.ID()
+	_, uerr := c.store.Update(id, func(cl *lease.Claim) error { cl.State = lease.StateFailed; return nil })
+	if errors.Is(uerr, ErrNotFound) {
+		c.log.Warn("lease released; its connection did not close cleanly", "lease", id, "err", err)
+		return nil
+	}
+	c.log.Warn("lease not released; its claim stays for cleanup", "lease", id, "err", err)
+	if uerr != nil {
+		return errors.Join(err, uerr)
+	}
+	return err // "release lease <ID>: ..."
+}
+
 // command runs the request's command in workdir, within its timeout.
 // A precondition that fails on the box is an error wrapping
 // run.ErrPrecondition, and nothing ran.
@@ -364,36 +415,4 @@ func (l *Lease) ensureDir(ctx context.Context, dir string) error {
 		return fmt.Errorf("create workdir %s on %s: mkdir exited %d", dir, l.ID(), res.ExitCode)
 	}
 	return nil
-}
-
-// checkout returns the directory to sync for dir (the top of its git
-// checkout, or dir itself outside git) and dir's slash-separated path
-// relative to it.
-func checkout(ctx context.Context, dir string) (root, rel string, err error) {
-	if dir == "" {
-		dir = "."
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", "", fmt.Errorf("run: checkout %s: %w", dir, err)
-	}
-	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
-		return "", "", fmt.Errorf("run: checkout %s is not a directory", abs)
-	}
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real // git reports the top without symlinks (macOS /tmp)
-	}
-	top, ok := gitTop(abs)
-	if !ok {
-		out, err := exec.CommandContext(ctx, "git", "-C", abs, "rev-parse", "--show-toplevel").Output()
-		if err != nil {
-			return abs, ".", nil // not a git checkout (or no git): sync the directory itself
-		}
-		top = filepath.Clean(strings.TrimSpace(string(out)))
-	}
-	rel, err = filepath.Rel(top, abs)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		return abs, ".", nil
-	}
-	return top, filepath.ToSlash(rel), nil
 }

@@ -38,7 +38,7 @@ func TestRegistryLookup(t *testing.T) {
 		}
 	}
 	_, err := r.Lookup("hetzner")
-	if !errors.Is(err, provider.ErrNotFound) || !strings.HasSuffix(err.Error(), `(known: aws, docker, local)`) {
+	if !errors.Is(err, provider.ErrNotFound) || err.Error() != `unknown provider "hetzner" (known: aws, docker, local)` {
 		t.Errorf("Lookup of an unknown name: err = %v, want ErrNotFound with the sorted known names", err)
 	}
 	var got []string

@@ -57,9 +57,9 @@ func (r *Registry) Lookup(name string) (Provider, error) {
 	}
 	names := slices.Sorted(maps.Keys(r.providers))
 	if len(names) == 0 {
-		return nil, fmt.Errorf("unknown provider %q: %w: no providers are registered", name, ErrNotFound)
+		return nil, unknownProviderError(fmt.Sprintf("unknown provider %q: no providers are registered", name))
 	}
-	return nil, fmt.Errorf("unknown provider %q: %w (known: %s)", name, ErrNotFound, strings.Join(names, ", "))
+	return nil, unknownProviderError(fmt.Sprintf("unknown provider %q (known: %s)", name, strings.Join(names, ", ")))
 }
 
 // All returns the registered providers sorted by name.
@@ -125,3 +125,9 @@ func (f *Flags) Apply(spec Spec, cfg Config) Config {
 	}
 	return out
 }
+
+// unknownProviderError is Lookup's error for a name no provider has.
+type unknownProviderError string
+
+func (e unknownProviderError) Error() string        { return string(e) }
+func (e unknownProviderError) Is(target error) bool { return target == ErrNotFound }

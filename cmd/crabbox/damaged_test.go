@@ -16,7 +16,7 @@ import (
 // damaged lease releases its box, and doctor is content again.
 func TestDamagedClaimCommands(t *testing.T) {
 	t.Parallel()
-	env, dir := stateEnv(t), t.TempDir()
+	env, dir := stateEnv(t), gitRepo(t)
 	warm := func() crabbox.LeaseInfo {
 		r := crabboxCmd(t, env, dir, "warmup", "--json")
 		var info crabbox.LeaseInfo

@@ -24,6 +24,7 @@ import (
 // leases made by warmup are served by it as `crabbox agent`.
 func TestMain(m *testing.M) {
 	if os.Getenv("CRABBOX_TEST_MAIN") == "1" {
+		registerTestProviders()
 		main() // exits
 	}
 	goleak.VerifyTestMain(m)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -23,6 +24,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // runFlags are run's own flags.
 type runFlags struct {
 	id, shell, script, timingJSON, junit  string
+	syncDir                               string
 	keep, keepOnFailure, noSync, syncOnly bool
 	failOnTestFailures, quiet             bool
 	checksum, fullResync, forceSyncLarge  bool
@@ -37,6 +39,7 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.BoolVar(&f.keep, "keep", false, "keep a newly acquired lease after the run (stop it with crabbox stop)")
 	fs.BoolVar(&f.keepOnFailure, "keep-on-failure", false, "keep a newly acquired lease when the command exits non-zero")
 	fs.BoolVar(&f.noSync, "no-sync", false, "do not copy the checkout; run in the existing workdir")
+	fs.StringVar(&f.syncDir, "sync-dir", "", "sync this directory, even one outside any git checkout, and run in it (never a home directory or crabbox's state directory)")
 	fs.BoolVar(&f.syncOnly, "sync-only", false, "copy the checkout and run nothing")
 	fs.BoolVar(&f.checksum, "checksum", false, "verify file contents on the box instead of trusting what crabbox synced last")
 	fs.BoolVar(&f.fullResync, "full-resync", false, "delete what crabbox synced to the box before and copy everything again")
@@ -56,10 +59,17 @@ func (a *app) runCmd() *ffcli.Command {
 		Name:       "run",
 		ShortUsage: "crabbox run [flags] -- command [args...] | --shell 'cmd' | --script FILE | --sync-only",
 		ShortHelp:  "run a command on a box with your checkout synced to it",
-		LongHelp: `Acquire a box (or reuse one with --id), copy the checkout in the current
-directory to it, run the command there and release the box (unless --keep,
---keep-on-failure after a failure, or --id). The exit status is the command's
-own; 124 when --timeout stopped it; 125 means crabbox failed. A summary line
+		LongHelp: `Acquire a box (or reuse one with --id), copy the git checkout holding the
+current directory to it, run the command there and release the box (unless
+--keep, --keep-on-failure after a failure, or --id). Outside a git checkout
+run refuses and uploads nothing: name a plain directory to sync on purpose
+with --sync-dir DIR, or sync nothing with --no-sync. A home directory and
+crabbox's state directory are never synced.
+
+The exit status is the command's own, even when the box could not be
+released afterwards (a line on stderr says so, and crabbox cleanup retries);
+124 when --timeout stopped it; 125 means crabbox failed; 2 a usage error,
+including a run refused for the directory it would sync. A summary line
 (lease, sync, command, total, exit) follows on stderr unless --quiet. Runs are
 recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
 		FlagSet: fs,
@@ -78,7 +88,8 @@ recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
 				res, err := c.Run(ctx, req)
 				status.clear()
 				if err != nil {
-					return err // Main turns an interrupted run into exit 130
+					// Main turns an interrupted run into exit 130.
+					return syncDirError(err, "to sync a directory outside git on purpose name it with --sync-dir DIR, or sync nothing with --no-sync")
 				}
 				return a.report(f, res)
 			})
@@ -92,6 +103,7 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		Lease:   f.id,
 		Acquire: crabbox.AcquireOptions{TTL: f.ttl, IdleTimeout: f.idle, Keep: f.keep},
 		Command: args, Shell: f.shell, NoSync: f.noSync, SyncOnly: f.syncOnly,
+		Root: f.syncDir, PlainDir: f.syncDir != "",
 		Keep: f.keep, KeepOnFailure: f.keepOnFailure, Timeout: f.timeout,
 		JUnit: f.junit, RecordHistory: true,
 		Checksum: f.checksum, FullResync: f.fullResync, ForceSyncLarge: f.forceSyncLarge, SyncExclude: f.syncExclude,
@@ -107,6 +119,8 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		return req, usagef("run: --sync-only takes no command")
 	case f.syncOnly && f.noSync:
 		return req, usagef("run: --sync-only and --no-sync contradict each other")
+	case f.syncDir != "" && f.noSync:
+		return req, usagef("run: --sync-dir and --no-sync contradict each other")
 	case !f.syncOnly && given == 0:
 		return req, usagef("run: no command given (crabbox run -- command [args...], --shell, --script or --sync-only)")
 	case given > 1:
@@ -138,6 +152,11 @@ func (a *app) report(f runFlags, res crabbox.RunResult) error {
 	if !f.quiet {
 		fmt.Fprintln(a.stderr, summaryLine(res))
 	}
+	if res.ReleaseErr != nil {
+		// The command's exit code still wins: the lease is left claimed
+		// (marked failed), and cleanup releases it.
+		fmt.Fprintf(a.stderr, "crabbox: %s; the lease stays claimed: crabbox cleanup (or crabbox stop %s) will release it\n", oneLine(res.ReleaseErr), res.LeaseID)
+	}
 	if f.timingJSON != "" {
 		if err := a.writeTiming(f.timingJSON, res); err != nil {
 			return err
@@ -153,3 +172,15 @@ func (a *app) report(f runFlags, res crabbox.RunResult) error {
 }
 
 var _ flag.Value = (*stringList)(nil)
+
+// syncDirError makes a run or sync plan refused for the directory it would
+// sync a usage error (exit 2); outside a checkout, hint says what to do.
+func syncDirError(err error, hint string) error {
+	switch {
+	case errors.Is(err, crabbox.ErrNotCheckout):
+		return usagef("%s; %s", oneLine(err), hint)
+	case errors.Is(err, crabbox.ErrUnsafeSyncDir):
+		return usagef("%s", oneLine(err))
+	}
+	return err
+}

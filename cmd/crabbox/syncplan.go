@@ -17,14 +17,17 @@ func (a *app) syncPlanCmd() *ffcli.Command {
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
 	var exclude stringList
 	fs.Var(&exclude, "sync-exclude", "leave files matching this gitignore-style pattern out of the sync (repeatable)")
+	syncDir := fs.String("sync-dir", "", "plan for this directory, even one outside any git checkout, as run --sync-dir does")
 	return &ffcli.Command{
 		Name:       "sync-plan",
-		ShortUsage: "crabbox sync-plan [--json]",
+		ShortUsage: "crabbox sync-plan [--json] [--sync-dir DIR]",
 		ShortHelp:  "show what a run from here would sync, without a box",
 		LongHelp: `Lists how many files and bytes a run from the current directory would copy
 to the box, and the largest top-level directories, and says whether the sync
 guardrails (warn at 50,000 files or 5 GiB, refuse at 150,000 files or 20 GiB)
-would stop it.
+would stop it. Like run, it refuses a directory outside any git checkout
+unless named with --sync-dir, and never plans a home directory or crabbox's
+state directory.
 
   crabbox sync-plan --json`,
 		FlagSet: fs,
@@ -33,9 +36,9 @@ would stop it.
 			if len(args) != 0 {
 				return usagef("sync-plan takes no arguments, got %q", args)
 			}
-			plan, err := crabbox.PlanSync(ctx, "", exclude)
+			plan, err := crabbox.PlanSync(ctx, crabbox.SyncPlanRequest{Dir: *syncDir, PlainDir: *syncDir != "", Exclude: exclude})
 			if err != nil {
-				return err
+				return syncDirError(err, "to plan a directory outside git on purpose name it with --sync-dir DIR")
 			}
 			if *asJSON {
 				return writeJSON(a.stdout, plan)

@@ -64,7 +64,7 @@ func TestMain(m *testing.M) {
 func onBox(t *testing.T, argv ...string) (string, int) {
 	t.Helper()
 	var out bytes.Buffer
-	res, err := box.Run(context.Background(), run.Request{Command: argv, Dir: box.Workdir("harness"), Stdout: &out, Stderr: &out})
+	res, err := box.Run(context.Background(), run.Request{Command: argv, Dir: box.Workdir("."), Stdout: &out, Stderr: &out})
 	if err != nil {
 		t.Fatalf("run %q: %v", argv, err)
 	}
