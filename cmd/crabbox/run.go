@@ -78,7 +78,7 @@ recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
 				res, err := c.Run(ctx, req)
 				status.clear()
 				if err != nil {
-					return err // Main turns an interrupted run into exit 130
+					return err // Main turns an interrupted run into exit 128+signal
 				}
 				return a.report(f, res)
 			})
