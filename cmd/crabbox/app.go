@@ -91,8 +91,9 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 	case strings.Contains(err.Error(), "error parsing commandline arguments"):
 		fmt.Fprintf(stderr, "crabbox: %v\n", err)
 		return exitUsage
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		return interrupted(ctx, stderr)
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || signalled(ctx)):
+		// After a signal, whatever failed failed because of it.
+		return interrupted(ctx, err, stderr)
 	default:
 		fmt.Fprintf(stderr, "crabbox: %s\n", oneLine(err))
 		return exitFailure
@@ -100,15 +101,36 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 }
 
 // interrupted reports on stderr that ctx was cancelled, naming the signal
-// that did it, and returns the exit code: 128 plus the signal's number, or
-// exitInterrupted when no signal is known.
-func interrupted(ctx context.Context, stderr io.Writer) int {
+// that did it and any failure besides the cancellation (a release that
+// failed: the lease is left behind), and returns the exit code: 128 plus
+// the signal's number, or exitInterrupted when no signal is known.
+func interrupted(ctx context.Context, err error, stderr io.Writer) int {
+	msg, code := "crabbox: interrupted", exitInterrupted
 	if sig, ok := interruptedBy(ctx); ok {
-		fmt.Fprintf(stderr, "crabbox: interrupted (%s)\n", signalName(sig))
-		return signalExitCode(sig)
+		msg, code = fmt.Sprintf("crabbox: interrupted (%s)", signalName(sig)), signalExitCode(sig)
 	}
-	fmt.Fprintln(stderr, "crabbox: interrupted")
-	return exitInterrupted
+	for _, e := range besidesCancel(err) {
+		msg += "; " + oneLine(e)
+	}
+	fmt.Fprintln(stderr, msg)
+	return code
+}
+
+// besidesCancel returns the errors joined into err that are not the
+// cancellation itself.
+func besidesCancel(err error) []error {
+	if !errors.Is(err, context.Canceled) {
+		return []error{err}
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil
+	}
+	var rest []error
+	for _, e := range joined.Unwrap() {
+		rest = append(rest, besidesCancel(e)...)
+	}
+	return rest
 }
 
 // oneLine keeps an error on one line of stderr.

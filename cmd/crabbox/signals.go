@@ -107,6 +107,12 @@ func interruptedBy(ctx context.Context) (os.Signal, bool) {
 	return nil, false
 }
 
+// signalled reports whether a signal cancelled ctx.
+func signalled(ctx context.Context) bool {
+	_, ok := interruptedBy(ctx)
+	return ok
+}
+
 // signalExitCode is the exit status for a process ended by sig: 128 plus
 // its number, as shells report it (SIGINT 130, SIGTERM 143, SIGHUP 129).
 func signalExitCode(sig os.Signal) int {

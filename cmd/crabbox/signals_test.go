@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -123,23 +125,56 @@ func TestNotifySignalsSkipsIgnored(t *testing.T) {
 }
 
 // An interruption is reported by the signal that caused it: one line and
-// 128+n; a context cancelled without a signal is still 130.
+// 128+n; a context cancelled without a signal is still 130. A failure
+// besides the cancellation (the release failed) is on the same line.
 func TestInterruptedExitCode(t *testing.T) {
+	cancelled := fmt.Errorf("run: %w", context.Canceled)
+	released := errors.New("release lease cbx_000000000000: box unreachable")
+	for _, tt := range []struct {
+		cause, err error
+		code       int
+		line       string
+	}{
+		{interruptedError{syscall.SIGTERM}, cancelled, 143, "crabbox: interrupted (SIGTERM)\n"},
+		{interruptedError{syscall.SIGHUP}, cancelled, 129, "crabbox: interrupted (SIGHUP)\n"},
+		{interruptedError{syscall.SIGINT}, context.Canceled, 130, "crabbox: interrupted (SIGINT)\n"},
+		{nil, cancelled, 130, "crabbox: interrupted\n"},
+		{interruptedError{syscall.SIGTERM}, errors.New("sync: connection lost"), 143, "crabbox: interrupted (SIGTERM); sync: connection lost\n"},
+		{interruptedError{syscall.SIGTERM}, errors.Join(cancelled, released), 143,
+			"crabbox: interrupted (SIGTERM); release lease cbx_000000000000: box unreachable\n"},
+		{interruptedError{syscall.SIGTERM}, errors.Join(errors.Join(cancelled, nil), fmt.Errorf("close:\n%w", released)), 143,
+			"crabbox: interrupted (SIGTERM); close:; release lease cbx_000000000000: box unreachable\n"},
+	} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(tt.cause)
+		var stderr bytes.Buffer
+		if code := interrupted(ctx, tt.err, &stderr); code != tt.code || stderr.String() != tt.line {
+			t.Errorf("cause %v, err %v: exit %d, stderr %q; want %d, %q", tt.cause, tt.err, code, stderr.String(), tt.code, tt.line)
+		}
+	}
+}
+
+// Main exits 128+signal for any failure after a signal, with the failure on
+// the interruption's line; a run that failed on its own before is 125.
+func TestMainAfterSignal(t *testing.T) {
 	for _, tt := range []struct {
 		cause error
 		code  int
 		line  string
 	}{
-		{interruptedError{syscall.SIGTERM}, 143, "crabbox: interrupted (SIGTERM)\n"},
-		{interruptedError{syscall.SIGHUP}, 129, "crabbox: interrupted (SIGHUP)\n"},
-		{interruptedError{syscall.SIGINT}, 130, "crabbox: interrupted (SIGINT)\n"},
-		{nil, 130, "crabbox: interrupted\n"},
+		{interruptedError{syscall.SIGTERM}, 143, "crabbox: interrupted (SIGTERM); "},
+		{nil, 125, "crabbox: "},
 	} {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		cancel(tt.cause)
-		var stderr bytes.Buffer
-		if code := interrupted(ctx, &stderr); code != tt.code || stderr.String() != tt.line {
-			t.Errorf("cause %v: exit %d, stderr %q; want %d, %q", tt.cause, code, stderr.String(), tt.code, tt.line)
+		if tt.cause != nil {
+			cancel(tt.cause)
+		}
+		var stdout, stderr bytes.Buffer
+		// An unknown lease fails without touching anything.
+		code := Main(ctx, []string{"stop", "--provider", "nope", "x"}, nil, &stdout, &stderr)
+		cancel(nil)
+		if code != tt.code || !strings.HasPrefix(stderr.String(), tt.line) {
+			t.Errorf("cause %v: exit %d, stderr %q; want %d and a line starting %q", tt.cause, code, stderr.String(), tt.code, tt.line)
 		}
 	}
 }
