@@ -223,6 +223,44 @@ func TestFailedAcquireLeavesNothing(t *testing.T) {
 	}
 }
 
+// A caller that gives up while the provider is creating the box (Ctrl-C,
+// SIGTERM) gets context.Canceled, and the acquire is rolled back: no box,
+// no claim. The box is made, then the answer is lost to the cancellation,
+// or the provider is still at work when it comes.
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		afterCall bool
+	}{{"while creating", false}, {"box made, answer lost", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p := &faultyLocal{faults: []providertest.Fault{{Step: providertest.StepAcquire, Hang: true, AfterCall: tt.afterCall, OnHang: cancel}}}
+			reg := provider.NewRegistry()
+			reg.Register(p)
+			c := newClient(t, t.TempDir(), crabbox.WithRegistry(reg))
+			_, err := c.Run(ctx, crabbox.RunRequest{Command: []string{"true"}, Root: t.TempDir()})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run: err = %v, want context.Canceled", err)
+			}
+			claims, err := c.Store().List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(claims) != 0 {
+				t.Errorf("claims left: %+v", claims)
+			}
+			boxes, err := p.inner.List(context.Background(), provider.ListRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(boxes) != 0 {
+				t.Errorf("boxes left: %+v", boxes)
+			}
+		})
+	}
+}
+
 // signalWriter reports on a channel when a marker has been written.
 type signalWriter struct {
 	mu     gosync.Mutex

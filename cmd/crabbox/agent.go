@@ -4,9 +4,6 @@ import (
 	"context"
 	"flag"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
@@ -31,8 +28,7 @@ them; there is no need to run it by hand.
 			if *dir == "" || len(args) != 0 {
 				return usagef("agent: want --lease-dir DIR and no arguments")
 			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// SIGTERM (a release) cancels ctx, as do SIGINT and SIGHUP (main.go).
 			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
 			return local.ServeAgentOn(ctx, *dir, *listen, a.stdout, logger)
 		},

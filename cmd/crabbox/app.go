@@ -22,7 +22,7 @@ import (
 const (
 	exitUsage       = 2   // bad flags or arguments
 	exitFailure     = 125 // crabbox itself failed (config, lease, connection, sync), as docker run does
-	exitInterrupted = 130 // Ctrl-C
+	exitInterrupted = 130 // interrupted (Ctrl-C); a signal n exits 128+n
 )
 
 // exitError carries a remote command's exit code out of a command.
@@ -57,7 +57,8 @@ there with the output streamed back and the exact exit code, and releases it.
 
 Flags come from the command line, then CRABBOX_* environment variables, then
 the config file (--config; lines of "flag value"). Exit status is the remote
-command's; 125 when crabbox itself fails, 130 when interrupted.`,
+command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
+(130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP).`,
 		FlagSet: flag.NewFlagSet("crabbox", flag.ContinueOnError),
 		Subcommands: []*ffcli.Command{
 			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(), a.agentCmd(),
@@ -90,13 +91,46 @@ command's; 125 when crabbox itself fails, 130 when interrupted.`,
 	case strings.Contains(err.Error(), "error parsing commandline arguments"):
 		fmt.Fprintf(stderr, "crabbox: %v\n", err)
 		return exitUsage
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		fmt.Fprintln(stderr, "crabbox: interrupted")
-		return exitInterrupted
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || signalled(ctx)):
+		// After a signal, whatever failed failed because of it.
+		return interrupted(ctx, err, stderr)
 	default:
 		fmt.Fprintf(stderr, "crabbox: %s\n", oneLine(err))
 		return exitFailure
 	}
+}
+
+// interrupted reports on stderr that ctx was cancelled, naming the signal
+// that did it and any failure besides the cancellation (a release that
+// failed: the lease is left behind), and returns the exit code: 128 plus
+// the signal's number, or exitInterrupted when no signal is known.
+func interrupted(ctx context.Context, err error, stderr io.Writer) int {
+	msg, code := "crabbox: interrupted", exitInterrupted
+	if sig, ok := interruptedBy(ctx); ok {
+		msg, code = fmt.Sprintf("crabbox: interrupted (%s)", signalName(sig)), signalExitCode(sig)
+	}
+	for _, e := range besidesCancel(err) {
+		msg += "; " + oneLine(e)
+	}
+	fmt.Fprintln(stderr, msg)
+	return code
+}
+
+// besidesCancel returns the errors joined into err that are not the
+// cancellation itself.
+func besidesCancel(err error) []error {
+	if !errors.Is(err, context.Canceled) {
+		return []error{err}
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil
+	}
+	var rest []error
+	for _, e := range joined.Unwrap() {
+		rest = append(rest, besidesCancel(e)...)
+	}
+	return rest
 }
 
 // oneLine keeps an error on one line of stderr.

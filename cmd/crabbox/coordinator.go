@@ -13,11 +13,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/peterbourgon/ff/v3"
@@ -99,7 +97,7 @@ never from flags: CRABBOX_ADMIN_TOKEN, CRABBOX_SHARED_TOKEN and
 CRABBOX_SESSION_SECRET (at least 32 bytes; signs user tokens), each also as
 <NAME>_FILE=/path. At least one must be set.
 
-SIGINT or SIGTERM stops accepting requests, finishes those in flight (up to
+SIGINT, SIGTERM or SIGHUP stops accepting requests, finishes those in flight (up to
 30s), stops the maintenance loop and closes the database.`,
 		FlagSet: fs,
 		Options: []ff.Option{ff.WithEnvVarPrefix("CRABBOX_COORDINATOR")},
@@ -172,10 +170,9 @@ func loadServerConfig(path string) (serverConfig, error) {
 	return cfg, nil
 }
 
-// serveCoordinator runs the coordinator until ctx ends or SIGTERM.
+// serveCoordinator runs the coordinator until ctx ends (SIGINT, SIGTERM or
+// SIGHUP cancel it: main.go).
 func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgPath string) (err error) {
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM) // SIGINT already cancels ctx (main.go)
-	defer stop()
 	cfg, err := loadServerConfig(cfgPath)
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
 	"runtime"
 
 	"github.com/crabbox-dev/crabbox/cmd/crabbox/internal/quickstart"
@@ -20,16 +19,12 @@ func main() {
 	// instead of waiting up to 10 ms each for the scheduler; one more P
 	// than processors keeps every processor scanning (sync/workers.go).
 	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	interrupts := make(chan os.Signal, 2)
-	signal.Notify(interrupts, os.Interrupt)
-	go func() {
-		<-interrupts
-		cancel() // first Ctrl-C: cancel the run cleanly (remote group ended, one-shot lease released)
-		<-interrupts
-		os.Exit(exitInterrupted) // second Ctrl-C: leave at once
-	}()
+	// SIGINT, SIGTERM and SIGHUP cancel ctx: the run ends cleanly (remote
+	// group ended, one-shot lease released, acquire rolled back) and Main
+	// exits 128+signal. A second signal a moment later exits at once.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	handleSignals(cancel)
 	code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	cancel()
+	cancel(nil)
 	os.Exit(code)
 }

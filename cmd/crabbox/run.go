@@ -88,7 +88,7 @@ recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
 				res, err := c.Run(ctx, req)
 				status.clear()
 				if err != nil {
-					// Main turns an interrupted run into exit 130.
+					// Main turns an interrupted run into exit 128+signal.
 					return syncDirError(err, "to sync a directory outside git on purpose name it with --sync-dir DIR, or sync nothing with --no-sync")
 				}
 				return a.report(f, res)

@@ -3,6 +3,8 @@ package hetzner_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
@@ -185,4 +188,94 @@ func TestReleaseFails(t *testing.T) {
 		t.Fatalf("Cleanup = %+v, %v; want the released server deleted", ds, err)
 	}
 	checkEmpty(t, e.api)
+}
+
+// TestCancelledAcquireLeavesNoClaim: a caller that gives up (Ctrl-C,
+// SIGTERM) while the cloud is creating the server, through the lease
+// store as the library acquires: the error is context.Canceled, the
+// project holds no server and no key, and the store no claim and no key.
+func TestCancelledAcquireLeavesNoClaim(t *testing.T) {
+	all := []string{"create key", "create server", "delete server", "delete key"}
+	tests := []struct {
+		name string
+		// setup makes the fake hang and call hung, which cancels.
+		setup      func(e *env, hung func())
+		fakeClock  bool // cancel once the SSH wait is on the clock instead
+		wantEvents []string
+	}{
+		{name: "create hangs", setup: func(e *env, hung func()) {
+			e.api.setFault(opServerCreate, fault{hang: true, onHang: hung})
+		}, wantEvents: []string{"create key", "delete key"}},
+		{name: "server created, answer lost", setup: func(e *env, hung func()) {
+			e.api.setFault(opServerCreate, fault{after: true, hang: true, onHang: hung})
+		}, wantEvents: all},
+		{name: "status poll hangs", setup: func(e *env, hung func()) {
+			e.api.setFault(opServerGet, fault{hang: true, onHang: hung})
+		}, wantEvents: all},
+		{name: "waiting for SSH", fakeClock: true, setup: func(e *env, _ func()) { e.api.noBoot = true }, wantEvents: all},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var clock *clockwork.FakeClock
+			if tt.fakeClock {
+				clock = clockwork.NewFakeClockAt(time.Now())
+				e.rt.Clock = clock
+			}
+			store, err := lease.OpenStore(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// While the provider works, the store holds the claim, acquiring.
+			var during []lease.Claim
+			var duringErr error
+			hung := func() {
+				during, duringErr = store.List()
+				cancel()
+			}
+			tt.setup(e, hung)
+			b := e.backend(t)
+			done := make(chan error, 1)
+			go func() {
+				_, err := store.Acquire(ctx, b, lease.AcquireOptions{})
+				done <- err
+			}()
+			if clock != nil {
+				if err := clock.BlockUntilContext(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				hung()
+			}
+			err = <-done
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Acquire: err = %v, want context.Canceled", err)
+			}
+			if strings.Contains(err.Error(), "roll back") {
+				t.Errorf("rollback reported a failure: %v", err)
+			}
+			if duringErr != nil || len(during) != 1 || during[0].State != lease.StateAcquiring {
+				t.Errorf("claims while the provider worked = %+v, %v; want one, acquiring", during, duringErr)
+			}
+			if diff := cmp.Diff(tt.wantEvents, events(e.api)); diff != "" {
+				t.Errorf("API mutations (-want +got):\n%s", diff)
+			}
+			checkEmpty(t, e.api)
+			claims, err := store.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(claims) != 0 {
+				t.Errorf("claims left: %+v", claims)
+			}
+			keys, err := os.ReadDir(filepath.Join(store.Dir(), "keys"))
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+			if len(keys) != 0 {
+				t.Errorf("lease keys left: %v", keys)
+			}
+		})
+	}
 }

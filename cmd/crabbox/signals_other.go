@@ -1,0 +1,8 @@
+//go:build !unix && !windows
+
+package main
+
+import "os"
+
+// terminationSignals end a run cleanly: here only os.Interrupt exists.
+var terminationSignals = []os.Signal{os.Interrupt}
