@@ -174,3 +174,38 @@ func TestMetrics(t *testing.T) {
 		}
 	})
 }
+
+// TestKeptLeaseIsDeletedOnceExpired: keep=true holds a lease's server only
+// while the lease lives; once it expired, maintenance deletes the server
+// like any other's.
+func TestKeptLeaseIsDeletedOnceExpired(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e := simple(t, open)
+		alice := e.token("alice", "acme")
+		req := leaseReq(t)
+		req.Keep = true
+		kept := e.create(alice, req)
+		if !kept.Keep {
+			t.Fatalf("created lease %+v, want keep=true", kept)
+		}
+
+		e.clock.Advance(29 * time.Minute) // live
+		if n, err := e.srv.Maintain(t.Context()); err != nil || n != 0 {
+			t.Fatalf("Maintain while the kept lease lives = %d, %v; want nothing claimed", n, err)
+		}
+		if _, released := e.fake.counts(); released[kept.ID] != 0 {
+			t.Fatalf("the live kept lease's server was deleted")
+		}
+
+		e.clock.Advance(2 * time.Minute) // past its idle expiry
+		if n, err := e.srv.Maintain(t.Context()); err != nil || n != 1 {
+			t.Fatalf("Maintain after the kept lease expired = %d, %v; want it claimed", n, err)
+		}
+		if _, released := e.fake.counts(); released[kept.ID] != 1 {
+			t.Errorf("the expired kept lease's server was deleted %d times, want once", released[kept.ID])
+		}
+		if got := e.get(alice, kept.ID); got.State != api.LeaseExpired || got.EndedAt.IsZero() {
+			t.Errorf("kept lease after cleanup: state %s, ended %v; want expired and ended", got.State, got.EndedAt)
+		}
+	})
+}

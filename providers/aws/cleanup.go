@@ -15,8 +15,8 @@ import (
 
 // Cleanup decides, for every live crabbox instance in the configured
 // regions, whether to delete it (cloud.DecideCleanup: only instances the
-// caller holds a claim for, expired or failed, never keep=true), and
-// unless req.DryRun terminates it and deletes its lease's key pairs. Just
+// caller holds a claim for, expired or failed, kept ones too once expired),
+// and unless req.DryRun terminates it and deletes its lease's key pairs. Just
 // before terminating it re-reads the instance and decides again, so a
 // lease touched meanwhile is left alone.
 func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {

@@ -49,7 +49,8 @@ func TestCleanupDecisions(t *testing.T) {
 		{"failed", true, boxTags(lease.NewID(), "failed", future, false), true, "state failed"},
 		{"unclaimed", false, boxTags(lease.NewID(), "ready", past, false), false, "no claim"},
 		{"live", true, boxTags(lease.NewID(), "ready", future, false), false, "live until"},
-		{"keep", true, boxTags(lease.NewID(), "ready", past, true), false, "keep=true"},
+		{"kept, expired", true, boxTags(lease.NewID(), "ready", past, true), true, "expired at"},
+		{"kept, live", true, boxTags(lease.NewID(), "ready", future, true), false, "keep=true: kept while live until"},
 		{"provisioning within grace", true, boxTags(lease.NewID(), "provisioning", past, false), false, "state \"provisioning\""},
 		{"unreadable lease tag", true, map[string]string{"crabbox": "true", "provider": "aws", "lease": "web-1", "expires_at": "1"}, false, "unreadable labels"},
 	}
@@ -128,7 +129,7 @@ func TestCleanupDecisions(t *testing.T) {
 				left = append(left, name)
 			}
 		}
-		want := []string{"unclaimed", "live", "keep", "provisioning within grace", "unreadable lease tag"}
+		want := []string{"unclaimed", "live", "kept, live", "provisioning within grace", "unreadable lease tag"}
 		if diff := cmp.Diff(want, left); diff != "" {
 			t.Errorf("instances left (-want +got):\n%s", diff)
 		}

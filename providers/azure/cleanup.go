@@ -11,9 +11,9 @@ import (
 
 // Cleanup decides for every VM with crabbox's tags of this provider
 // whether to delete it (cloud.DecideCleanup: only with a claim of the
-// caller, never keep=true, expired or failed), and unless req.DryRun
-// deletes it: it re-reads the VM and decides again first, so a lease
-// touched in the meantime survives, then deletes the VM and its
+// caller, expired or failed, kept ones too once expired), and unless
+// req.DryRun deletes it: it re-reads the VM and decides again first, so a
+// lease touched in the meantime survives, then deletes the VM and its
 // companions. NICs and public IPs whose lease has no VM (left by a crash
 // during an acquire or a delete) are decided on their own tags the same
 // way, NICs first.

@@ -52,7 +52,8 @@ func boxTags(t *testing.T, prov, state string, created time.Time, change func(ma
 
 // TestCleanupOwnership: cleanup deletes only VMs (and their companions)
 // carrying crabbox's azure tags that this client holds a claim for,
-// honours keep and dry runs, and deletes nothing else.
+// honours keep (never while the lease lives, like any other once it
+// expired) and dry runs, and deletes nothing else.
 func TestCleanupOwnership(t *testing.T) {
 	created := time.Now().Add(-3 * time.Hour)
 	now := time.Now()
@@ -69,8 +70,11 @@ func TestCleanupOwnership(t *testing.T) {
 			return boxTags(t, azure.Name, "failed", now, nil)
 		}, true},
 		{"expired ready, unclaimed", false, func() (string, map[string]string) { return boxTags(t, azure.Name, "ready", created, nil) }, false},
-		{"expired but keep", true, func() (string, map[string]string) {
+		{"expired and kept", true, func() (string, map[string]string) {
 			return boxTags(t, azure.Name, "ready", created, func(l map[string]string) { l["keep"] = "true" })
+		}, true},
+		{"live and kept", true, func() (string, map[string]string) {
+			return boxTags(t, azure.Name, "ready", now, func(l map[string]string) { l["keep"] = "true" })
 		}, false},
 		{"live", true, func() (string, map[string]string) { return boxTags(t, azure.Name, "ready", now, nil) }, false},
 		{"another provider", true, func() (string, map[string]string) { return boxTags(t, "gcp", "ready", created, nil) }, false},
@@ -137,6 +141,7 @@ func TestCleanupOwnership(t *testing.T) {
 		}
 	}
 	if diff := cmp.Diff([]string{
+		"tag nic state=released", "tag public-ip state=released", "delete vm", "delete nic", "delete public-ip",
 		"tag nic state=released", "tag public-ip state=released", "delete vm", "delete nic", "delete public-ip",
 		"tag nic state=released", "tag public-ip state=released", "delete vm", "delete nic", "delete public-ip",
 	}, e.arm.log()); diff != "" {

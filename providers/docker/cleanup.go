@@ -13,9 +13,10 @@ import (
 
 // Cleanup decides about every crabbox container of the engine and, unless
 // req.DryRun, deletes those it decided to delete. A container is deleted
-// only when the caller holds a claim for its lease, it is not kept, and
-// either its acquire was abandoned by a process that died, it stopped, or
-// its expiry passed. Before deleting, it re-reads the container and decides
+// only when the caller holds a claim for its lease and either its acquire
+// was abandoned by a process that died, its expiry passed, or it stopped
+// (a kept box: only once its expiry passed; keep holds it while its lease
+// lives, never beyond). Before deleting, it re-reads the container and decides
 // again, so a box touched in the meantime stays.
 func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
 	claimed := req.Claimed
@@ -111,10 +112,12 @@ func decide(x box, expires time.Time, claimed bool, st acquireState, now time.Ti
 	case st == acquireAbandoned:
 		// Before keep: the lease never came to be, so there is nothing to keep.
 		return true, "acquire did not finish and its process is gone"
-	case x.labels[labelKeep] == "true":
-		return false, "keep=true: never deleted by cleanup"
 	case expires.IsZero():
 		return false, "no expiry on the container: left alone"
+	case x.labels[labelKeep] == "true" && now.Before(expires):
+		// A kept box stays while its lease lives, stopped or not; once
+		// expired it goes like any other.
+		return false, "keep=true: kept while live until " + expires.UTC().Format(time.RFC3339)
 	case x.state == container.StateExited || x.state == container.StateDead:
 		return true, fmt.Sprintf("box stopped (container %s)", x.state)
 	case !now.Before(expires):

@@ -86,6 +86,7 @@ func TestDecide(t *testing.T) {
 	later, earlier := now.Add(time.Hour), now.Add(-time.Minute)
 	running := box{state: container.StateRunning, labels: map[string]string{}}
 	kept := box{state: container.StateRunning, labels: map[string]string{labelKeep: "true"}}
+	keptExited := box{state: container.StateExited, labels: map[string]string{labelKeep: "true"}}
 	exited := box{state: container.StateExited, labels: map[string]string{}}
 	created := box{state: container.StateCreated, labels: map[string]string{}}
 	for _, tc := range []struct {
@@ -100,7 +101,13 @@ func TestDecide(t *testing.T) {
 		{"unclaimed abandoned", created, later, false, acquireAbandoned, false},
 		{"acquire in progress", created, earlier, true, acquireRunning, false},
 		{"acquire abandoned", created, later, true, acquireAbandoned, true},
-		{"kept and expired", kept, earlier, true, acquireDone, false},
+		{"kept and expired", kept, earlier, true, acquireDone, true},
+		{"kept, expires now", kept, now, true, acquireDone, true},
+		{"kept and live", kept, later, true, acquireDone, false},
+		{"kept, stopped and live", keptExited, later, true, acquireDone, false},
+		{"kept, stopped and expired", keptExited, earlier, true, acquireDone, true},
+		{"kept, unclaimed and expired", kept, earlier, false, acquireDone, false},
+		{"kept, acquire abandoned", kept, later, true, acquireAbandoned, true},
 		{"no expiry", running, time.Time{}, true, acquireDone, false},
 		{"stopped", exited, later, true, acquireDone, true},
 		{"expired", running, earlier, true, acquireDone, true},

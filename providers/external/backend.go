@@ -314,8 +314,8 @@ func wireLease(t provider.LeaseTarget) *Lease {
 }
 
 // Cleanup lists the program's leases and deletes those that are past their
-// expiry, not kept and claimed by the caller. Leases without an expiry are
-// unknown and left alone. A program with capabilities.cleanup gets one
+// expiry and claimed by the caller; keep=true holds a lease only until its
+// expiry. Leases without an expiry are unknown and left alone. A program with capabilities.cleanup gets one
 // cleanup call with the leases to delete; otherwise each is released.
 func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
 	ls, err := b.list(ctx, false)
@@ -327,12 +327,12 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 	for _, l := range ls {
 		d := provider.CleanupDecision{LeaseID: l.LeaseID, Slug: l.Slug, CloudID: l.CloudID}
 		switch {
-		case l.Labels["keep"] == "true":
-			d.Reason = "kept (keep=true)"
 		case req.Claimed == nil || !req.Claimed(l.LeaseID):
 			d.Reason = "no local claim: another client's lease"
 		case l.ExpiresAt.IsZero():
 			d.Reason = "no expiry reported: unknown, left alone"
+		case req.Now.Before(l.ExpiresAt) && l.Labels["keep"] == "true":
+			d.Reason = "kept (keep=true) while live until " + l.ExpiresAt.Format(time.RFC3339)
 		case req.Now.Before(l.ExpiresAt):
 			d.Reason = "live until " + l.ExpiresAt.Format(time.RFC3339)
 		default:

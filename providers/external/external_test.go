@@ -260,6 +260,8 @@ func TestCleanEnvironmentAndArgs(t *testing.T) {
 	}
 }
 
+// TestCleanupReleasesOnlyExpiredClaimedLeases: cleanup releases claimed
+// leases past their expiry, kept ones too; a kept lease stays while live.
 func TestCleanupReleasesOnlyExpiredClaimedLeases(t *testing.T) {
 	b, log := fake(t, "cleanup")
 	claimed := func(id string) bool { return id != "cbx_000000000001" }
@@ -275,6 +277,8 @@ func TestCleanupReleasesOnlyExpiredClaimedLeases(t *testing.T) {
 		"cbx_000000000000": "true/true",   // expired and claimed
 		"cbx_000000000001": "false/false", // another client's
 		"cbx_000000000002": "false/false", // live
+		"cbx_000000000003": "true/true",   // kept, but expired
+		"cbx_000000000004": "false/false", // kept and live
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("decisions (-want +got):\n%s", diff)
@@ -285,7 +289,7 @@ func TestCleanupReleasesOnlyExpiredClaimedLeases(t *testing.T) {
 			released = append(released, r.Lease.LeaseID)
 		}
 	}
-	if diff := cmp.Diff([]string{"cbx_000000000000"}, released); diff != "" {
+	if diff := cmp.Diff([]string{"cbx_000000000000", "cbx_000000000003"}, released); diff != "" {
 		t.Errorf("released (-want +got):\n%s", diff)
 	}
 }

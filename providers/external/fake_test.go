@@ -113,18 +113,23 @@ func fakeProgram(mode string) int {
 		msg, _ := json.Marshal(map[string]any{"env": names, "args": os.Args[1:], "config": req.Config})
 		return reply(external.Response{Message: string(msg)})
 	case "cleanup":
-		// Two expired leases and one live one; no cleanup capability.
+		// Two expired leases and one live one, then a kept expired one and
+		// a kept live one; no cleanup capability.
 		if req.Operation == external.OpCapabilities {
 			return reply(external.Response{Capabilities: &external.Capabilities{}})
 		}
 		past, future := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
 		var leases []external.Lease
-		for i, exp := range []time.Time{past, past, future} {
+		for i, exp := range []time.Time{past, past, future, past, future} {
 			id := fmt.Sprintf("cbx_00000000000%d", i)
-			leases = append(leases, external.Lease{
+			l := external.Lease{
 				LeaseID: id, Slug: fmt.Sprintf("crab-%d", i), ExpiresAt: exp,
 				SSH: &external.SSH{User: "crabbox", Host: "127.0.0.1", Port: 2222},
-			})
+			}
+			if i >= 3 {
+				l.Labels = map[string]string{"keep": "true"}
+			}
+			leases = append(leases, l)
 		}
 		return reply(external.Response{Leases: leases})
 	case "norun":

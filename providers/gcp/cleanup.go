@@ -12,9 +12,10 @@ import (
 
 // Cleanup decides, for every crabbox instance in the configured zones,
 // whether to delete it (cloud.DecideCleanup: only instances the caller
-// holds a claim for, expired, failed or released, never keep=true), and
-// unless req.DryRun deletes it. Just before deleting it re-reads the
-// instance and decides again, so a lease touched meanwhile is left alone.
+// holds a claim for, expired, failed or released, kept ones too once
+// expired), and unless req.DryRun deletes it. Just before deleting it
+// re-reads the instance and decides again, so a lease touched meanwhile is
+// left alone.
 func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
 	api, err := b.clients(ctx)
 	if err != nil {

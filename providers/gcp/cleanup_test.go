@@ -38,8 +38,8 @@ func boxLabels(t *testing.T, prov, state string, created time.Time, change func(
 }
 
 // TestCleanupOwnership: cleanup deletes only instances carrying crabbox's
-// gcp labels that this client holds a claim for, honours keep and dry
-// runs, searches every zone, and re-reads an instance before deleting it.
+// gcp labels that this client holds a claim for, honours keep (never while
+// the lease lives, like any other once it expired) and dry runs, searches every zone, and re-reads an instance before deleting it.
 func TestCleanupOwnership(t *testing.T) {
 	e := newEnv(t)
 	b := e.backend(t)
@@ -54,6 +54,8 @@ func TestCleanupOwnership(t *testing.T) {
 	e.api.addInstance(zones[0], "theirs", l)
 	kept, l := boxLabels(t, "gcp", "ready", past, func(l map[string]string) { l["keep"] = "true" })
 	e.api.addInstance(zones[0], "kept", l)
+	keptLive, l := boxLabels(t, "gcp", "ready", now, func(l map[string]string) { l["keep"] = "true" })
+	e.api.addInstance(zones[1], "kept-live", l)
 	awsLease, l := boxLabels(t, "aws", "failed", past, nil)
 	e.api.addInstance(zones[0], "aws", l)
 	prefixLease := lease.NewID()
@@ -65,7 +67,7 @@ func TestCleanupOwnership(t *testing.T) {
 	elsewhere, l := boxLabels(t, "gcp", "failed", past, nil)
 	e.api.addInstance("asia-east1-a", "elsewhere", l) // a zone this client does not use
 
-	claims := map[string]bool{ours: true, oursB: true, kept: true, awsLease: true, prefixLease: true, renewed: true, fresh: true, elsewhere: true}
+	claims := map[string]bool{ours: true, oursB: true, kept: true, keptLive: true, awsLease: true, prefixLease: true, renewed: true, fresh: true, elsewhere: true}
 	claimed := func(id string) bool { return claims[id] }
 	// The renewed lease is touched by its owner between listing and deleting.
 	e.api.onGet = func(in *computepb.Instance) {
@@ -108,36 +110,38 @@ func TestCleanupOwnership(t *testing.T) {
 		}
 	}
 	check("dry run", decide(true), map[string]outcome{
-		ours:    {true, false, "expired at"},
-		oursB:   {true, false, "state failed"},
-		theirs:  {false, false, "another client's box"},
-		kept:    {false, false, "keep=true"},
-		renewed: {true, false, "expired at"},
-		fresh:   {false, false, "live until"},
+		ours:     {true, false, "expired at"},
+		oursB:    {true, false, "state failed"},
+		theirs:   {false, false, "another client's box"},
+		kept:     {true, false, "expired at"},
+		keptLive: {false, false, "keep=true: kept while live until"},
+		renewed:  {true, false, "expired at"},
+		fresh:    {false, false, "live until"},
 	})
-	if n := len(e.api.instanceList()); n != 9 || len(e.api.log()) != 0 {
+	if n := len(e.api.instanceList()); n != 10 || len(e.api.log()) != 0 {
 		t.Fatalf("dry run changed the project: %d instances, mutations %v", n, e.api.log())
 	}
 
 	check("cleanup", decide(false), map[string]outcome{
-		ours:    {true, true, "expired at"},
-		oursB:   {true, true, "state failed"},
-		theirs:  {false, false, "another client's box"},
-		kept:    {false, false, "keep=true"},
-		renewed: {false, false, "changed since listed: live until"},
-		fresh:   {false, false, "live until"},
+		ours:     {true, true, "expired at"},
+		oursB:    {true, true, "state failed"},
+		theirs:   {false, false, "another client's box"},
+		kept:     {true, true, "expired at"},
+		keptLive: {false, false, "keep=true: kept while live until"},
+		renewed:  {false, false, "changed since listed: live until"},
+		fresh:    {false, false, "live until"},
 	})
 	var left []string
 	for _, in := range e.api.instanceList() {
 		left = append(left, in.GetName())
 	}
 	slices.Sort(left)
-	wantLeft := []string{"aws", "crabbox-" + strings.ReplaceAll(prefixLease, "_", "-"), "elsewhere", "fresh", "kept", "renewed", "theirs"}
+	wantLeft := []string{"aws", "crabbox-" + strings.ReplaceAll(prefixLease, "_", "-"), "elsewhere", "fresh", "kept-live", "renewed", "theirs"}
 	slices.Sort(wantLeft)
 	if diff := cmp.Diff(wantLeft, left); diff != "" {
 		t.Errorf("instances left (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"delete instance", "delete instance"}, events(e.api)); diff != "" {
+	if diff := cmp.Diff([]string{"delete instance", "delete instance", "delete instance"}, events(e.api)); diff != "" {
 		t.Errorf("API mutations (-want +got):\n%s", diff)
 	}
 }

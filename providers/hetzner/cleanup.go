@@ -13,10 +13,10 @@ import (
 
 // Cleanup decides for every server with crabbox's labels of this provider
 // whether to delete it (cloud.DecideCleanup: only with a claim of the
-// caller, never keep=true, expired or failed), and unless req.DryRun
-// deletes it: it re-reads the server and decides again first, so a lease
-// touched in the meantime survives, then deletes the server and the
-// lease's keys. Keys left by an acquire that never created its server are
+// caller, expired or failed, kept ones too once expired), and unless
+// req.DryRun deletes it: it re-reads the server and decides again first,
+// so a lease touched in the meantime survives, then deletes the server and
+// the lease's keys. Keys left by an acquire that never created its server are
 // decided on their own labels the same way.
 func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
 	claimed := func(id string) bool { return req.Claimed != nil && req.Claimed(id) }

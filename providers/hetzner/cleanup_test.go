@@ -40,7 +40,8 @@ func boxLabels(t *testing.T, prov, state string, created time.Time, change func(
 
 // TestCleanupOwnership: cleanup deletes only servers (and keys) carrying
 // crabbox's hetzner labels that this client holds a claim for, honours
-// keep and dry runs, and re-reads a server before deleting it.
+// keep (never while the lease lives, like any other once it expired) and
+// dry runs, and re-reads a server before deleting it.
 func TestCleanupOwnership(t *testing.T) {
 	e := newEnv(t)
 	b := e.backend(t)
@@ -52,7 +53,9 @@ func TestCleanupOwnership(t *testing.T) {
 	theirs, theirsLabels := boxLabels(t, "hetzner", "ready", past, nil)
 	e.api.addServer("theirs", theirsLabels)
 	kept, keptLabels := boxLabels(t, "hetzner", "ready", past, func(l map[string]string) { l["keep"] = "true" })
-	e.api.addServer("kept", keptLabels)
+	keptID := e.api.addServer("kept", keptLabels)
+	keptLive, keptLiveLabels := boxLabels(t, "hetzner", "ready", now, func(l map[string]string) { l["keep"] = "true" })
+	keptLiveID := e.api.addServer("kept-live", keptLiveLabels)
 	awsLease, awsLabels := boxLabels(t, "aws", "failed", past, nil)
 	awsID := e.api.addServer("aws", awsLabels)
 	prefixLease := lease.NewID()
@@ -65,7 +68,7 @@ func TestCleanupOwnership(t *testing.T) {
 	e.api.addKey("orphan", orphanLabels)
 	e.api.addKey("ours-key", oursLabels)
 
-	claims := map[string]bool{ours: true, kept: true, awsLease: true, prefixLease: true, renewed: true, fresh: true, orphan: true}
+	claims := map[string]bool{ours: true, kept: true, keptLive: true, awsLease: true, prefixLease: true, renewed: true, fresh: true, orphan: true}
 	claimed := func(id string) bool { return claims[id] }
 	// The renewed lease is touched by its owner between listing and deleting.
 	e.api.onGet = func(s *schema.Server) {
@@ -108,33 +111,35 @@ func TestCleanupOwnership(t *testing.T) {
 		}
 	}
 	check("dry run", decide(true), map[string]outcome{
-		ours:    {true, false, "expired at"},
-		theirs:  {false, false, "another client's box"},
-		kept:    {false, false, "keep=true"},
-		renewed: {true, false, "expired at"},
-		fresh:   {false, false, "live until"},
-		orphan:  {true, false, "SSH key without a server: state \"provisioning\""},
+		ours:     {true, false, "expired at"},
+		theirs:   {false, false, "another client's box"},
+		kept:     {true, false, "expired at"},
+		keptLive: {false, false, "keep=true: kept while live until"},
+		renewed:  {true, false, "expired at"},
+		fresh:    {false, false, "live until"},
+		orphan:   {true, false, "SSH key without a server: state \"provisioning\""},
 	})
-	if n := len(e.api.serverList()); n != 7 || len(e.api.log()) != 0 {
+	if n := len(e.api.serverList()); n != 8 || len(e.api.log()) != 0 {
 		t.Fatalf("dry run changed the project: %d servers, mutations %v", n, e.api.log())
 	}
 
 	check("cleanup", decide(false), map[string]outcome{
-		ours:    {true, true, "expired at"},
-		theirs:  {false, false, "another client's box"},
-		kept:    {false, false, "keep=true"},
-		renewed: {false, false, "changed since listed: live until"},
-		fresh:   {false, false, "live until"},
-		orphan:  {true, true, "SSH key without a server"},
+		ours:     {true, true, "expired at"},
+		theirs:   {false, false, "another client's box"},
+		kept:     {true, true, "expired at"},
+		keptLive: {false, false, "keep=true: kept while live until"},
+		renewed:  {false, false, "changed since listed: live until"},
+		fresh:    {false, false, "live until"},
+		orphan:   {true, true, "SSH key without a server"},
 	})
 	var left []int64
 	for _, s := range e.api.serverList() {
 		left = append(left, s.ID)
 	}
-	if slices.Contains(left, oursID) || !slices.Contains(left, awsID) || !slices.Contains(left, prefixID) || !slices.Contains(left, renewedID) || len(left) != 6 {
-		t.Errorf("servers left %v: want all but %d (ours), including the aws %d, name-prefix %d and renewed %d ones", left, oursID, awsID, prefixID, renewedID)
+	if slices.Contains(left, oursID) || slices.Contains(left, keptID) || !slices.Contains(left, keptLiveID) || !slices.Contains(left, awsID) || !slices.Contains(left, prefixID) || !slices.Contains(left, renewedID) || len(left) != 6 {
+		t.Errorf("servers left %v: want all but %d (ours) and %d (kept, expired), including the live kept %d, aws %d, name-prefix %d and renewed %d ones", left, oursID, keptID, keptLiveID, awsID, prefixID, renewedID)
 	}
-	if diff := cmp.Diff([]string{"delete server", "delete key", "delete key"}, events(e.api)); diff != "" {
+	if diff := cmp.Diff([]string{"delete server", "delete key", "delete server", "delete key"}, events(e.api)); diff != "" {
 		t.Errorf("API mutations (-want +got):\n%s", diff)
 	}
 	if k := e.api.keyList(); len(k) != 0 {

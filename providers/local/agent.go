@@ -35,7 +35,9 @@ const (
 // the body of the CLI's hidden `crabbox agent --lease-dir DIR` command,
 // which cancels ctx on SIGTERM and SIGINT.
 //
-// Once the box serves, ServeAgent writes one line "ready <port>" to ready.
+// Once the box serves, ServeAgent records its own pid and port in the
+// lease directory (proc.json and the record) and writes one line
+// "ready <port>" to ready.
 // The program that started the agent reads that line from the agent's
 // stdout and then closes its end, so nothing else may be written to stdout
 // afterwards. log receives diagnostics; the starting program sends the
@@ -139,33 +141,38 @@ func logTail(dir string) string {
 	return "; agent.log ends:\n" + strings.TrimSpace(string(b))
 }
 
-// stopAgent ends the agent serving rec, which the caller found live: it
-// signals it, waits for it to exit, and kills it if it does not. The wait
-// polls in real time, bounded by agentStopTimeout: the agent may be any
-// process's child, so there is nothing to wait on.
-func (b *Backend) stopAgent(ctx context.Context, rec record) error {
-	p, err := os.FindProcess(rec.PID)
+// stopAgent ends the agent serving the box of lease id, which the caller
+// found serving: it signals it, waits for it to exit, and kills it if it
+// does not. The wait polls in real time, bounded by agentStopTimeout: the
+// agent may be any process's child, so there is nothing to wait on. It
+// fails unless the box has stopped serving.
+func (b *Backend) stopAgent(ctx context.Context, id string, ref boxRef) error {
+	pid := ref.pid
+	p, err := os.FindProcess(pid)
 	if err != nil {
 		return nil // already gone
 	}
 	defer p.Release()
 	if err := terminate(p); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("stop agent (pid %d): %w", rec.PID, err)
+		return fmt.Errorf("stop agent (pid %d): %w", pid, err)
 	}
-	if waitExit(ctx, rec.PID, agentStopTimeout) {
+	if waitExit(ctx, pid, agentStopTimeout) {
 		return nil
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("wait for agent (pid %d) to stop: %w", rec.PID, ctx.Err())
+		return fmt.Errorf("wait for agent (pid %d) to stop: %w", pid, ctx.Err())
 	}
 	// Kill only the agent that still serves this lease, not a process that
 	// reused its pid.
-	if live(ctx, rec) {
-		b.rt.Logger.Warn("local agent did not stop; killing it", "lease", rec.ID, "pid", rec.PID)
+	if st, _ := ref.status(ctx); st == boxServing {
+		b.rt.Logger.Warn("local agent did not stop; killing it", "lease", id, "pid", pid)
 		if err := p.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			return fmt.Errorf("kill agent (pid %d): %w", rec.PID, err)
+			return fmt.Errorf("kill agent (pid %d): %w", pid, err)
 		}
-		waitExit(ctx, rec.PID, agentStopTimeout)
+		waitExit(ctx, pid, agentStopTimeout)
+		if st, _ := ref.status(ctx); st == boxServing {
+			return fmt.Errorf("agent (pid %d) still serves the box after it was killed", pid)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -73,8 +74,8 @@ func TestAgentExpires(t *testing.T) {
 }
 
 // TestDeadAgentLeftovers: when an agent dies without cleaning up, its lease
-// is no longer found or listed, and cleanup removes what it left, but only
-// for the lease's claimant.
+// is no longer found or listed, and cleanup removes what it left, claim or
+// not: its agent is gone, so nothing serves that directory again.
 func TestDeadAgentLeftovers(t *testing.T) {
 	root := t.TempDir()
 	b := newBackend(t, Config{Root: root, Agent: agentPath(t)}, nil)
@@ -101,19 +102,20 @@ func TestDeadAgentLeftovers(t *testing.T) {
 		t.Errorf("List = %v, %v; want no leases", all, err)
 	}
 	now := time.Now()
+	reason := fmt.Sprintf("its agent (pid %d) is gone: removing leftovers", pid)
 	for _, tt := range []struct {
-		claimed bool
-		want    provider.CleanupDecision
+		dryRun bool
+		want   provider.CleanupDecision
 	}{
-		{false, provider.CleanupDecision{LeaseID: req.LeaseID, Slug: req.Slug, Reason: "no local claim: not ours"}},
-		{true, provider.CleanupDecision{LeaseID: req.LeaseID, Slug: req.Slug, Delete: true, Deleted: true, Reason: "agent not running: removing leftovers"}},
+		{true, provider.CleanupDecision{LeaseID: req.LeaseID, Slug: req.Slug, Delete: true, Reason: reason}},
+		{false, provider.CleanupDecision{LeaseID: req.LeaseID, Slug: req.Slug, Delete: true, Deleted: true, Reason: reason}},
 	} {
-		got, err := b.Cleanup(t.Context(), provider.CleanupRequest{Now: now, Claimed: func(string) bool { return tt.claimed }})
+		got, err := b.Cleanup(t.Context(), provider.CleanupRequest{DryRun: tt.dryRun, Now: now, Claimed: func(string) bool { return false }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff([]provider.CleanupDecision{tt.want}, got); diff != "" {
-			t.Errorf("Cleanup (claimed=%v) decisions (-want +got):\n%s", tt.claimed, diff)
+			t.Errorf("Cleanup (dry run: %v) decisions (-want +got):\n%s", tt.dryRun, diff)
 		}
 	}
 	checkEmpty(t, root)

@@ -137,6 +137,12 @@ func (b *Backend) create(dir string, req provider.AcquireRequest) error {
 		return fmt.Errorf("create lease directory: %w", err)
 	}
 	err := func() error {
+		// Before anything else: the directory is this process's until a
+		// box serves it, and its leftovers are known for such once the
+		// process is gone.
+		if err := writeProc(dir, proc{PID: os.Getpid()}); err != nil {
+			return fmt.Errorf("write %s: %w", procFile, err)
+		}
 		hostKey, err := newHostKey(dir)
 		if err != nil {
 			return fmt.Errorf("host key: %w", err)
@@ -267,7 +273,8 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 type entry struct {
 	id, dir string
 	rec     record
-	ok      bool // rec was read
+	ok      bool  // rec was read
+	err     error // why not, when !ok
 	modTime time.Time
 }
 
@@ -290,11 +297,10 @@ func (b *Backend) scan() []entry {
 		if info, err := de.Info(); err == nil {
 			e.modTime = info.ModTime()
 		}
-		var err error
-		if e.rec, err = readRecord(e.dir); err == nil {
+		if e.rec, e.err = readRecord(e.dir); e.err == nil {
 			e.ok = true
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			b.rt.Logger.Warn("read local lease record", "lease", e.id, "err", err)
+		} else if !errors.Is(e.err, fs.ErrNotExist) {
+			b.rt.Logger.Warn("read local lease record", "lease", e.id, "err", e.err)
 		}
 		out = append(out, e)
 	}
@@ -367,13 +373,18 @@ func (b *Backend) remove(ctx context.Context, id string) error {
 		}
 		return errors.Join(bx.err, removeDir(dir))
 	}
-	rec, err := readRecord(dir)
-	if err == nil && live(ctx, rec) {
-		if rec.PID == 0 {
-			return fmt.Errorf("box is served in-process by another program, which stops it when it closes its backend or at %s: %w",
-				rec.ExpiresAt.Format(time.RFC3339), provider.ErrPrecondition)
+	// The record may be unreadable while an agent still serves the box:
+	// locate falls back to proc.json, which the serving process wrote.
+	ref := locate(dir)
+	switch st, why := ref.status(ctx); st {
+	case boxUnknown:
+		return fmt.Errorf("cannot tell whether the box still serves, so it is left alone: %s; stop its process and remove %s by hand", why, dir)
+	case boxServing:
+		if !ref.agent {
+			return fmt.Errorf("box is served in-process by another program (pid %d), which stops it when it closes its backend or at the lease's expiry: %w",
+				ref.pid, provider.ErrPrecondition)
 		}
-		if err := b.stopAgent(ctx, rec); err != nil {
+		if err := b.stopAgent(ctx, id, ref); err != nil {
 			return err
 		}
 	}

@@ -73,7 +73,16 @@ func serve(ctx context.Context, dir string, o serveOptions) error {
 	}
 
 	port := l.Addr().(*net.TCPAddr).Port
-	rec, err = updateRecord(dir, func(r *record) { r.Port, r.PID = port, o.pid })
+	// proc.json first: from now on a release finds the box by it even
+	// should the record go bad.
+	server := proc{PID: o.pid, Port: port, Agent: o.pid != 0}
+	if server.PID == 0 {
+		server.PID = os.Getpid()
+	}
+	err = writeProc(dir, server)
+	if err == nil {
+		rec, err = updateRecord(dir, func(r *record) { r.Port, r.PID = port, o.pid })
+	}
 	if err == nil {
 		err = o.ready(port)
 	}

@@ -13,9 +13,12 @@ import (
 const startGrace = 2 * time.Minute
 
 // Cleanup decides for every lease directory under the root whether to
-// delete it, and unless req.DryRun deletes it: expired boxes and the
-// leftovers of boxes that stopped running, but only leases the caller
-// claims.
+// delete it, and unless req.DryRun deletes it. A box that serves is never
+// deleted unless the caller claims it and it expired. The leftovers of a
+// box that does not serve are deleted when the caller claims the lease, or,
+// claim or not, when the process that set the lease up or served its box
+// is gone: nothing can serve that directory again, and the root is this
+// user's own.
 func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
 	var out []provider.CleanupDecision
 	for _, e := range b.scan() {
@@ -39,21 +42,33 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 // decide is cleanup's decision about one lease directory.
 func (b *Backend) decide(ctx context.Context, e entry, req provider.CleanupRequest) provider.CleanupDecision {
 	d := provider.CleanupDecision{LeaseID: e.id, Slug: e.rec.Slug}
+	claimed := req.Claimed != nil && req.Claimed(e.id)
+	ref := locateWith(e.dir, e.rec, e.err)
+	status, why := ref.status(ctx)
+	starting := (!e.ok || e.rec.Port == 0) && ref.port == 0 && req.Now.Before(e.modTime.Add(startGrace))
 	switch {
-	case req.Claimed == nil || !req.Claimed(e.id):
+	case status == boxServing && !claimed:
 		d.Reason = "no local claim: not ours"
-	case e.ok && live(ctx, e.rec):
-		if req.Now.Before(e.rec.ExpiresAt) {
-			d.Reason = "live until " + e.rec.ExpiresAt.Format(time.RFC3339)
-		} else {
-			d.Delete, d.Reason = true, "expired at "+e.rec.ExpiresAt.Format(time.RFC3339)
-		}
-	case (!e.ok || e.rec.Port == 0) && req.Now.Before(e.modTime.Add(startGrace)):
+	case status == boxServing && !e.ok:
+		d.Reason = "serving, but its lease record is unreadable: left alone until the box ends (release stops it)"
+	case status == boxServing && req.Now.Before(e.rec.ExpiresAt):
+		d.Reason = "live until " + e.rec.ExpiresAt.Format(time.RFC3339)
+	case status == boxServing:
+		d.Delete, d.Reason = true, "expired at "+e.rec.ExpiresAt.Format(time.RFC3339)
+	case status == boxUnknown:
+		d.Reason = "cannot tell whether its box serves, left alone: " + why
+	case ref.processGone():
+		// Claim or not: the box does not serve and its process is gone,
+		// so nothing can ever serve this directory again.
+		d.Delete, d.Reason = true, "its "+ref.what()+" is gone: removing leftovers"
+	case !claimed:
+		d.Reason = "no local claim: not ours"
+	case starting:
 		d.Reason = "not serving yet: acquire may be in progress"
 	case !e.ok:
 		d.Delete, d.Reason = true, "no lease record: removing leftovers"
 	default:
-		d.Delete, d.Reason = true, "agent not running: removing leftovers"
+		d.Delete, d.Reason = true, "box not serving: removing leftovers"
 	}
 	return d
 }

@@ -23,17 +23,21 @@ var errProbeDone = errors.New("local: liveness probe done")
 // handshake with exactly the record's host key. A reused port (another
 // program, or another lease's box) does not count, so neither does a stale
 // record of a process that died.
-func live(ctx context.Context, r record) bool {
-	if r.Port <= 0 {
+func live(ctx context.Context, r record) bool { return probe(ctx, r.Port, r.HostKey) }
+
+// probe reports whether loopback port answers an SSH handshake with
+// exactly hostKey (authorized_keys form).
+func probe(ctx context.Context, port int, hostKey string) bool {
+	if port <= 0 {
 		return false
 	}
-	want, err := parsePublicKey(r.HostKey)
+	want, err := parsePublicKey(hostKey)
 	if err != nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	addr := net.JoinHostPort(loopback, strconv.Itoa(r.Port))
+	addr := net.JoinHostPort(loopback, strconv.Itoa(port))
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -27,7 +29,15 @@ import (
 // at the test binary itself, as the CLI's points at crabbox.
 const testAgentEnv = "CRABBOX_LOCAL_TEST_AGENT"
 
+// testOneShotEnv makes the test binary act as a one-shot run that serves
+// its box in-process under the root the variable names, until it is killed
+// (see TestKilledOneShotLeftovers).
+const testOneShotEnv = "CRABBOX_LOCAL_TEST_ONESHOT"
+
 func TestMain(m *testing.M) {
+	if root := os.Getenv(testOneShotEnv); root != "" {
+		os.Exit(runTestOneShot(root))
+	}
 	if os.Getenv(testAgentEnv) == "1" {
 		os.Exit(runTestAgent(os.Args[1:]))
 	}
@@ -58,6 +68,38 @@ func runTestAgent(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// runTestOneShot acquires an in-process box under root, puts a file into
+// its work root as a sync would, says "ready <leaseID>" and serves the box
+// until the process is killed.
+func runTestOneShot(root string) int {
+	b, err := New(Config{Root: root}, provider.Runtime{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	key, err := lease.NewKey()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	now := time.Now()
+	target, err := b.Acquire(context.Background(), provider.AcquireRequest{
+		LeaseID: lease.NewID(), Slug: "one-shot", PublicKey: key.AuthorizedKey(),
+		TTL: time.Hour, IdleTimeout: time.Hour, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+	})
+	if err == nil {
+		err = os.WriteFile(filepath.Join(target.WorkRoot, "synced.txt"), []byte("a synced copy\n"), 0o600)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("ready %s\n", target.LeaseID)
+	// Until killed; should the test die first, stdin ends and so does this.
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 1
 }
 
 // agentPath is the test binary, which serves as the agent.

@@ -2,7 +2,10 @@
 // machine, served by crabbox's own SSH server on 127.0.0.1.
 //
 // Every lease gets a private directory <Root>/<leaseID>/ holding the
-// provider's record (lease.json), the box's own host key and the work root.
+// provider's record (lease.json), the box's own host key, the work root, and
+// proc.json, naming the process that set the lease up and then the one
+// serving its box (so a box is stopped, and a dead process's leftovers
+// recognised, even when the record is unreadable).
 // The box accepts only the lease key, for the current user, and its host key
 // is returned with the lease, so the first connection is already strict.
 //

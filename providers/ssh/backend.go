@@ -313,16 +313,17 @@ func (b *Backend) sweep(ctx context.Context, r record, claimed func(string) bool
 }
 
 // decide is cleanup's rule for one lease: only an expired lease the caller
-// holds a claim for, and that is not kept, is deleted.
+// holds a claim for is deleted. keep=true holds a lease while it lives,
+// never beyond its expiry.
 func decide(r record, claimed func(string) bool, now time.Time) provider.CleanupDecision {
 	d := provider.CleanupDecision{LeaseID: r.LeaseID, Slug: r.Slug}
 	switch {
 	case claimed == nil || !claimed(r.LeaseID):
 		d.Reason = "no local claim: another client's lease"
-	case r.Keep:
-		d.Reason = "kept (keep=true)"
 	case r.ExpiresAt.IsZero():
 		d.Reason = "no expiry recorded"
+	case now.Before(r.ExpiresAt) && r.Keep:
+		d.Reason = "kept (keep=true) while live until " + r.ExpiresAt.UTC().Format(time.RFC3339)
 	case now.Before(r.ExpiresAt):
 		d.Reason = "live until " + r.ExpiresAt.UTC().Format(time.RFC3339)
 	default:

@@ -46,11 +46,15 @@ type CleanupDecision struct {
 //   - no crabbox=true, another provider, no valid lease ID or no valid
 //     expires_at: skip (not ours, or unknown);
 //   - no record (claim or coordinator record): skip, another client's box;
-//   - keep=true: never delete;
-//   - state failed or released (on the box or in the record): delete;
+//   - state failed or released (on the box or in the record): delete, kept
+//     or not: an acquire that failed or a release that was asked for left
+//     no lease to keep;
+//   - before expires_at: skip, the lease is live (keep=true changes only
+//     the reason: a kept box is never deleted while its lease lives);
 //   - past expires_at: delete when ready; when provisioning, running or in
-//     an unknown state only once the grace period after expiry has passed;
-//   - otherwise keep until expires_at.
+//     an unknown state only once the grace period after expiry has passed.
+//     keep=true does not hold a box past its expiry: an expired kept box
+//     (Hetzner and Azure bill a stopped one) is cleaned up like any other.
 //
 // It is a pure function; callers run it again on the freshly re-read box
 // just before deleting, so a lease touched in the meantime survives.
@@ -78,9 +82,6 @@ func DecideCleanup(in CleanupInput) CleanupDecision {
 	if !in.Record.Found {
 		return skip("no claim for lease %s: another client's box", info.LeaseID)
 	}
-	if info.Keep {
-		return skip("%s=true: never deleted by cleanup", LabelKeep)
-	}
 	for _, state := range []string{in.Record.State, info.State} {
 		if state == StateFailed || state == StateReleased {
 			return del("state %s", state)
@@ -88,6 +89,9 @@ func DecideCleanup(in CleanupInput) CleanupDecision {
 	}
 	expires := info.ExpiresAt.Format(time.RFC3339)
 	if in.Now.Before(info.ExpiresAt) {
+		if info.Keep {
+			return skip("%s=true: kept while live until %s", LabelKeep, expires)
+		}
 		return skip("live until %s", expires)
 	}
 	if info.State == StateReady {

@@ -25,6 +25,7 @@ func TestDecideCleanup(t *testing.T) {
 		return l
 	}
 	owned := cloud.Record{Found: true}
+	kept := func(l map[string]string) { l["keep"] = "true" }
 	before, atExpiry, afterExpiry := expires.Add(-time.Second), expires, expires.Add(time.Second)
 	inGrace, graceEnd := expires.Add(grace-time.Second), expires.Add(grace)
 	tests := []struct {
@@ -49,9 +50,17 @@ func TestDecideCleanup(t *testing.T) {
 		{"no claim, failed", boxLabels("failed", nil), "hetzner", cloud.Record{}, graceEnd, 0, false, "another client's box"},
 		{"no claim, expired ready", boxLabels("ready", nil), "hetzner", cloud.Record{}, graceEnd, 0, false, "another client's box"},
 		{"no claim, record state failed", boxLabels("ready", nil), "hetzner", cloud.Record{State: "failed"}, graceEnd, 0, false, "another client's box"},
-		// keep=true: never.
-		{"keep, failed", boxLabels("failed", func(l map[string]string) { l["keep"] = "true" }), "hetzner", owned, graceEnd, 0, false, "keep=true"},
-		{"keep, expired ready", boxLabels("ready", func(l map[string]string) { l["keep"] = "true" }), "hetzner", owned, graceEnd, 0, false, "keep=true"},
+		// keep=true: never while the lease lives; once expired like any other.
+		{"keep, ready before expiry", boxLabels("ready", kept), "hetzner", owned, before, 0, false, "keep=true: kept while live until"},
+		{"keep, running before expiry", boxLabels("running", kept), "hetzner", owned, before, 0, false, "keep=true: kept while live until"},
+		{"keep, ready at expiry", boxLabels("ready", kept), "hetzner", owned, atExpiry, 0, true, "expired at"},
+		{"keep, ready after expiry", boxLabels("ready", kept), "hetzner", owned, afterExpiry, 0, true, "expired at"},
+		{"keep, running in grace", boxLabels("running", kept), "hetzner", owned, inGrace, 0, false, "waiting for the grace period"},
+		{"keep, running past grace", boxLabels("running", kept), "hetzner", owned, graceEnd, 0, true, "past the 12h0m0s grace period"},
+		{"keep, failed before expiry", boxLabels("failed", kept), "hetzner", owned, before, 0, true, "state failed"},
+		{"keep, record released before expiry", boxLabels("ready", kept), "hetzner", cloud.Record{Found: true, State: "released"}, before, 0, true, "state released"},
+		{"keep, no claim, expired", boxLabels("ready", kept), "hetzner", cloud.Record{}, graceEnd, 0, false, "another client's box"},
+		{"keep=false, before expiry", boxLabels("ready", func(l map[string]string) { l["keep"] = "false" }), "hetzner", owned, before, 0, false, "live until"},
 		// failed or released: delete, even before expiry.
 		{"failed before expiry", boxLabels("failed", nil), "hetzner", owned, before, 0, true, "state failed"},
 		{"released before expiry", boxLabels("released", nil), "hetzner", owned, before, 0, true, "state released"},
