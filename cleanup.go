@@ -221,8 +221,9 @@ func (c *Client) backendDecision(name string, d provider.CleanupDecision, claime
 }
 
 // unfinishedDecision decides about a claim whose acquire (or a one-shot
-// run's release) did not finish: failed, or acquiring while its process is
-// gone (or for longer than acquireGrace). ok is false for other claims.
+// run's release) did not finish: failed, acquiring while its process is
+// gone (or for longer than acquireGrace), or a lease not kept whose
+// process is gone. ok is false for other claims.
 func (c *Client) unfinishedDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, dryRun bool) (d CleanupDecision, ok bool) {
 	d = CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete}
 	dead := cl.Process != nil && cl.Process.Gone()
@@ -231,6 +232,8 @@ func (c *Client) unfinishedDecision(ctx context.Context, b provider.SSHLeaseBack
 		d.Reason = "acquire or release did not finish: releasing what is left"
 	case cl.State == lease.StateAcquiring && dead:
 		d.Reason = fmt.Sprintf("acquire did not finish (%s is gone): releasing what is left", cl.Process)
+	case cl.State == lease.StateReady && !cl.Keep && dead:
+		d.Reason = fmt.Sprintf("one-shot lease whose process (%s) is gone: releasing it", cl.Process)
 	case cl.State == lease.StateAcquiring && c.rt.Clock.Since(cl.CreatedAt) > acquireGrace:
 		d.Reason = "acquire did not finish within " + acquireGrace.String() + ": releasing what is left"
 	case cl.State == lease.StateAcquiring:

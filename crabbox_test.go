@@ -239,7 +239,7 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 			reg := provider.NewRegistry()
 			reg.Register(p)
 			c := newClient(t, t.TempDir(), crabbox.WithRegistry(reg))
-			_, err := c.Run(ctx, crabbox.RunRequest{Command: []string{"true"}, Root: t.TempDir()})
+			_, err := c.Run(ctx, crabbox.RunRequest{Command: []string{"true"}, Root: gitRepo(t)})
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("Run: err = %v, want context.Canceled", err)
 			}

@@ -31,8 +31,12 @@ type AcquireOptions struct {
 	Slug        string
 	TTL         time.Duration // default 90m
 	IdleTimeout time.Duration // default 30m
-	Keep        bool
-	Labels      map[string]string
+	// Keep makes the lease outlive the process that acquired it (a warm
+	// lease, reused from other processes until stopped or expired).
+	// Without it the lease belongs to that process: should the process
+	// die without releasing it, cleanup releases it at once.
+	Keep   bool
+	Labels map[string]string
 }
 
 // Lease is a box held by this client: a claim in the lease store and, once

@@ -269,6 +269,10 @@ func (c *Client) run(ctx context.Context, req RunRequest, co checkoutDir, start 
 	defer func() {
 		if acquired && req.KeepOnFailure && err == nil && res.ExitCode != 0 {
 			res.Kept = true
+			// The lease now outlives this process (see AcquireOptions.Keep).
+			if _, kerr := c.store.Update(l.ID(), func(cl *lease.Claim) error { cl.Keep = true; return nil }); kerr != nil {
+				c.log.Warn("kept lease not marked kept; cleanup may release it once this process ends", "lease", l.ID(), "err", kerr)
+			}
 		}
 		if res.Kept {
 			err = errors.Join(err, l.Close())
@@ -400,7 +404,9 @@ func (c *Client) leaseFor(ctx context.Context, req RunRequest) (l *Lease, acquir
 		l, err = c.Resolve(ctx, req.Lease)
 		return l, false, err
 	}
-	l, err = c.Acquire(ctx, req.Acquire)
+	opts := req.Acquire
+	opts.Keep = opts.Keep || req.Keep
+	l, err = c.Acquire(ctx, opts)
 	return l, true, err
 }
 

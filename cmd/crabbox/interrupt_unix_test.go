@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crabbox-dev/crabbox"
 )
 
 // started is a CLI process started by a test, its stdout read line by line.
@@ -261,4 +264,33 @@ func TestIgnoredSignalStaysIgnored(t *testing.T) {
 	s.signal(t, syscall.SIGTERM)
 	s.checkInterrupted(t, 128+int(syscall.SIGTERM), "SIGTERM")
 	checkNoLeases(t, env, repo)
+}
+
+// A run killed outright (SIGKILL: no cleanup of its own) leaves a claim
+// that names its dead process, so the next cleanup releases the one-shot
+// lease at once, and a warm lease it used stays.
+func TestKilledRunIsCleanedUpAtOnce(t *testing.T) {
+	t.Parallel()
+	env, repo := stateEnv(t), gitRepo(t)
+	warm := crabboxCmd(t, env, repo, "warmup", "--slug", "warm-crab")
+	if warm.code != 0 {
+		t.Fatalf("warmup: exit %d, stderr %q", warm.code, warm.stderr)
+	}
+	t.Cleanup(func() { crabboxCmd(t, env, repo, "stop", "warm-crab") })
+	s := startCLI(t, env, repo, "run", "--", "sh", "-c", "echo started; sleep 300")
+	s.expectLine(t, "started")
+	s.signal(t, syscall.SIGKILL)
+	<-s.done
+	r := crabboxCmd(t, env, repo, "cleanup", "--json")
+	if r.code != 0 {
+		t.Fatalf("cleanup: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = crabboxCmd(t, env, repo, "list", "--json")
+	var infos []crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil {
+		t.Fatalf("list --json = %q: %v", r.stdout, err)
+	}
+	if len(infos) != 1 || infos[0].Slug != "warm-crab" || infos[0].State != "ready" {
+		t.Errorf("leases after cleanup = %+v, want only warm-crab, ready", infos)
+	}
 }

@@ -349,3 +349,42 @@ func deadProcess(t *testing.T) *lease.Process {
 	p.PID = cmd.Process.Pid
 	return &p
 }
+
+// TestCleanupReleasesOrphanedOneShotLease: a one-shot lease whose process
+// died (SIGKILL mid-run) is released by the next cleanup at once, while a
+// kept lease of a process that ended is left until it expires.
+func TestCleanupReleasesOrphanedOneShotLease(t *testing.T) {
+	e := newEnv(t)
+	client := newClient(t, e, clockwork.NewRealClock())
+	ctx := context.Background()
+	oneShot, err := client.Acquire(ctx, crabbox.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := client.Acquire(ctx, crabbox.AcquireOptions{Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Stop(ctx, kept.ID())
+	for _, l := range []*crabbox.Lease{oneShot, kept} {
+		l.Close()
+		if _, err := client.Store().Update(l.ID(), func(cl *lease.Claim) error { cl.Process = deadProcess(t); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := client.Cleanup(ctx, crabbox.CleanupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range ds {
+		got[d.LeaseID] = d.Action + " " + d.Result
+	}
+	want := map[string]string{oneShot.ID(): "delete deleted", kept.ID(): "keep "}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("cleanup decisions (-want +got):\n%s", diff)
+	}
+	if s := e.api.serverList(); len(s) != 1 || s[0].Labels["lease"] != kept.ID() {
+		t.Errorf("servers after cleanup: %+v, want only the kept lease's", s)
+	}
+}
