@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	gosync "sync"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jonboulle/clockwork"
+	coordbroker "github.com/crabbox-dev/crabbox/coordinator/broker"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
@@ -166,7 +163,7 @@ func (c *Client) brokerFor(name string) (b provider.SSHLeaseBackend, ok bool, er
 	if !isSSH {
 		return nil, true, fmt.Errorf("provider %q runs commands itself (%s); it has no SSH leases", canonical, direct.Spec().Kind)
 	}
-	b = newRegisteredBackend(sb, c.broker.coord, c.store, c.log)
+	b = coordbroker.NewRegistered(sb, c.broker.coord, c.store, c.log)
 	c.broker.backends[canonical] = b
 	return b, true, nil
 }
@@ -184,267 +181,13 @@ func (c *Client) brokered(name string) (provider.SSHLeaseBackend, error) {
 	if b, ok := c.broker.backends[key]; ok {
 		return b, nil
 	}
-	extra, err := brokeredRequest(canonical, c.configs[canonical], linked)
+	settings, err := coordbroker.Settings(canonical, c.configs[canonical], linked)
 	if err != nil {
 		return nil, err
 	}
-	b := &brokeredBackend{
-		name: canonical, coord: c.broker.coord, store: c.store, clock: c.rt.Clock,
-		extra: extra, pollInterval: 2 * time.Second,
-	}
+	b := coordbroker.NewBrokered(c.broker.coord, canonical, settings, c.store, c.rt.Clock)
 	c.broker.backends[key] = b
 	return b, nil
-}
-
-// brokeredKeys are the provider settings a brokered lease request carries.
-// Everything else (credentials above all) stays with the coordinator.
-var brokeredKeys = []string{"target", "class", "server-type", "location", "image", "ssh-user", "work-root"}
-
-func brokeredRequest(name string, cfg provider.Config, linked bool) (api.LeaseRequest, error) {
-	var req api.LeaseRequest
-	for k, v := range cfg {
-		switch k {
-		case "target":
-			req.Target = api.Target(v)
-		case "class":
-			req.Class = v
-		case "server-type":
-			req.ServerType = v
-		case "location":
-			req.Location = v
-		case "image":
-			req.Image = v
-		case "ssh-user":
-			req.SSHUser = v
-		case "work-root":
-			req.WorkRoot = v
-		default:
-			if !linked {
-				return req, fmt.Errorf("provider %q (brokered by the coordinator): unknown config key %q (known: %s)", name, k, strings.Join(brokeredKeys, ", "))
-			}
-		}
-	}
-	return req, nil
-}
-
-// brokeredBackend is an SSH-lease backend whose lifecycle goes through the
-// coordinator: create, resolve, list, heartbeat and release are coordinator
-// calls, and the box it returns is reached directly over SSH.
-type brokeredBackend struct {
-	name         string
-	coord        *coordclient.Client
-	store        *lease.Store
-	clock        clockwork.Clock
-	extra        api.LeaseRequest
-	pollInterval time.Duration
-}
-
-func (b *brokeredBackend) Spec() provider.Spec {
-	return provider.Spec{
-		Name:        b.name,
-		Description: "leases brokered by the coordinator at " + b.coord.URL(),
-		Kind:        provider.KindSSHLease,
-		Targets:     []provider.Target{provider.TargetLinux},
-		Features:    []provider.Feature{provider.FeatureSSH},
-		Coordinator: provider.CoordinatorSupported,
-	}
-}
-
-func (b *brokeredBackend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
-	lr := b.extra
-	lr.LeaseID, lr.Slug, lr.Provider = req.LeaseID, req.Slug, b.name
-	lr.SSHPublicKey = req.PublicKey
-	lr.TTLSeconds, lr.IdleTimeoutSeconds = seconds(req.TTL), seconds(req.IdleTimeout)
-	lr.Keep, lr.Labels = req.Keep, maps.Clone(req.Labels)
-	l, err := b.coord.CreateLease(ctx, lr)
-	if err != nil {
-		return provider.LeaseTarget{}, err
-	}
-	for l.State == api.LeaseProvisioning {
-		t := b.clock.NewTimer(b.pollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return provider.LeaseTarget{}, fmt.Errorf("lease %s still provisioning at the coordinator: %w", l.ID, ctx.Err())
-		case <-t.Chan():
-		}
-		if l, err = b.coord.GetLease(ctx, req.LeaseID); err != nil {
-			return provider.LeaseTarget{}, err
-		}
-	}
-	return b.target(req.LeaseID, l)
-}
-
-func seconds(d time.Duration) int { return int(d / time.Second) }
-
-// target converts the coordinator's lease into an SSH target, rejecting an
-// answer for another lease or provider, or one that cannot be reached.
-func (b *brokeredBackend) target(id string, l api.Lease) (provider.LeaseTarget, error) {
-	bad := func(format string, args ...any) (provider.LeaseTarget, error) {
-		return provider.LeaseTarget{}, fmt.Errorf("coordinator lease %s: "+format, append([]any{id}, args...)...)
-	}
-	switch {
-	case l.ID != id:
-		return bad("answer names lease %q", l.ID)
-	case l.Provider != "" && l.Provider != b.name:
-		return bad("answer names provider %q, want %q", l.Provider, b.name)
-	case l.State != api.LeaseActive:
-		msg := ""
-		if l.FailureError != "" {
-			msg = ": " + l.FailureError
-		}
-		return bad("is %s, not active%s: %w", l.State, msg, provider.ErrNotFound)
-	case l.Host == "":
-		return bad("no SSH host")
-	case l.SSHUser == "":
-		return bad("no SSH user")
-	case l.WorkRoot == "":
-		return bad("no work root")
-	}
-	portStr := l.SSHPort
-	if portStr == "" {
-		portStr = api.DefaultSSHPort
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port <= 0 || port > 65535 {
-		return bad("SSH port %q is not a port number", l.SSHPort)
-	}
-	return provider.LeaseTarget{
-		LeaseID: l.ID, Slug: l.Slug, Provider: b.name, CloudID: l.CloudID,
-		Host: l.Host, Port: port, User: l.SSHUser, HostKey: l.SSHHostKey, WorkRoot: l.WorkRoot,
-		State: string(l.State), Labels: l.Labels, CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
-	}, nil
-}
-
-func (b *brokeredBackend) Resolve(ctx context.Context, req provider.ResolveRequest) (provider.LeaseTarget, error) {
-	l, err := b.coord.GetLease(ctx, req.ID)
-	if err != nil {
-		return provider.LeaseTarget{}, err
-	}
-	return b.target(l.ID, l)
-}
-
-func (b *brokeredBackend) List(ctx context.Context, _ provider.ListRequest) ([]provider.LeaseTarget, error) {
-	ls, err := b.coord.ListLeases(ctx, coordclient.ListLeasesOptions{
-		State: api.LeaseActive, Provider: b.name, Limit: api.MaxLeaseListLimit,
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]provider.LeaseTarget, 0, len(ls))
-	for _, l := range ls {
-		t, err := b.target(l.ID, l)
-		if err != nil { // listed, so live, even if not reachable as described
-			t = provider.LeaseTarget{LeaseID: l.ID, Slug: l.Slug, Provider: b.name, State: string(l.State)}
-		}
-		out = append(out, t)
-	}
-	return out, nil
-}
-
-func (b *brokeredBackend) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	hb := api.HeartbeatRequest{ExpectedProvider: b.name}
-	if cl, err := b.store.Get(req.Lease.LeaseID); err == nil && cl.IdleSeconds > 0 {
-		hb.IdleTimeoutSeconds = int(cl.IdleSeconds)
-	}
-	l, err := b.coord.Heartbeat(ctx, req.Lease.LeaseID, hb)
-	if err != nil {
-		return provider.LeaseTarget{}, err
-	}
-	return b.target(req.Lease.LeaseID, l)
-}
-
-func (b *brokeredBackend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest) error {
-	del := true
-	_, err := b.coord.Release(ctx, req.Lease.LeaseID, api.ReleaseRequest{Delete: &del, ExpectedProvider: b.name})
-	if alreadyOver(err) {
-		return nil
-	}
-	return err
-}
-
-// alreadyOver reports whether a release failed only because the lease is
-// already gone or ended.
-func alreadyOver(err error) bool {
-	return errors.Is(err, provider.ErrNotFound) ||
-		coordclient.IsCode(err, api.CodeLeaseEnded) || coordclient.IsCode(err, api.CodeLeaseExpired)
-}
-
-// registeredBackend runs a provider direct and records its leases with the
-// coordinator. The coordinator's record is inventory: failing to update it
-// is logged, never fatal, and the coordinator never touches the box.
-type registeredBackend struct {
-	provider.SSHLeaseBackend
-	coord *coordclient.Client
-	store *lease.Store
-	log   *slog.Logger
-}
-
-// registeredCleanupBackend keeps the direct backend's cleanup.
-type registeredCleanupBackend struct {
-	*registeredBackend
-	cleanup provider.CleanupBackend
-}
-
-func (r registeredCleanupBackend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
-	return r.cleanup.Cleanup(ctx, req)
-}
-
-func newRegisteredBackend(b provider.SSHLeaseBackend, coord *coordclient.Client, store *lease.Store, log *slog.Logger) provider.SSHLeaseBackend {
-	r := &registeredBackend{SSHLeaseBackend: b, coord: coord, store: store, log: log}
-	if cb, ok := b.(provider.CleanupBackend); ok {
-		return registeredCleanupBackend{registeredBackend: r, cleanup: cb}
-	}
-	return r
-}
-
-func (r *registeredBackend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
-	t, err := r.SSHLeaseBackend.Acquire(ctx, req)
-	if err != nil {
-		return t, err
-	}
-	r.register(ctx, t, seconds(req.TTL), seconds(req.IdleTimeout), req.Keep, req.Labels)
-	return t, nil
-}
-
-func (r *registeredBackend) register(ctx context.Context, t provider.LeaseTarget, ttl, idle int, keep bool, labels map[string]string) {
-	_, err := r.coord.Register(ctx, t.LeaseID, api.RegistrationRequest{
-		Slug: t.Slug, Provider: r.Spec().Name, Target: api.TargetLinux, CloudID: t.CloudID,
-		Host: t.Host, SSHUser: t.User, SSHPort: strconv.Itoa(t.Port), SSHHostKey: t.HostKey,
-		WorkRoot: t.WorkRoot, TTLSeconds: ttl, IdleTimeoutSeconds: idle, Keep: keep, Labels: labels,
-	})
-	if err != nil {
-		r.log.Warn("lease not registered with the coordinator", "lease", t.LeaseID, "err", err)
-	}
-}
-
-func (r *registeredBackend) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	t, err := r.SSHLeaseBackend.Touch(ctx, req)
-	if err != nil {
-		return t, err
-	}
-	_, err = r.coord.Heartbeat(ctx, t.LeaseID, api.HeartbeatRequest{ExpectedProvider: r.Spec().Name})
-	if errors.Is(err, provider.ErrNotFound) {
-		if cl, gerr := r.store.Get(t.LeaseID); gerr == nil {
-			r.register(ctx, t, int(cl.TTLSeconds), int(cl.IdleSeconds), cl.Keep, cl.Labels)
-			return t, nil
-		}
-	}
-	if err != nil {
-		r.log.Warn("coordinator heartbeat of a registered lease failed", "lease", t.LeaseID, "err", err)
-	}
-	return t, nil
-}
-
-func (r *registeredBackend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest) error {
-	if err := r.SSHLeaseBackend.ReleaseLease(ctx, req); err != nil {
-		return err
-	}
-	_, err := r.coord.Release(ctx, req.Lease.LeaseID, api.ReleaseRequest{ExpectedProvider: r.Spec().Name})
-	if err != nil && !alreadyOver(err) {
-		r.log.Warn("registered lease not released at the coordinator", "lease", req.Lease.LeaseID, "err", err)
-	}
-	return nil
 }
 
 // Run recording.
@@ -527,19 +270,12 @@ func (w recordWriter) Write(p []byte) (int, error) {
 	return w.w.Write(p)
 }
 
-// coordinatorKnown is a backend whose leases the coordinator has a record
-// of: brokered ones, and direct ones registered with it.
-type coordinatorKnown interface{ knownToCoordinator() }
-
-func (*brokeredBackend) knownToCoordinator()   {}
-func (*registeredBackend) knownToCoordinator() {}
-
 // leased creates the run once the lease is known. The run names the lease
 // only when the coordinator knows it (brokered or registered); a direct
 // lease's run is recorded on its own.
 func (r *runRecorder) leased(l *Lease) {
 	leaseID := ""
-	if _, ok := l.backend.(coordinatorKnown); ok {
+	if cl := l.Claim(); (cl.Route == lease.RouteBrokered || cl.Route == lease.RouteRegistered) && cl.Coordinator == r.coord.URL() {
 		leaseID = l.ID()
 	}
 	r.create(leaseID, l.Provider())

@@ -195,26 +195,3 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("unknown provider check = %+v, want a failure naming it", last)
 	}
 }
-
-func TestDescribeProvider(t *testing.T) {
-	reg := provider.NewRegistry()
-	reg.Register(local.Provider{})
-	info, err := crabbox.DescribeProvider(reg, local.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got [][3]string
-	for _, o := range info.Options {
-		got = append(got, [3]string{o.Key, o.Flag, o.Env})
-	}
-	want := [][3]string{{"root", "local-root", "CRABBOX_LOCAL_ROOT"}, {"agent", "local-agent", "CRABBOX_LOCAL_AGENT"}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("options (-want +got):\n%s", diff)
-	}
-	if all := crabbox.ProviderInfos(reg); len(all) != 1 || all[0].Name != local.Name || all[0].Kind != provider.KindSSHLease {
-		t.Errorf("ProviderInfos = %+v", all)
-	}
-	if _, err := crabbox.DescribeProvider(reg, "nope"); err == nil {
-		t.Error("unknown provider: no error")
-	}
-}

@@ -22,6 +22,8 @@ import (
 	"slices"
 	gosync "sync"
 
+	coordbroker "github.com/crabbox-dev/crabbox/coordinator/broker"
+
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -298,7 +300,7 @@ func (c *Client) leaseBackend(cl lease.Claim) (provider.SSHLeaseBackend, error) 
 		if err != nil || cl.Route == lease.RouteDirect || c.broker == nil || c.broker.coord.URL() != cl.Coordinator {
 			return b, err // a registered lease without its coordinator is driven direct
 		}
-		return newRegisteredBackend(b, c.broker.coord, c.store, c.log), nil
+		return coordbroker.NewRegistered(b, c.broker.coord, c.store, c.log), nil
 	}
 	return nil, fmt.Errorf("lease %s: unknown route %q in its claim", cl.ID, cl.Route)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/sync"
+
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run"
@@ -68,9 +70,9 @@ func unsupportedDelegated(req RunRequest) []string {
 }
 
 // runDelegated is the one-shot workflow on a delegated backend: claim,
-// warm up a lease, let the provider sync co.root and run the command in
-// co.rel (relative to it), release. res carries the run ID and start time.
-func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBackend, req RunRequest, co checkoutDir, res RunResult) (out RunResult, err error) {
+// warm up a lease, let the provider sync co.Root and run the command in
+// co.Rel (relative to it), release. res carries the run ID and start time.
+func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBackend, req RunRequest, co sync.Checkout, res RunResult) (out RunResult, err error) {
 	spec := b.Spec()
 	if bad := unsupportedDelegated(req); len(bad) > 0 {
 		return res, fmt.Errorf("run: provider %q runs commands itself (%s) and cannot honour: %s: %w",
@@ -143,7 +145,7 @@ func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBacken
 	}
 	cmdStart := c.rt.Clock.Now()
 	ran, err := b.Run(cmdCtx, provider.RunRequest{
-		LeaseID: claim.ID, Command: command, Env: req.Env, Workdir: co.rel, Root: co.root,
+		LeaseID: claim.ID, Command: command, Env: req.Env, Workdir: co.Rel, Root: co.Root,
 		Stdout: req.Stdout, Stderr: req.Stderr,
 	})
 	// The provider's run includes its own sync: all of it is command time.

@@ -14,7 +14,10 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/history"
+	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/run"
+	"github.com/crabbox-dev/crabbox/run/junit"
 )
 
 func TestRunScriptIsRecordedInHistory(t *testing.T) {
@@ -28,18 +31,18 @@ func TestRunScriptIsRecordedInHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ExitCode != 3 || !crabbox.IsRunID(res.RunID) || res.Kept {
+	if res.ExitCode != 3 || !lease.IsRunID(res.RunID) || res.Kept {
 		t.Errorf("result = %+v, want exit 3, a run ID and the lease released", res)
 	}
 	entries, err := c.History().List(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []crabbox.HistoryEntry{{
+	want := []history.Entry{{
 		RunID: res.RunID, LeaseID: res.LeaseID, Slug: res.Slug, Provider: "local",
 		Command: "script check.sh", ExitCode: 3,
 	}}
-	ignore := cmpopts.IgnoreFields(crabbox.HistoryEntry{}, "StartedAt", "LeaseMs", "SyncMs", "CommandMs", "TotalMs")
+	ignore := cmpopts.IgnoreFields(history.Entry{}, "StartedAt", "LeaseMs", "SyncMs", "CommandMs", "TotalMs")
 	if diff := cmp.Diff(want, entries, ignore); diff != "" {
 		t.Errorf("history (-want +got):\n%s", diff)
 	}
@@ -133,12 +136,12 @@ printf '<testsuite><testcase' > reports/broken.xml
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &crabbox.JUnitReport{
-		JUnitCounts: crabbox.JUnitCounts{Tests: 4, Failures: 1, Errors: 1, Skipped: 1},
+	want := &junit.Report{
+		Counts: junit.Counts{Tests: 4, Failures: 1, Errors: 1, Skipped: 1},
 		Files:       []string{"reports/a.xml", "reports/sub/b.xml"},
-		Broken:      []crabbox.JUnitFileError{{File: "reports/broken.xml"}},
+		Broken:      []junit.FileError{{File: "reports/broken.xml"}},
 	}
-	if diff := cmp.Diff(want, res.JUnit, cmpopts.IgnoreFields(crabbox.JUnitFileError{}, "Err")); diff != "" {
+	if diff := cmp.Diff(want, res.JUnit, cmpopts.IgnoreFields(junit.FileError{}, "Err")); diff != "" {
 		t.Errorf("junit report (-want +got):\n%s", diff)
 	}
 	if res.JUnit != nil && len(res.JUnit.Broken) == 1 && !strings.Contains(res.JUnit.Broken[0].Err, "XML") {
@@ -152,10 +155,10 @@ printf '<testsuite><testcase' > reports/broken.xml
 
 func TestHistoryListNewestFirstWithLimit(t *testing.T) {
 	state := t.TempDir()
-	h := crabbox.OpenHistory(state)
+	h := history.Open(state)
 	ids := []string{"run_000000000001", "run_000000000002", "run_000000000003"}
 	for i, id := range ids {
-		if err := h.Append(crabbox.HistoryEntry{RunID: id, Command: "true", ExitCode: i}); err != nil {
+		if err := h.Append(history.Entry{RunID: id, Command: "true", ExitCode: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -171,7 +174,7 @@ func TestHistoryListNewestFirstWithLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []crabbox.HistoryEntry{{RunID: ids[2], Command: "true", ExitCode: 2}, {RunID: ids[1], Command: "true", ExitCode: 1}}
+	want := []history.Entry{{RunID: ids[2], Command: "true", ExitCode: 2}, {RunID: ids[1], Command: "true", ExitCode: 1}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("List(2) (-want +got):\n%s", diff)
 	}
@@ -187,7 +190,7 @@ func TestHistoryListNewestFirstWithLimit(t *testing.T) {
 	if _, err := h.Log("../../etc/passwd"); err == nil || errors.Is(err, crabbox.ErrNotFound) {
 		t.Errorf("Log(path) error = %v, want a malformed-ID error", err)
 	}
-	if empty, err := crabbox.OpenHistory(t.TempDir()).List(20); err != nil || len(empty) != 0 {
+	if empty, err := history.Open(t.TempDir()).List(20); err != nil || len(empty) != 0 {
 		t.Errorf("empty history = %v, %v", empty, err)
 	}
 }

@@ -418,16 +418,19 @@ type SyncOptions struct {
 	Exclude []string
 }
 
-// Sync copies the directory at root, a git checkout or a plain directory,
-// to the lease's workdir for it (Workdir(root)). A home directory or a
-// directory holding one, and crabbox's state directory or a directory
-// holding it, are refused (ErrUnsafeSyncDir).
-func (l *Lease) Sync(ctx context.Context, root string, opts SyncOptions) (sync.Stats, error) {
+// Sync copies the checkout holding dir to the lease's workdir for it
+// (Workdir(the checkout's top)), as a run from dir would: a directory
+// inside a git checkout stands for the whole checkout, and a directory
+// outside git is synced as it is. A home directory or a directory holding
+// one, and crabbox's state directory or a directory holding it, are refused
+// (ErrUnsafeSyncDir).
+func (l *Lease) Sync(ctx context.Context, dir string, opts SyncOptions) (sync.Stats, error) {
 	l.keep.Used()
-	if err := refuseSync(realPath(root), l.client.store.Dir()); err != nil {
+	co, err := sync.FindSyncRoot(ctx, dir, true, l.client.store.Dir())
+	if err != nil {
 		return sync.Stats{}, fmt.Errorf("sync: %w", err)
 	}
-	p, err := l.client.prepareSync(ctx, root, opts)
+	p, err := l.client.prepareSync(ctx, co.Root, opts)
 	if err != nil {
 		return sync.Stats{}, err
 	}

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strings"
 	gosync "sync"
 	"time"
+
+	"github.com/crabbox-dev/crabbox/history"
+	"github.com/crabbox-dev/crabbox/run/junit"
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/lease"
@@ -67,7 +71,7 @@ type RunRequest struct {
 	// RunID identifies the run (default: a new lease.NewRunID()).
 	RunID string
 	// RecordHistory records the run and its output (the last
-	// DefaultLogLimit bytes) in the client's run history (Client.History).
+	// history.DefaultLogLimit bytes) in the client's run history (Client.History).
 	RecordHistory bool
 	// Env holds the variables to set on the box (already allow-listed).
 	Env    map[string]string
@@ -115,7 +119,7 @@ type RunResult struct {
 	// on the box was already up to date.
 	SyncSkipped bool
 	// JUnit is set when RunRequest.JUnit was.
-	JUnit  *JUnitReport
+	JUnit  *junit.Report
 	Timing Timing
 	// ReleaseErr is set when the run's own lease could not be released
 	// after the run: its claim stays in the lease store, marked failed,
@@ -153,7 +157,7 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		return res, err
 	}
 	h := c.History()
-	log, err := h.createLog(req.RunID)
+	log, err := h.CreateLog(req.RunID)
 	if err != nil {
 		return res, err
 	}
@@ -187,19 +191,19 @@ func (req RunRequest) check() error {
 		return errors.New("run: no command given")
 	case given > 1:
 		return errors.New("run: give one of a command, a shell command line and a script")
-	case req.RunID != "" && !IsRunID(req.RunID):
+	case req.RunID != "" && !lease.IsRunID(req.RunID):
 		return fmt.Errorf("run: run ID %q is malformed: want run_ and 12 lowercase hex digits", req.RunID)
 	case req.Timeout < 0:
 		return fmt.Errorf("run: negative timeout %s", req.Timeout)
 	}
 	if req.JUnit != "" {
-		return checkJUnitGlob(req.JUnit)
+		return junit.CheckGlob(req.JUnit)
 	}
 	return nil
 }
 
-func historyEntry(req RunRequest, res RunResult, err error) HistoryEntry {
-	e := HistoryEntry{
+func historyEntry(req RunRequest, res RunResult, err error) history.Entry {
+	e := history.Entry{
 		RunID: req.RunID, LeaseID: res.LeaseID, Slug: res.Slug, Provider: res.Provider,
 		Command: displayCommand(req), StartedAt: res.StartedAt, ExitCode: res.ExitCode,
 		LeaseMs: res.Timing.Lease.Milliseconds(), SyncMs: res.Timing.Sync.Milliseconds(),
@@ -210,23 +214,23 @@ func historyEntry(req RunRequest, res RunResult, err error) HistoryEntry {
 		e.Error = err.Error()
 	}
 	if res.JUnit != nil {
-		counts := res.JUnit.JUnitCounts
+		counts := res.JUnit.Counts
 		e.JUnit = &counts
 	}
 	return e
 }
 
 // runDir is where a run starts and what it syncs (see RunRequest.Root).
-func (c *Client) runDir(ctx context.Context, req RunRequest) (checkoutDir, error) {
+func (c *Client) runDir(ctx context.Context, req RunRequest) (sync.Checkout, error) {
 	if req.NoSync {
-		return checkout(ctx, req.Root)
+		return sync.FindCheckout(ctx, req.Root)
 	}
-	return syncRoot(ctx, req.Root, req.PlainDir, c.store.Dir())
+	return sync.FindSyncRoot(ctx, req.Root, req.PlainDir, c.store.Dir())
 }
 
-func (c *Client) run(ctx context.Context, req RunRequest, co checkoutDir, start time.Time) (res RunResult, err error) {
+func (c *Client) run(ctx context.Context, req RunRequest, co sync.Checkout, start time.Time) (res RunResult, err error) {
 	res.RunID, res.StartedAt = req.RunID, start
-	root, rel := co.root, co.rel
+	root, rel := co.Root, co.Rel
 	if b, ok := c.delegatedFor(req); ok {
 		return c.runDelegated(ctx, b, req, co, res) // delegated.go
 	}
@@ -342,7 +346,11 @@ func (c *Client) run(ctx context.Context, req RunRequest, co checkoutDir, start 
 		return res, err
 	}
 	if req.JUnit != "" {
-		rep, err := l.collectJUnit(ctx, workdir, req.JUnit)
+		conn, err := l.SSH(ctx)
+		if err != nil {
+			return res, err
+		}
+		rep, err := junit.Collect(ctx, conn, workdir, req.JUnit)
 		if err != nil {
 			return res, err
 		}
@@ -422,3 +430,45 @@ func (l *Lease) ensureDir(ctx context.Context, dir string) error {
 	}
 	return nil
 }
+
+// teeWriter copies what is written to w into log as well, ignoring the
+// log's errors (a full disk must not stop the command). Both tees of a run
+// share mu, so a writer given as both stdout and stderr still sees one
+// write at a time.
+type teeWriter struct {
+	mu  *gosync.Mutex
+	w   io.Writer
+	log io.Writer
+}
+
+func (t teeWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, _ = t.log.Write(p)
+	if t.w == nil {
+		return len(p), nil
+	}
+	return t.w.Write(p)
+}
+
+// displayCommand is a run's command as history shows it.
+func displayCommand(req RunRequest) string {
+	switch {
+	case req.SyncOnly:
+		return "(sync only)"
+	case req.Script != "" && req.ScriptName != "":
+		return "script " + req.ScriptName
+	case req.Script != "":
+		return "script"
+	case req.Shell != "":
+		return req.Shell
+	}
+	words := make([]string, len(req.Command))
+	for i, w := range req.Command {
+		words[i] = remote.Quote(w)
+	}
+	return strings.Join(words, " ")
+}
+
+// History is the run history in the client's state directory.
+func (c *Client) History() *history.History { return history.Open(c.store.Dir()) }

@@ -27,6 +27,12 @@ func NewID() string { return "cbx_" + randomHex(6) }
 // NewRunID returns a new run ID: "run_" and 12 lowercase hex digits.
 func NewRunID() string { return "run_" + randomHex(6) }
 
+var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{12}$`)
+
+// IsRunID reports whether s has the shape of a run ID (run_ and 12
+// lowercase hex digits).
+func IsRunID(s string) bool { return runIDPattern.MatchString(s) }
+
 // IsID reports whether s has the shape of a lease ID.
 func IsID(s string) bool { return idPattern.MatchString(s) }
 

@@ -94,7 +94,7 @@ func TestProvidersCommand(t *testing.T) {
 	if code := Main(context.Background(), []string{"providers", "--json"}, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("providers --json: exit %d, stderr %q", code, errOut.String())
 	}
-	var infos []crabbox.ProviderInfo
+	var infos []providerDescription
 	if err := json.Unmarshal(out.Bytes(), &infos); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/history"
 )
 
 func TestHistoryAndLogs(t *testing.T) {
@@ -21,7 +21,7 @@ func TestHistoryAndLogs(t *testing.T) {
 		crabboxCmd(t, env, repo, args...)
 	}
 	r := crabboxCmd(t, env, repo, "history", "--json", "--limit", "1")
-	var entries []crabbox.HistoryEntry
+	var entries []history.Entry
 	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 1 {
 		t.Fatalf("history --json --limit 1 = %q (%v), want one entry", r.stdout, err)
 	}

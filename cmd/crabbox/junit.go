@@ -3,12 +3,12 @@ package main
 import (
 	"fmt"
 
-	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/run/junit"
 )
 
 // printJUnit reports broken JUnit files (always) and the counts (unless
 // quiet) on stderr.
-func (a *app) printJUnit(rep crabbox.JUnitReport, quiet bool) {
+func (a *app) printJUnit(rep junit.Report, quiet bool) {
 	for _, b := range rep.Broken {
 		fmt.Fprintf(a.stderr, "crabbox: junit: skipped %s: %s\n", b.File, b.Err)
 	}

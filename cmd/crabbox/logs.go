@@ -6,6 +6,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/lease"
 )
 
 func (a *app) logsCmd() *ffcli.Command {
@@ -25,7 +26,7 @@ listed by crabbox history.
 			if err != nil {
 				return err
 			}
-			if !crabbox.IsRunID(id) {
+			if !lease.IsRunID(id) {
 				return usagef("logs: %q is not a run ID (run_ and 12 lowercase hex digits; see crabbox history)", id)
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {

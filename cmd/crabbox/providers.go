@@ -9,7 +9,6 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
-	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
@@ -30,7 +29,7 @@ coordinator support. "describe" lists one provider's options.
 			if len(args) != 0 {
 				return usagef("providers: unknown arguments %q (want describe P)", args)
 			}
-			infos := crabbox.ProviderInfos(provider.Default())
+			infos := providerInfos(provider.Default())
 			if *asJSON {
 				return writeJSON(a.stdout, infos)
 			}
@@ -61,7 +60,7 @@ environment variable, and the config file line "flag value".
 			if err != nil {
 				return err
 			}
-			info, err := crabbox.DescribeProvider(provider.Default(), name)
+			info, err := describeProvider(provider.Default(), name)
 			if err != nil {
 				return err
 			}
@@ -94,4 +93,67 @@ func dash(s, cond string) string {
 		return "-"
 	}
 	return s
+}
+
+// providerDescription is a provider's Spec as `crabbox providers` reports it.
+type providerDescription struct {
+	Name        string                      `json:"name"`
+	Aliases     []string                    `json:"aliases"`
+	Description string                      `json:"description,omitempty"`
+	Kind        provider.Kind               `json:"kind"`
+	Targets     []provider.Target           `json:"targets"`
+	Features    []provider.Feature          `json:"features"`
+	Coordinator provider.CoordinatorSupport `json:"coordinator"`
+	Options     []optionDescription         `json:"options,omitempty"`
+}
+
+// optionDescription is one configuration key of a provider and the ways to set it.
+type optionDescription struct {
+	Key     string `json:"key"`
+	Flag    string `json:"flag,omitempty"`
+	Env     string `json:"env,omitempty"`
+	Default string `json:"default"`
+	Help    string `json:"help"`
+}
+
+// envVar is the environment variable the crabbox CLI reads for a flag:
+// CRABBOX_ and the flag name upper-cased, dashes becoming underscores.
+func envVar(flag string) string {
+	return "CRABBOX_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// providerInfos describes every provider of the registry r, sorted by name.
+func providerInfos(r *provider.Registry) []providerDescription {
+	out := []providerDescription{}
+	for _, p := range r.All() {
+		out = append(out, describe(p.Spec()))
+	}
+	return out
+}
+
+// describeProvider describes the provider of r with the given name or alias.
+func describeProvider(r *provider.Registry, name string) (providerDescription, error) {
+	p, err := r.Lookup(name)
+	if err != nil {
+		return providerDescription{}, err
+	}
+	return describe(p.Spec()), nil
+}
+
+func describe(s provider.Spec) providerDescription {
+	info := providerDescription{
+		Name: s.Name, Aliases: s.Aliases, Description: s.Description, Kind: s.Kind,
+		Targets: s.Targets, Features: s.Features, Coordinator: s.Coordinator,
+	}
+	if info.Aliases == nil {
+		info.Aliases = []string{}
+	}
+	for _, o := range s.Options {
+		oi := optionDescription{Key: o.Name, Flag: o.Flag, Default: o.Default, Help: o.Help}
+		if o.Flag != "" {
+			oi.Env = envVar(o.Flag)
+		}
+		info.Options = append(info.Options, oi)
+	}
+	return info
 }

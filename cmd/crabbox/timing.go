@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/run/junit"
 )
 
 // timingReport is what --timing-json writes: stable camelCase fields,
@@ -35,7 +36,7 @@ type timingReport struct {
 	ExitCode       int                  `json:"exitCode"`
 	TimedOut       bool                 `json:"timedOut"`
 	Kept           bool                 `json:"kept"`
-	JUnit          *crabbox.JUnitReport `json:"junit,omitempty"`
+	JUnit          *junit.Report `json:"junit,omitempty"`
 }
 
 func timingOf(res crabbox.RunResult) timingReport {

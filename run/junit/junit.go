@@ -1,4 +1,7 @@
-package crabbox
+// Package junit counts the tests in JUnit XML reports: Parse reads one
+// report, and Collect finds the reports a run left on a box and adds them
+// up, skipping (and naming) any file that cannot be read or parsed.
+package junit
 
 import (
 	"bytes"
@@ -8,41 +11,43 @@ import (
 	"fmt"
 	"strings"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/crabbox-dev/crabbox/run"
 )
 
-// maxJUnitFile is the largest JUnit file read from a box.
-const maxJUnitFile = 64 << 20
+// maxFile is the largest JUnit file read from a box.
+const maxFile = 64 << 20
 
-// JUnitCounts are test counts from JUnit XML reports.
-type JUnitCounts struct {
+// Counts are test counts from JUnit XML reports.
+type Counts struct {
 	Tests    int `json:"tests"`
 	Failures int `json:"failures"`
 	Errors   int `json:"errors"`
 	Skipped  int `json:"skipped"`
 }
 
-func (c *JUnitCounts) add(o JUnitCounts) {
+func (c *Counts) add(o Counts) {
 	c.Tests += o.Tests
 	c.Failures += o.Failures
 	c.Errors += o.Errors
 	c.Skipped += o.Skipped
 }
 
-// JUnitFileError is a JUnit file that could not be read or parsed; it is
+// FileError is a JUnit file that could not be read or parsed; it is
 // left out of the counts.
-type JUnitFileError struct {
+type FileError struct {
 	File string `json:"file"`
 	Err  string `json:"error"`
 }
 
-// JUnitReport is what JUnit collection found on the box after a run.
-type JUnitReport struct {
-	JUnitCounts
+// Report is what Collect found on the box after a run.
+type Report struct {
+	Counts
 	// Files are the files counted, relative to the workdir.
 	Files []string `json:"files,omitempty"`
 	// Broken are the files matched but skipped.
-	Broken []JUnitFileError `json:"broken,omitempty"`
+	Broken []FileError `json:"broken,omitempty"`
 }
 
 type junitSuite struct {
@@ -61,20 +66,20 @@ type junitCase struct {
 	Skipped  []struct{} `xml:"skipped"`
 }
 
-// ParseJUnit counts the tests in a JUnit XML report whose root is
+// Parse counts the tests in a JUnit XML report whose root is
 // <testsuites> or <testsuite>. Test cases are counted where present; a
 // suite without cases contributes its tests/failures/errors/skipped
 // attributes.
-func ParseJUnit(data []byte) (JUnitCounts, error) {
+func Parse(data []byte) (Counts, error) {
 	var root junitSuite
 	dec := xml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {
-		return JUnitCounts{}, fmt.Errorf("parse JUnit XML: %w", err)
+		return Counts{}, fmt.Errorf("parse JUnit XML: %w", err)
 	}
 	switch root.XMLName.Local {
 	case "testsuites", "testsuite":
 	default:
-		return JUnitCounts{}, fmt.Errorf("parse JUnit XML: root element is <%s>, want <testsuites> or <testsuite>", root.XMLName.Local)
+		return Counts{}, fmt.Errorf("parse JUnit XML: root element is <%s>, want <testsuites> or <testsuite>", root.XMLName.Local)
 	}
 	// Anything but whitespace and comments after the root is malformed.
 	for {
@@ -89,18 +94,18 @@ func ParseJUnit(data []byte) (JUnitCounts, error) {
 		case xml.Comment, xml.ProcInst:
 			continue
 		}
-		return JUnitCounts{}, errors.New("parse JUnit XML: content after the root element")
+		return Counts{}, errors.New("parse JUnit XML: content after the root element")
 	}
 	return root.counts(), nil
 }
 
-func (s junitSuite) counts() JUnitCounts {
-	var c JUnitCounts
+func (s junitSuite) counts() Counts {
+	var c Counts
 	if len(s.Suites) == 0 && len(s.Cases) == 0 {
 		if s.XMLName.Local == "testsuites" && s.Tests == 0 {
 			return c
 		}
-		return JUnitCounts{Tests: s.Tests, Failures: s.Failures, Errors: s.Errors, Skipped: s.Skipped}
+		return Counts{Tests: s.Tests, Failures: s.Failures, Errors: s.Errors, Skipped: s.Skipped}
 	}
 	for _, sub := range s.Suites {
 		c.add(sub.counts())
@@ -119,9 +124,9 @@ func (s junitSuite) counts() JUnitCounts {
 	return c
 }
 
-// checkJUnitGlob rejects a glob that the remote shell would treat as more
-// than patterns: only words of path and glob characters separated by spaces.
-func checkJUnitGlob(glob string) error {
+// CheckGlob rejects a glob that the remote shell would treat as more than
+// patterns: only words of path and glob characters separated by spaces.
+func CheckGlob(glob string) error {
 	if strings.TrimSpace(glob) == "" {
 		return errors.New("junit glob is empty")
 	}
@@ -131,54 +136,58 @@ func checkJUnitGlob(glob string) error {
 	return nil
 }
 
-// collectJUnit finds the files matching glob relative to dir on the box
-// (the box's shell expands it) and counts their tests. A file that cannot be
-// read or parsed is reported in the result and skipped.
-func (l *Lease) collectJUnit(ctx context.Context, dir, glob string) (JUnitReport, error) {
-	var rep JUnitReport
+// Collect finds the files matching glob (checked by CheckGlob) relative to
+// dir on the box that conn reaches (the box's shell expands it) and counts
+// their tests. A file that cannot be read or parsed is reported in the
+// result and skipped.
+func Collect(ctx context.Context, conn *ssh.Client, dir, glob string) (Report, error) {
+	if err := CheckGlob(glob); err != nil {
+		return Report{}, err
+	}
+	var rep Report
 	var list bytes.Buffer
-	out, err := l.Run(ctx, run.Request{
+	out, err := run.Run(ctx, conn, run.Request{
 		Shell:  `for f in ` + glob + `; do if [ -f "$f" ]; then printf '%s\n' "$f"; fi; done`,
 		Dir:    dir,
 		Stdout: &list,
 	})
 	if err != nil {
-		return rep, fmt.Errorf("list junit files %q on %s: %w", glob, l.ID(), err)
+		return rep, fmt.Errorf("list junit files %q: %w", glob, err)
 	}
 	if out.ExitCode != 0 {
-		return rep, fmt.Errorf("list junit files %q on %s: exit %d", glob, l.ID(), out.ExitCode)
+		return rep, fmt.Errorf("list junit files %q: exit %d", glob, out.ExitCode)
 	}
 	for _, name := range strings.Split(list.String(), "\n") {
 		if name == "" {
 			continue
 		}
-		data, err := l.readFile(ctx, dir, name)
+		data, err := readFile(ctx, conn, dir, name)
 		if err == nil {
-			var c JUnitCounts
-			if c, err = ParseJUnit(data); err == nil {
+			var c Counts
+			if c, err = Parse(data); err == nil {
 				rep.add(c)
 				rep.Files = append(rep.Files, name)
 				continue
 			}
 		}
 		if ctx.Err() != nil {
-			return rep, fmt.Errorf("collect junit files on %s: %w", l.ID(), ctx.Err())
+			return rep, fmt.Errorf("collect junit files: %w", ctx.Err())
 		}
-		rep.Broken = append(rep.Broken, JUnitFileError{File: name, Err: err.Error()})
+		rep.Broken = append(rep.Broken, FileError{File: name, Err: err.Error()})
 	}
 	return rep, nil
 }
 
-// readFile reads a file of at most maxJUnitFile bytes from the box.
-func (l *Lease) readFile(ctx context.Context, dir, name string) ([]byte, error) {
+// readFile reads a file of at most maxFile bytes from the box.
+func readFile(ctx context.Context, conn *ssh.Client, dir, name string) ([]byte, error) {
 	var buf, stderr bytes.Buffer
-	res, err := l.Run(ctx, run.Request{
+	res, err := run.Run(ctx, conn, run.Request{
 		Command: []string{"cat", "--", name}, Dir: dir,
-		Stdout: &limitedBuffer{buf: &buf, max: maxJUnitFile}, Stderr: &limitedBuffer{buf: &stderr, max: 4096},
+		Stdout: &limitedBuffer{buf: &buf, max: maxFile}, Stderr: &limitedBuffer{buf: &stderr, max: 4096},
 	})
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
-			return nil, fmt.Errorf("read %s: larger than %d bytes", name, maxJUnitFile)
+			return nil, fmt.Errorf("read %s: larger than %d bytes", name, maxFile)
 		}
 		return nil, err
 	}

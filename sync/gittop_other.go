@@ -1,6 +1,6 @@
 //go:build !unix
 
-package crabbox
+package sync
 
 import "io/fs"
 

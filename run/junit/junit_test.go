@@ -1,18 +1,21 @@
-package crabbox_test
+package junit_test
 
 import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 
-	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/run/junit"
 )
 
-func TestParseJUnit(t *testing.T) {
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParse(t *testing.T) {
 	tests := []struct {
 		name    string
 		xml     string
-		want    crabbox.JUnitCounts
+		want    junit.Counts
 		wantErr bool
 	}{
 		{"testsuite with cases", `<?xml version="1.0"?>
@@ -21,23 +24,23 @@ func TestParseJUnit(t *testing.T) {
   <testcase name="bad"><failure message="x">boom</failure></testcase>
   <testcase name="err"><error/></testcase>
   <testcase name="skip"><skipped/></testcase>
-</testsuite>`, crabbox.JUnitCounts{Tests: 4, Failures: 1, Errors: 1, Skipped: 1}, false},
+</testsuite>`, junit.Counts{Tests: 4, Failures: 1, Errors: 1, Skipped: 1}, false},
 		{"testsuites nesting suites", `<testsuites>
   <testsuite name="a"><testcase name="1"/><testcase name="2"><failure/></testcase></testsuite>
   <testsuite name="b"><testsuite name="inner"><testcase name="3"><skipped/></testcase></testsuite></testsuite>
-</testsuites>`, crabbox.JUnitCounts{Tests: 3, Failures: 1, Skipped: 1}, false},
+</testsuites>`, junit.Counts{Tests: 3, Failures: 1, Skipped: 1}, false},
 		{"attributes only", `<testsuite tests="10" failures="2" errors="1" skipped="3"/>`,
-			crabbox.JUnitCounts{Tests: 10, Failures: 2, Errors: 1, Skipped: 3}, false},
-		{"empty testsuites", `<testsuites/>`, crabbox.JUnitCounts{}, false},
-		{"truncated", `<testsuite><testcase name="1">`, crabbox.JUnitCounts{}, true},
-		{"not xml", `PASS ok github.com/x 0.1s`, crabbox.JUnitCounts{}, true},
-		{"wrong root", `<html><body/></html>`, crabbox.JUnitCounts{}, true},
-		{"two roots", `<testsuite/><testsuite/>`, crabbox.JUnitCounts{}, true},
-		{"empty", ``, crabbox.JUnitCounts{}, true},
+			junit.Counts{Tests: 10, Failures: 2, Errors: 1, Skipped: 3}, false},
+		{"empty testsuites", `<testsuites/>`, junit.Counts{}, false},
+		{"truncated", `<testsuite><testcase name="1">`, junit.Counts{}, true},
+		{"not xml", `PASS ok github.com/x 0.1s`, junit.Counts{}, true},
+		{"wrong root", `<html><body/></html>`, junit.Counts{}, true},
+		{"two roots", `<testsuite/><testsuite/>`, junit.Counts{}, true},
+		{"empty", ``, junit.Counts{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := crabbox.ParseJUnit([]byte(tt.xml))
+			got, err := junit.Parse([]byte(tt.xml))
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("ParseJUnit error = %v, want error %v", err, tt.wantErr)
 			}
@@ -48,12 +51,12 @@ func TestParseJUnit(t *testing.T) {
 	}
 }
 
-func FuzzParseJUnit(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	f.Add([]byte(`<testsuites><testsuite><testcase/><testcase><failure/></testcase></testsuite></testsuites>`))
 	f.Add([]byte(`<testsuite tests="3" failures="1"/>`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := crabbox.ParseJUnit(data)
-		if err != nil && c != (crabbox.JUnitCounts{}) {
+		c, err := junit.Parse(data)
+		if err != nil && c != (junit.Counts{}) {
 			t.Errorf("ParseJUnit returned counts %+v with error %v", c, err)
 		}
 	})

@@ -1,4 +1,9 @@
-package crabbox
+// Package history is the local record of runs, kept in crabbox's state
+// directory so that past runs and their output can be listed without any
+// server: history/runs.jsonl (one JSON entry per run, appended under a
+// file lock) and history/logs/<runID>.log (the last LogLimit bytes of each
+// run's output).
+package history
 
 import (
 	"bufio"
@@ -8,29 +13,23 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strings"
 	gosync "sync"
 	"time"
 
 	"github.com/gofrs/flock"
 
-	"github.com/crabbox-dev/crabbox/internal/remote"
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/run/junit"
 )
 
 // DefaultLogLimit is how much of a run's output History keeps: the last
 // 1 MiB.
 const DefaultLogLimit = 1 << 20
 
-var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{12}$`)
-
-// IsRunID reports whether s has the shape of a run ID (run_ and 12
-// lowercase hex digits).
-func IsRunID(s string) bool { return runIDPattern.MatchString(s) }
-
-// HistoryEntry is one run as the local history records it.
-type HistoryEntry struct {
+// Entry is one run as the history records it.
+type Entry struct {
 	RunID       string    `json:"runId"`
 	LeaseID     string    `json:"leaseId,omitempty"`
 	Slug        string    `json:"slug,omitempty"`
@@ -46,28 +45,22 @@ type HistoryEntry struct {
 	Kept        bool      `json:"kept,omitempty"`
 	TimedOut    bool      `json:"timedOut,omitempty"`
 	// Error is crabbox's own failure, if the run had one.
-	Error string       `json:"error,omitempty"`
-	JUnit *JUnitCounts `json:"junit,omitempty"`
+	Error string        `json:"error,omitempty"`
+	JUnit *junit.Counts `json:"junit,omitempty"`
 }
 
-// History is the local record of runs in a state directory:
-// history/runs.jsonl (one JSON entry per line, appended under a file lock)
-// and history/logs/<runID>.log (the last LogLimit bytes of each run's
-// output).
+// History is the record of runs in one state directory.
 type History struct {
 	dir string
 	// LogLimit bounds each run's stored output (default DefaultLogLimit).
 	LogLimit int64
 }
 
-// OpenHistory returns the history kept under stateDir. It creates nothing
-// until a run is recorded.
-func OpenHistory(stateDir string) *History {
+// Open returns the history kept under stateDir. It creates nothing until a
+// run is recorded.
+func Open(stateDir string) *History {
 	return &History{dir: filepath.Join(stateDir, "history"), LogLimit: DefaultLogLimit}
 }
-
-// History is the run history in the client's state directory.
-func (c *Client) History() *History { return OpenHistory(c.store.Dir()) }
 
 func (h *History) logPath(runID string) string {
 	return filepath.Join(h.dir, "logs", runID+".log")
@@ -86,8 +79,8 @@ func (h *History) locked(fn func() error) error {
 }
 
 // Append records a run.
-func (h *History) Append(e HistoryEntry) error {
-	if !IsRunID(e.RunID) {
+func (h *History) Append(e Entry) error {
+	if !lease.IsRunID(e.RunID) {
 		return fmt.Errorf("record run %q: malformed run ID", e.RunID)
 	}
 	line, err := json.Marshal(e)
@@ -109,8 +102,8 @@ func (h *History) Append(e HistoryEntry) error {
 
 // List returns up to limit runs, newest first (limit <= 0: all). Lines that
 // do not parse (a torn write) are skipped.
-func (h *History) List(limit int) ([]HistoryEntry, error) {
-	var entries []HistoryEntry
+func (h *History) List(limit int) ([]Entry, error) {
+	var entries []Entry
 	err := h.locked(func() error {
 		f, err := os.Open(filepath.Join(h.dir, "runs.jsonl"))
 		if errors.Is(err, os.ErrNotExist) {
@@ -123,8 +116,8 @@ func (h *History) List(limit int) ([]HistoryEntry, error) {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 		for sc.Scan() {
-			var e HistoryEntry
-			if json.Unmarshal(sc.Bytes(), &e) == nil && IsRunID(e.RunID) {
+			var e Entry
+			if json.Unmarshal(sc.Bytes(), &e) == nil && lease.IsRunID(e.RunID) {
 				entries = append(entries, e)
 			}
 		}
@@ -141,7 +134,7 @@ func (h *History) List(limit int) ([]HistoryEntry, error) {
 		entries = entries[:limit]
 	}
 	if entries == nil {
-		entries = []HistoryEntry{}
+		entries = []Entry{}
 	}
 	return entries, nil
 }
@@ -149,12 +142,12 @@ func (h *History) List(limit int) ([]HistoryEntry, error) {
 // Log returns the stored output of a run (its last LogLimit bytes). An
 // unknown run is ErrNotFound.
 func (h *History) Log(runID string) ([]byte, error) {
-	if !IsRunID(runID) {
+	if !lease.IsRunID(runID) {
 		return nil, fmt.Errorf("run %q: malformed run ID: want run_ and 12 lowercase hex digits", runID)
 	}
 	data, err := os.ReadFile(h.logPath(runID))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("run %s: no log in the run history: %w", runID, ErrNotFound)
+		return nil, fmt.Errorf("run %s: no log in the run history: %w", runID, provider.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read log of run %s: %w", runID, err)
@@ -162,9 +155,10 @@ func (h *History) Log(runID string) ([]byte, error) {
 	return data, nil
 }
 
-// createLog opens a new bounded log for a run.
-func (h *History) createLog(runID string) (*runLog, error) {
-	if !IsRunID(runID) {
+// CreateLog opens a new log for a run, which keeps the last LogLimit bytes
+// written to it. Close it when the run is over.
+func (h *History) CreateLog(runID string) (*Log, error) {
+	if !lease.IsRunID(runID) {
 		return nil, fmt.Errorf("log run %q: malformed run ID", runID)
 	}
 	if err := os.MkdirAll(filepath.Join(h.dir, "logs"), 0o700); err != nil {
@@ -178,12 +172,13 @@ func (h *History) createLog(runID string) (*runLog, error) {
 	if limit <= 0 {
 		limit = DefaultLogLimit
 	}
-	return &runLog{f: f, limit: limit}, nil
+	return &Log{f: f, limit: limit}, nil
 }
 
-// runLog is a file that keeps the last limit bytes written to it. It grows
-// to twice the limit before dropping its front, so trimming is amortised.
-type runLog struct {
+// Log is a run's log: a file that keeps the last limit bytes written to
+// it. It grows to twice the limit before dropping its front, so trimming is
+// amortised. It is safe for concurrent use.
+type Log struct {
 	mu    gosync.Mutex
 	f     *os.File
 	size  int64
@@ -191,7 +186,7 @@ type runLog struct {
 	err   error
 }
 
-func (l *runLog) Write(p []byte) (int, error) {
+func (l *Log) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
@@ -219,7 +214,7 @@ func (l *runLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (l *runLog) write(p []byte) (int, error) {
+func (l *Log) write(p []byte) (int, error) {
 	n, err := l.f.WriteAt(p, l.size)
 	l.size += int64(n)
 	if err != nil {
@@ -228,7 +223,7 @@ func (l *runLog) write(p []byte) (int, error) {
 	return n, err
 }
 
-func (l *runLog) reset() error {
+func (l *Log) reset() error {
 	if err := l.f.Truncate(0); err != nil {
 		l.err = err
 		return err
@@ -238,7 +233,7 @@ func (l *runLog) reset() error {
 }
 
 // trim keeps only the last limit bytes.
-func (l *runLog) trim() error {
+func (l *Log) trim() error {
 	if l.size <= l.limit {
 		return nil
 	}
@@ -255,7 +250,7 @@ func (l *runLog) trim() error {
 }
 
 // Close trims the log to its limit and closes it.
-func (l *runLog) Close() error {
+func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	err := l.err
@@ -263,43 +258,4 @@ func (l *runLog) Close() error {
 		err = l.trim()
 	}
 	return errors.Join(err, l.f.Close())
-}
-
-// teeWriter copies what is written to w into log as well, ignoring the
-// log's errors (a full disk must not stop the command). Both tees of a run
-// share mu, so a writer given as both stdout and stderr still sees one
-// write at a time.
-type teeWriter struct {
-	mu  *gosync.Mutex
-	w   io.Writer
-	log io.Writer
-}
-
-func (t teeWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, _ = t.log.Write(p)
-	if t.w == nil {
-		return len(p), nil
-	}
-	return t.w.Write(p)
-}
-
-// displayCommand is a run's command as history shows it.
-func displayCommand(req RunRequest) string {
-	switch {
-	case req.SyncOnly:
-		return "(sync only)"
-	case req.Script != "" && req.ScriptName != "":
-		return "script " + req.ScriptName
-	case req.Script != "":
-		return "script"
-	case req.Shell != "":
-		return req.Shell
-	}
-	words := make([]string, len(req.Command))
-	for i, w := range req.Command {
-		words[i] = remote.Quote(w)
-	}
-	return strings.Join(words, " ")
 }

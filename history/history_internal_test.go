@@ -1,15 +1,19 @@
-package crabbox
+package history
 
 import (
 	"bytes"
 	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
 func TestRunLogKeepsLastBytes(t *testing.T) {
-	h := OpenHistory(t.TempDir())
+	h := Open(t.TempDir())
 	h.LogLimit = 10
-	l, err := h.createLog("run_0123456789ab")
+	l, err := h.CreateLog("run_0123456789ab")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package crabbox
+package sync
 
 import (
 	"os"
