@@ -10,7 +10,6 @@ import (
 
 	"github.com/crabbox-dev/crabbox"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
-	"github.com/crabbox-dev/crabbox/run"
 )
 
 // exampleCheckout makes a small directory to sync.
@@ -82,9 +81,9 @@ func ExampleClient_Acquire() {
 	}
 	fmt.Println("files synced:", stats.Sent)
 
-	res, err := box.Run(ctx, run.Request{
+	res, err := box.Run(ctx, crabbox.RunRequest{
+		Root: checkout, NoSync: true, // synced above
 		Command: []string{"wc", "-l", "hello.txt"},
-		Dir:     box.Workdir(checkout),
 		Stdout:  os.Stdout,
 	})
 	if err != nil {

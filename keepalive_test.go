@@ -77,7 +77,7 @@ func TestHeldLeaseKeepsItselfAlive(t *testing.T) {
 		clock.Advance(time.Second)
 		waitFor(t, "the keepalive's touch", func() bool { return l.Claim().LastTouchedAt.After(before) })
 	}
-	res, err := l.Run(ctx, runTrue())
+	res, err := l.Exec(ctx, runTrue())
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("run after 10 s held (idle timeout 3 s): exit %d, %v", res.ExitCode, err)
 	}
@@ -115,10 +115,30 @@ func TestExpiredLeaseIsErrExpired(t *testing.T) {
 	if err := l.Touch(ctx); !errors.Is(err, crabbox.ErrExpired) || !errors.Is(err, crabbox.ErrNotFound) {
 		t.Errorf("Touch past the TTL = %v, want ErrExpired and ErrNotFound", err)
 	}
-	if _, err := l.Run(ctx, runTrue()); !errors.Is(err, crabbox.ErrExpired) {
+	if _, err := l.Exec(ctx, runTrue()); !errors.Is(err, crabbox.ErrExpired) {
 		t.Errorf("Run past the TTL = %v, want ErrExpired", err)
 	}
 	if _, err := c.Resolve(ctx, l.ID()); !errors.Is(err, crabbox.ErrExpired) {
 		t.Errorf("Resolve past the TTL = %v, want ErrExpired", err)
 	}
+}
+
+// Release completes on a cancelled context, as `defer box.Release(ctx)`
+// and t.Cleanup(func() { box.Release(t.Context()) }) call it: the claim
+// and the box are gone, and nothing is reported since nothing failed.
+func TestReleaseOnCancelledContext(t *testing.T) {
+	c := newClient(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := c.Acquire(ctx, crabbox.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Exec(ctx, runTrue()); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release on a cancelled context = %v, want nil", err)
+	}
+	noLeases(t, c)
 }

@@ -472,12 +472,14 @@ func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats,
 	return stats, nil
 }
 
-// Run runs a command on the box. A non-zero exit is not an error: it is in
-// the result. Errors are crabbox's own failures (connection, cancellation).
+// Exec runs one command on the box as req says and nothing else: no sync,
+// no timeout policy, no history (Run does all that). A non-zero exit is
+// not an error: it is in the result. Errors are crabbox's own failures
+// (connection, cancellation).
 //
 // A command is a use of the lease: it is touched when the command starts
 // (in the background) and when it ends, unless it was touched just before.
-func (l *Lease) Run(ctx context.Context, req run.Request) (run.Result, error) {
+func (l *Lease) Exec(ctx context.Context, req run.Request) (run.Result, error) {
 	if err := l.keep.Err(); err != nil {
 		return run.Result{}, fmt.Errorf("run on %s: %w", l.ID(), err)
 	}

@@ -129,15 +129,74 @@ type RunResult struct {
 	ReleaseErr error
 }
 
-// Run is the one-shot workflow. The returned error is crabbox's own failure
+// Run is the one-shot workflow: acquire a lease (or resolve req.Lease),
+// sync, run, release per policy. It is composed of the same steps as
+// Lease.Run, so both give the same exit codes, timeouts, history and
+// coordinator records. The returned error is crabbox's own failure
 // (config, lease, connection, sync); the command's exit code, zero or not,
 // is in the result.
-func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err error) {
+func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	return c.recorded(ctx, req, func(req RunRequest, co sync.Checkout, started RunResult) (res RunResult, err error) {
+		res = started
+		if b, ok := c.delegatedFor(req); ok {
+			return c.runDelegated(ctx, b, req, co, res) // delegated.go
+		}
+		// The local half of the sync (listing and hashing the checkout)
+		// needs no box: it runs while the lease is acquired.
+		prep := c.prepare(ctx, req, co)
+		defer prep.stop()
+		l, acquired, err := c.leaseFor(ctx, req)
+		if err != nil {
+			return res, err
+		}
+		res.Timing.Lease = c.rt.Clock.Since(res.StartedAt)
+		res.Kept = !acquired || req.Keep
+		defer func() {
+			if acquired && req.KeepOnFailure && err == nil && res.ExitCode != 0 {
+				res.Kept = true
+				// The lease now outlives this process (see AcquireOptions.Keep).
+				if _, kerr := c.store.Update(l.ID(), func(cl *lease.Claim) error { cl.Keep = true; return nil }); kerr != nil {
+					c.log.Warn("kept lease not marked kept; cleanup may release it once this process ends", "lease", l.ID(), "err", kerr)
+				}
+			}
+			if res.Kept {
+				err = errors.Join(err, l.Close())
+				return
+			}
+			// Release goes on when ctx is cancelled: a one-shot lease must not outlive the run.
+			res.ReleaseErr = c.releaseOneShot(context.WithoutCancel(ctx), l)
+			if err != nil {
+				err = errors.Join(err, res.ReleaseErr)
+			}
+		}()
+		return l.run(ctx, req, co, prep, res)
+	})
+}
+
+// Run runs req on the held lease: sync the checkout holding req.Root (unless
+// NoSync), run the command in the matching directory, with req.Timeout
+// (exit 124), JUnit counting, and the run recorded in the client's history
+// (RecordHistory) and with its coordinator, exactly as Client.Run does.
+// The lease is kept: req.Lease, Acquire, Keep and KeepOnFailure, which
+// choose and release a lease, apply to Client.Run only and are ignored.
+func (l *Lease) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	req.Lease, req.Acquire, req.Keep, req.KeepOnFailure = l.ID(), AcquireOptions{}, false, false
+	return l.client.recorded(ctx, req, func(req RunRequest, co sync.Checkout, res RunResult) (RunResult, error) {
+		res.Kept = true
+		prep := l.client.prepare(ctx, req, co)
+		defer prep.stop()
+		return l.run(ctx, req, co, prep, res)
+	})
+}
+
+// recorded checks req, settles its checkout (a run refused for where it
+// starts leaves no lease, history or record behind), and runs fn with the
+// run recorded: with the coordinator when there is one, and in the local
+// history when req.RecordHistory is set.
+func (c *Client) recorded(ctx context.Context, req RunRequest, fn func(RunRequest, sync.Checkout, RunResult) (RunResult, error)) (res RunResult, err error) {
 	if err := req.check(); err != nil {
 		return res, err
 	}
-	// The checkout is settled first: a run refused for where it starts
-	// leaves no lease, history or record behind.
 	co, err := c.runDir(ctx, req)
 	if err != nil {
 		return res, fmt.Errorf("run: %w", err)
@@ -151,8 +210,9 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		defer func() { rec.finish(res, err) }()
 	}
 	start := c.rt.Clock.Now()
+	res = RunResult{RunID: req.RunID, StartedAt: start}
 	if !req.RecordHistory {
-		res, err = c.run(ctx, req, co, start)
+		res, err = fn(req, co, res)
 		res.Timing.Total = c.rt.Clock.Since(start)
 		return res, err
 	}
@@ -164,7 +224,7 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	var mu gosync.Mutex
 	req.Stdout = teeWriter{mu: &mu, w: req.Stdout, log: log}
 	req.Stderr = teeWriter{mu: &mu, w: req.Stderr, log: log}
-	res, err = c.run(ctx, req, co, start)
+	res, err = fn(req, co, res)
 	res.Timing.Total = c.rt.Clock.Since(start)
 	if lerr := log.Close(); lerr != nil {
 		c.log.Warn("run log incomplete", "run", req.RunID, "err", lerr)
@@ -228,68 +288,54 @@ func (c *Client) runDir(ctx context.Context, req RunRequest) (sync.Checkout, err
 	return sync.FindSyncRoot(ctx, req.Root, req.PlainDir, c.store.Dir())
 }
 
-func (c *Client) run(ctx context.Context, req RunRequest, co sync.Checkout, start time.Time) (res RunResult, err error) {
-	res.RunID, res.StartedAt = req.RunID, start
-	root, rel := co.Root, co.Rel
-	if b, ok := c.delegatedFor(req); ok {
-		return c.runDelegated(ctx, b, req, co, res) // delegated.go
-	}
+// preparation is the local half of a sync (listing and hashing the
+// checkout), which needs no box, running in the background.
+type preparation struct {
+	prep   *sync.Prepared
+	err    error
+	done   chan struct{} // closed when prep and err are set
+	cancel context.CancelFunc
+}
 
-	// The local half of the sync (listing and hashing the checkout) needs
-	// no box: it runs while the lease is acquired and the connection made,
-	// and is over (prepDone closed) whatever way run returns.
-	var (
-		prep     *sync.Prepared
-		prepErr  error
-		prepDone = make(chan struct{})
-	)
+// prepare starts the local half of req's sync of co (none for NoSync).
+func (c *Client) prepare(ctx context.Context, req RunRequest, co sync.Checkout) *preparation {
+	p := &preparation{done: make(chan struct{}), cancel: func() {}}
 	if req.NoSync {
-		close(prepDone)
-	} else {
-		prepCtx, cancelPrep := context.WithCancel(ctx)
-		go func() {
-			defer close(prepDone)
-			prep, prepErr = c.prepareSync(prepCtx, root, SyncOptions{
-				Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
-				ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn, Exclude: req.SyncExclude,
-			})
-		}()
-		defer func() {
-			cancelPrep()
-			<-prepDone
-		}()
+		close(p.done)
+		return p
 	}
+	ctx, p.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(p.done)
+		p.prep, p.err = c.prepareSync(ctx, co.Root, SyncOptions{
+			Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
+			ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn, Exclude: req.SyncExclude,
+		})
+	}()
+	return p
+}
 
-	l, acquired, err := c.leaseFor(ctx, req)
-	if err != nil {
-		return res, err
-	}
+// wait returns the prepared sync once it is ready.
+func (p *preparation) wait() (*sync.Prepared, error) {
+	<-p.done
+	return p.prep, p.err
+}
+
+// stop cancels the preparation if it still runs and waits for it.
+func (p *preparation) stop() {
+	p.cancel()
+	<-p.done
+}
+
+// run is a run's work on the lease, once it has one: connect, sync
+// (prepared by prep), run the command, count JUnit reports.
+func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep *preparation, res RunResult) (RunResult, error) {
+	c := l.client
 	res.LeaseID, res.Slug, res.Provider = l.ID(), l.Slug(), l.Provider()
 	if req.onLease != nil {
 		req.onLease(l)
 	}
-	res.Timing.Lease = c.rt.Clock.Since(start)
-	res.Kept = !acquired || req.Keep
-	defer func() {
-		if acquired && req.KeepOnFailure && err == nil && res.ExitCode != 0 {
-			res.Kept = true
-			// The lease now outlives this process (see AcquireOptions.Keep).
-			if _, kerr := c.store.Update(l.ID(), func(cl *lease.Claim) error { cl.Keep = true; return nil }); kerr != nil {
-				c.log.Warn("kept lease not marked kept; cleanup may release it once this process ends", "lease", l.ID(), "err", kerr)
-			}
-		}
-		if res.Kept {
-			err = errors.Join(err, l.Close())
-			return
-		}
-		// Release goes on when ctx is cancelled: a one-shot lease must not outlive the run.
-		res.ReleaseErr = c.releaseOneShot(context.WithoutCancel(ctx), l)
-		if err != nil {
-			err = errors.Join(err, res.ReleaseErr)
-		}
-	}()
-
-	workdir := path.Join(l.Workdir(root), rel)
+	workdir := path.Join(l.Workdir(co.Root), co.Rel)
 	connectStart := c.rt.Clock.Now()
 	if _, err := l.SSH(ctx); err != nil {
 		return res, err
@@ -301,21 +347,20 @@ func (c *Client) run(ctx context.Context, req RunRequest, co sync.Checkout, star
 	// command's own session, and a sync happens only if it fails: an
 	// unchanged checkout costs no round trip of its own.
 	var precondition string
-	<-prepDone
+	prepared, err := prep.wait()
 	switch {
 	case req.NoSync:
 		precondition = "mkdir -p -- " + remote.Quote(workdir)
-	case prepErr != nil:
-		err = prepErr
+	case err != nil:
 	default:
-		if err = l.syncTo(prep); err != nil {
+		if err = l.syncTo(prepared); err != nil {
 			break
 		}
-		if check, ok := prep.UnchangedCheck(); ok && !req.SyncOnly {
+		if check, ok := prepared.UnchangedCheck(); ok && !req.SyncOnly {
 			precondition = check
-			res.Sync = prep.Unchanged()
+			res.Sync = prepared.Unchanged()
 		} else {
-			res.Sync, err = l.pushPrepared(ctx, prep)
+			res.Sync, err = l.pushPrepared(ctx, prepared)
 		}
 	}
 	res.Timing.Sync = c.rt.Clock.Since(syncStart)
@@ -324,7 +369,7 @@ func (c *Client) run(ctx context.Context, req RunRequest, co sync.Checkout, star
 		return res, err
 	}
 
-	res.ExitCode, res.TimedOut, err = c.command(ctx, l, req, workdir, precondition, &res.Timing)
+	res.ExitCode, res.TimedOut, err = l.command(ctx, req, workdir, precondition, &res.Timing)
 	if errors.Is(err, run.ErrPrecondition) {
 		// The box differs from the prepared checkout (or the workdir
 		// could not be made): sync as usual, then run.
@@ -333,14 +378,14 @@ func (c *Client) run(ctx context.Context, req RunRequest, co sync.Checkout, star
 		if req.NoSync {
 			err = l.ensureDir(ctx, workdir)
 		} else {
-			res.Sync, err = l.pushPrepared(ctx, prep)
+			res.Sync, err = l.pushPrepared(ctx, prepared)
 		}
 		res.Timing.Sync += c.rt.Clock.Since(syncStart)
 		res.SyncSkipped = req.NoSync || res.Sync.Skipped
 		if err != nil {
 			return res, err
 		}
-		res.ExitCode, res.TimedOut, err = c.command(ctx, l, req, workdir, "", &res.Timing)
+		res.ExitCode, res.TimedOut, err = l.command(ctx, req, workdir, "", &res.Timing)
 	}
 	if err != nil {
 		return res, err
@@ -352,7 +397,7 @@ func (c *Client) run(ctx context.Context, req RunRequest, co sync.Checkout, star
 		}
 		rep, err := junit.Collect(ctx, conn, workdir, req.JUnit)
 		if err != nil {
-			return res, err
+			return res, fmt.Errorf("junit on %s: %w", l.ID(), err)
 		}
 		res.JUnit = &rep
 	}
@@ -384,7 +429,8 @@ func (c *Client) releaseOneShot(ctx context.Context, l *Lease) error {
 // command runs the request's command in workdir, within its timeout.
 // A precondition that fails on the box is an error wrapping
 // run.ErrPrecondition, and nothing ran.
-func (c *Client) command(ctx context.Context, l *Lease, req RunRequest, workdir, precondition string, t *Timing) (exit int, timedOut bool, err error) {
+func (l *Lease) command(ctx context.Context, req RunRequest, workdir, precondition string, t *Timing) (exit int, timedOut bool, err error) {
+	c := l.client
 	cmdCtx := ctx
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -396,7 +442,7 @@ func (c *Client) command(ctx context.Context, l *Lease, req RunRequest, workdir,
 		shell = req.Script
 	}
 	cmdStart := c.rt.Clock.Now()
-	out, err := l.Run(cmdCtx, run.Request{
+	out, err := l.Exec(cmdCtx, run.Request{
 		Command: req.Command, Shell: shell, Dir: workdir, Env: req.Env,
 		Stdout: req.Stdout, Stderr: req.Stderr, Precondition: precondition,
 	})
@@ -421,7 +467,7 @@ func (c *Client) leaseFor(ctx context.Context, req RunRequest) (l *Lease, acquir
 // ensureDir creates dir on the box (used when sync is skipped), relative
 // to the login directory like the sync's and the command's.
 func (l *Lease) ensureDir(ctx context.Context, dir string) error {
-	res, err := l.Run(ctx, run.Request{Command: []string{"mkdir", "-p", "--", dir}})
+	res, err := l.Exec(ctx, run.Request{Command: []string{"mkdir", "-p", "--", dir}})
 	if err != nil {
 		return err
 	}

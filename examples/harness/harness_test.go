@@ -18,7 +18,6 @@ import (
 
 	"github.com/crabbox-dev/crabbox"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
-	"github.com/crabbox-dev/crabbox/run"
 )
 
 var box *crabbox.Lease
@@ -64,7 +63,7 @@ func TestMain(m *testing.M) {
 func onBox(t *testing.T, argv ...string) (string, int) {
 	t.Helper()
 	var out bytes.Buffer
-	res, err := box.Run(context.Background(), run.Request{Command: argv, Dir: box.Workdir("."), Stdout: &out, Stderr: &out})
+	res, err := box.Run(context.Background(), crabbox.RunRequest{Command: argv, NoSync: true, Stdout: &out, Stderr: &out})
 	if err != nil {
 		t.Fatalf("run %q: %v", argv, err)
 	}
