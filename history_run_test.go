@@ -138,8 +138,8 @@ printf '<testsuite><testcase' > reports/broken.xml
 	}
 	want := &junit.Report{
 		Counts: junit.Counts{Tests: 4, Failures: 1, Errors: 1, Skipped: 1},
-		Files:       []string{"reports/a.xml", "reports/sub/b.xml"},
-		Broken:      []junit.FileError{{File: "reports/broken.xml"}},
+		Files:  []string{"reports/a.xml", "reports/sub/b.xml"},
+		Broken: []junit.FileError{{File: "reports/broken.xml"}},
 	}
 	if diff := cmp.Diff(want, res.JUnit, cmpopts.IgnoreFields(junit.FileError{}, "Err")); diff != "" {
 		t.Errorf("junit report (-want +got):\n%s", diff)
