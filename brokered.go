@@ -118,13 +118,6 @@ func (c *Client) setupBroker(o brokerOptions) error {
 	return nil
 }
 
-// Coordinator is the client's coordinator client, or nil without one.
-func (c *Client) Coordinator() *coordclient.Client {
-	if c.broker == nil {
-		return nil
-	}
-	return c.broker.coord
-}
 
 // brokerFor returns the backend for the named provider's leases when the
 // coordinator has a part in them: brokered, or direct and registered. ok is
@@ -479,7 +472,7 @@ func (r *runRecorder) finish(res RunResult, runErr error) {
 	defer cancel()
 	exit := res.ExitCode
 	if runErr != nil && exit == 0 {
-		exit = ExitCrabboxFailure
+		exit = exitCrabboxFailure
 	}
 	fin := api.FinishRequest{
 		ExitCode: exit, SyncMs: res.Timing.Sync.Milliseconds(), CommandMs: res.Timing.Command.Milliseconds(),
@@ -493,10 +486,10 @@ func (r *runRecorder) finish(res RunResult, runErr error) {
 	}
 }
 
-// ExitCrabboxFailure is the exit code recorded for a run that failed in
+// exitCrabboxFailure is the exit code recorded for a run that failed in
 // crabbox itself (lease, connection, sync) before the command's own exit
 // status was known, as ssh(1) does.
-const ExitCrabboxFailure = 255
+const exitCrabboxFailure = 255
 
 func mustJSON(v any) json.RawMessage {
 	b, _ := json.Marshal(v) // only maps of strings, numbers and booleans: never fails

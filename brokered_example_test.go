@@ -71,13 +71,19 @@ func ExampleWithCoordinator() {
 		fmt.Println(err)
 		return
 	}
-	runs, err := client.Coordinator().ListRuns(ctx, coordclient.ListRunsOptions{LeaseID: res.LeaseID})
+	// The run as the coordinator recorded it.
+	coord, err := coordclient.New(api.URL, "example-admin-token")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	runs, err := coord.ListRuns(ctx, coordclient.ListRunsOptions{LeaseID: res.LeaseID})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println("exit", res.ExitCode, "recorded as", runs[0].State)
-	client.Coordinator().CloseIdleConnections()
+	coord.CloseIdleConnections()
 	// Output:
 	// hello from the checkout
 	// exit 0 recorded as succeeded

@@ -702,7 +702,7 @@ func TestBrokeredRunAgainstRealCoordinator(t *testing.T) {
 	}
 	noLeases(t, c)
 
-	cc := c.Coordinator()
+	cc := crabbox.CoordinatorOf(c)
 	l, err := cc.GetLease(ctx, res.LeaseID)
 	if err != nil {
 		t.Fatal(err)
@@ -809,7 +809,7 @@ func TestRegisteredModeAgainstRealCoordinator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc := c.Coordinator()
+	cc := crabbox.CoordinatorOf(c)
 	got, err := cc.GetLease(ctx, l.ID())
 	if err != nil {
 		t.Fatal(err)

@@ -51,9 +51,9 @@ func TestOpenSSHCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	tg := l.Target()
-	knownHosts := c.Store().KnownHostsPath(l.ID())
+	knownHosts := crabbox.StoreOf(c).KnownHostsPath(l.ID())
 	want := []string{
-		"ssh", "-i", c.Store().KeyPath(l.ID()), "-p", strconv.Itoa(tg.Port),
+		"ssh", "-i", crabbox.StoreOf(c).KeyPath(l.ID()), "-p", strconv.Itoa(tg.Port),
 		"-o", "UserKnownHostsFile=" + knownHosts, "-o", "StrictHostKeyChecking=yes",
 		"-o", "IdentitiesOnly=yes", "-o", "ForwardAgent=no", tg.User + "@" + tg.Host,
 	}
@@ -87,7 +87,7 @@ func TestHeartbeatChangesIdleTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim, err := c.Store().Get(l.ID())
+	claim, err := crabbox.StoreOf(c).Get(l.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func rows(ds []crabbox.CleanupDecision) []row {
 
 func claimIDs(t *testing.T, c *crabbox.Client) []string {
 	t.Helper()
-	claims, err := c.Store().List()
+	claims, err := crabbox.StoreOf(c).List()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestCleanup(t *testing.T) {
 	if err := b.(provider.SSHLeaseBackend).ReleaseLease(ctx, provider.ReleaseRequest{Lease: gone.Target()}); err != nil {
 		t.Fatal(err)
 	}
-	failed, err := c.Store().Create(lease.Claim{ID: lease.NewID(), Provider: local.Name, State: lease.StateFailed, CreatedAt: time.Now()})
+	failed, err := crabbox.StoreOf(c).Create(lease.Claim{ID: lease.NewID(), Provider: local.Name, State: lease.StateFailed, CreatedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

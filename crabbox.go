@@ -177,8 +177,13 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// Store is the client's local lease store.
-func (c *Client) Store() *lease.Store { return c.store }
+// StateDir is the client's state directory: the lease store (claims and
+// lease keys), the run history and the sync caches.
+func (c *Client) StateDir() string { return c.store.Dir() }
+
+// DamagedClaims lists the claims in the lease store that could not be read
+// (see lease.Store.Damaged), as doctor reports them.
+func (c *Client) DamagedClaims() ([]lease.DamagedClaim, error) { return c.store.Damaged() }
 
 // Registry is the client's provider registry.
 func (c *Client) Registry() *provider.Registry { return c.registry }
@@ -260,8 +265,8 @@ func (c *Client) locators(name string) provider.Config {
 
 // newLease returns the backend through which a new lease of the named
 // provider is acquired, and how its claim records that route.
-func (c *Client) newLease(name string) (provider.SSHLeaseBackend, lease.AcquireOptions, error) {
-	var route lease.AcquireOptions
+func (c *Client) newLease(name string) (provider.SSHLeaseBackend, lease.Terms, error) {
+	var route lease.Terms
 	if name == "" {
 		name = c.provider
 	}

@@ -206,7 +206,7 @@ func TestFailedAcquireLeavesNothing(t *testing.T) {
 		if !errors.Is(err, providertest.ErrInjected) {
 			t.Fatalf("fault %+v: err = %v, want the injected failure", ft, err)
 		}
-		claims, err := c.Store().List()
+		claims, err := crabbox.StoreOf(c).List()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("Run: err = %v, want context.Canceled", err)
 			}
-			claims, err := c.Store().List()
+			claims, err := crabbox.StoreOf(c).List()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,7 +23,7 @@ import (
 // machine might.
 func truncateClaim(t *testing.T, c *crabbox.Client, id string) {
 	t.Helper()
-	path := filepath.Join(c.Store().Dir(), "leases", id+".json")
+	path := filepath.Join(crabbox.StoreOf(c).Dir(), "leases", id+".json")
 	body, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestDamagedClaim(t *testing.T) {
 		t.Errorf("cleanup decisions (-want +got):\n%s", diff)
 	}
 
-	damaged, err := c.Store().Damaged()
+	damaged, err := crabbox.StoreOf(c).Damaged()
 	if err != nil || len(damaged) != 1 {
 		t.Fatalf("Damaged = %+v, %v; want one", damaged, err)
 	}
@@ -111,7 +111,7 @@ func TestDamagedClaim(t *testing.T) {
 	if got := failedChecks(c.Doctor(ctx, crabbox.DoctorOptions{})); len(got) != 0 {
 		t.Errorf("doctor after Stop: %+v", got)
 	}
-	if _, err := c.Store().Get(bad.ID()); !errors.Is(err, provider.ErrNotFound) {
+	if _, err := crabbox.StoreOf(c).Get(bad.ID()); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("damaged claim after Stop: err = %v, want ErrNotFound", err)
 	}
 	if _, err := c.Resolve(ctx, good.ID()); err != nil {
@@ -125,7 +125,7 @@ func TestStopDamagedClaimElsewhere(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, t.TempDir())
 	id := lease.NewID()
-	path := filepath.Join(c.Store().Dir(), "leases", id+".json")
+	path := filepath.Join(crabbox.StoreOf(c).Dir(), "leases", id+".json")
 	if err := os.WriteFile(path, []byte(`{"id": "`+id+`", "provider": "aw`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestStopDamagedClaimElsewhere(t *testing.T) {
 	if !errors.Is(err, crabbox.ErrNotFound) || !strings.Contains(err.Error(), "--provider") || !strings.Contains(err.Error(), `provider "local" has no box`) {
 		t.Errorf("Stop = %v, want not found at local, naming --provider", err)
 	}
-	if damaged, err := c.Store().Damaged(); err != nil || len(damaged) != 1 || damaged[0].ID != id {
+	if damaged, err := crabbox.StoreOf(c).Damaged(); err != nil || len(damaged) != 1 || damaged[0].ID != id {
 		t.Errorf("damaged claims after a failed Stop = %+v, %v; want it kept", damaged, err)
 	}
 }
@@ -196,7 +196,7 @@ func TestCleanupDamagedClaims(t *testing.T) {
 	if _, err := sb.Resolve(ctx, provider.ResolveRequest{ID: live.ID()}); err != nil {
 		t.Errorf("live box after cleanup: %v", err)
 	}
-	damaged, err := c.Store().Damaged()
+	damaged, err := crabbox.StoreOf(c).Damaged()
 	if err != nil || len(damaged) != 1 || damaged[0].ID != live.ID() {
 		t.Errorf("damaged claims after cleanup = %+v, %v; want only the live lease's", damaged, err)
 	}

@@ -92,13 +92,13 @@ func delegatedClient(t *testing.T, f *fakeDelegated) *crabbox.Client {
 	reg := provider.NewRegistry()
 	reg.Register(f)
 	c := newClient(t, t.TempDir(), crabbox.WithRegistry(reg), crabbox.WithProvider("sandbox"))
-	f.store = c.Store()
+	f.store = crabbox.StoreOf(c)
 	return c
 }
 
 func claims(t *testing.T, c *crabbox.Client) []lease.Claim {
 	t.Helper()
-	cl, err := c.Store().List()
+	cl, err := crabbox.StoreOf(c).List()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestDelegatedClaimsAfterACrash(t *testing.T) {
 		{ID: lease.NewID(), Slug: "ready-crab", State: lease.StateReady},
 	} {
 		cl.Provider, cl.CreatedAt, cl.ExpiresAt = "sandbox", now, now.Add(time.Hour)
-		if _, err := c.Store().Create(cl); err != nil {
+		if _, err := crabbox.StoreOf(c).Create(cl); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -74,11 +74,11 @@ func (l *Lease) Target() provider.LeaseTarget { return l.snapshot().Target }
 // Claim is the lease's record in the local store.
 func (l *Lease) Claim() lease.Claim { return l.snapshot().Claim }
 
-func (l *Lease) snapshot() lease.Lease { return l.keep.Lease() }
+func (l *Lease) snapshot() lease.Grant { return l.keep.Grant() }
 
 // hold wraps a lease just acquired (touchNow false) or resolved for reuse
 // (touchNow true: resolving is a use) in a handle that keeps it alive.
-func (c *Client) hold(b provider.SSHLeaseBackend, l lease.Lease, touchNow bool) *Lease {
+func (c *Client) hold(b provider.SSHLeaseBackend, l lease.Grant, touchNow bool) *Lease {
 	h := &Lease{client: c, backend: b, keep: c.store.Keep(b, l, c.log, touchNow)}
 	c.mu.Lock()
 	c.held[h] = struct{}{}

@@ -29,7 +29,7 @@ func TestDialDoesNotBlockLeaseReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	l := c.hold(nil, lease.Lease{
+	l := c.hold(nil, lease.Grant{
 		Claim:  lease.Claim{ID: "cbx_0123456789ab", IdleSeconds: 3600},
 		Target: provider.LeaseTarget{Host: "127.0.0.1", Port: port, User: "nobody", WorkRoot: "/work"},
 		Key:    key,

@@ -29,7 +29,7 @@ func TestFailedReleaseKeepsExitCodeAndClaim(t *testing.T) {
 	if !errors.Is(res.ReleaseErr, providertest.ErrInjected) || !strings.Contains(res.ReleaseErr.Error(), res.LeaseID) {
 		t.Errorf("ReleaseErr = %v, want the injected failure naming %s", res.ReleaseErr, res.LeaseID)
 	}
-	claims, err := c.Store().List()
+	claims, err := crabbox.StoreOf(c).List()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestOneRunPath(t *testing.T) {
 					t.Fatalf("history = %+v, %v; want run %s first", entries, err, res.RunID)
 				}
 				got.HistoryExit, got.HistoryTimedOut = entries[0].ExitCode, entries[0].TimedOut
-				runs, err := c.Coordinator().ListRuns(ctx, coordclient.ListRunsOptions{LeaseID: res.LeaseID, Limit: 1})
+				runs, err := crabbox.CoordinatorOf(c).ListRuns(ctx, coordclient.ListRunsOptions{LeaseID: res.LeaseID, Limit: 1})
 				if err != nil || len(runs) != 1 {
 					t.Fatalf("coordinator records of lease %s: %+v, %v", res.LeaseID, runs, err)
 				}

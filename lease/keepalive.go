@@ -32,7 +32,7 @@ type Keepalive struct {
 	log   *slog.Logger
 
 	mu      sync.Mutex // guards lease, touched, lost
-	lease   Lease
+	lease   Grant
 	touched time.Time // when the lease was last touched (or acquired)
 	lost    error     // set once the provider no longer has the box
 
@@ -49,7 +49,7 @@ type Keepalive struct {
 // from now on); otherwise l counts as just touched (a lease just
 // acquired). Failed touches are logged (log may be nil); a lease whose box
 // is gone stops being touched and Err reports it.
-func (s *Store) Keep(b provider.SSHLeaseBackend, l Lease, log *slog.Logger, touchNow bool) *Keepalive {
+func (s *Store) Keep(b provider.SSHLeaseBackend, l Grant, log *slog.Logger, touchNow bool) *Keepalive {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -68,7 +68,7 @@ func (s *Store) Keep(b provider.SSHLeaseBackend, l Lease, log *slog.Logger, touc
 
 func (k *Keepalive) loop(ctx context.Context) {
 	defer close(k.done)
-	ticker := k.store.clock.NewTicker(HeartbeatInterval(k.Lease().Claim.IdleTimeout()))
+	ticker := k.store.clock.NewTicker(HeartbeatInterval(k.Grant().Claim.IdleTimeout()))
 	defer ticker.Stop()
 	for {
 		select {
@@ -90,8 +90,8 @@ func (k *Keepalive) loop(ctx context.Context) {
 	}
 }
 
-// Lease is the lease as last touched.
-func (k *Keepalive) Lease() Lease {
+// Grant is the lease as last touched.
+func (k *Keepalive) Grant() Grant {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.lease
@@ -142,7 +142,7 @@ func (k *Keepalive) Stop() {
 }
 
 func (k *Keepalive) slack() time.Duration {
-	return TouchSlack(k.Lease().Claim.IdleTimeout())
+	return TouchSlack(k.Grant().Claim.IdleTimeout())
 }
 
 // touch touches the lease unless it was touched within slack of now.

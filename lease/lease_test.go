@@ -232,7 +232,7 @@ func TestAcquireTouchRelease(t *testing.T) {
 	s := openStore(t, lease.WithClock(clock))
 	b := newLocal(t, clock)
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, b, lease.AcquireOptions{TTL: time.Hour, IdleTimeout: 10 * time.Minute, Labels: map[string]string{"k": "v"}})
+	l, err := s.Acquire(ctx, b, lease.Terms{TTL: time.Hour, IdleTimeout: 10 * time.Minute, Labels: map[string]string{"k": "v"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestResolveRefusesExpiredLease(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	s := openStore(t, lease.WithClock(clock))
 	b := newLocal(t, clockwork.NewRealClock())
-	l, err := s.Acquire(context.Background(), b, lease.AcquireOptions{IdleTimeout: time.Minute})
+	l, err := s.Acquire(context.Background(), b, lease.Terms{IdleTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestAcquireRollback(t *testing.T) {
 	ctx := context.Background()
 	t.Run("release succeeds", func(t *testing.T) {
 		s, b := openStore(t), newLocal(t, clockwork.NewRealClock())
-		_, err := s.Acquire(ctx, providertest.WithFaults(b, providertest.Fault{Step: providertest.StepAcquire, AfterCall: true}), lease.AcquireOptions{})
+		_, err := s.Acquire(ctx, providertest.WithFaults(b, providertest.Fault{Step: providertest.StepAcquire, AfterCall: true}), lease.Terms{})
 		if !errors.Is(err, providertest.ErrInjected) {
 			t.Fatalf("err = %v, want the injected failure", err)
 		}
@@ -300,7 +300,7 @@ func TestAcquireRollback(t *testing.T) {
 		faulty := providertest.WithFaults(b,
 			providertest.Fault{Step: providertest.StepAcquire, AfterCall: true},
 			providertest.Fault{Step: providertest.StepRelease, Times: 1})
-		if _, err := s.Acquire(ctx, faulty, lease.AcquireOptions{}); err == nil {
+		if _, err := s.Acquire(ctx, faulty, lease.Terms{}); err == nil {
 			t.Fatal("Acquire succeeded")
 		}
 		claims, _ := s.List()
@@ -321,7 +321,7 @@ func TestHeartbeatTouchesOnInterval(t *testing.T) {
 	s := openStore(t, lease.WithClock(clock))
 	b := newLocal(t, clock)
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, b, lease.AcquireOptions{IdleTimeout: 30 * time.Second})
+	l, err := s.Acquire(ctx, b, lease.Terms{IdleTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

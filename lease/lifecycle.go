@@ -19,16 +19,16 @@ import (
 // runs even when the caller's context is already cancelled.
 const rollbackTimeout = 2 * time.Minute
 
-// Lease is a live lease: its claim, how to reach the box, and the key that
-// opens it.
-type Lease struct {
+// Grant is what a live lease gives its holder: its claim, how to reach
+// the box, and the key that opens it.
+type Grant struct {
 	Claim  Claim
 	Target provider.LeaseTarget
 	Key    Key
 }
 
-// AcquireOptions shape a new lease.
-type AcquireOptions struct {
+// Terms shape a new lease.
+type Terms struct {
 	Slug        string // empty: a fresh friendly slug
 	TTL         time.Duration
 	IdleTimeout time.Duration
@@ -44,7 +44,7 @@ type AcquireOptions struct {
 // provider is called and completed after it returns; if the provider fails,
 // Acquire asks it to release whatever it made and drops the claim, or marks
 // the claim failed when that release fails too, so cleanup can finish it.
-func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts AcquireOptions) (Lease, error) {
+func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Terms) (Grant, error) {
 	spec := b.Spec()
 	ttl, idle := opts.TTL, opts.IdleTimeout
 	if ttl == 0 {
@@ -54,17 +54,17 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Ac
 		idle = DefaultIdleTimeout
 	}
 	if ttl < 0 || idle < 0 {
-		return Lease{}, fmt.Errorf("acquire %s lease: negative TTL %s or idle timeout %s", spec.Name, ttl, idle)
+		return Grant{}, fmt.Errorf("acquire %s lease: negative TTL %s or idle timeout %s", spec.Name, ttl, idle)
 	}
 	key, err := NewKey()
 	if err != nil {
-		return Lease{}, err
+		return Grant{}, err
 	}
 	now := s.clock.Now().UTC()
 	id := NewID()
 	self := ThisProcess()
 	if err := s.SaveKey(id, key); err != nil {
-		return Lease{}, err
+		return Grant{}, err
 	}
 	c, err := s.Create(Claim{
 		ID: id, Slug: opts.Slug, Provider: spec.Name, State: StateAcquiring,
@@ -75,7 +75,7 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Ac
 	})
 	if err != nil {
 		_ = os.Remove(s.KeyPath(id))
-		return Lease{}, fmt.Errorf("acquire %s lease: %w", spec.Name, err)
+		return Grant{}, fmt.Errorf("acquire %s lease: %w", spec.Name, err)
 	}
 	target, err := b.Acquire(ctx, provider.AcquireRequest{
 		LeaseID: c.ID, Slug: c.Slug, PublicKey: key.AuthorizedKey(),
@@ -86,7 +86,7 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Ac
 		err = checkTarget(c, target)
 	}
 	if err != nil {
-		return Lease{}, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
+		return Grant{}, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
 	}
 	if !target.ExpiresAt.IsZero() {
 		c.ExpiresAt = target.ExpiresAt
@@ -96,15 +96,15 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Ac
 		return nil
 	})
 	if err != nil {
-		return Lease{}, errors.Join(fmt.Errorf("record %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
+		return Grant{}, errors.Join(fmt.Errorf("record %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
 	}
 	c = ready
 	if target.KeyFile != "" {
 		if key, err = LoadKeyFile(target.KeyFile); err != nil {
-			return Lease{}, errors.Join(err, s.rollback(ctx, b, c))
+			return Grant{}, errors.Join(err, s.rollback(ctx, b, c))
 		}
 	}
-	return Lease{Claim: c, Target: target, Key: key}, nil
+	return Grant{Claim: c, Target: target, Key: key}, nil
 }
 
 // checkTarget rejects a provider answer that does not describe the lease
@@ -146,32 +146,32 @@ func (s *Store) rollback(ctx context.Context, b provider.SSHLeaseBackend, c Clai
 // Resolve finds a ready lease by ID or slug among the store's claims and
 // asks the provider whether the box still exists. An unknown, expired or
 // vanished lease is an error for which errors.Is(err, provider.ErrNotFound).
-func (s *Store) Resolve(ctx context.Context, b provider.SSHLeaseBackend, ref string) (Lease, error) {
+func (s *Store) Resolve(ctx context.Context, b provider.SSHLeaseBackend, ref string) (Grant, error) {
 	c, err := s.Find(ref)
 	if err != nil {
-		return Lease{}, err
+		return Grant{}, err
 	}
 	if c.Provider != b.Spec().Name {
-		return Lease{}, fmt.Errorf("lease %s belongs to provider %q, not %q", c.ID, c.Provider, b.Spec().Name)
+		return Grant{}, fmt.Errorf("lease %s belongs to provider %q, not %q", c.ID, c.Provider, b.Spec().Name)
 	}
 	if c.State != StateReady {
-		return Lease{}, fmt.Errorf("lease %s is %s, not ready: %w", c.ID, c.State, provider.ErrNotFound)
+		return Grant{}, fmt.Errorf("lease %s is %s, not ready: %w", c.ID, c.State, provider.ErrNotFound)
 	}
 	if c.Expired(s.clock.Now()) {
-		return Lease{}, errExpired(c)
+		return Grant{}, errExpired(c)
 	}
 	target, err := b.Resolve(ctx, provider.ResolveRequest{ID: c.ID})
 	if err != nil {
-		return Lease{}, fmt.Errorf("resolve lease %s: %w", c.ID, err)
+		return Grant{}, fmt.Errorf("resolve lease %s: %w", c.ID, err)
 	}
 	if target.LeaseID != c.ID {
-		return Lease{}, fmt.Errorf("resolve lease %s: provider returned lease %q", c.ID, target.LeaseID)
+		return Grant{}, fmt.Errorf("resolve lease %s: provider returned lease %q", c.ID, target.LeaseID)
 	}
 	key, err := s.keyFor(c.ID, target)
 	if err != nil {
-		return Lease{}, err
+		return Grant{}, err
 	}
-	return Lease{Claim: c, Target: target, Key: key}, nil
+	return Grant{Claim: c, Target: target, Key: key}, nil
 }
 
 func (s *Store) keyFor(id string, t provider.LeaseTarget) (Key, error) {
@@ -203,7 +203,7 @@ func LoadKeyFile(path string) (Key, error) {
 // is read again first, so a touch by another process or a new idle timeout
 // counts; a lease already expired (or whose claim is gone) is not revived
 // and the error satisfies errors.Is(err, provider.ErrNotFound).
-func (s *Store) Touch(ctx context.Context, b provider.SSHLeaseBackend, l Lease) (Lease, error) {
+func (s *Store) Touch(ctx context.Context, b provider.SSHLeaseBackend, l Grant) (Grant, error) {
 	cur, err := s.Get(l.Claim.ID)
 	if err != nil {
 		return l, fmt.Errorf("touch lease %s: %w", l.Claim.ID, err)

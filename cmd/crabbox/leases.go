@@ -122,7 +122,7 @@ creation and expiry times.
 // noteDamaged says on stderr, in one line, which lease claims are damaged
 // and so not listed.
 func (a *app) noteDamaged(c *crabbox.Client) {
-	damaged, err := c.Store().Damaged()
+	damaged, err := c.DamagedClaims()
 	if err != nil || len(damaged) == 0 {
 		return
 	}

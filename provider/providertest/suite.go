@@ -321,7 +321,7 @@ func testNoLeak(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend) {
 			actx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			ft.OnHang = cancel // as if the caller's deadline passed
-			_, err = store.Acquire(actx, WithFaults(b, ft), lease.AcquireOptions{Labels: map[string]string{"suite": "leak"}})
+			_, err = store.Acquire(actx, WithFaults(b, ft), lease.Terms{Labels: map[string]string{"suite": "leak"}})
 			if err == nil {
 				t.Fatal("Acquire succeeded despite the injected fault")
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/aws"
 	"github.com/crabbox-dev/crabbox/providers/aws/internal/fakeec2"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 // Environment of the acquiring child process of TestCleanupAfterCrash.
@@ -42,7 +43,7 @@ func acquireChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	_, err = store.Acquire(context.Background(), b, lease.AcquireOptions{Slug: "crashed-crab"})
+	_, err = store.Acquire(context.Background(), b, lease.Terms{Slug: "crashed-crab"})
 	fmt.Fprintln(os.Stderr, "acquire returned:", err)
 	return 1
 }
@@ -97,7 +98,7 @@ func TestCleanupAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	claims, err := client.Store().List()
+	claims, err := cloudtest.Store(t, client.StateDir()).List()
 	if err != nil || len(claims) != 1 || claims[0].State != lease.StateAcquiring {
 		t.Fatalf("claims after the crash = %+v, %v; want one acquiring", claims, err)
 	}
@@ -126,7 +127,7 @@ func TestCleanupAfterCrash(t *testing.T) {
 	if k := w.ec2.KeyPairs(region); len(k) != 0 {
 		t.Errorf("key pairs left: %+v", k)
 	}
-	if left, _ := client.Store().List(); len(left) != 0 {
+	if left, _ := cloudtest.Store(t, client.StateDir()).List(); len(left) != 0 {
 		t.Errorf("claims left: %+v", left)
 	}
 }

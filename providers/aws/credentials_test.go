@@ -56,7 +56,7 @@ func TestCredentialsFromEnvironmentNeverLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	l, err := store.Acquire(ctx, b, lease.AcquireOptions{})
+	l, err := store.Acquire(ctx, b, lease.Terms{})
 	if err != nil {
 		t.Fatal(err)
 	}

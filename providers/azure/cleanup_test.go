@@ -15,6 +15,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/azure"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 // putVM puts a VM with tags into the fake directly (one made by someone
@@ -250,7 +251,7 @@ func TestCleanupAfterKilledAcquire(t *testing.T) {
 		clock := clockwork.NewFakeClockAt(time.Now())
 		e.rt.Clock = clock
 		client := newClient(t, e, clock)
-		c := killAfterCreate(t, e, client.Store())
+		c := killAfterCreate(t, e, cloudtest.Store(t, client.StateDir()))
 
 		clock.Advance(2 * time.Hour) // the acquire is clearly dead by now
 		ds, err := client.Cleanup(testCtx(t), crabbox.CleanupOptions{Provider: azure.Name})
@@ -272,7 +273,7 @@ func TestCleanupAfterKilledAcquire(t *testing.T) {
 			t.Errorf("API mutations (-want +got):\n%s", diff)
 		}
 		checkEmpty(t, e.arm)
-		if _, err := client.Store().Get(c.ID); err == nil {
+		if _, err := cloudtest.Store(t, client.StateDir()).Get(c.ID); err == nil {
 			t.Errorf("claim %s still there after cleanup", c.ID)
 		}
 	})

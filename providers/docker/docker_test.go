@@ -220,7 +220,7 @@ func runAcquireHelper() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err = store.Acquire(ctx, db, lease.AcquireOptions{Slug: "killed-crab"})
+	_, err = store.Acquire(ctx, db, lease.Terms{Slug: "killed-crab"})
 	return fail(fmt.Errorf("acquire returned: %w", err))
 }
 

@@ -141,7 +141,7 @@ func TestAcquireRejectsAndReleases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = store.Acquire(context.Background(), b, lease.AcquireOptions{Slug: "tidal-lobster"})
+			_, err = store.Acquire(context.Background(), b, lease.Terms{Slug: "tidal-lobster"})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("Acquire error = %v, want one containing %q", err, tt.wantErr)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/gcp"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 // Environment of the acquiring child process of TestCleanupAfterKilledAcquire.
@@ -41,7 +42,7 @@ func acquireChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	_, err = store.Acquire(context.Background(), b, lease.AcquireOptions{Slug: "crashed-crab"})
+	_, err = store.Acquire(context.Background(), b, lease.Terms{Slug: "crashed-crab"})
 	fmt.Fprintln(os.Stderr, "acquire returned:", err)
 	return 1
 }
@@ -92,7 +93,7 @@ func TestCleanupAfterKilledAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	claims, err := client.Store().List()
+	claims, err := cloudtest.Store(t, client.StateDir()).List()
 	if err != nil || len(claims) != 1 || claims[0].State != lease.StateAcquiring {
 		t.Fatalf("claims after the crash = %+v, %v; want one acquiring", claims, err)
 	}
@@ -124,7 +125,7 @@ func TestCleanupAfterKilledAcquire(t *testing.T) {
 	if diff := cmp.Diff([]string{"insert firewall", "insert instance", "delete instance"}, events(e.api)); diff != "" {
 		t.Errorf("API mutations (-want +got):\n%s", diff)
 	}
-	if left, _ := client.Store().List(); len(left) != 0 {
+	if left, _ := cloudtest.Store(t, client.StateDir()).List(); len(left) != 0 {
 		t.Errorf("claims left: %+v", left)
 	}
 	if strings.Contains(e.logs.String(), "BEGIN OPENSSH PRIVATE KEY") {

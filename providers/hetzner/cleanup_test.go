@@ -22,6 +22,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/hetzner"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 // boxLabels are a crabbox box's labels for a lease of provider.
@@ -224,7 +225,7 @@ func TestCleanupAfterKilledAcquire(t *testing.T) {
 		clock := clockwork.NewFakeClockAt(time.Now())
 		e.rt.Clock = clock
 		client := newClient(t, e, clock)
-		c := killAfterCreate(t, e, client.Store())
+		c := killAfterCreate(t, e, cloudtest.Store(t, client.StateDir()))
 
 		clock.Advance(2 * time.Hour) // the acquire is clearly dead by now
 		ds, err := client.Cleanup(context.Background(), crabbox.CleanupOptions{Provider: hetzner.Name})
@@ -244,15 +245,15 @@ func TestCleanupAfterKilledAcquire(t *testing.T) {
 			t.Errorf("API mutations (-want +got):\n%s", diff)
 		}
 		checkEmpty(t, e.api)
-		if _, err := client.Store().Get(c.ID); err == nil {
+		if _, err := cloudtest.Store(t, client.StateDir()).Get(c.ID); err == nil {
 			t.Errorf("claim %s still there after cleanup", c.ID)
 		}
 	})
 	t.Run("a dead acquire's server is deleted at once", func(t *testing.T) {
 		e := newEnv(t)
 		client := newClient(t, e, clockwork.NewRealClock())
-		c := killAfterCreate(t, e, client.Store())
-		if _, err := client.Store().Update(c.ID, func(cl *lease.Claim) error {
+		c := killAfterCreate(t, e, cloudtest.Store(t, client.StateDir()))
+		if _, err := cloudtest.Store(t, client.StateDir()).Update(c.ID, func(cl *lease.Claim) error {
 			cl.Process = deadProcess(t)
 			return nil
 		}); err != nil {
@@ -270,9 +271,9 @@ func TestCleanupAfterKilledAcquire(t *testing.T) {
 	t.Run("a live acquire's server is left alone", func(t *testing.T) {
 		e := newEnv(t)
 		client := newClient(t, e, clockwork.NewRealClock())
-		c := killAfterCreate(t, e, client.Store())
+		c := killAfterCreate(t, e, cloudtest.Store(t, client.StateDir()))
 		self := lease.ThisProcess()
-		if _, err := client.Store().Update(c.ID, func(cl *lease.Claim) error { cl.Process = &self; return nil }); err != nil {
+		if _, err := cloudtest.Store(t, client.StateDir()).Update(c.ID, func(cl *lease.Claim) error { cl.Process = &self; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		ds, err := client.Cleanup(context.Background(), crabbox.CleanupOptions{Provider: hetzner.Name})
@@ -368,7 +369,7 @@ func TestCleanupReleasesOrphanedOneShotLease(t *testing.T) {
 	defer client.Stop(ctx, kept.ID())
 	for _, l := range []*crabbox.Lease{oneShot, kept} {
 		l.Close()
-		if _, err := client.Store().Update(l.ID(), func(cl *lease.Claim) error { cl.Process = deadProcess(t); return nil }); err != nil {
+		if _, err := cloudtest.Store(t, client.StateDir()).Update(l.ID(), func(cl *lease.Claim) error { cl.Process = deadProcess(t); return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -239,7 +239,7 @@ func TestCancelledAcquireLeavesNoClaim(t *testing.T) {
 			b := e.backend(t)
 			done := make(chan error, 1)
 			go func() {
-				_, err := store.Acquire(ctx, b, lease.AcquireOptions{})
+				_, err := store.Acquire(ctx, b, lease.Terms{})
 				done <- err
 			}()
 			if clock != nil {

@@ -259,3 +259,14 @@ func (f *Fleet) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Store opens the lease store in stateDir (a client's StateDir), failing
+// the test if it cannot.
+func Store(t testing.TB, stateDir string) *lease.Store {
+	t.Helper()
+	s, err := lease.OpenStore(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
