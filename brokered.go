@@ -118,7 +118,6 @@ func (c *Client) setupBroker(o brokerOptions) error {
 	return nil
 }
 
-
 // brokerFor returns the backend for the named provider's leases when the
 // coordinator has a part in them: brokered, or direct and registered. ok is
 // false when the provider runs direct without the coordinator.
