@@ -26,20 +26,24 @@ type CleanupOptions struct {
 	DryRun bool
 }
 
+// CleanupAction is what cleanup did, or on a dry run would do, about a
+// box or claim.
+type CleanupAction string
+
 // Cleanup actions.
 const (
-	CleanupDelete = "delete" // the box or the claim is (or, on a dry run, would be) removed
-	CleanupKeep   = "keep"   // ours, and still wanted
-	CleanupSkip   = "skip"   // not ours: no claim in the lease store
+	CleanupDelete CleanupAction = "delete" // the box or the claim is (or, on a dry run, would be) removed
+	CleanupKeep   CleanupAction = "keep"   // ours, and still wanted
+	CleanupSkip   CleanupAction = "skip"   // not ours: no claim in the lease store
 )
 
-// CleanupDecision is what cleanup decided about one box or claim.
-type CleanupDecision struct {
-	LeaseID  string `json:"leaseId"`
-	Slug     string `json:"slug,omitempty"`
-	Provider string `json:"provider"`
-	Action   string `json:"action"`
-	Reason   string `json:"reason"`
+// CleanupOutcome is what cleanup decided about one box or claim.
+type CleanupOutcome struct {
+	LeaseID  string        `json:"leaseId"`
+	Slug     string        `json:"slug,omitempty"`
+	Provider string        `json:"provider"`
+	Action   CleanupAction `json:"action"`
+	Reason   string        `json:"reason"`
 	// Result is what happened: "deleted", "claim dropped", "dry run",
 	// "failed: ...", or empty when nothing was to be done.
 	Result string `json:"result,omitempty"`
@@ -50,12 +54,12 @@ type CleanupDecision struct {
 // (boxes without a claim are never touched), then drops claims whose box is
 // gone and releases claims whose acquire failed. Errors of one provider do
 // not stop the others; they are joined in the returned error.
-func (c *Client) Cleanup(ctx context.Context, opts CleanupOptions) ([]CleanupDecision, error) {
+func (c *Client) Cleanup(ctx context.Context, opts CleanupOptions) ([]CleanupOutcome, error) {
 	names, err := c.cleanupProviders(opts.Provider)
 	if err != nil {
 		return nil, err
 	}
-	var out []CleanupDecision
+	var out []CleanupOutcome
 	var errs []error
 	for _, name := range names {
 		ds, err := c.cleanupProvider(ctx, name, opts.DryRun)
@@ -97,7 +101,7 @@ func (c *Client) cleanupProviders(name string) ([]string, error) {
 	return names, nil
 }
 
-func (c *Client) cleanupProvider(ctx context.Context, name string, dryRun bool) ([]CleanupDecision, error) {
+func (c *Client) cleanupProvider(ctx context.Context, name string, dryRun bool) ([]CleanupOutcome, error) {
 	if db, ok := c.delegatedRunBackend(name); ok {
 		return c.cleanupDelegated(ctx, db, name, dryRun) // delegated.go
 	}
@@ -126,7 +130,7 @@ func (c *Client) cleanupProvider(ctx context.Context, name string, dryRun bool) 
 		}
 		return c.sweep(ctx, name, b, nil, map[string]bool{}, dryRun)
 	}
-	var out []CleanupDecision
+	var out []CleanupOutcome
 	var errs []error
 	seen := map[string]bool{} // leases already decided, by ID
 	for _, k := range keys {
@@ -134,7 +138,7 @@ func (c *Client) cleanupProvider(ctx context.Context, name string, dryRun bool) 
 		b, err := c.leaseBackend(group[0])
 		if err != nil {
 			for _, cl := range group {
-				out = append(out, CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: name, Action: CleanupKeep, Reason: "cannot reach its box: " + err.Error()})
+				out = append(out, CleanupOutcome{LeaseID: cl.ID, Slug: cl.Slug, Provider: name, Action: CleanupKeep, Reason: "cannot reach its box: " + err.Error()})
 			}
 			errs = append(errs, err)
 			continue
@@ -152,8 +156,8 @@ func (c *Client) cleanupProvider(ctx context.Context, name string, dryRun bool) 
 // sweep of expired boxes (only those with a claim are deleted), and last
 // the claims in group whose box is gone. Leases in seen were decided
 // already; sweep adds those it decides.
-func (c *Client) sweep(ctx context.Context, name string, b provider.SSHLeaseBackend, group []lease.Claim, seen map[string]bool, dryRun bool) ([]CleanupDecision, error) {
-	var out []CleanupDecision
+func (c *Client) sweep(ctx context.Context, name string, b provider.SSHLeaseBackend, group []lease.Claim, seen map[string]bool, dryRun bool) ([]CleanupOutcome, error) {
+	var out []CleanupOutcome
 	for _, cl := range group {
 		if d, ok := c.unfinishedDecision(ctx, b, cl, dryRun); ok {
 			out = append(out, d)
@@ -199,8 +203,8 @@ func (c *Client) sweep(ctx context.Context, name string, b provider.SSHLeaseBack
 
 // backendDecision reports a backend's decision about a box; a box it
 // deleted takes its claim with it.
-func (c *Client) backendDecision(name string, d provider.CleanupDecision, claimed, dryRun bool) CleanupDecision {
-	out := CleanupDecision{LeaseID: d.LeaseID, Slug: d.Slug, Provider: name, Action: CleanupKeep, Reason: d.Reason}
+func (c *Client) backendDecision(name string, d provider.CleanupDecision, claimed, dryRun bool) CleanupOutcome {
+	out := CleanupOutcome{LeaseID: d.LeaseID, Slug: d.Slug, Provider: name, Action: CleanupKeep, Reason: d.Reason}
 	switch {
 	case !claimed && !d.Delete:
 		out.Action = CleanupSkip
@@ -224,8 +228,8 @@ func (c *Client) backendDecision(name string, d provider.CleanupDecision, claime
 // run's release) did not finish: failed, acquiring while its process is
 // gone (or for longer than acquireGrace), or a lease not kept whose
 // process is gone. ok is false for other claims.
-func (c *Client) unfinishedDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, dryRun bool) (d CleanupDecision, ok bool) {
-	d = CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete}
+func (c *Client) unfinishedDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, dryRun bool) (d CleanupOutcome, ok bool) {
+	d = CleanupOutcome{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete}
 	dead := cl.Process != nil && cl.Process.Gone()
 	switch {
 	case cl.State == lease.StateFailed:
@@ -259,11 +263,11 @@ func (c *Client) unfinishedDecision(ctx context.Context, b provider.SSHLeaseBack
 // longer lists: once the provider also says it has no such box, the claim
 // is dropped. ok is false for claims left alone without comment (live
 // boxes, which the backend already reported).
-func (c *Client) goneDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, listed, dryRun bool) (d CleanupDecision, ok bool) {
+func (c *Client) goneDecision(ctx context.Context, b provider.SSHLeaseBackend, cl lease.Claim, listed, dryRun bool) (d CleanupOutcome, ok bool) {
 	if cl.State != lease.StateReady || listed {
 		return d, false
 	}
-	d = CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete,
+	d = CleanupOutcome{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete,
 		Reason: "box is gone: dropping the claim"}
 	if _, err := b.Resolve(ctx, provider.ResolveRequest{ID: cl.ID}); !errors.Is(err, provider.ErrNotFound) {
 		d.Action, d.Reason = CleanupKeep, "not listed by the provider, but it still answers for the box"

@@ -101,10 +101,10 @@ func TestHeartbeatChangesIdleTimeout(t *testing.T) {
 
 type row struct{ Lease, Action, Result string }
 
-func rows(ds []crabbox.CleanupDecision) []row {
+func rows(ds []crabbox.CleanupOutcome) []row {
 	var out []row
 	for _, d := range ds {
-		out = append(out, row{d.LeaseID, d.Action, d.Result})
+		out = append(out, row{d.LeaseID, string(d.Action), d.Result})
 	}
 	slices.SortFunc(out, func(a, b row) int { return strings.Compare(a.Lease, b.Lease) })
 	return out
@@ -149,7 +149,7 @@ func TestCleanup(t *testing.T) {
 	theirs := acquire(t, other, crabbox.AcquireOptions{})
 
 	want := func(result, goneResult string) []row {
-		return rows([]crabbox.CleanupDecision{
+		return rows([]crabbox.CleanupOutcome{
 			{LeaseID: live.ID(), Action: crabbox.CleanupKeep},
 			{LeaseID: gone.ID(), Action: crabbox.CleanupDelete, Result: goneResult},
 			{LeaseID: failed.ID, Action: crabbox.CleanupDelete, Result: result},

@@ -33,8 +33,8 @@ func truncateClaim(t *testing.T, c *crabbox.Client, id string) {
 	}
 }
 
-func failedChecks(checks []crabbox.Check) []crabbox.Check {
-	var out []crabbox.Check
+func failedChecks(checks []provider.Check) []provider.Check {
+	var out []provider.Check
 	for _, ch := range checks {
 		if !ch.OK {
 			out = append(out, ch)
@@ -80,7 +80,7 @@ func TestDamagedClaim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Cleanup: %v", err)
 	}
-	want := rows([]crabbox.CleanupDecision{
+	want := rows([]crabbox.CleanupOutcome{
 		{LeaseID: good.ID(), Action: crabbox.CleanupKeep},
 		{LeaseID: bad.ID(), Action: crabbox.CleanupKeep},
 	})
@@ -170,7 +170,7 @@ func TestCleanupDamagedClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := func(result string) []row {
-		return rows([]crabbox.CleanupDecision{
+		return rows([]crabbox.CleanupOutcome{
 			{LeaseID: expired.ID(), Action: crabbox.CleanupDelete, Result: result},
 			{LeaseID: live.ID(), Action: crabbox.CleanupKeep},
 		})

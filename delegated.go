@@ -190,7 +190,7 @@ func (c *Client) delegatedLiveIDs(ctx context.Context, key string, b provider.De
 
 // statusDelegated is Status for a claim of a delegated backend.
 func (c *Client) statusDelegated(ctx context.Context, b provider.DelegatedRunBackend, info LeaseInfo) (LeaseInfo, error) {
-	if info.State != string(lease.StateReady) {
+	if info.State != StateReady {
 		return info, nil
 	}
 	_, err := b.Status(ctx, provider.StatusRequest{ID: info.ID})
@@ -215,18 +215,18 @@ func (c *Client) stopDelegated(ctx context.Context, b provider.DelegatedRunBacke
 // leases live only as long as one run, so a claim whose run is over (its
 // acquire failed, it expired, or its lease is gone) is released and
 // dropped. Only leases this client holds a claim for are touched.
-func (c *Client) cleanupDelegated(ctx context.Context, b provider.DelegatedRunBackend, name string, dryRun bool) ([]CleanupDecision, error) {
+func (c *Client) cleanupDelegated(ctx context.Context, b provider.DelegatedRunBackend, name string, dryRun bool) ([]CleanupOutcome, error) {
 	claims, err := c.store.List()
 	if err != nil {
 		return nil, err
 	}
 	now := c.rt.Clock.Now()
-	var out []CleanupDecision
+	var out []CleanupOutcome
 	for _, cl := range claims {
 		if cl.Provider != name {
 			continue
 		}
-		d := CleanupDecision{LeaseID: cl.ID, Slug: cl.Slug, Provider: name, Action: CleanupDelete}
+		d := CleanupOutcome{LeaseID: cl.ID, Slug: cl.Slug, Provider: name, Action: CleanupDelete}
 		switch {
 		case cl.State == lease.StateFailed,
 			cl.State == lease.StateAcquiring && now.Sub(cl.CreatedAt) > acquireGrace:

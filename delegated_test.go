@@ -326,7 +326,7 @@ func TestDelegatedClaimsAfterACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	states := map[string]string{}
+	states := map[string]crabbox.LeaseState{}
 	for _, info := range infos {
 		states[info.Slug] = info.State
 	}
@@ -342,7 +342,7 @@ func TestDelegatedClaimsAfterACrash(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, d := range ds {
-		got[d.Slug] = d.Action + " " + d.Result
+		got[d.Slug] = string(d.Action) + " " + d.Result
 	}
 	if got["failed-crab"] != "delete deleted" || got["ready-crab"] != "keep " {
 		t.Errorf("cleanup decisions = %v", got)

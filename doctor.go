@@ -9,13 +9,6 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
-// Check is one doctor check's outcome.
-type Check struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail,omitempty"`
-}
-
 // DoctorOptions shape the doctor's checks.
 type DoctorOptions struct {
 	// Provider is the provider to check; empty means the client's.
@@ -27,36 +20,36 @@ type DoctorOptions struct {
 // damaged (each damaged one is a failed check saying what to do), git is
 // installed, the provider configures, and the provider's own checks if it
 // has any. A failed check is a result, not an error.
-func (c *Client) Doctor(ctx context.Context, opts DoctorOptions) []Check {
+func (c *Client) Doctor(ctx context.Context, opts DoctorOptions) []provider.Check {
 	name := opts.Provider
 	if name == "" {
 		name = c.provider
 	}
-	checks := append([]Check{c.checkStateDir()}, c.checkClaims(name)...)
+	checks := append([]provider.Check{c.checkStateDir()}, c.checkClaims(name)...)
 	checks = append(checks, checkGit())
 	b, err := c.Backend(name)
 	if err != nil {
-		return append(checks, Check{Name: "provider " + name, Detail: err.Error()})
+		return append(checks, provider.Check{Name: "provider " + name, Detail: err.Error()})
 	}
 	spec := b.Spec()
-	checks = append(checks, Check{Name: "provider " + name, OK: true, Detail: fmt.Sprintf("%s (%s) configures", spec.Name, spec.Kind)})
+	checks = append(checks, provider.Check{Name: "provider " + name, OK: true, Detail: fmt.Sprintf("%s (%s) configures", spec.Name, spec.Kind)})
 	db, ok := b.(provider.DoctorBackend)
 	if !ok {
 		return checks
 	}
 	pc, err := db.Doctor(ctx)
 	if err != nil {
-		return append(checks, Check{Name: spec.Name + " checks", Detail: err.Error()})
+		return append(checks, provider.Check{Name: spec.Name + " checks", Detail: err.Error()})
 	}
 	for _, ch := range pc {
-		checks = append(checks, Check{Name: spec.Name + ": " + ch.Name, OK: ch.OK, Detail: ch.Detail})
+		checks = append(checks, provider.Check{Name: spec.Name + ": " + ch.Name, OK: ch.OK, Detail: ch.Detail})
 	}
 	return checks
 }
 
-func (c *Client) checkStateDir() Check {
+func (c *Client) checkStateDir() provider.Check {
 	dir := c.store.Dir()
-	ch := Check{Name: "state directory"}
+	ch := provider.Check{Name: "state directory"}
 	f, err := os.CreateTemp(dir, ".doctor-*")
 	if err != nil {
 		ch.Detail = fmt.Sprintf("%s is not writable: %v", dir, err)
@@ -73,17 +66,17 @@ func (c *Client) checkStateDir() Check {
 
 // checkClaims reports the lease store's damaged claims, one failed check
 // each; the lease of one is released by Stop at the provider that made it.
-func (c *Client) checkClaims(name string) []Check {
+func (c *Client) checkClaims(name string) []provider.Check {
 	damaged, err := c.store.Damaged()
 	if err != nil {
-		return []Check{{Name: "lease claims", Detail: err.Error()}}
+		return []provider.Check{{Name: "lease claims", Detail: err.Error()}}
 	}
 	if len(damaged) == 0 {
-		return []Check{{Name: "lease claims", OK: true, Detail: "none damaged"}}
+		return []provider.Check{{Name: "lease claims", OK: true, Detail: "none damaged"}}
 	}
-	var out []Check
+	var out []provider.Check
 	for _, d := range damaged {
-		out = append(out, Check{Name: "lease claim " + d.ID, Detail: fmt.Sprintf(
+		out = append(out, provider.Check{Name: "lease claim " + d.ID, Detail: fmt.Sprintf(
 			"damaged (%v), kept as %s; its box is still yours: `crabbox stop %s` releases it and drops the file "+
 				"(add --provider P unless provider %q made it); if no provider has it any more, remove the file",
 			d.Err, d.Path, d.ID, name)})
@@ -91,10 +84,10 @@ func (c *Client) checkClaims(name string) []Check {
 	return out
 }
 
-func checkGit() Check {
+func checkGit() provider.Check {
 	path, err := exec.LookPath("git")
 	if err != nil {
-		return Check{Name: "git", Detail: "git not found on PATH: crabbox needs it to list the checkout"}
+		return provider.Check{Name: "git", Detail: "git not found on PATH: crabbox needs it to list the checkout"}
 	}
-	return Check{Name: "git", OK: true, Detail: path}
+	return provider.Check{Name: "git", OK: true, Detail: path}
 }

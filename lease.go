@@ -182,7 +182,7 @@ type LeaseInfo struct {
 	ID        string            `json:"id"`
 	Slug      string            `json:"slug"`
 	Provider  string            `json:"provider"`
-	State     string            `json:"state"`
+	State     LeaseState        `json:"state"`
 	Host      string            `json:"host,omitempty"`
 	Port      int               `json:"port,omitempty"`
 	WorkRoot  string            `json:"workRoot,omitempty"`
@@ -198,11 +198,18 @@ type LeaseInfo struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Lease states reported by List and Status besides the claim's own.
+// LeaseState is a lease's state as List and Status report it: its claim's
+// (acquiring, ready, failed), or what asking its provider found.
+type LeaseState string
+
+// Lease states.
 const (
-	StateGone    = "gone"    // the claim remains but the provider no longer has the box
-	StateExpired = "expired" // past its expiry
-	StateUnknown = "unknown" // the provider (or coordinator) could not be asked; Error says why
+	StateAcquiring            = LeaseState(lease.StateAcquiring) // the provider may be creating the box
+	StateReady                = LeaseState(lease.StateReady)     // the box is there
+	StateFailed               = LeaseState(lease.StateFailed)    // an acquire or release did not finish; cleanup finishes it
+	StateGone      LeaseState = "gone"                           // the claim remains but the provider no longer has the box
+	StateExpired   LeaseState = "expired"                        // past its expiry
+	StateUnknown   LeaseState = "unknown"                        // the provider (or coordinator) could not be asked; Error says why
 )
 
 // List returns this client's leases, oldest first, with their state checked
@@ -218,7 +225,7 @@ func (c *Client) List(ctx context.Context) ([]LeaseInfo, error) {
 	out := make([]LeaseInfo, 0, len(claims))
 	for _, cl := range claims {
 		info := infoOf(cl, c.rt.Clock.Now())
-		if info.State == string(lease.StateReady) {
+		if info.State == StateReady {
 			ids, err := c.liveIDs(ctx, cl, live)
 			switch {
 			case ctx.Err() != nil:
@@ -270,7 +277,7 @@ func (c *Client) Status(ctx context.Context, ref string) (LeaseInfo, error) {
 	if db, ok := c.delegatedRunBackend(claim.Provider); ok {
 		return c.statusDelegated(ctx, db, info) // delegated.go
 	}
-	if info.State == string(lease.StateReady) {
+	if info.State == StateReady {
 		b, err := c.leaseBackend(claim)
 		if err != nil {
 			return LeaseInfo{}, err
@@ -288,7 +295,7 @@ func (c *Client) Status(ctx context.Context, ref string) (LeaseInfo, error) {
 
 func infoOf(cl lease.Claim, now time.Time) LeaseInfo {
 	info := LeaseInfo{
-		ID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, State: string(cl.State),
+		ID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, State: LeaseState(cl.State),
 		CreatedAt: cl.CreatedAt, ExpiresAt: cl.ExpiresAt, Keep: cl.Keep, Labels: cl.Labels,
 		Route: string(cl.Route), Coordinator: cl.Coordinator,
 	}

@@ -93,9 +93,9 @@ type CleanupDecision struct {
 
 // Check is one doctor check's outcome.
 type Check struct {
-	Name   string
-	OK     bool
-	Detail string
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // LeaseView is a normalized view of a lease for delegated backends, list and

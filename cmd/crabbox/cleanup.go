@@ -43,7 +43,7 @@ A lease whose claim is damaged is still yours: with any damaged claims, the
 				ds, err := c.Cleanup(ctx, crabbox.CleanupOptions{Provider: provider, DryRun: *dryRun})
 				if *asJSON {
 					if ds == nil {
-						ds = []crabbox.CleanupDecision{}
+						ds = []crabbox.CleanupOutcome{}
 					}
 					return errors.Join(writeJSON(a.stdout, ds), err)
 				}

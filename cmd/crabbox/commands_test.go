@@ -78,7 +78,7 @@ func TestWarmLeaseCommands(t *testing.T) {
 	}
 
 	r = crabboxCmd(t, env, dir, "cleanup", "--dry-run", "--json")
-	var ds []crabbox.CleanupDecision
+	var ds []crabbox.CleanupOutcome
 	if err := json.Unmarshal([]byte(r.stdout), &ds); r.code != 0 || err != nil || len(ds) != 1 || ds[0].LeaseID != warm.ID || ds[0].Action != crabbox.CleanupKeep {
 		t.Errorf("cleanup --dry-run --json: exit %d, stdout %q, stderr %q; want the lease kept", r.code, r.stdout, r.stderr)
 	}
@@ -119,7 +119,7 @@ func TestDoctorCommand(t *testing.T) {
 		t.Errorf("doctor: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	r := crabboxCmd(t, env, t.TempDir(), "doctor", "--json", "--provider", "nope")
-	var checks []crabbox.Check
+	var checks []provider.Check
 	if err := json.Unmarshal([]byte(r.stdout), &checks); r.code != exitFailure || err != nil || checks[len(checks)-1].OK {
 		t.Errorf("doctor --provider nope: exit %d, stdout %q, stderr %q; want a failed check and %d", r.code, r.stdout, r.stderr, exitFailure)
 	}

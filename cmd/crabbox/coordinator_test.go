@@ -207,7 +207,7 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 		}
 		out := map[string]string{}
 		for _, i := range infos {
-			out[i.ID] = i.Route + " " + i.State
+			out[i.ID] = i.Route + " " + string(i.State)
 		}
 		return out
 	}

@@ -107,7 +107,7 @@ creation and expiry times.
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 				for _, row := range [][2]string{
-					{"id", info.ID}, {"slug", info.Slug}, {"provider", info.Provider}, {"state", info.State},
+					{"id", info.ID}, {"slug", info.Slug}, {"provider", info.Provider}, {"state", string(info.State)},
 					{"host", fmt.Sprintf("%s:%d", info.Host, info.Port)}, {"work root", info.WorkRoot},
 					{"created", info.CreatedAt.Local().Format(time.DateTime)}, {"expires", info.ExpiresAt.Local().Format(time.DateTime)},
 				} {

@@ -180,7 +180,7 @@ func TestKilledAcquireIsCleanedUp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Cleanup: %v", err)
 	}
-	var got *crabbox.CleanupDecision
+	var got *crabbox.CleanupOutcome
 	for i := range decisions {
 		if decisions[i].LeaseID == id {
 			got = &decisions[i]

@@ -133,7 +133,7 @@ func TestCleanupAfterKilledAcquire(t *testing.T) {
 	}
 }
 
-func hasDecision(ds []crabbox.CleanupDecision, id, action, result string) bool {
+func hasDecision(ds []crabbox.CleanupOutcome, id string, action crabbox.CleanupAction, result string) bool {
 	for _, d := range ds {
 		if d.LeaseID == id && d.Action == action && d.Result == result {
 			return true

@@ -379,7 +379,7 @@ func TestCleanupReleasesOrphanedOneShotLease(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, d := range ds {
-		got[d.LeaseID] = d.Action + " " + d.Result
+		got[d.LeaseID] = string(d.Action) + " " + d.Result
 	}
 	want := map[string]string{oneShot.ID(): "delete deleted", kept.ID(): "keep "}
 	if diff := cmp.Diff(want, got); diff != "" {
