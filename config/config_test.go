@@ -352,3 +352,29 @@ func TestClientOptions(t *testing.T) {
 		t.Errorf("alpha's settings (-want +got):\n%s", diff)
 	}
 }
+
+// FuzzFile: any config file loads or fails with an error naming the file;
+// a value read is never a key's secret echoed in an error.
+func FuzzFile(f *testing.F) {
+	for _, seed := range []string{"provider alpha\n", "alpha-host\th # c\n", "# x\n\nv\n", "coordinator-token t\n", "\ufeffwork-root /w\nwork-root /x\n", "=\n"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		file := filepath.Join(t.TempDir(), "config")
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := config.Load(config.Options{Registry: registry(), File: file, Keys: []string{"v"}})
+		if err != nil {
+			if !strings.Contains(err.Error(), file) {
+				t.Errorf("error %q does not name the file", err)
+			}
+			return
+		}
+		for k, v := range s.Values {
+			if v.Source != config.SourceFile || !strings.HasPrefix(v.Origin, file+":") {
+				t.Errorf("Values[%q] = %+v, want it from the file", k, v)
+			}
+		}
+	})
+}
