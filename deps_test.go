@@ -7,7 +7,8 @@ import (
 )
 
 // TestDependencyDirection holds the layering of DESIGN.md: no library
-// package depends on a concrete provider, on cmd/, or on a CLI-only module.
+// package depends on a concrete provider, on cmd/, or on a CLI-only module,
+// and package crabbox does not depend on package config (which imports it).
 func TestDependencyDirection(t *testing.T) {
 	const module = "github.com/crabbox-dev/crabbox"
 	forbidden := []string{
@@ -28,6 +29,15 @@ func TestDependencyDirection(t *testing.T) {
 			continue
 		}
 		checked++
+		if pkg == module {
+			// config builds crabbox options; crabbox itself never reads
+			// the user's settings, its caller passes them.
+			for _, dep := range deps {
+				if dep == module+"/config" {
+					t.Errorf("package crabbox depends on %s; only its callers may", dep)
+				}
+			}
+		}
 		for _, dep := range deps {
 			for _, bad := range forbidden {
 				if strings.HasPrefix(dep, bad) {

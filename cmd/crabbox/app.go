@@ -7,14 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
-	"path/filepath"
 	"strings"
 
-	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/config"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
@@ -41,6 +41,9 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// layeredSets are the flag sets of the commands that read settings
+	// from the environment and the config file (see layered).
+	layeredSets []*flag.FlagSet
 }
 
 // Main runs the CLI with args (without the program name) and the given
@@ -138,12 +141,13 @@ func oneLine(err error) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 }
 
-// leaseFlags are the flags every command that talks to a provider has.
+// leaseFlags are the flags every command that talks to a provider has, and
+// the settings resolved from them, the environment and the config file.
 type leaseFlags struct {
-	provider  string
-	config    string
-	verbose   bool
-	providers *provider.Flags
+	provider string
+	config   string
+	verbose  bool
+	settings config.Settings
 }
 
 // newFlagSet returns a command's flag set with the common flags and every
@@ -152,37 +156,52 @@ func newFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	lf := &leaseFlags{}
 	fs.StringVar(&lf.provider, "provider", crabbox.DefaultProvider, "provider of boxes (see crabbox providers)")
-	fs.StringVar(&lf.config, "config", defaultConfigPath(), "config file of \"flag value\" lines")
+	fs.StringVar(&lf.config, "config", config.DefaultFile(os.Environ()), "config file of \"flag value\" lines")
 	fs.BoolVar(&lf.verbose, "v", false, "log what crabbox does to stderr")
 	var specs []provider.Spec
 	for _, p := range provider.Default().All() {
 		specs = append(specs, p.Spec())
 	}
-	lf.providers = provider.RegisterFlags(fs, specs...)
+	provider.RegisterFlags(fs, specs...)
 	return fs, lf
 }
 
-// ffOptions: flags, then CRABBOX_* environment variables, then the config file.
-func ffOptions() []ff.Option {
-	return []ff.Option{
-		ff.WithEnvVarPrefix("CRABBOX"),
-		ff.WithConfigFileFlag("config"),
-		ff.WithConfigFileParser(ff.PlainParser),
-		ff.WithAllowMissingConfigFile(true),
-		ff.WithIgnoreUndefined(true),
+// layered returns exec preceded by the settings of package config: the
+// flags of fs given on the command line win; the others take their values
+// from CRABBOX_* environment variables, then the config file, as an
+// embedding program would get them from config.Load. The config file may
+// name any flag of any command that reads it (and provider options); a
+// command takes the ones it has. lf, when not nil, gets the settings.
+func (a *app) layered(fs *flag.FlagSet, lf *leaseFlags, exec func(context.Context, []string) error) func(context.Context, []string) error {
+	a.layeredSets = append(a.layeredSets, fs)
+	return func(ctx context.Context, args []string) error {
+		opts := config.Options{Env: os.Environ(), Flags: map[string]string{}}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "config" {
+				opts.File = f.Value.String()
+			} else {
+				opts.Flags[f.Name] = f.Value.String()
+			}
+		})
+		for _, set := range a.layeredSets {
+			set.VisitAll(func(f *flag.Flag) { opts.Keys = append(opts.Keys, f.Name) })
+		}
+		s, err := config.Load(opts)
+		if err != nil {
+			return err
+		}
+		if err := s.SetFlags(fs); err != nil {
+			return err
+		}
+		if lf != nil {
+			lf.settings = s
+		}
+		return exec(ctx, args)
 	}
 }
 
-func defaultConfigPath() string {
-	dir, err := os.UserConfigDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(dir, "crabbox", "config")
-}
-
-// client builds a library client from the parsed flags. Providers get only
-// the flags of their own options, applied now that one is selected.
+// client builds a library client from the settings (flags, environment and
+// config file), as an embedding program does with config.Load.
 // With detach, local leases are served by a `crabbox agent` process so they
 // outlive this one; without, they are served in-process (a one-shot run).
 func (a *app) client(lf *leaseFlags, detach bool) (*crabbox.Client, error) {
@@ -190,18 +209,18 @@ func (a *app) client(lf *leaseFlags, detach bool) (*crabbox.Client, error) {
 	if lf.verbose {
 		logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	opts := []crabbox.Option{crabbox.WithProvider(lf.provider), crabbox.WithLogger(logger)}
-	for _, p := range provider.Default().All() {
-		spec := p.Spec()
-		cfg := lf.providers.Apply(spec, nil)
-		if spec.Name == "local" && cfg["agent"] == "" && detach {
-			if exe, err := os.Executable(); err == nil {
-				cfg["agent"] = exe
+	opts := append(lf.settings.ClientOptions(), crabbox.WithLogger(logger))
+	if local := lf.settings.Providers["local"]; local["agent"] == "" && detach {
+		if exe, err := os.Executable(); err == nil {
+			cfg := maps.Clone(local)
+			if cfg == nil {
+				cfg = provider.Config{}
 			}
+			cfg["agent"] = exe
+			opts = append(opts, crabbox.WithProviderConfig("local", cfg))
 		}
-		opts = append(opts, crabbox.WithProviderConfig(spec.Name, cfg))
 	}
-	return crabbox.New(append(opts, coordinatorOptions()...)...)
+	return crabbox.New(opts...)
 }
 
 // withClient runs fn with a library client built from lf and closes the

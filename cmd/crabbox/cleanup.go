@@ -28,8 +28,7 @@ A lease whose claim is damaged is still yours: with any damaged claims, the
 
   crabbox cleanup --dry-run`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("cleanup takes no arguments, got %q", args)
 			}
@@ -54,6 +53,6 @@ A lease whose claim is damaged is still yours: with any damaged claims, the
 				}
 				return errors.Join(tw.Flush(), err)
 			})
-		},
+		}),
 	}
 }

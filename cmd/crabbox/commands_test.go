@@ -128,14 +128,16 @@ func TestDoctorCommand(t *testing.T) {
 func TestConfigCommands(t *testing.T) {
 	t.Parallel()
 	config := filepath.Join(t.TempDir(), "config")
-	if err := os.WriteFile(config, []byte("ssh-host build.example\n"), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte("ssh-host build.example\nssh-user from-file\nttl 2h\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"CRABBOX_STATE_DIR=" + t.TempDir(), "CRABBOX_CONFIG=" + config, "CRABBOX_SSH_KEY=/keys/id", "CRABBOX_PROVIDER=ssh"}
+	state := t.TempDir()
+	env := []string{"CRABBOX_STATE_DIR=" + state, "CRABBOX_CONFIG=" + config, "CRABBOX_SSH_KEY=/keys/id", "CRABBOX_PROVIDER=ssh",
+		"CRABBOX_COORDINATOR=http://127.0.0.1:9", "CRABBOX_COORDINATOR_TOKEN=tok-secret"}
 	if r := crabboxCmd(t, env, t.TempDir(), "config", "path"); r.code != 0 || r.stdout != config+"\n" {
 		t.Errorf("config path: exit %d, stdout %q, stderr %q; want %s", r.code, r.stdout, r.stderr, config)
 	}
-	r := crabboxCmd(t, env, t.TempDir(), "config", "show", "--json")
+	r := crabboxCmd(t, env, t.TempDir(), "config", "show", "--json", "--ssh-user", "from-flag")
 	var got struct {
 		ConfigFile string
 		Settings   []setting
@@ -144,12 +146,39 @@ func TestConfigCommands(t *testing.T) {
 		t.Fatalf("config show --json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	want := []setting{
-		{Key: "provider", Flag: "provider", Value: "ssh"},
-		{Provider: "ssh", Key: "host", Flag: "ssh-host", Value: "build.example"},
-		{Provider: "ssh", Key: "key", Flag: "ssh-key", Value: "/keys/id"},
+		{Key: "provider", Flag: "provider", Value: "ssh", Source: "env", Origin: "CRABBOX_PROVIDER"},
+		{Provider: "ssh", Key: "host", Flag: "ssh-host", Value: "build.example", Source: "file", Origin: config + ":1"},
+		{Provider: "ssh", Key: "user", Flag: "ssh-user", Value: "from-flag", Source: "flag", Origin: "--ssh-user"},
+		{Provider: "ssh", Key: "key", Flag: "ssh-key", Value: "/keys/id", Source: "env", Origin: "CRABBOX_SSH_KEY"},
+		{Key: "coordinator", Value: "http://127.0.0.1:9", Source: "env", Origin: "CRABBOX_COORDINATOR"},
+		{Key: "coordinator-token", Value: "<redacted>", Source: "env", Origin: "CRABBOX_COORDINATOR_TOKEN"},
+		{Key: "state-dir", Value: state, Source: "env", Origin: "CRABBOX_STATE_DIR"},
+		{Key: "ttl", Flag: "ttl", Value: "2h", Source: "file", Origin: config + ":3"}, // run's flag, from the file
 	}
 	if diff := cmp.Diff(want, got.Settings); diff != "" || got.ConfigFile != config {
 		t.Errorf("config show --json settings (-want +got):\n%s\nconfig file %q", diff, got.ConfigFile)
+	}
+	r = crabboxCmd(t, env, t.TempDir(), "config", "show")
+	if r.code != 0 || !strings.Contains(r.stdout, "ssh.host") || !strings.Contains(r.stdout, "file "+config+":1") || strings.Contains(r.stdout, "tok-secret") {
+		t.Errorf("config show: exit %d, stdout %q, stderr %q; want sources and no token", r.code, r.stdout, r.stderr)
+	}
+
+	// The file never sets the coordinator token, nor an unknown key; the
+	// error names the file, the line and the key, and commands fail
+	// before touching anything.
+	for _, tt := range []struct{ line, want string }{
+		{"coordinator-token tok-from-file", config + ":2: \"coordinator-token\": set CRABBOX_COORDINATOR_TOKEN in the environment"},
+		{"ssh-hots build.example", config + ":2: \"ssh-hots\": unknown key"},
+	} {
+		if err := os.WriteFile(config, []byte("provider ssh\n"+tt.line+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"config", "show"}, {"list"}} {
+			r := crabboxCmd(t, env, t.TempDir(), args...)
+			if r.code != exitFailure || !strings.Contains(r.stderr, tt.want) || strings.Contains(r.stderr, "tok-from-file") {
+				t.Errorf("%v with %q in the file: exit %d, stderr %q; want %d and %q", args, tt.line, r.code, r.stderr, exitFailure, tt.want)
+			}
+		}
 	}
 }
 

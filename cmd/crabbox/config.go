@@ -4,11 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/crabbox-dev/crabbox/config"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
@@ -33,11 +36,10 @@ func (a *app) configPathCmd() *ffcli.Command {
 
   ssh-host build.example`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(context.Context, []string) error {
-			fmt.Fprintln(a.stdout, lf.config)
+		Exec: a.layered(fs, lf, func(context.Context, []string) error {
+			fmt.Fprintln(a.stdout, lf.settings.File)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -45,8 +47,12 @@ func (a *app) configPathCmd() *ffcli.Command {
 type setting struct {
 	Provider string `json:"provider,omitempty"` // empty for crabbox's own settings
 	Key      string `json:"key"`
-	Flag     string `json:"flag"`
+	Flag     string `json:"flag,omitempty"` // empty for settings only the environment sets
 	Value    string `json:"value"`
+	// Source is flag, env, file or default; Origin names the flag, the
+	// variable or the file and line.
+	Source config.Source `json:"source"`
+	Origin string        `json:"origin,omitempty"`
 }
 
 func (a *app) configShowCmd() *ffcli.Command {
@@ -55,45 +61,75 @@ func (a *app) configShowCmd() *ffcli.Command {
 	return &ffcli.Command{
 		Name:       "show",
 		ShortUsage: "crabbox config show [--json]",
-		ShortHelp:  "print the effective settings: the provider and every option set by flag, environment or config file",
-		LongHelp: `Print the provider in use and every provider option that is set on the
-command line, in CRABBOX_* environment variables or in the config file.
+		ShortHelp:  "print the effective settings and where each comes from: flag, environment, config file or default",
+		LongHelp: `Print the provider in use, every provider option that is set on the
+command line, in CRABBOX_* environment variables or in the config file, the
+coordinator and state directory settings of the environment, and the other
+flags the environment or the config file sets, each with its source.
 Values of options whose name mentions a token, secret, password or key are
 shown as <redacted>, unless the option names a file (like ssh's key, a path
 to a key file), whose path is shown.
 
   crabbox config show --json`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(context.Context, []string) error {
-			settings := []setting{{Key: "provider", Flag: "provider", Value: lf.provider}}
-			for _, p := range provider.Default().All() {
-				spec := p.Spec()
-				cfg := lf.providers.Apply(spec, nil)
-				for _, o := range spec.Options {
-					if v, ok := cfg[o.Name]; ok {
-						settings = append(settings, setting{Provider: spec.Name, Key: o.Name, Flag: o.Flag, Value: redact(o, v)})
-					}
-				}
-			}
+		Exec: a.layered(fs, lf, func(context.Context, []string) error {
+			settings := effectiveSettings(lf.settings, provider.Default())
 			if *asJSON {
 				return writeJSON(a.stdout, struct {
 					ConfigFile string    `json:"configFile"`
 					Settings   []setting `json:"settings"`
-				}{lf.config, settings})
+				}{lf.settings.File, settings})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintf(tw, "config file\t%s\n", lf.config)
+			fmt.Fprintf(tw, "config file\t%s\t\n", lf.settings.File)
 			for _, s := range settings {
 				key := s.Key
 				if s.Provider != "" {
 					key = s.Provider + "." + s.Key
 				}
-				fmt.Fprintf(tw, "%s\t%s\n", key, s.Value)
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", key, s.Value, strings.TrimSpace(string(s.Source)+" "+s.Origin))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
+}
+
+// effectiveSettings lists s for config show: the provider, the options of
+// every provider of reg that are set, the coordinator and state directory
+// of the environment, then the other flags the environment or the config
+// file sets (not those of the command line: they are config show's own).
+func effectiveSettings(s config.Settings, reg *provider.Registry) []setting {
+	out := []setting{{Key: config.KeyProvider, Flag: config.KeyProvider, Value: s.Provider.Value, Source: s.Provider.Source, Origin: s.Provider.Origin}}
+	shown := map[string]bool{config.KeyProvider: true}
+	for _, p := range reg.All() {
+		spec := p.Spec()
+		for _, o := range spec.Options {
+			if v, ok := s.Values[o.Flag]; ok && o.Flag != "" {
+				out = append(out, setting{Provider: spec.Name, Key: o.Name, Flag: o.Flag, Value: redact(o, v.Value), Source: v.Source, Origin: v.Origin})
+				shown[o.Flag] = true
+			}
+		}
+	}
+	token := ""
+	if s.Coordinator.Token != "" {
+		token = "<redacted>"
+	}
+	for _, e := range []struct{ key, value, env string }{
+		{"coordinator", s.Coordinator.URL, config.EnvCoordinator},
+		{"coordinator-token", token, config.EnvCoordinatorToken},
+		{"coordinator-mode", string(s.Coordinator.Mode), config.EnvCoordinatorMode},
+		{"state-dir", s.StateDir, config.EnvStateDir},
+	} {
+		if e.value != "" {
+			out = append(out, setting{Key: e.key, Value: e.value, Source: config.SourceEnv, Origin: e.env})
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Values)) {
+		if v := s.Values[k]; !shown[k] && v.Source != config.SourceFlag {
+			out = append(out, setting{Key: k, Flag: k, Value: v.Value, Source: v.Source, Origin: v.Origin})
+		}
+	}
+	return out
 }
 
 // redact hides the value of an option that looks like a secret; an option

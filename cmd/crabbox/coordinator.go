@@ -32,24 +32,9 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
-// Environment of brokered mode. Only the environment (or the caller of the
-// library) sets them, never a config file: a repository's config could
-// otherwise send the token to a server of its choosing.
-const (
-	envCoordinator      = "CRABBOX_COORDINATOR"
-	envCoordinatorToken = "CRABBOX_COORDINATOR_TOKEN"
-	envCoordinatorMode  = "CRABBOX_COORDINATOR_MODE"
-)
-
-// coordinatorOptions are the library options of brokered mode, from the
-// environment.
-func coordinatorOptions() []crabbox.Option {
-	u, tok, mode := os.Getenv(envCoordinator), os.Getenv(envCoordinatorToken), os.Getenv(envCoordinatorMode)
-	if u == "" && tok == "" && mode == "" {
-		return nil
-	}
-	return []crabbox.Option{crabbox.WithCoordinator(u, tok), crabbox.WithBrokerMode(crabbox.BrokerMode(mode))}
-}
+// The environment of brokered mode (CRABBOX_COORDINATOR,
+// CRABBOX_COORDINATOR_TOKEN, CRABBOX_COORDINATOR_MODE) is read by package
+// config, from the environment only: see app.go's layered.
 
 // Server secrets: each from its variable or from the file named by the
 // variable with _FILE appended.

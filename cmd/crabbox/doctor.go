@@ -24,8 +24,7 @@ to release its box.
 
   crabbox doctor --provider ssh --ssh-host build.example --ssh-key ~/.ssh/id_ed25519`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("doctor takes no arguments, got %q", args)
 			}
@@ -55,7 +54,7 @@ to release its box.
 				}
 				return nil
 			})
-		},
+		}),
 	}
 }
 

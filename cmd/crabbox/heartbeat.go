@@ -24,8 +24,7 @@ An expired lease cannot be revived.
 
   crabbox heartbeat --idle-timeout 2h tidal-lobster`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			ref, err := oneArg(args, "lease ID or slug")
 			if err != nil {
 				return err
@@ -46,6 +45,6 @@ An expired lease cannot be revived.
 				fmt.Fprintf(a.stdout, "%s %s expires %s\n", info.ID, info.Slug, info.ExpiresAt.Local().Format(time.DateTime))
 				return nil
 			})
-		},
+		}),
 	}
 }

@@ -23,8 +23,7 @@ func (a *app) historyCmd() *ffcli.Command {
 start, lease, exit code, timings and command. crabbox logs RUN_ID prints a
 run's output (its last 1 MiB).`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("history takes no arguments, got %q", args)
 			}
@@ -56,7 +55,7 @@ run's output (its last 1 MiB).`,
 				}
 				return tw.Flush()
 			})
-		},
+		}),
 	}
 }
 

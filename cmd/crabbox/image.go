@@ -42,8 +42,7 @@ API. Needs Linux, root and debootstrap; takes a few minutes.
   sudo crabbox image build --provider docker
   crabbox run --provider docker -- sh -c 'cat /etc/os-release; id'`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("image build takes no arguments, got %q", args)
 			}
@@ -73,6 +72,6 @@ API. Needs Linux, root and debootstrap; takes a few minutes.
 				_, err = fmt.Fprintf(a.stdout, "built %s (%s)\n", image, id)
 				return err
 			})
-		},
+		}),
 	}
 }

@@ -27,8 +27,7 @@ lease's claim is damaged (see crabbox doctor), its box is looked up by ID at
 
   crabbox stop tidal-lobster`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			ref, err := oneArg(args, "lease ID or slug")
 			if err != nil {
 				return err
@@ -36,7 +35,7 @@ lease's claim is damaged (see crabbox doctor), its box is looked up by ID at
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
 				return c.Stop(ctx, ref)
 			})
-		},
+		}),
 	}
 }
 
@@ -54,8 +53,7 @@ more); they are not in the list.
 
   crabbox list --json`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("list takes no arguments, got %q", args)
 			}
@@ -75,7 +73,7 @@ more); they are not in the list.
 				}
 				return tw.Flush()
 			})
-		},
+		}),
 	}
 }
 
@@ -91,8 +89,7 @@ creation and expiry times.
 
   crabbox status --json tidal-lobster`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			ref, err := oneArg(args, "lease ID or slug")
 			if err != nil {
 				return err
@@ -115,7 +112,7 @@ creation and expiry times.
 				}
 				return tw.Flush()
 			})
-		},
+		}),
 	}
 }
 

@@ -20,8 +20,7 @@ listed by crabbox history.
 
   crabbox logs run_0123456789ab`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			id, err := oneArg(args, "run ID")
 			if err != nil {
 				return err
@@ -37,6 +36,6 @@ listed by crabbox history.
 				_, err = a.stdout.Write(out)
 				return err
 			})
-		},
+		}),
 	}
 }

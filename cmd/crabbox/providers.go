@@ -9,6 +9,7 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/crabbox-dev/crabbox/config"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
@@ -116,12 +117,6 @@ type optionDescription struct {
 	Help    string `json:"help"`
 }
 
-// envVar is the environment variable the crabbox CLI reads for a flag:
-// CRABBOX_ and the flag name upper-cased, dashes becoming underscores.
-func envVar(flag string) string {
-	return "CRABBOX_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
-
 // providerInfos describes every provider of the registry r, sorted by name.
 func providerInfos(r *provider.Registry) []providerDescription {
 	out := []providerDescription{}
@@ -151,7 +146,7 @@ func describe(s provider.Spec) providerDescription {
 	for _, o := range s.Options {
 		oi := optionDescription{Key: o.Name, Flag: o.Flag, Default: o.Default, Help: o.Help}
 		if o.Flag != "" {
-			oi.Env = envVar(o.Flag)
+			oi.Env = config.EnvVar(o.Flag)
 		}
 		info.Options = append(info.Options, oi)
 	}

@@ -73,8 +73,7 @@ including a run refused for the directory it would sync. A summary line
 (lease, sync, command, total, exit) follows on stderr unless --quiet. Runs are
 recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			req, err := f.request(args)
 			if err != nil {
 				return err
@@ -93,7 +92,7 @@ recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
 				}
 				return a.report(f, res)
 			})
-		},
+		}),
 	}
 }
 

@@ -26,8 +26,7 @@ command line with the lease key and the pinned host key instead.
 
   crabbox ssh tidal-lobster`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			ref, err := oneArg(args, "lease ID or slug")
 			if err != nil {
 				return err
@@ -58,7 +57,7 @@ command line with the lease key and the pinned host key instead.
 				}
 				return nil
 			})
-		},
+		}),
 	}
 }
 

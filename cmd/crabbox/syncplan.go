@@ -31,8 +31,7 @@ state directory.
 
   crabbox sync-plan --json`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, nil, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("sync-plan takes no arguments, got %q", args)
 			}
@@ -58,6 +57,6 @@ state directory.
 				}
 			}
 			return nil
-		},
+		}),
 	}
 }

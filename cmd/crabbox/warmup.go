@@ -25,8 +25,7 @@ with crabbox run --id, release it with crabbox stop.
 
   crabbox warmup --ttl 2h --json`,
 		FlagSet: fs,
-		Options: ffOptions(),
-		Exec: func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("warmup takes no arguments, got %q", args)
 			}
@@ -46,6 +45,6 @@ with crabbox run --id, release it with crabbox stop.
 				fmt.Fprintf(a.stdout, "%s %s\n", info.ID, info.Slug)
 				return nil
 			})
-		},
+		}),
 	}
 }
