@@ -336,8 +336,8 @@ func TestClientOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if c.Store().Dir() != state {
-		t.Errorf("state dir %q, want %q", c.Store().Dir(), state)
+	if c.StateDir() != state {
+		t.Errorf("state dir %q, want %q", c.StateDir(), state)
 	}
 	b, err := c.Backend("")
 	if err != nil {
