@@ -32,8 +32,8 @@ func Box(t testing.TB, opts ...Option) *crabbox.Lease {
 
 // Start leases and syncs a box as Box and Main do, for a harness that
 // manages its own lifetime (a TestMain that also starts other things).
-// stop releases the box, closes its client and removes the temporary
-// state directory; it completes even when ctx is cancelled, and calling
+// ctx bounds the acquire and the sync only. stop releases the box,
+// closes its client and removes the temporary state directory; calling
 // it again returns the first call's error.
 func Start(ctx context.Context, opts ...Option) (box *crabbox.Lease, stop func() error, err error) {
 	state, err := os.MkdirTemp("", "crabboxtest-")

@@ -19,7 +19,7 @@
 //	func TestBuild(t *testing.T) { crabboxtest.Run(t, box, "go", "build", "./...") }
 //
 // By default a box comes from the embedded local provider (nothing to
-// install), its leases are recorded in a state directory of its own that
+// install; importing this package registers it), its leases are recorded in a state directory of its own that
 // is removed afterwards, and the git checkout holding the test's working
 // directory (the package directory under go test) is synced to it, so
 // that Run runs in the box's copy of the package directory. Options

@@ -9,12 +9,14 @@ import (
 	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
-// Run runs argv on box in the box's copy of the working directory (where
-// Box and Main sync it) and returns what the command wrote to stdout.
-// It ends t with t.Fatal on a crabbox error and when the command exits
-// non-zero, with the command's output in the message; what it wrote to
-// stderr otherwise goes to t.Log. For another directory, an environment
-// or a timeout, call box.Run with a crabbox.RunRequest.
+// Run runs argv on box, in the box's copy of the test's working
+// directory (which Box and Main sync by default), and returns what the
+// command wrote to stdout. It ends t with t.Fatal on a crabbox error and
+// when the command exits non-zero, with the command's output in the
+// message; what it wrote to stderr otherwise goes to t.Log. The command
+// is stopped when t.Context() is done, so Run is for the test's body, not
+// its Cleanup functions. For another directory, an environment or a
+// timeout, call box.Run with a crabbox.RunRequest.
 func Run(t testing.TB, box *crabbox.Lease, argv ...string) (stdout string) {
 	t.Helper()
 	stdout, stderr, exit := run(t, box, argv)
