@@ -1,5 +1,6 @@
-// Package harness shows how a test suite leases a box once in TestMain,
-// syncs the repository to it, and runs commands there from its tests.
+// Package harness shows a test suite that leases one box for all its
+// tests: crabboxtest.Main leases it in TestMain, syncs the repository to
+// it, releases it after the tests and checks for leaked goroutines.
 //
 // It uses the embedded local provider, so it runs anywhere with no setup:
 //
@@ -7,78 +8,36 @@
 package harness
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/crabbox-dev/crabbox"
-	_ "github.com/crabbox-dev/crabbox/providers/local"
+	"github.com/crabbox-dev/crabbox/crabboxtest"
 )
 
 var box *crabbox.Lease
 
-func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		ctx := context.Background()
-		state, err := os.MkdirTemp("", "crabbox-harness-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(state)
-
-		client, err := crabbox.New(crabbox.WithStateDir(state))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer client.Close()
-
-		box, err = client.Acquire(ctx, crabbox.AcquireOptions{Labels: map[string]string{"suite": "harness"}})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "acquire box:", err)
-			return 1
-		}
-		defer box.Release(ctx)
-
-		if _, err := box.Sync(ctx, ".", crabbox.SyncOptions{}); err != nil {
-			fmt.Fprintln(os.Stderr, "sync:", err)
-			return 1
-		}
-		code := m.Run()
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil && code == 0 {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			return 1
-		}
-		return code
-	}())
-}
-
-// onBox runs argv in the synced copy of this directory on the box.
-func onBox(t *testing.T, argv ...string) (string, int) {
-	t.Helper()
-	var out bytes.Buffer
-	res, err := box.Run(context.Background(), crabbox.RunRequest{Command: argv, NoSync: true, Stdout: &out, Stderr: &out})
-	if err != nil {
-		t.Fatalf("run %q: %v", argv, err)
-	}
-	return out.String(), res.ExitCode
-}
+func TestMain(m *testing.M) { crabboxtest.Main(m, &box) }
 
 func TestSyncedFilesAreOnTheBox(t *testing.T) {
-	out, code := onBox(t, "ls")
-	if code != 0 || !strings.Contains(out, "harness_test.go") {
-		t.Fatalf("ls = %q (exit %d), want harness_test.go listed", out, code)
+	if out := crabboxtest.Run(t, box, "ls"); !strings.Contains(out, "harness_test.go") {
+		t.Fatalf("ls = %q, want harness_test.go listed", out)
 	}
 }
 
 func TestExitCodeComesBack(t *testing.T) {
-	if _, code := onBox(t, "sh", "-c", "exit 3"); code != 3 {
+	if _, code := crabboxtest.RunExitCode(t, box, "sh", "-c", "exit 3"); code != 3 {
 		t.Fatalf("exit code = %d, want 3", code)
+	}
+}
+
+// A test that needs a box of its own (to change it, or to run in
+// parallel) gets one released when it ends.
+func TestOwnBox(t *testing.T) {
+	t.Parallel()
+	own := crabboxtest.Box(t, crabboxtest.WithoutSync())
+	crabboxtest.Run(t, own, "touch", "scratch")
+	if out := crabboxtest.Run(t, own, "ls"); out != "scratch\n" {
+		t.Fatalf("ls on a fresh box after touch = %q, want only scratch", out)
 	}
 }
