@@ -52,8 +52,8 @@ var (
 // Close it to stop what its providers run in-process.
 type Client struct {
 	registry *provider.Registry
-	// ownRegistry: the registry was given with WithRegistry (or built
-	// around WithBackend's backends), so it may lack DefaultProvider.
+	// ownRegistry: the registry was given with WithRegistry, so it may
+	// lack DefaultProvider.
 	ownRegistry bool
 	store       *lease.Store
 	rt          provider.Runtime
@@ -92,7 +92,9 @@ func WithProvider(name string) Option { return func(o *options) { o.provider = n
 // name it are resolved, kept alive and released through b, whatever
 // provider of that name the registry holds; the other providers of the
 // registry stay available. b takes no settings (WithProviderConfig for its
-// name is an error) and is never brokered by a coordinator.
+// name is an error). With a coordinator (WithCoordinator), b's leases run
+// direct in BrokerManaged mode and are registered in BrokerRegistered
+// mode; BrokerAll sends every lease through the coordinator instead.
 //
 // The caller owns b: Client.Close does not close it. Close the client
 // first, then b (if it is an io.Closer), so that b's in-process boxes
