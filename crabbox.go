@@ -9,6 +9,10 @@
 //
 //	import _ "github.com/crabbox-dev/crabbox/providers/local"
 //
+// A program that has built a backend itself (a provider's plain
+// constructor, or a backend of its own) hands it over with WithBackend and
+// needs no registry.
+//
 // The one-shot workflow is Client.Run; the steps are Client.Acquire (or
 // Client.Resolve for a warm lease), Lease.Sync, Lease.Run and Lease.Release.
 package crabbox
@@ -48,12 +52,15 @@ var (
 // Close it to stop what its providers run in-process.
 type Client struct {
 	registry *provider.Registry
-	store    *lease.Store
-	rt       provider.Runtime
-	log      *slog.Logger
-	provider string
-	configs  map[string]provider.Config
-	broker   *broker // nil without a coordinator (brokered.go)
+	// ownRegistry: the registry was given with WithRegistry, so it may
+	// lack DefaultProvider.
+	ownRegistry bool
+	store       *lease.Store
+	rt          provider.Runtime
+	log         *slog.Logger
+	provider    string
+	configs     map[string]provider.Config
+	broker      *broker // nil without a coordinator (brokered.go)
 
 	mu       gosync.Mutex
 	backends map[string]provider.Backend
@@ -65,16 +72,42 @@ type Client struct {
 type Option func(*options)
 
 type options struct {
-	registry *provider.Registry
-	stateDir string
-	rt       provider.Runtime
-	provider string
-	configs  map[string]provider.Config
-	broker   brokerOptions
+	registry    *provider.Registry
+	ownRegistry bool
+	backends    []provider.Backend // WithBackend's, in order
+	stateDir    string
+	rt          provider.Runtime
+	provider    string
+	configs     map[string]provider.Config
+	broker      brokerOptions
 }
 
 // WithProvider selects the provider for new leases (default "local").
 func WithProvider(name string) Option { return func(o *options) { o.provider = name } }
+
+// WithBackend hands the client a backend it did not configure: b serves
+// the provider named b.Spec().Name, which becomes the client's provider
+// (as WithProvider would select it; a later WithProvider overrides that).
+// New leases of that name are acquired through b, and leases whose claims
+// name it are resolved, kept alive and released through b, whatever
+// provider of that name the registry holds; the other providers of the
+// registry stay available. b takes no settings (WithProviderConfig for its
+// name is an error). With a coordinator (WithCoordinator), b's leases run
+// direct in BrokerManaged mode and are registered in BrokerRegistered
+// mode; BrokerAll sends every lease through the coordinator instead.
+//
+// The caller owns b: Client.Close does not close it. Close the client
+// first, then b (if it is an io.Closer), so that b's in-process boxes
+// outlive every lease handle of the client. One backend may serve several
+// clients.
+func WithBackend(b provider.Backend) Option {
+	return func(o *options) {
+		o.backends = append(o.backends, b)
+		if b != nil {
+			o.provider = b.Spec().Name
+		}
+	}
+}
 
 // WithProviderConfig sets a provider's raw settings (option name to value);
 // they are merged over the provider's defaults and validated by it.
@@ -85,8 +118,14 @@ func WithProviderConfig(name string, cfg provider.Config) Option {
 // WithStateDir sets the lease store directory (default lease.DefaultDir).
 func WithStateDir(dir string) Option { return func(o *options) { o.stateDir = dir } }
 
-// WithRegistry sets the provider registry (default provider.Default()).
-func WithRegistry(r *provider.Registry) Option { return func(o *options) { o.registry = r } }
+// WithRegistry sets the provider registry (default provider.Default(), into
+// which the providers a program imports register). The client's provider
+// is still "local" unless WithProvider selects another: a registry without
+// "local" needs WithProvider (acquiring fails otherwise, naming the
+// registry's providers), or WithBackend to hand over a backend directly.
+func WithRegistry(r *provider.Registry) Option {
+	return func(o *options) { o.registry, o.ownRegistry = r, true }
+}
 
 // WithRuntime sets the runtime given to providers and used for the clock
 // and logging; unset fields get real defaults.
@@ -100,6 +139,14 @@ func New(opts ...Option) (*Client, error) {
 	o := options{registry: provider.Default(), provider: DefaultProvider, configs: map[string]provider.Config{}}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if len(o.backends) > 0 {
+		for _, b := range o.backends {
+			if b == nil || b.Spec().Name == "" {
+				return nil, errors.New("WithBackend: a backend must be non-nil and its Spec must have a name")
+			}
+		}
+		o.registry = withBackends(o.registry, o.backends)
 	}
 	if o.stateDir == "" {
 		dir, err := lease.DefaultDir()
@@ -118,7 +165,7 @@ func New(opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		registry: o.registry, store: store, rt: rt, log: rt.Logger,
+		registry: o.registry, ownRegistry: o.ownRegistry, store: store, rt: rt, log: rt.Logger,
 		provider: o.provider, configs: o.configs, backends: map[string]provider.Backend{},
 		held: map[*Lease]struct{}{},
 	}
@@ -141,6 +188,9 @@ func checkConfigs(o options) error {
 			}
 			return fmt.Errorf("provider settings: %w", err)
 		}
+		if _, handed := p.(handedProvider); handed {
+			return fmt.Errorf("provider settings for %q: its backend was handed to the client with WithBackend, and it takes no settings", name)
+		}
 		if _, err := p.Spec().Resolve(o.configs[name]); err != nil {
 			return err
 		}
@@ -149,8 +199,10 @@ func checkConfigs(o options) error {
 }
 
 // Close closes the lease handles still open (they stop keeping their
-// leases alive) and stops whatever the client's providers run in-process
-// (the local provider's in-process boxes). It releases nothing.
+// leases alive) and closes every backend the client configured (each that
+// implements io.Closer), which stops whatever they run in-process (the
+// local provider's in-process boxes). Backends handed over with
+// WithBackend are the caller's to close. Close releases nothing.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -204,10 +256,15 @@ func (c *Client) backend(name string, at provider.Config) (provider.Backend, err
 	}
 	p, err := c.registry.Lookup(name)
 	if err != nil {
-		if name == DefaultProvider {
-			err = fmt.Errorf("%w (import github.com/crabbox-dev/crabbox/providers/local)", err)
+		return nil, c.unknownProvider(name, err)
+	}
+	if h, ok := p.(handedProvider); ok {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			return nil, errors.New("crabbox client is closed")
 		}
-		return nil, err
+		return h.b, nil
 	}
 	spec := p.Spec()
 	cfg := c.configs[spec.Name]
@@ -242,6 +299,56 @@ func (c *Client) backend(name string, at provider.Config) (provider.Backend, err
 	}
 	c.backends[key] = b
 	return b, nil
+}
+
+// unknownProvider explains Lookup's error for name, which lists the
+// registry's providers, when name is the default provider.
+func (c *Client) unknownProvider(name string, err error) error {
+	switch {
+	case name != DefaultProvider:
+		return err
+	case c.ownRegistry:
+		return fmt.Errorf("%w: %q is the default provider, and the client's registry (WithRegistry) does not have it; select one of its providers with WithProvider", err, name)
+	default:
+		return fmt.Errorf("%w (import github.com/crabbox-dev/crabbox/providers/local)", err)
+	}
+}
+
+// handedProvider is a backend handed to the client with WithBackend, as a
+// provider of the client's registry: configuring it returns the backend.
+type handedProvider struct{ b provider.Backend }
+
+// Spec is the backend's, without settings or aliases, and not brokered.
+func (p handedProvider) Spec() provider.Spec {
+	spec := p.b.Spec().Clone()
+	spec.Aliases, spec.Options = nil, nil
+	spec.Coordinator = provider.CoordinatorUnsupported
+	return spec
+}
+
+func (p handedProvider) Configure(provider.Config, provider.Runtime) (provider.Backend, error) {
+	return p.b, nil
+}
+
+// withBackends returns a registry holding the handed backends (the last
+// one of a name wins) and every provider of base whose names none of them
+// takes.
+func withBackends(base *provider.Registry, bs []provider.Backend) *provider.Registry {
+	handed := map[string]provider.Backend{}
+	for _, b := range bs {
+		handed[b.Spec().Name] = b
+	}
+	r := provider.NewRegistry()
+	for _, name := range slices.Sorted(maps.Keys(handed)) {
+		r.Register(handedProvider{handed[name]})
+	}
+	for _, p := range base.All() {
+		spec := p.Spec()
+		if !slices.ContainsFunc(append([]string{spec.Name}, spec.Aliases...), func(n string) bool { return handed[n] != nil }) {
+			r.Register(p)
+		}
+	}
+	return r
 }
 
 // locators are the settings of the named provider, as this client has

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -185,12 +184,7 @@ func (p *faultyLocal) Configure(cfg provider.Config, rt provider.Runtime) (provi
 	p.mu.Lock()
 	p.inner = b.(provider.SSHLeaseBackend)
 	p.mu.Unlock()
-	return closingFaulty{providertest.WithFaults(p.inner, p.faults...), b.(io.Closer)}, nil
-}
-
-type closingFaulty struct {
-	*providertest.Faulty
-	io.Closer
+	return providertest.WithFaults(p.inner, p.faults...), nil // closes the inner backend
 }
 
 func TestFailedAcquireLeavesNothing(t *testing.T) {

@@ -9,7 +9,9 @@ import (
 	"strings"
 
 	"github.com/crabbox-dev/crabbox"
-	_ "github.com/crabbox-dev/crabbox/providers/local"
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/local"
+	"github.com/crabbox-dev/crabbox/run"
 )
 
 // exampleCheckout makes a small directory to sync.
@@ -95,5 +97,49 @@ func ExampleClient_Acquire() {
 	// lease ID looks right: true
 	// files synced: 1
 	// 1 hello.txt
+	// exit code: 0
+}
+
+// A backend built with a provider's plain constructor, handed to the client
+// without any registry. The program owns the backend: it closes it after
+// the client.
+func ExampleWithBackend() {
+	ctx := context.Background()
+	state, _ := os.MkdirTemp("", "crabbox-state-")
+	defer os.RemoveAll(state)
+	boxes, _ := os.MkdirTemp("", "crabbox-boxes-")
+	defer os.RemoveAll(boxes)
+
+	backend, err := local.New(local.Config{Root: boxes}, provider.Runtime{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer backend.Close() // runs after client.Close
+
+	client, err := crabbox.New(crabbox.WithStateDir(state), crabbox.WithBackend(backend))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	box, err := client.Acquire(ctx, crabbox.AcquireOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer box.Release(ctx)
+	fmt.Println("provider:", box.Provider())
+
+	res, err := box.Exec(ctx, run.Request{Command: []string{"echo", "hello from my own backend"}, Stdout: os.Stdout})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("exit code:", res.ExitCode)
+	// Output:
+	// provider: local
+	// hello from my own backend
 	// exit code: 0
 }

@@ -221,12 +221,28 @@ func (c Config) Bool(key string) (bool, error) {
 // Backend is what Configure returns. The library inspects which of
 // SSHLeaseBackend, DelegatedRunBackend and the optional interfaces it
 // implements.
+//
+// Closing: a backend that runs anything in this process — servers (the
+// local provider's in-process boxes), goroutines, watchers, connection pools
+// it made itself — must implement io.Closer, and once Close has returned
+// nothing of it runs: every goroutine it started has ended. The library's
+// Client.Close closes every backend the client configured; without Close
+// those goroutines leak for the life of the process. Close is not a
+// release: boxes that live outside the process (agents, containers, cloud
+// machines) stay until they are released or expire, and a backend
+// configured alike (another process, a later run) can still reach and
+// release them. A backend that runs nothing in-process needs no Close.
+// providertest checks this duty with goleak.
 type Backend interface {
 	Spec() Spec
 }
 
 // SSHLeaseBackend owns a provider's lease lifecycle; crabbox owns everything
 // done over SSH.
+//
+// Like every Backend, one that serves boxes or runs goroutines in-process
+// must implement io.Closer and leave nothing running after Close (see
+// Backend).
 //
 // Errors: Resolve of an unknown lease must return an error for which
 // errors.Is(err, ErrNotFound) holds. ReleaseLease of a lease that is already
@@ -248,6 +264,7 @@ type SSHLeaseBackend interface {
 }
 
 // DelegatedRunBackend owns execution: the provider syncs and runs itself.
+// The io.Closer duty of Backend applies to it too.
 type DelegatedRunBackend interface {
 	Backend
 	Warmup(ctx context.Context, req WarmupRequest) (LeaseView, error)

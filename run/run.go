@@ -27,6 +27,10 @@
 // Run returns an error only when the command could not be run or its status
 // could not be learned (bad request, missing directory, lost connection,
 // cancellation, a failing output writer).
+//
+// Quote and QuoteCommand build command lines for the POSIX shell on a box,
+// for programs that run commands over SSH themselves (OpenSSH's
+// `ssh host 'command'`, or an x/crypto/ssh session).
 package run
 
 import (

@@ -4,7 +4,8 @@ package remote
 
 import "strings"
 
-// Quote quotes s as one word for a POSIX shell. Words made only of
+// Quote quotes s as one word for a POSIX shell. The run package exports it
+// as run.Quote (and CommandLine as run.QuoteCommand) for library users. Words made only of
 // characters that are never special to sh are returned unchanged; anything
 // else is wrapped in single quotes, each embedded single quote becoming a
 // closing quote, an escaped quote and an opening quote:

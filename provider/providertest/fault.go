@@ -3,6 +3,7 @@ package providertest
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -52,6 +53,15 @@ type Faulty struct {
 // WithFaults wraps b so that each fault fires at its step.
 func WithFaults(b provider.SSHLeaseBackend, faults ...Fault) *Faulty {
 	return &Faulty{SSHLeaseBackend: b, faults: faults, fired: map[int]int{}}
+}
+
+// Close closes the wrapped backend if it implements io.Closer, so that a
+// wrapped backend keeps its io.Closer duty (see provider.Backend).
+func (f *Faulty) Close() error {
+	if c, ok := f.SSHLeaseBackend.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // Unwrap returns the wrapped backend.

@@ -1,6 +1,12 @@
 // Package providertest is the conformance suite every SSH-lease provider
 // passes, and fault-injection wrappers for leak tests.
 //
+// Besides the lease lifecycle, cleanup and rollback, the suite checks the
+// io.Closer duty of provider.Backend: after Close, no goroutine of the
+// backend runs (checked with go.uber.org/goleak). A harness whose
+// NewBackend starts goroutines that are not the backend's (a fake cloud)
+// names them in Harness.IgnoreGoroutines.
+//
 // A provider's test file is a small harness plus one call:
 //
 //	func TestConformance(t *testing.T) {
@@ -24,6 +30,7 @@ import (
 	"github.com/crabbox-dev/crabbox/internal/remote"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/lease"
@@ -37,6 +44,20 @@ type Harness struct {
 	NewBackend func(t *testing.T) provider.SSHLeaseBackend
 	// Timeout bounds each subtest; default one minute.
 	Timeout time.Duration
+
+	// Reopen returns a fresh backend configured like closed, which reaches
+	// the same boxes (the same root, host, engine or fake cloud), as a
+	// later process configured alike would. The CloseLeavesNothingRunning
+	// subtest releases the lease it left through it after closing the
+	// first backend. Nil means that lease is released through the closed
+	// backend itself, which must then still release after Close.
+	Reopen func(t *testing.T, closed provider.SSHLeaseBackend) provider.SSHLeaseBackend
+	// IgnoreGoroutines are goleak options for goroutines that NewBackend
+	// starts but that are not the backend's and so may outlive its Close:
+	// a fake cloud's API server and boxes (cloudtest.IgnoreGoroutines),
+	// idle connections of an HTTP client the harness hands the backend in
+	// its Runtime.
+	IgnoreGoroutines []goleak.Option
 }
 
 // RunSSHLease runs the conformance suite against the harness's backends.
@@ -54,6 +75,11 @@ func RunSSHLease(t *testing.T, h Harness) {
 	run("Lifecycle", testLifecycle)
 	run("Cleanup", testCleanup)
 	run("NoLeakOnAcquireFailure", testNoLeak)
+	t.Run("CloseLeavesNothingRunning", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
+		defer cancel()
+		testClose(t, ctx, h)
+	})
 }
 
 // newRequest makes an acquire request with a fresh identity and key.

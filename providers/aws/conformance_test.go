@@ -5,6 +5,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 // TestConformance runs the provider suite against the fake EC2; the SSH
@@ -25,5 +26,6 @@ func TestConformance(t *testing.T) {
 			})
 			return w.backend(t)
 		},
+		IgnoreGoroutines: cloudtest.IgnoreGoroutines(),
 	})
 }

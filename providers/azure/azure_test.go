@@ -23,6 +23,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/azure"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -118,7 +119,8 @@ func checkEmpty(t *testing.T, f *fakeARM) {
 // every VM's SSH served by a cloudtest box booted from its custom data.
 func TestConformance(t *testing.T) {
 	providertest.RunSSHLease(t, providertest.Harness{
-		NewBackend: func(t *testing.T) provider.SSHLeaseBackend { return newEnv(t).backend(t) },
+		NewBackend:       func(t *testing.T) provider.SSHLeaseBackend { return newEnv(t).backend(t) },
+		IgnoreGoroutines: cloudtest.IgnoreGoroutines(),
 	})
 }
 

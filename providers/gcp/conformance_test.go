@@ -5,6 +5,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 // TestConformance runs the provider contract against the fake Compute
@@ -23,5 +24,6 @@ func TestConformance(t *testing.T) {
 			})
 			return e.backend(t)
 		},
+		IgnoreGoroutines: cloudtest.IgnoreGoroutines(),
 	})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/hetzner"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -83,7 +84,8 @@ func newRequest(t *testing.T, now time.Time) (provider.AcquireRequest, lease.Key
 // every server's SSH served by a cloudtest box booted from its user data.
 func TestConformance(t *testing.T) {
 	providertest.RunSSHLease(t, providertest.Harness{
-		NewBackend: func(t *testing.T) provider.SSHLeaseBackend { return newEnv(t).backend(t) },
+		NewBackend:       func(t *testing.T) provider.SSHLeaseBackend { return newEnv(t).backend(t) },
+		IgnoreGoroutines: cloudtest.IgnoreGoroutines(),
 	})
 }
 

@@ -65,8 +65,9 @@ func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
 func (b *Backend) leaseDir(id string) string { return filepath.Join(b.cfg.Root, id) }
 
 // Close stops every box the backend serves in-process, removing their lease
-// directories, and waits for them. Agents are left running. Acquire fails
-// after Close.
+// directories, and waits for them. Agents are left running (a goroutine
+// reaping each agent this backend started runs until that agent exits).
+// Acquire fails after Close.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	b.closed = true

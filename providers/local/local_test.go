@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 )
@@ -19,6 +21,7 @@ func TestConformanceInProcess(t *testing.T) {
 			t.Cleanup(func() { checkEmpty(t, root) })
 			return newBackend(t, Config{Root: root}, nil)
 		},
+		Reopen: reopen,
 	})
 }
 
@@ -29,7 +32,17 @@ func TestConformanceAgent(t *testing.T) {
 			t.Cleanup(func() { checkEmpty(t, root) })
 			return newBackend(t, Config{Root: root, Agent: agentPath(t)}, nil)
 		},
+		Reopen: reopen,
+		// An agent is a child process that outlives the backend by design;
+		// the goroutine reaping it runs until it exits (here, until the
+		// suite releases the lease through the reopened backend).
+		IgnoreGoroutines: []goleak.Option{goleak.IgnoreAnyFunction("github.com/crabbox-dev/crabbox/providers/local.(*Backend).startAgent.func1")},
 	})
+}
+
+// reopen is a fresh backend on the same root as closed.
+func reopen(t *testing.T, closed provider.SSHLeaseBackend) provider.SSHLeaseBackend {
+	return newBackend(t, closed.(*Backend).cfg, nil)
 }
 
 func TestConfigure(t *testing.T) {

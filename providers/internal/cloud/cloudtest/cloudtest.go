@@ -25,6 +25,8 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/crabbox-dev/crabbox/internal/sshserver"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
@@ -124,6 +126,22 @@ type Fleet struct {
 	blocked map[string]bool // "ip:port" that refuse connections
 	next    int
 	closed  string // an address where nothing listens
+}
+
+// IgnoreGoroutines are the goleak options for the goroutines of a fake
+// cloud, which belong to the test and not to the backend under test and so
+// outlive the backend's Close: the boxes' SSH servers, the fake API's
+// httptest server with its connections, and the idle connections that the
+// HTTP client the test hands the backend (in its Runtime) keeps to it.
+// providertest.Harness.IgnoreGoroutines takes them.
+func IgnoreGoroutines() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest.StartBox.func1"),
+		goleak.IgnoreAnyFunction("net/http/httptest.(*Server).goServe.func1"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+	}
 }
 
 // NewFleet returns an empty fleet whose boxes are all stopped when the
