@@ -64,7 +64,7 @@ func TestDamagedClaim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Resolve of another lease: %v", err)
 	}
-	if res, err := l.Exec(ctx, run.Request{Shell: "exit 3"}); err != nil || res.ExitCode != 3 {
+	if res, err := l.Exec(ctx, run.Command{Shell: "exit 3"}); err != nil || res.ExitCode != 3 {
 		t.Errorf("Run on another lease = %d, %v; want exit 3", res.ExitCode, err)
 	}
 	l.Close()

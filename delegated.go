@@ -144,7 +144,7 @@ func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBacken
 		defer cancel()
 	}
 	cmdStart := c.rt.Clock.Now()
-	ran, err := b.Run(cmdCtx, provider.RunRequest{
+	ran, err := b.Run(cmdCtx, provider.DelegatedRunRequest{
 		LeaseID: claim.ID, Command: command, Env: req.Env, Workdir: co.Rel, Root: co.Root,
 		Stdout: req.Stdout, Stderr: req.Stderr,
 	})

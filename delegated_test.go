@@ -26,7 +26,7 @@ import (
 type fakeDelegated struct {
 	mu         gosync.Mutex
 	calls      []string
-	runs       []provider.RunRequest
+	runs       []provider.DelegatedRunRequest
 	warmupErr  error
 	stopErr    error
 	exit       int
@@ -57,7 +57,7 @@ func (f *fakeDelegated) Warmup(_ context.Context, req provider.WarmupRequest) (p
 	return provider.LeaseView{ID: req.LeaseID, Slug: req.Slug, Provider: "sandbox"}, nil
 }
 
-func (f *fakeDelegated) Run(ctx context.Context, req provider.RunRequest) (provider.RunResult, error) {
+func (f *fakeDelegated) Run(ctx context.Context, req provider.DelegatedRunRequest) (provider.DelegatedRunResult, error) {
 	f.record("run " + strings.Join(req.Command, " "))
 	f.mu.Lock()
 	f.runs = append(f.runs, req)
@@ -67,11 +67,11 @@ func (f *fakeDelegated) Run(ctx context.Context, req provider.RunRequest) (provi
 	}
 	if f.hang {
 		<-ctx.Done()
-		return provider.RunResult{}, ctx.Err()
+		return provider.DelegatedRunResult{}, ctx.Err()
 	}
 	_, _ = req.Stdout.Write([]byte("out\n"))
 	_, _ = req.Stderr.Write([]byte("err\n"))
-	return provider.RunResult{ExitCode: f.exit}, nil
+	return provider.DelegatedRunResult{ExitCode: f.exit}, nil
 }
 
 func (f *fakeDelegated) List(context.Context, provider.ListRequest) ([]provider.LeaseView, error) {

@@ -132,7 +132,7 @@ func ExampleWithBackend() {
 	defer box.Release(ctx)
 	fmt.Println("provider:", box.Provider())
 
-	res, err := box.Exec(ctx, run.Request{Command: []string{"echo", "hello from my own backend"}, Stdout: os.Stdout})
+	res, err := box.Exec(ctx, run.Command{Command: []string{"echo", "hello from my own backend"}, Stdout: os.Stdout})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -96,7 +96,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func runTrue() run.Request { return run.Request{Command: []string{"true"}} }
+func runTrue() run.Command { return run.Command{Command: []string{"true"}} }
 
 // A lease that expired under its holder (here: the holder's clock jumped
 // past its TTL) says so: the error is ErrExpired, not a lost connection.

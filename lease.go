@@ -486,7 +486,7 @@ func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats,
 //
 // A command is a use of the lease: it is touched when the command starts
 // (in the background) and when it ends, unless it was touched just before.
-func (l *Lease) Exec(ctx context.Context, req run.Request) (run.Result, error) {
+func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 	if err := l.keep.Err(); err != nil {
 		return run.Result{}, fmt.Errorf("run on %s: %w", l.ID(), err)
 	}

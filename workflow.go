@@ -370,7 +370,7 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 	}
 
 	res.ExitCode, res.TimedOut, err = l.command(ctx, req, workdir, precondition, &res.Timing)
-	if errors.Is(err, run.ErrPrecondition) {
+	if errors.Is(err, run.ErrPreconditionFailed) {
 		// The box differs from the prepared checkout (or the workdir
 		// could not be made): sync as usual, then run.
 		res.Timing.Sync += res.Timing.Command
@@ -442,7 +442,7 @@ func (l *Lease) command(ctx context.Context, req RunRequest, workdir, preconditi
 		shell = req.Script
 	}
 	cmdStart := c.rt.Clock.Now()
-	out, err := l.Exec(cmdCtx, run.Request{
+	out, err := l.Exec(cmdCtx, run.Command{
 		Command: req.Command, Shell: shell, Dir: workdir, Env: req.Env,
 		Stdout: req.Stdout, Stderr: req.Stderr, Precondition: precondition,
 	})
@@ -467,7 +467,7 @@ func (c *Client) leaseFor(ctx context.Context, req RunRequest) (l *Lease, acquir
 // ensureDir creates dir on the box (used when sync is skipped), relative
 // to the login directory like the sync's and the command's.
 func (l *Lease) ensureDir(ctx context.Context, dir string) error {
-	res, err := l.Exec(ctx, run.Request{Command: []string{"mkdir", "-p", "--", dir}})
+	res, err := l.Exec(ctx, run.Command{Command: []string{"mkdir", "-p", "--", dir}})
 	if err != nil {
 		return err
 	}

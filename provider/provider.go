@@ -268,7 +268,7 @@ type SSHLeaseBackend interface {
 type DelegatedRunBackend interface {
 	Backend
 	Warmup(ctx context.Context, req WarmupRequest) (LeaseView, error)
-	Run(ctx context.Context, req RunRequest) (RunResult, error)
+	Run(ctx context.Context, req DelegatedRunRequest) (DelegatedRunResult, error)
 	List(ctx context.Context, req ListRequest) ([]LeaseView, error)
 	Status(ctx context.Context, req StatusRequest) (LeaseView, error)
 	Stop(ctx context.Context, req StopRequest) error

@@ -120,8 +120,8 @@ type WarmupRequest struct {
 	Labels      map[string]string
 }
 
-// RunRequest runs a command on a delegated backend.
-type RunRequest struct {
+// DelegatedRunRequest runs a command on a delegated backend.
+type DelegatedRunRequest struct {
 	LeaseID string
 	Command []string
 	Env     map[string]string
@@ -133,8 +133,8 @@ type RunRequest struct {
 	Stderr  io.Writer
 }
 
-// RunResult is the outcome of a delegated run.
-type RunResult struct {
+// DelegatedRunResult is the outcome of a delegated run.
+type DelegatedRunResult struct {
 	ExitCode int
 }
 

@@ -36,7 +36,7 @@ func ExampleRun() {
 	}
 
 	env := run.AllowEnv([]string{"GREETING=hello", "SECRET_TOKEN=hunter2"}, []string{"GREETING"})
-	res, err := run.Run(ctx, conn, run.Request{
+	res, err := run.Run(ctx, conn, run.Command{
 		Shell:  `echo "$GREETING from the box; token: ${SECRET_TOKEN:-unset}"; kill -TERM $$`,
 		Env:    env,
 		Stdout: os.Stdout,

@@ -65,8 +65,8 @@ const (
 	ExitUnknown = -1
 )
 
-// Request describes a command to run on a box.
-type Request struct {
+// Command describes a command to run on a box.
+type Command struct {
 	// Command is the argument vector; each word is quoted for sh, so it
 	// runs exactly this program with exactly these arguments.
 	Command []string
@@ -91,15 +91,15 @@ type Request struct {
 	// Precondition, if set, is a sh condition (a command list) the box
 	// evaluates first, in the login directory, with its output
 	// discarded. When it fails the command is not run and Run returns an
-	// error wrapping ErrPrecondition. It lets a caller fold a check it
+	// error wrapping ErrPreconditionFailed. It lets a caller fold a check it
 	// would otherwise make in a session of its own (crabbox's "is the
 	// checkout on the box unchanged?") into the command's session.
 	Precondition string
 }
 
-// ErrPrecondition reports that Request.Precondition failed on the box and
+// ErrPreconditionFailed reports that Request.Precondition failed on the box and
 // the command was not run.
-var ErrPrecondition = errors.New("precondition failed on the box; the command was not run")
+var ErrPreconditionFailed = errors.New("precondition failed on the box; the command was not run")
 
 // Result is what became of a command.
 type Result struct {
@@ -122,7 +122,7 @@ type Result struct {
 // Run runs req on the box client is connected to and waits for it to
 // finish. See the package documentation for the exit status and
 // cancellation rules.
-func Run(ctx context.Context, client *ssh.Client, req Request) (Result, error) {
+func Run(ctx context.Context, client *ssh.Client, req Command) (Result, error) {
 	command, err := req.commandLine()
 	if err != nil {
 		return Result{ExitCode: ExitUnknown}, fmt.Errorf("run: %w", err)
@@ -151,7 +151,7 @@ func Run(ctx context.Context, client *ssh.Client, req Request) (Result, error) {
 	return r.run(ctx, script)
 }
 
-func (req Request) commandLine() (string, error) {
+func (req Command) commandLine() (string, error) {
 	switch {
 	case len(req.Command) > 0 && req.Shell != "":
 		return "", errors.New("both Command and Shell are set; set one")
@@ -183,7 +183,7 @@ func (req Request) commandLine() (string, error) {
 
 // check validates what the command words and line do not: the
 // environment and the precondition.
-func (req Request) check() error {
+func (req Command) check() error {
 	if containsNUL(req.Precondition) {
 		return errors.New("Precondition contains a NUL byte")
 	}
@@ -399,7 +399,7 @@ func (r *remoteRun) setupError(status string) error {
 	case statusRunDir:
 		return fmt.Errorf("run %q: cannot create the run directory in ${TMPDIR:-/tmp} on the box", r.desc)
 	case statusPrecondition:
-		return fmt.Errorf("run %q: %w", r.desc, ErrPrecondition)
+		return fmt.Errorf("run %q: %w", r.desc, ErrPreconditionFailed)
 	default:
 		return fmt.Errorf("run %q: unexpected status %q from the box", r.desc, status)
 	}

@@ -42,19 +42,19 @@ func TestExitCodes(t *testing.T) {
 	before := runDirs(t)
 	tests := []struct {
 		name string
-		req  run.Request
+		req  run.Command
 		want run.Result
 	}{
-		{"true", run.Request{Command: []string{"true"}}, run.Result{ExitCode: 0}},
-		{"false", run.Request{Command: []string{"false"}}, run.Result{ExitCode: 1}},
-		{"exit 7", run.Request{Shell: "exit 7"}, run.Result{ExitCode: 7}},
-		{"sh -c exit 7", run.Request{Shell: "sh -c 'exit 7'"}, run.Result{ExitCode: 7}},
-		{"argv sh -c exit 7", run.Request{Command: []string{"sh", "-c", "exit 7"}}, run.Result{ExitCode: 7}},
-		{"exit 255", run.Request{Shell: "exit 255"}, run.Result{ExitCode: 255}},
-		{"killed by TERM", run.Request{Shell: "kill -TERM $$"}, run.Result{ExitCode: 143, Signal: "TERM"}},
-		{"killed by KILL", run.Request{Command: []string{"sh", "-c", "kill -KILL $$"}}, run.Result{ExitCode: 137, Signal: "KILL"}},
-		{"command not found", run.Request{Command: []string{"crabbox-no-such-command"}}, run.Result{ExitCode: 127}},
-		{"reserved word as command", run.Request{Command: []string{"if"}}, run.Result{ExitCode: 127}},
+		{"true", run.Command{Command: []string{"true"}}, run.Result{ExitCode: 0}},
+		{"false", run.Command{Command: []string{"false"}}, run.Result{ExitCode: 1}},
+		{"exit 7", run.Command{Shell: "exit 7"}, run.Result{ExitCode: 7}},
+		{"sh -c exit 7", run.Command{Shell: "sh -c 'exit 7'"}, run.Result{ExitCode: 7}},
+		{"argv sh -c exit 7", run.Command{Command: []string{"sh", "-c", "exit 7"}}, run.Result{ExitCode: 7}},
+		{"exit 255", run.Command{Shell: "exit 255"}, run.Result{ExitCode: 255}},
+		{"killed by TERM", run.Command{Shell: "kill -TERM $$"}, run.Result{ExitCode: 143, Signal: "TERM"}},
+		{"killed by KILL", run.Command{Command: []string{"sh", "-c", "kill -KILL $$"}}, run.Result{ExitCode: 137, Signal: "KILL"}},
+		{"command not found", run.Command{Command: []string{"crabbox-no-such-command"}}, run.Result{ExitCode: 127}},
+		{"reserved word as command", run.Command{Command: []string{"if"}}, run.Result{ExitCode: 127}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,7 +86,7 @@ func runDirs(t *testing.T) []string {
 func TestStdoutAndStderrSeparate(t *testing.T) {
 	client := dial(t)
 	var stdout, stderr bytes.Buffer
-	res, err := run.Run(t.Context(), client, run.Request{
+	res, err := run.Run(t.Context(), client, run.Command{
 		Shell:  "echo out1; echo err1 >&2; echo out2; echo err2 >&2; exit 3",
 		Stdout: &stdout,
 		Stderr: &stderr,
@@ -108,7 +108,7 @@ func TestStdoutAndStderrSeparate(t *testing.T) {
 func TestSameWriterForStdoutAndStderr(t *testing.T) {
 	client := dial(t)
 	var out bytes.Buffer
-	_, err := run.Run(t.Context(), client, run.Request{
+	_, err := run.Run(t.Context(), client, run.Command{
 		Shell:  "i=0; while [ $i -lt 200 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done",
 		Stdout: &out,
 		Stderr: &out,
@@ -131,7 +131,7 @@ func TestOutputStreamsBeforeExit(t *testing.T) {
 	fifo := makeFIFO(t)
 	stdoutR, stdoutW := io.Pipe()
 	stderrR, stderrW := io.Pipe()
-	done := startRun(t, client, run.Request{
+	done := startRun(t, client, run.Command{
 		Shell:  "echo first; echo oops >&2; read x <" + remote.Quote(fifo) + "; echo \"got $x\"",
 		Stdout: stdoutW,
 		Stderr: stderrW,
@@ -170,12 +170,12 @@ type runResult struct {
 
 // startRun runs req in the background and closes the given pipe writers
 // when it returns.
-func startRun(t *testing.T, client *ssh.Client, req run.Request, closers ...*io.PipeWriter) <-chan runResult {
+func startRun(t *testing.T, client *ssh.Client, req run.Command, closers ...*io.PipeWriter) <-chan runResult {
 	t.Helper()
 	return startRunContext(t, t.Context(), client, req, closers...)
 }
 
-func startRunContext(t *testing.T, ctx context.Context, client *ssh.Client, req run.Request, closers ...*io.PipeWriter) <-chan runResult {
+func startRunContext(t *testing.T, ctx context.Context, client *ssh.Client, req run.Command, closers ...*io.PipeWriter) <-chan runResult {
 	t.Helper()
 	done := make(chan runResult, 1)
 	finished := make(chan struct{})
@@ -200,7 +200,7 @@ func TestEnv(t *testing.T) {
 		"_X1":    "*",
 	}
 	var stdout bytes.Buffer
-	_, err := run.Run(t.Context(), client, run.Request{
+	_, err := run.Run(t.Context(), client, run.Command{
 		Shell:  `printf '%s|' "$PLAIN" "$TRICKY" "${EMPTY-unset}" "$_X1" "${CRABBOX_RUN_CMD-unset}" "${CRABBOX_RUN_DIR-unset}"`,
 		Env:    env,
 		Stdout: &stdout,
@@ -222,7 +222,7 @@ func TestEnvAndCommandNotInProcessArguments(t *testing.T) {
 	secret := "s3cr3t-" + strings.Repeat("x", 8) + fmt.Sprint(time.Now().UnixNano())
 	commandMark := "cmdmark-" + fmt.Sprint(time.Now().UnixNano())
 	var stdout bytes.Buffer
-	_, err := run.Run(t.Context(), client, run.Request{
+	_, err := run.Run(t.Context(), client, run.Command{
 		Shell:  "ps -eo args; printf 'seen=%s\\n' \"$SECRET\" # " + commandMark,
 		Env:    map[string]string{"SECRET": secret},
 		Stdout: &stdout,
@@ -250,7 +250,7 @@ func TestDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout bytes.Buffer
-	_, err := run.Run(t.Context(), client, run.Request{Command: []string{"pwd", "-P"}, Dir: dir, Stdout: &stdout})
+	_, err := run.Run(t.Context(), client, run.Command{Command: []string{"pwd", "-P"}, Dir: dir, Stdout: &stdout})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -282,7 +282,7 @@ func TestDirErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			res, err := run.Run(t.Context(), client, run.Request{
+			res, err := run.Run(t.Context(), client, run.Command{
 				Shell: "echo ran", Dir: tt.dir, Stdout: &stdout, Stderr: &stderr,
 			})
 			if err == nil {
@@ -311,7 +311,7 @@ func TestCommandQuoting(t *testing.T) {
 		"a=b", "~", "é", "semi;colon", "amp&", "pipe|", "<in", "#hash", "!bang", "{brace}", "tab\there",
 	}
 	var stdout bytes.Buffer
-	_, err := run.Run(t.Context(), client, run.Request{
+	_, err := run.Run(t.Context(), client, run.Command{
 		Command: append([]string{"printf", "[%s]\n"}, args...),
 		Stdout:  &stdout,
 	})
@@ -342,7 +342,7 @@ func TestCancelKillsProcessGroup(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			stdoutR, stdoutW := io.Pipe()
-			done := startRunContext(t, ctx, client, run.Request{Shell: tt.shell, Stdout: stdoutW, KillGrace: tt.grace}, stdoutW)
+			done := startRunContext(t, ctx, client, run.Command{Shell: tt.shell, Stdout: stdoutW, KillGrace: tt.grace}, stdoutW)
 			pgid := readStarted(t, stdoutR)
 			go io.Copy(io.Discard, stdoutR)
 
@@ -364,7 +364,7 @@ func TestLeftoverProcessesKilledAtExit(t *testing.T) {
 	var stdout bytes.Buffer
 	// One leftover holds stdout open, which would keep the session open
 	// until it exits; the other has let go of it.
-	res, err := run.Run(t.Context(), client, run.Request{
+	res, err := run.Run(t.Context(), client, run.Command{
 		Shell:  "sleep 1000 & sleep 1000 >/dev/null 2>&1 & echo started $$",
 		Stdout: &stdout,
 	})
@@ -383,7 +383,7 @@ func TestCancelWhileStarting(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		var stdout bytes.Buffer
 		timer := time.AfterFunc(time.Duration(i)*10*time.Millisecond, cancel)
-		done := startRunContext(t, ctx, client, run.Request{Shell: "echo started $$; sleep 1000", Stdout: &stdout})
+		done := startRunContext(t, ctx, client, run.Command{Shell: "echo started $$; sleep 1000", Stdout: &stdout})
 		r := <-done
 		timer.Stop()
 		cancel()
@@ -400,7 +400,7 @@ func TestDeadline(t *testing.T) {
 	client := dial(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	res, err := run.Run(ctx, client, run.Request{Shell: "sleep 1000"})
+	res, err := run.Run(ctx, client, run.Command{Shell: "sleep 1000"})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Run error = %v, want context.DeadlineExceeded", err)
 	}
@@ -413,7 +413,7 @@ func TestAlreadyCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	// The client is never used.
-	res, err := run.Run(ctx, nil, run.Request{Shell: "true"})
+	res, err := run.Run(ctx, nil, run.Command{Shell: "true"})
 	if !errors.Is(err, context.Canceled) || res.ExitCode != run.ExitCanceled {
 		t.Errorf("Run = %+v, %v; want exit %d and context.Canceled", res, err, run.ExitCanceled)
 	}
@@ -423,7 +423,7 @@ func TestConnectionLossKillsCommand(t *testing.T) {
 	s := testsshd.Start(t)
 	client := s.Dial(t)
 	stdoutR, stdoutW := io.Pipe()
-	done := startRun(t, client, run.Request{Shell: "sleep 1000 & echo started $$; wait", Stdout: stdoutW}, stdoutW)
+	done := startRun(t, client, run.Command{Shell: "sleep 1000 & echo started $$; wait", Stdout: stdoutW}, stdoutW)
 	pgid := readStarted(t, stdoutR)
 	go io.Copy(io.Discard, stdoutR)
 
@@ -446,7 +446,7 @@ func TestFailingWriterStopsCommand(t *testing.T) {
 	client := dial(t)
 	broken := errors.New("broken pipe")
 	var stderr bytes.Buffer
-	res, err := run.Run(t.Context(), client, run.Request{
+	res, err := run.Run(t.Context(), client, run.Command{
 		Shell:  "echo started $$ >&2; while :; do echo y; done",
 		Stdout: failingWriter{broken},
 		Stderr: &stderr,
@@ -483,12 +483,12 @@ func TestPrecondition(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			res, err := run.Run(t.Context(), client, run.Request{
+			res, err := run.Run(t.Context(), client, run.Command{
 				Shell: "echo ran; exit 3", Dir: dir, Precondition: tt.precondition, Stdout: &stdout, Stderr: &stderr,
 			})
 			if !tt.ran {
-				if !errors.Is(err, run.ErrPrecondition) {
-					t.Fatalf("Run = %+v, %v; want ErrPrecondition", res, err)
+				if !errors.Is(err, run.ErrPreconditionFailed) {
+					t.Fatalf("Run = %+v, %v; want ErrPreconditionFailed", res, err)
 				}
 				if stdout.Len() != 0 || stderr.Len() != 0 {
 					t.Errorf("output = %q, %q; want none", stdout.String(), stderr.String())
@@ -511,18 +511,18 @@ func TestPrecondition(t *testing.T) {
 func TestRequestErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		req  run.Request
+		req  run.Command
 		want string
 	}{
-		{"no command", run.Request{}, "no command"},
-		{"both", run.Request{Command: []string{"true"}, Shell: "true"}, "both Command and Shell"},
-		{"empty argv0", run.Request{Command: []string{""}}, "Command[0] is empty"},
-		{"bad env name", run.Request{Shell: "true", Env: map[string]string{"A-B": "x"}}, `"A-B" is not a valid`},
-		{"env name starts with digit", run.Request{Shell: "true", Env: map[string]string{"1A": "x"}}, `"1A" is not a valid`},
-		{"reserved env name", run.Request{Shell: "true", Env: map[string]string{"CRABBOX_RUN_CMD": "x"}}, "reserved"},
-		{"NUL in env", run.Request{Shell: "true", Env: map[string]string{"A": "x\x00y"}}, "NUL"},
-		{"NUL in argv", run.Request{Command: []string{"echo", "a\x00"}}, "NUL"},
-		{"NUL in precondition", run.Request{Shell: "true", Precondition: "true\x00"}, "Precondition contains a NUL"},
+		{"no command", run.Command{}, "no command"},
+		{"both", run.Command{Command: []string{"true"}, Shell: "true"}, "both Command and Shell"},
+		{"empty argv0", run.Command{Command: []string{""}}, "Command[0] is empty"},
+		{"bad env name", run.Command{Shell: "true", Env: map[string]string{"A-B": "x"}}, `"A-B" is not a valid`},
+		{"env name starts with digit", run.Command{Shell: "true", Env: map[string]string{"1A": "x"}}, `"1A" is not a valid`},
+		{"reserved env name", run.Command{Shell: "true", Env: map[string]string{"CRABBOX_RUN_CMD": "x"}}, "reserved"},
+		{"NUL in env", run.Command{Shell: "true", Env: map[string]string{"A": "x\x00y"}}, "NUL"},
+		{"NUL in argv", run.Command{Command: []string{"echo", "a\x00"}}, "NUL"},
+		{"NUL in precondition", run.Command{Shell: "true", Precondition: "true\x00"}, "Precondition contains a NUL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -539,7 +539,7 @@ func TestRequestErrors(t *testing.T) {
 }
 
 func TestEnvValuesNotInErrors(t *testing.T) {
-	_, err := run.Run(t.Context(), nil, run.Request{Shell: "true", Env: map[string]string{"BAD NAME": "hunter2"}})
+	_, err := run.Run(t.Context(), nil, run.Command{Shell: "true", Env: map[string]string{"BAD NAME": "hunter2"}})
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("Run error = %v; want an error that does not contain the value", err)
 	}

@@ -312,7 +312,7 @@ func (p *prov) run(ctx context.Context, req external.Request, out io.Writer) int
 	if req.Workdir != "" {
 		dir = path.Join(dir, path.Clean("/"+req.Workdir))
 	}
-	res, err := run.Run(ctx, client, run.Request{
+	res, err := run.Run(ctx, client, run.Command{
 		Command: req.Command, Dir: dir, Env: req.Env,
 		Stdout: lines.stream("stdout"), Stderr: lines.stream("stderr"),
 	})

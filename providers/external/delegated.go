@@ -102,16 +102,16 @@ func (b *DelegatedBackend) Stop(ctx context.Context, req provider.StopRequest) e
 // the program reports. The call has no timeout of its own: ctx bounds it,
 // and when ctx ends the program's process group is stopped (SIGTERM, then
 // SIGKILL), so a well-behaved program stops the remote command.
-func (b *DelegatedBackend) Run(ctx context.Context, req provider.RunRequest) (provider.RunResult, error) {
+func (b *DelegatedBackend) Run(ctx context.Context, req provider.DelegatedRunRequest) (provider.DelegatedRunResult, error) {
 	if err := b.needRun(ctx); err != nil {
-		return provider.RunResult{}, err
+		return provider.DelegatedRunResult{}, err
 	}
 	if len(req.Command) == 0 {
-		return provider.RunResult{}, errors.New("external provider: run: no command")
+		return provider.DelegatedRunResult{}, errors.New("external provider: run: no command")
 	}
 	l, err := b.resolve(ctx, req.LeaseID, false)
 	if err != nil {
-		return provider.RunResult{}, err
+		return provider.DelegatedRunResult{}, err
 	}
 	wreq := Request{Operation: OpRun, Lease: l, Command: req.Command, Env: req.Env, Workdir: req.Workdir}
 	if req.Root != "" {
@@ -160,9 +160,9 @@ func (b *DelegatedBackend) Run(ctx context.Context, req provider.RunRequest) (pr
 		err = errors.New("run output ended without an exitCode line")
 	}
 	if err != nil {
-		return provider.RunResult{}, fmt.Errorf("external provider %s: run on %s: %w", b.prog.path, req.LeaseID, err)
+		return provider.DelegatedRunResult{}, fmt.Errorf("external provider %s: run on %s: %w", b.prog.path, req.LeaseID, err)
 	}
-	return provider.RunResult{ExitCode: *exit}, nil
+	return provider.DelegatedRunResult{ExitCode: *exit}, nil
 }
 
 // git returns the trimmed output of a git command in root, or "" when it

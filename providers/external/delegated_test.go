@@ -52,7 +52,7 @@ func TestDelegatedRunStreamsOutput(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	root := t.TempDir()
-	res, err := d.Run(ctx, provider.RunRequest{
+	res, err := d.Run(ctx, provider.DelegatedRunRequest{
 		LeaseID: id, Command: []string{"go", "test", "./..."}, Env: map[string]string{"CI": "true"},
 		Workdir: "sub/dir", Root: root, Stdout: &stdout, Stderr: &stderr,
 	})
@@ -99,7 +99,7 @@ func TestDelegatedRunRejectsBadStreams(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
 			d, _ := fakeDelegated(t, tt.mode)
-			_, err := d.Run(context.Background(), provider.RunRequest{LeaseID: lease.NewID(), Command: []string{"true"}})
+			_, err := d.Run(context.Background(), provider.DelegatedRunRequest{LeaseID: lease.NewID(), Command: []string{"true"}})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("Run error = %v, want one containing %q", err, tt.wantErr)
 			}

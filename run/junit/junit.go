@@ -146,7 +146,7 @@ func Collect(ctx context.Context, conn *ssh.Client, dir, glob string) (Report, e
 	}
 	var rep Report
 	var list bytes.Buffer
-	out, err := run.Run(ctx, conn, run.Request{
+	out, err := run.Run(ctx, conn, run.Command{
 		Shell:  `for f in ` + glob + `; do if [ -f "$f" ]; then printf '%s\n' "$f"; fi; done`,
 		Dir:    dir,
 		Stdout: &list,
@@ -181,7 +181,7 @@ func Collect(ctx context.Context, conn *ssh.Client, dir, glob string) (Report, e
 // readFile reads a file of at most maxFile bytes from the box.
 func readFile(ctx context.Context, conn *ssh.Client, dir, name string) ([]byte, error) {
 	var buf, stderr bytes.Buffer
-	res, err := run.Run(ctx, conn, run.Request{
+	res, err := run.Run(ctx, conn, run.Command{
 		Command: []string{"cat", "--", name}, Dir: dir,
 		Stdout: &limitedBuffer{buf: &buf, max: maxFile}, Stderr: &limitedBuffer{buf: &stderr, max: 4096},
 	})
