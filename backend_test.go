@@ -74,7 +74,7 @@ func TestWithBackend(t *testing.T) {
 			if got, err := c.Backend(""); err != nil || got != provider.Backend(b) {
 				t.Errorf("Backend(\"\") = %v, %v; want the handed backend", got, err)
 			}
-			if _, err := c.Registry().Lookup("local"); err != nil {
+			if _, err := crabbox.RegistryOf(c).Lookup("local"); err != nil {
 				t.Errorf("the registry's other providers are gone: %v", err)
 			}
 			box, err := c.Acquire(ctx, crabbox.AcquireOptions{})

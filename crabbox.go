@@ -237,8 +237,6 @@ func (c *Client) StateDir() string { return c.store.Dir() }
 // (see lease.Store.Damaged), as doctor reports them.
 func (c *Client) DamagedClaims() ([]lease.DamagedClaim, error) { return c.store.Damaged() }
 
-// Registry is the client's provider registry.
-func (c *Client) Registry() *provider.Registry { return c.registry }
 
 // Backend returns the configured backend of the named provider ("" means the
 // client's default provider), configuring it on first use.

@@ -3,12 +3,16 @@ package crabbox
 import (
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
 )
 
 // Internals the package's external tests look at.
 
 // StoreOf is the client's lease store.
 func StoreOf(c *Client) *lease.Store { return c.store }
+
+// RegistryOf is the client's provider registry.
+func RegistryOf(c *Client) *provider.Registry { return c.registry }
 
 // CoordinatorOf is the client's coordinator client, or nil.
 func CoordinatorOf(c *Client) *coordclient.Client {
