@@ -237,7 +237,6 @@ func (c *Client) StateDir() string { return c.store.Dir() }
 // (see lease.Store.Damaged), as doctor reports them.
 func (c *Client) DamagedClaims() ([]lease.DamagedClaim, error) { return c.store.Damaged() }
 
-
 // Backend returns the configured backend of the named provider ("" means the
 // client's default provider), configuring it on first use.
 func (c *Client) Backend(name string) (provider.Backend, error) {
