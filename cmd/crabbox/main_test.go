@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -285,5 +286,27 @@ func TestLeaseRemembersProviderSettings(t *testing.T) {
 				t.Errorf("list after stop = %q", r.stdout)
 			}
 		})
+	}
+}
+
+// Using a warm lease is activity (end to end, with the agent that serves a
+// warm local box): runs 1.5 s apart keep a lease with a 3 s idle timeout
+// alive for twice its idle timeout. Real time is what is under test here.
+func TestRunsKeepWarmLeaseAlive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 6 s of real time: skipped with -short")
+	}
+	t.Parallel()
+	env, repo := stateEnv(t), gitRepo(t)
+	r := crabboxCmd(t, env, repo, "warmup", "--idle-timeout", "3s", "--slug", "busy-crab")
+	if r.code != 0 {
+		t.Fatalf("warmup: exit %d, stderr %q", r.code, r.stderr)
+	}
+	t.Cleanup(func() { crabboxCmd(t, env, repo, "stop", "busy-crab") })
+	for i := range 5 {
+		time.Sleep(1500 * time.Millisecond) // time passing is the behaviour under test
+		if r := crabboxCmd(t, env, repo, "run", "--id", "busy-crab", "--quiet", "--", "true"); r.code != 0 {
+			t.Fatalf("run %d, %.1f s after warmup: exit %d, stderr %q", i+1, 1.5*float64(i+1), r.code, r.stderr)
+		}
 	}
 }
