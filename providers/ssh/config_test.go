@@ -171,7 +171,7 @@ func TestSpec(t *testing.T) {
 		Aliases:     []string{"byo"},
 		Kind:        provider.KindSSHLease,
 		Targets:     []provider.Target{provider.TargetLinux, provider.TargetMacOS},
-		Features:    []provider.Feature{provider.FeatureSSH, provider.FeatureCleanup},
+		Features:    []provider.Feature{provider.FeatureSSH, provider.FeatureCleanup, provider.FeatureDoctor},
 		Coordinator: provider.CoordinatorUnsupported,
 	}
 	flags := map[string]string{}

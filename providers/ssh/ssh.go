@@ -73,7 +73,7 @@ var spec = provider.Spec{
 	Description: "A host you already have, reached over SSH with your own key; crabbox only creates and removes lease directories under its work root.",
 	Kind:        provider.KindSSHLease,
 	Targets:     []provider.Target{provider.TargetLinux, provider.TargetMacOS},
-	Features:    []provider.Feature{provider.FeatureSSH, provider.FeatureCleanup},
+	Features:    []provider.Feature{provider.FeatureSSH, provider.FeatureCleanup, provider.FeatureDoctor},
 	Coordinator: provider.CoordinatorUnsupported,
 	Options: []provider.Option{
 		{Name: "host", Flag: "ssh-host", Help: "host name or IP address of your SSH host", Locates: true},

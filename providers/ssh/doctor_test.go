@@ -1,0 +1,102 @@
+package ssh_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/crabbox-dev/crabbox/provider"
+	sshp "github.com/crabbox-dev/crabbox/providers/ssh"
+)
+
+// summarize maps each check's name to whether it passed.
+func summarize(checks []provider.Check) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range checks {
+		out[c.Name] = c.OK
+	}
+	return out
+}
+
+func detail(checks []provider.Check, name string) string {
+	for _, c := range checks {
+		if c.Name == name {
+			return c.Detail
+		}
+	}
+	return ""
+}
+
+func TestDoctor(t *testing.T) {
+	h := startHost(t)
+	closed := func() int {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		return port
+	}()
+	tests := []struct {
+		name    string
+		cfg     func() sshp.Config
+		want    map[string]bool
+		details map[string]string
+	}{
+		{
+			name: "working host",
+			cfg:  func() sshp.Config { return h.config(t) },
+			want: map[string]bool{"host": true, "key file": true, "host reachable": true},
+		},
+		{
+			name: "no host and no key",
+			cfg:  func() sshp.Config { return sshp.Config{User: "me"} },
+			want: map[string]bool{"host": false, "key file": false, "host reachable": false},
+			details: map[string]string{
+				"host":     "--ssh-host or CRABBOX_SSH_HOST",
+				"key file": "--ssh-key or CRABBOX_SSH_KEY",
+			},
+		},
+		{
+			name: "host does not answer",
+			cfg: func() sshp.Config {
+				c := h.config(t)
+				c.Port = closed
+				return c
+			},
+			want:    map[string]bool{"host": true, "key file": true, "host reachable": false},
+			details: map[string]string{"host reachable": "cannot connect to"},
+		},
+		{
+			name: "key file is not a key",
+			cfg: func() sshp.Config {
+				c := h.config(t)
+				c.KeyFile = keyFile(t)
+				return c
+			},
+			want:    map[string]bool{"host": true, "key file": false, "host reachable": true},
+			details: map[string]string{"key file": "--ssh-key"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBackend(t, tt.cfg(), t.TempDir())
+			checks, err := b.Doctor(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, summarize(checks)); diff != "" {
+				t.Errorf("Doctor (-want +got):\n%s\n%+v", diff, checks)
+			}
+			for name, want := range tt.details {
+				if got := detail(checks, name); !strings.Contains(got, want) {
+					t.Errorf("check %q: detail %q, want it to contain %q", name, got, want)
+				}
+			}
+		})
+	}
+}
