@@ -44,7 +44,7 @@ var spec = provider.Spec{
 	Targets:     []provider.Target{provider.TargetLinux, provider.TargetMacOS},
 	Features: []provider.Feature{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry,
-		provider.FeatureCleanup, provider.FeaturePTY,
+		provider.FeatureCleanup, provider.FeatureDoctor, provider.FeaturePTY,
 	},
 	// A coordinator can serve local boxes: they live on the coordinator's
 	// machine, which makes a coordinator on loopback work with no cloud.
