@@ -21,7 +21,7 @@ func TestSpec(t *testing.T) {
 	if s.Name != aws.Name || s.Kind != provider.KindSSHLease || s.Coordinator != provider.CoordinatorSupported {
 		t.Errorf("spec = %+v", s)
 	}
-	want := []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup}
+	want := []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor}
 	if diff := cmp.Diff(want, s.Features); diff != "" {
 		t.Errorf("features (-want +got):\n%s", diff)
 	}
