@@ -100,7 +100,7 @@ var spec = provider.Spec{
 	Kind:        provider.KindSSHLease,
 	Targets:     []provider.Target{provider.TargetLinux},
 	Features: []provider.Feature{
-		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup,
+		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	Coordinator: provider.CoordinatorSupported,
 	Options: []provider.Option{
