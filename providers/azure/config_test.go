@@ -28,7 +28,7 @@ func TestSpec(t *testing.T) {
 	}
 	// No self-expiry: a VM that powers itself off still bills its disk
 	// (and its compute until deallocated).
-	want := []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup}
+	want := []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor}
 	if diff := cmp.Diff(want, s.Features); diff != "" {
 		t.Errorf("features (-want +got):\n%s", diff)
 	}
