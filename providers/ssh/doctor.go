@@ -25,7 +25,7 @@ func (b *Backend) Doctor(ctx context.Context) ([]provider.Check, error) {
 	host := provider.Check{Name: "host"}
 	reach := provider.Check{Name: "host reachable"}
 	if b.cfg.Host == "" {
-		host.Detail = "not set: set it with --ssh-host or CRABBOX_SSH_HOST (key \"host\" of the ssh section of the config file)"
+		host.Detail = "not set: set it with --ssh-host, CRABBOX_SSH_HOST or ssh-host in the config file"
 		reach.Detail = "not checked: no host"
 	} else {
 		host.OK, host.Detail = true, fmt.Sprintf("%s as %s", b.addr(), b.cfg.User)
@@ -33,7 +33,7 @@ func (b *Backend) Doctor(ctx context.Context) ([]provider.Check, error) {
 	}
 	key := provider.Check{Name: "key file"}
 	if b.cfg.KeyFile == "" {
-		key.Detail = "not set: set it with --ssh-key or CRABBOX_SSH_KEY (key \"key\" of the ssh section of the config file) to an unencrypted private key file your host accepts"
+		key.Detail = "not set: set --ssh-key, CRABBOX_SSH_KEY or ssh-key in the config file to an unencrypted private key file your host accepts"
 	} else if _, err := lease.LoadKeyFile(b.cfg.KeyFile); err != nil {
 		key.Detail = err.Error() + " (--ssh-key, CRABBOX_SSH_KEY)"
 	} else {
