@@ -57,8 +57,8 @@ func TestDoctor(t *testing.T) {
 			cfg:  func() sshp.Config { return sshp.Config{User: "me"} },
 			want: map[string]bool{"host": false, "key file": false, "host reachable": false},
 			details: map[string]string{
-				"host":     "--ssh-host or CRABBOX_SSH_HOST",
-				"key file": "--ssh-key or CRABBOX_SSH_KEY",
+				"host":     "--ssh-host, CRABBOX_SSH_HOST or ssh-host in the config file",
+				"key file": "--ssh-key, CRABBOX_SSH_KEY or ssh-key in the config file",
 			},
 		},
 		{
