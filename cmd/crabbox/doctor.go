@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/config"
+	"github.com/crabbox-dev/crabbox/provider"
 )
 
 func (a *app) doctorCmd() *ffcli.Command {
@@ -30,6 +33,7 @@ to release its box.
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
 				checks := c.Doctor(ctx, crabbox.DoctorOptions{})
+				hintSettings(checks, lf.settings.Provider.Value)
 				failed := 0
 				for _, ch := range checks {
 					if !ch.OK {
@@ -63,4 +67,35 @@ func okOrFail(ok bool) string {
 		return "ok"
 	}
 	return "FAIL"
+}
+
+// hintSettings adds to the failed check of a provider that does not
+// configure how to set each of its options the error names ("option
+// project" or "option \"host\"") but says nothing about setting: its flag,
+// environment variable and config file key. The library's errors name the
+// option; only the CLI knows where it comes from.
+func hintSettings(checks []provider.Check, name string) {
+	p, err := provider.Default().Lookup(name)
+	if err != nil {
+		return
+	}
+	spec := p.Spec()
+	for i, ch := range checks {
+		if ch.OK || ch.Name != "provider "+name {
+			continue
+		}
+		var hints []string
+		for _, o := range spec.Options {
+			if o.Flag == "" || strings.Contains(ch.Detail, config.EnvVar(o.Flag)) {
+				continue
+			}
+			if strings.Contains(ch.Detail, "option "+o.Name+" ") || strings.Contains(ch.Detail, "option "+o.Name+":") ||
+				strings.Contains(ch.Detail, fmt.Sprintf("option %q", o.Name)) {
+				hints = append(hints, fmt.Sprintf("set %s with --%s, %s or %s in the config file", o.Name, o.Flag, config.EnvVar(o.Flag), o.Flag))
+			}
+		}
+		if len(hints) > 0 {
+			checks[i].Detail += "; " + strings.Join(hints, "; ")
+		}
+	}
 }
