@@ -73,12 +73,26 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 		},
 		Exec: func(context.Context, []string) error { return flag.ErrHelp },
 	}
-	for _, c := range root.Subcommands {
-		c.FlagSet.SetOutput(stderr)
+	paths := commandPaths(root)
+	for c, path := range paths {
+		// arrange and helpText report mistakes and help; the flag
+		// package prints nothing.
+		c.FlagSet.SetOutput(io.Discard)
+		c.UsageFunc = func(c *ffcli.Command) string { return helpText(c, path) }
 	}
-	root.FlagSet.SetOutput(stderr)
 
-	err := root.ParseAndRun(ctx, args)
+	r, err := arrange(root, paths, args)
+	var argErr argError
+	if errors.As(err, &argErr) {
+		fmt.Fprintf(stderr, "%s: %s\n%s\n", paths[argErr.cmd], argErr.msg, usageLine(argErr.cmd, paths[argErr.cmd]))
+		return exitUsage
+	}
+	if r.help {
+		fmt.Fprint(stdout, helpText(r.cmd, paths[r.cmd]))
+		return 0
+	}
+
+	err = root.ParseAndRun(ctx, r.out)
 	var exit exitError
 	var usage usageError
 	switch {
@@ -87,12 +101,19 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 	case errors.As(err, &exit):
 		return exit.code
 	case errors.Is(err, flag.ErrHelp):
+		// A command that needs a subcommand, given none (crabbox alone,
+		// crabbox config): its help, as git and gh do.
+		fmt.Fprint(stdout, helpText(r.cmd, paths[r.cmd]))
 		return 0
 	case errors.As(err, &usage):
 		fmt.Fprintf(stderr, "crabbox: %s\n", usage.msg)
 		return exitUsage
 	case strings.Contains(err.Error(), "error parsing commandline arguments"):
-		fmt.Fprintf(stderr, "crabbox: %v\n", err)
+		// A flag's value the flag does not take (--ttl soon).
+		if e := errors.Unwrap(err); e != nil {
+			err = e
+		}
+		fmt.Fprintf(stderr, "%s: %s\n%s\n", paths[r.cmd], strings.ReplaceAll(err.Error(), " -", " --"), usageLine(r.cmd, paths[r.cmd]))
 		return exitUsage
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || signalled(ctx)):
 		// After a signal, whatever failed failed because of it.
