@@ -46,17 +46,19 @@ type app struct {
 	layeredSets []*flag.FlagSet
 }
 
-// Main runs the CLI with args (without the program name) and the given
-// standard streams, and returns the process exit code.
-func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
-	root := &ffcli.Command{
+// rootCmd returns the command tree of the CLI.
+func (a *app) rootCmd() *ffcli.Command {
+	return &ffcli.Command{
 		ShortUsage: "crabbox <command> [flags] [args...]",
 		ShortHelp:  "lease a box, sync your checkout, run a command, release the box",
 		LongHelp: `crabbox leases a box, copies your dirty checkout onto it, runs a command
 there with the output streamed back and the exact exit code, and releases it.
 
   crabbox run -- go test ./...
+
+Flags may come before or after a command's arguments (crabbox status my-box
+--json); for run, crabbox's flags end where the remote command begins, so
+write them before it, and -- before the command to be plain.
 
 Flags come from the command line, then CRABBOX_* environment variables, then
 the config file (--config; lines of "flag value"). Exit status is the remote
@@ -73,6 +75,13 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 		},
 		Exec: func(context.Context, []string) error { return flag.ErrHelp },
 	}
+}
+
+// Main runs the CLI with args (without the program name) and the given
+// standard streams, and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
 	paths := commandPaths(root)
 	for c, path := range paths {
 		// arrange and helpText report mistakes and help; the flag
@@ -87,8 +96,13 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 		fmt.Fprintf(stderr, "%s: %s\n%s\n", paths[argErr.cmd], argErr.msg, usageLine(argErr.cmd, paths[argErr.cmd]))
 		return exitUsage
 	}
-	if r.help {
+	switch {
+	case r.help:
 		fmt.Fprint(stdout, helpText(r.cmd, paths[r.cmd]))
+		return 0
+	case len(args) == 0:
+		// Short usage on stdout and exit 0, as gh does.
+		fmt.Fprint(stdout, shortUsage(root, "crabbox"))
 		return 0
 	}
 
@@ -171,20 +185,47 @@ type leaseFlags struct {
 	settings config.Settings
 }
 
-// newFlagSet returns a command's flag set with the common flags and every
-// provider's option flags. Registering them touches nothing.
+// newFlagSet returns the flag set of a command that talks to providers: the
+// common flags and every provider's option flags. Registering them touches
+// nothing.
 func newFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	lf := &leaseFlags{}
-	fs.StringVar(&lf.provider, "provider", crabbox.DefaultProvider, "provider of boxes (see crabbox providers)")
-	fs.StringVar(&lf.config, "config", config.DefaultFile(os.Environ()), "config file of \"flag value\" lines")
-	fs.BoolVar(&lf.verbose, "v", false, "log what crabbox does to stderr")
 	var specs []provider.Spec
 	for _, p := range provider.Default().All() {
 		specs = append(specs, p.Spec())
 	}
+	return newFlagSetFor(name, specs...)
+}
+
+// newFlagSetFor returns a command's flag set with the common flags and the
+// option flags of the providers of specs only: image build has only the
+// flags of the providers that build images.
+func newFlagSetFor(name string, specs ...provider.Spec) (*flag.FlagSet, *leaseFlags) {
+	fs, lf := newLocalFlagSet(name)
+	fs.StringVar(&lf.provider, "provider", crabbox.DefaultProvider, "provider of boxes (see crabbox providers)")
 	provider.RegisterFlags(fs, specs...)
 	return fs, lf
+}
+
+// newLocalFlagSet returns the flag set of a command that reads settings
+// (the state directory) but never talks to a provider, like logs and
+// history: --config and -v, no provider flags.
+func newLocalFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	lf := &leaseFlags{}
+	fs.StringVar(&lf.config, "config", config.DefaultFile(os.Environ()), "config file of \"flag value\" lines")
+	fs.BoolVar(&lf.verbose, "v", false, "log what crabbox does to stderr")
+	return fs, lf
+}
+
+// specsOf returns the Specs of the named providers of the default registry.
+func specsOf(names ...string) []provider.Spec {
+	var specs []provider.Spec
+	for _, n := range names {
+		if p, err := provider.Default().Lookup(n); err == nil {
+			specs = append(specs, p.Spec())
+		}
+	}
+	return specs
 }
 
 // layered returns exec preceded by the settings of package config: the
