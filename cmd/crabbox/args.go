@@ -204,7 +204,7 @@ func suggest(word string, names []string) string {
 	for _, n := range names {
 		d := distance(word, n)
 		if len(word) >= 2 && strings.HasPrefix(n, word) {
-			d = min(d, 1)
+			d = 0 // an abbreviation
 		}
 		limit := 2
 		if len(word) <= 4 {

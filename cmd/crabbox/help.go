@@ -31,9 +31,19 @@ func commandPaths(root *ffcli.Command) map[*ffcli.Command]string {
 // (with an example), its subcommands, its own flags, then the provider
 // flags it has, under the provider that owns each.
 func helpText(c *ffcli.Command, path string) string {
+	return help(c, path, false)
+}
+
+// shortUsage is what crabbox alone prints: its usage and commands, without
+// the long help.
+func shortUsage(c *ffcli.Command, path string) string {
+	return help(c, path, true)
+}
+
+func help(c *ffcli.Command, path string, short bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s\n\nUSAGE\n  %s\n", path, c.ShortHelp, c.ShortUsage)
-	if c.LongHelp != "" {
+	if c.LongHelp != "" && !short {
 		fmt.Fprintf(&b, "\n%s\n", strings.TrimSpace(c.LongHelp))
 	}
 	if len(c.Subcommands) > 0 {
@@ -72,7 +82,11 @@ func helpText(c *ffcli.Command, path string) string {
 	}
 	b.WriteString(providerFlagsHelp(c.FlagSet))
 	if len(c.Subcommands) > 0 {
-		fmt.Fprintf(&b, "\nRun '%s COMMAND --help' for a command's flags and an example.\n", path)
+		fmt.Fprintf(&b, "\nRun '%s COMMAND --help' for a command's flags and an example", path)
+		if short {
+			fmt.Fprintf(&b, ", '%s --help' for more", path)
+		}
+		b.WriteString(".\n")
 	}
 	return b.String()
 }
