@@ -46,17 +46,19 @@ type app struct {
 	layeredSets []*flag.FlagSet
 }
 
-// Main runs the CLI with args (without the program name) and the given
-// standard streams, and returns the process exit code.
-func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
-	root := &ffcli.Command{
+// rootCmd returns the command tree of the CLI.
+func (a *app) rootCmd() *ffcli.Command {
+	return &ffcli.Command{
 		ShortUsage: "crabbox <command> [flags] [args...]",
 		ShortHelp:  "lease a box, sync your checkout, run a command, release the box",
 		LongHelp: `crabbox leases a box, copies your dirty checkout onto it, runs a command
 there with the output streamed back and the exact exit code, and releases it.
 
   crabbox run -- go test ./...
+
+Flags may come before or after a command's arguments (crabbox status my-box
+--json); for run, crabbox's flags end where the remote command begins, so
+write them before it, and -- before the command to be plain.
 
 Flags come from the command line, then CRABBOX_* environment variables, then
 the config file (--config; lines of "flag value"). Exit status is the remote
@@ -73,12 +75,38 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 		},
 		Exec: func(context.Context, []string) error { return flag.ErrHelp },
 	}
-	for _, c := range root.Subcommands {
-		c.FlagSet.SetOutput(stderr)
-	}
-	root.FlagSet.SetOutput(stderr)
+}
 
-	err := root.ParseAndRun(ctx, args)
+// Main runs the CLI with args (without the program name) and the given
+// standard streams, and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
+	paths := commandPaths(root)
+	for c, path := range paths {
+		// arrange and helpText report mistakes and help; the flag
+		// package prints nothing.
+		c.FlagSet.SetOutput(io.Discard)
+		c.UsageFunc = func(c *ffcli.Command) string { return helpText(c, path) }
+	}
+
+	r, err := arrange(root, paths, args)
+	var argErr argError
+	if errors.As(err, &argErr) {
+		fmt.Fprintf(stderr, "%s: %s\n%s\n", paths[argErr.cmd], argErr.msg, usageLine(argErr.cmd, paths[argErr.cmd]))
+		return exitUsage
+	}
+	switch {
+	case r.help:
+		fmt.Fprint(stdout, helpText(r.cmd, paths[r.cmd]))
+		return 0
+	case len(args) == 0:
+		// Short usage on stdout and exit 0, as gh does.
+		fmt.Fprint(stdout, shortUsage(root, "crabbox"))
+		return 0
+	}
+
+	err = root.ParseAndRun(ctx, r.out)
 	var exit exitError
 	var usage usageError
 	switch {
@@ -87,12 +115,19 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 	case errors.As(err, &exit):
 		return exit.code
 	case errors.Is(err, flag.ErrHelp):
+		// A command that needs a subcommand, given none (crabbox alone,
+		// crabbox config): its help, as git and gh do.
+		fmt.Fprint(stdout, helpText(r.cmd, paths[r.cmd]))
 		return 0
 	case errors.As(err, &usage):
 		fmt.Fprintf(stderr, "crabbox: %s\n", usage.msg)
 		return exitUsage
 	case strings.Contains(err.Error(), "error parsing commandline arguments"):
-		fmt.Fprintf(stderr, "crabbox: %v\n", err)
+		// A flag's value the flag does not take (--ttl soon).
+		if e := errors.Unwrap(err); e != nil {
+			err = e
+		}
+		fmt.Fprintf(stderr, "%s: %s\n%s\n", paths[r.cmd], strings.ReplaceAll(err.Error(), " -", " --"), usageLine(r.cmd, paths[r.cmd]))
 		return exitUsage
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || signalled(ctx)):
 		// After a signal, whatever failed failed because of it.
@@ -150,20 +185,47 @@ type leaseFlags struct {
 	settings config.Settings
 }
 
-// newFlagSet returns a command's flag set with the common flags and every
-// provider's option flags. Registering them touches nothing.
+// newFlagSet returns the flag set of a command that talks to providers: the
+// common flags and every provider's option flags. Registering them touches
+// nothing.
 func newFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	lf := &leaseFlags{}
-	fs.StringVar(&lf.provider, "provider", crabbox.DefaultProvider, "provider of boxes (see crabbox providers)")
-	fs.StringVar(&lf.config, "config", config.DefaultFile(os.Environ()), "config file of \"flag value\" lines")
-	fs.BoolVar(&lf.verbose, "v", false, "log what crabbox does to stderr")
 	var specs []provider.Spec
 	for _, p := range provider.Default().All() {
 		specs = append(specs, p.Spec())
 	}
+	return newFlagSetFor(name, specs...)
+}
+
+// newFlagSetFor returns a command's flag set with the common flags and the
+// option flags of the providers of specs only: image build has only the
+// flags of the providers that build images.
+func newFlagSetFor(name string, specs ...provider.Spec) (*flag.FlagSet, *leaseFlags) {
+	fs, lf := newLocalFlagSet(name)
+	fs.StringVar(&lf.provider, "provider", crabbox.DefaultProvider, "provider of boxes (see crabbox providers)")
 	provider.RegisterFlags(fs, specs...)
 	return fs, lf
+}
+
+// newLocalFlagSet returns the flag set of a command that reads settings
+// (the state directory) but never talks to a provider, like logs and
+// history: --config and -v, no provider flags.
+func newLocalFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	lf := &leaseFlags{}
+	fs.StringVar(&lf.config, "config", config.DefaultFile(os.Environ()), "config file of \"flag value\" lines")
+	fs.BoolVar(&lf.verbose, "v", false, "log what crabbox does to stderr")
+	return fs, lf
+}
+
+// specsOf returns the Specs of the named providers of the default registry.
+func specsOf(names ...string) []provider.Spec {
+	var specs []provider.Spec
+	for _, n := range names {
+		if p, err := provider.Default().Lookup(n); err == nil {
+			specs = append(specs, p.Spec())
+		}
+	}
+	return specs
 }
 
 // layered returns exec preceded by the settings of package config: the

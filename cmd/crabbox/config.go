@@ -17,9 +17,13 @@ import (
 
 func (a *app) configCmd() *ffcli.Command {
 	return &ffcli.Command{
-		Name:        "config",
-		ShortUsage:  "crabbox config path | crabbox config show [--json]",
-		ShortHelp:   "show where settings come from and what they are",
+		Name:       "config",
+		ShortUsage: "crabbox config path | crabbox config show [--json]",
+		ShortHelp:  "show where settings come from and what they are",
+		LongHelp: `Settings come from flags, then CRABBOX_* environment variables, then the
+config file: lines of "flag value", like "provider ssh".
+
+  crabbox config show`,
 		FlagSet:     flag.NewFlagSet("config", flag.ContinueOnError),
 		Subcommands: []*ffcli.Command{a.configPathCmd(), a.configShowCmd()},
 		Exec:        func(context.Context, []string) error { return flag.ErrHelp },
@@ -27,14 +31,15 @@ func (a *app) configCmd() *ffcli.Command {
 }
 
 func (a *app) configPathCmd() *ffcli.Command {
-	fs, lf := newFlagSet("path")
+	fs, lf := newLocalFlagSet("path")
 	return &ffcli.Command{
 		Name:       "path",
 		ShortUsage: "crabbox config path",
 		ShortHelp:  "print the path of the config file in use (--config or CRABBOX_CONFIG)",
 		LongHelp: `Print the config file crabbox reads: lines of "flag value", like
+"ssh-host build.example".
 
-  ssh-host build.example`,
+  crabbox config path`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(context.Context, []string) error {
 			fmt.Fprintln(a.stdout, lf.settings.File)

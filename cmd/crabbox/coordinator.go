@@ -55,7 +55,9 @@ and spend limits for a team. Clients use it when CRABBOX_COORDINATOR (its URL)
 and CRABBOX_COORDINATOR_TOKEN are set; CRABBOX_COORDINATOR_MODE says which
 leases go through it: managed (default: providers that declare coordinator
 support, and providers this binary does not have), all, or registered (direct
-providers whose leases are only recorded). See docs/coordinator.md.`,
+providers whose leases are only recorded). See docs/coordinator.md.
+
+  CRABBOX_ADMIN_TOKEN_FILE=/etc/crabbox/admin-token crabbox coordinator serve --listen :8080`,
 		FlagSet:     fs,
 		Subcommands: []*ffcli.Command{a.coordinatorServeCmd(), a.coordinatorTokenCmd()},
 		Exec:        func(context.Context, []string) error { return flag.ErrHelp },
@@ -83,7 +85,9 @@ CRABBOX_SESSION_SECRET (at least 32 bytes; signs user tokens), each also as
 <NAME>_FILE=/path. At least one must be set.
 
 SIGINT, SIGTERM or SIGHUP stops accepting requests, finishes those in flight (up to
-30s), stops the maintenance loop and closes the database.`,
+30s), stops the maintenance loop and closes the database.
+
+  CRABBOX_ADMIN_TOKEN_FILE=/etc/crabbox/admin-token crabbox coordinator serve --listen :8080 --db sqlite:///var/lib/crabbox/coordinator.db`,
 		FlagSet: fs,
 		Options: []ff.Option{ff.WithEnvVarPrefix("CRABBOX_COORDINATOR")},
 		Exec: func(ctx context.Context, args []string) error {
@@ -381,9 +385,12 @@ func (a *app) coordinatorTokenCmd() *ffcli.Command {
 	fs := flag.NewFlagSet("coordinator token", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	return &ffcli.Command{
-		Name:        "token",
-		ShortUsage:  "crabbox coordinator token issue --owner O --org G [--ttl D]",
-		ShortHelp:   "issue signed user tokens",
+		Name:       "token",
+		ShortUsage: "crabbox coordinator token issue --owner O --org G [--ttl D]",
+		ShortHelp:  "issue signed user tokens",
+		LongHelp: `Issue user tokens signed with the coordinator's session secret.
+
+  crabbox coordinator token issue --owner alice --org platform`,
 		FlagSet:     fs,
 		Subcommands: []*ffcli.Command{a.coordinatorTokenIssueCmd()},
 		Exec:        func(context.Context, []string) error { return flag.ErrHelp },
@@ -407,7 +414,9 @@ func (a *app) coordinatorTokenIssueCmd() *ffcli.Command {
 secret is the coordinator's session secret, from --secret-file or the
 environment (CRABBOX_SESSION_SECRET, or CRABBOX_SESSION_SECRET_FILE), never a
 flag. The token goes to stdout; give it to the user as
-CRABBOX_COORDINATOR_TOKEN.`,
+CRABBOX_COORDINATOR_TOKEN.
+
+  crabbox coordinator token issue --owner alice --org platform --ttl 720h --secret-file /etc/crabbox/session-secret`,
 		FlagSet: fs,
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {

@@ -12,7 +12,7 @@ import (
 )
 
 func (a *app) historyCmd() *ffcli.Command {
-	fs, lf := newFlagSet("history")
+	fs, lf := newLocalFlagSet("history")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	limit := fs.Int("limit", 20, "show at most this many runs (0: all)")
 	return &ffcli.Command{
@@ -21,7 +21,9 @@ func (a *app) historyCmd() *ffcli.Command {
 		ShortHelp:  "list your recent runs, newest first",
 		LongHelp: `List the runs recorded in the local state directory, newest first: run ID,
 start, lease, exit code, timings and command. crabbox logs RUN_ID prints a
-run's output (its last 1 MiB).`,
+run's output (its last 1 MiB).
+
+  crabbox history --limit 5`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {

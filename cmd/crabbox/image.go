@@ -15,17 +15,22 @@ func (a *app) imageCmd() *ffcli.Command {
 	build := a.imageBuildCmd()
 	build.FlagSet.SetOutput(a.stderr)
 	return &ffcli.Command{
-		Name:        "image",
-		ShortUsage:  "crabbox image build --provider docker [--tag T]",
-		ShortHelp:   "build box images locally (no registry needed)",
+		Name:       "image",
+		ShortUsage: "crabbox image build --provider docker [--tag T]",
+		ShortHelp:  "build box images locally (no registry needed)",
+		LongHelp: `Build box images on this machine; only the docker provider has images to build.
+
+  sudo crabbox image build --provider docker`,
 		FlagSet:     flag.NewFlagSet("image", flag.ContinueOnError),
 		Subcommands: []*ffcli.Command{build},
-		Exec:        func(context.Context, []string) error { return usagef("image: want a subcommand: build") },
+		Exec:        func(context.Context, []string) error { return flag.ErrHelp },
 	}
 }
 
 func (a *app) imageBuildCmd() *ffcli.Command {
-	fs, lf := newFlagSet("image build")
+	fs, lf := newFlagSetFor("image build", specsOf("docker")...)
+	// Only docker has images to build.
+	lf.provider, fs.Lookup("provider").DefValue = "docker", "docker"
 	tag := fs.String("tag", "", "image name (default: the configured --docker-image, "+docker.DefaultImage+")")
 	suite := fs.String("suite", docker.DefaultSuite, "Debian release of the image")
 	mirror := fs.String("mirror", docker.DefaultMirror, "Debian archive to install from")

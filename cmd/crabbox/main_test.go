@@ -123,7 +123,7 @@ func TestCrabboxFailuresExit125(t *testing.T) {
 		{[]string{"run", "--provider", "ssh", "--", "true"}, 125, `host is required`},
 		{[]string{"stop", "cbx_000000000000"}, 125, `not found`},
 		{[]string{"run"}, 2, "no command given"},
-		{[]string{"run", "--bogus", "--", "true"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"run", "--bogus", "--", "true"}, 2, "crabbox run: unknown flag --bogus"},
 		{[]string{"status"}, 2, "want exactly one lease ID or slug"},
 	}
 	for _, tt := range tests {

@@ -43,7 +43,7 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.BoolVar(&f.syncOnly, "sync-only", false, "copy the checkout and run nothing")
 	fs.BoolVar(&f.checksum, "checksum", false, "verify file contents on the box instead of trusting what crabbox synced last")
 	fs.BoolVar(&f.fullResync, "full-resync", false, "delete what crabbox synced to the box before and copy everything again")
-	fs.Var(&f.syncExclude, "sync-exclude", "leave files matching this gitignore-style pattern out of the sync (repeatable; also .crabboxignore)")
+	fs.Var(&f.syncExclude, "sync-exclude", "leave files matching the gitignore-style `PATTERN` out of the sync (repeatable; also .crabboxignore)")
 	fs.BoolVar(&f.forceSyncLarge, "force-sync-large", false, "sync even past 150,000 files or 20 GiB (see crabbox sync-plan)")
 	fs.StringVar(&f.shell, "shell", "", "run this shell command line (sh -c) instead of a command after --")
 	fs.StringVar(&f.script, "script", "", "run this local script file with sh on the box")
@@ -54,7 +54,7 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.StringVar(&f.junit, "junit", "", "after the run, count the JUnit XML files matching this glob (relative to the workdir on the box)")
 	fs.BoolVar(&f.failOnTestFailures, "fail-on-test-failures", false, "exit 1 when JUnit reports failures or errors and the command exited 0")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not print the summary line after the run")
-	fs.Var(&f.env, "env", "forward this environment variable to the box (repeatable; CI is always forwarded)")
+	fs.Var(&f.env, "env", "forward the environment variable `NAME` to the box (repeatable; CI is always forwarded)")
 	return &ffcli.Command{
 		Name:       "run",
 		ShortUsage: "crabbox run [flags] -- command [args...] | --shell 'cmd' | --script FILE | --sync-only",
@@ -71,7 +71,13 @@ released afterwards (a line on stderr says so, and crabbox cleanup retries);
 124 when --timeout stopped it; 125 means crabbox failed; 2 a usage error,
 including a run refused for the directory it would sync. A summary line
 (lease, sync, command, total, exit) follows on stderr unless --quiet. Runs are
-recorded in the local history (crabbox history, crabbox logs RUN_ID).`,
+recorded in the local history (crabbox history, crabbox logs RUN_ID).
+
+crabbox's flags end where the command begins: everything after -- (or after
+the first word that is not a flag) is the command, flags included.
+
+  crabbox run -- go test ./...
+  crabbox run --keep --provider docker -- make test`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			req, err := f.request(args)

@@ -16,7 +16,7 @@ func (a *app) syncPlanCmd() *ffcli.Command {
 	fs := flag.NewFlagSet("sync-plan", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
 	var exclude stringList
-	fs.Var(&exclude, "sync-exclude", "leave files matching this gitignore-style pattern out of the sync (repeatable)")
+	fs.Var(&exclude, "sync-exclude", "leave files matching the gitignore-style `PATTERN` out of the sync (repeatable)")
 	syncDir := fs.String("sync-dir", "", "plan for this directory, even one outside any git checkout, as run --sync-dir does")
 	return &ffcli.Command{
 		Name:       "sync-plan",

@@ -57,7 +57,7 @@ var spec = provider.Spec{
 		},
 		{
 			Name: "agent", Flag: "local-agent",
-			Help: "program to run as `<agent> agent --lease-dir DIR` so leases outlive this process (default: serve in-process)",
+			Help: "program run as \"PROGRAM agent --lease-dir DIR\" to serve leases so they outlive this process (default: serve in-process)",
 		},
 	},
 }
