@@ -153,6 +153,45 @@ printf '<testsuite><testcase' > reports/broken.xml
 	noLeases(t, c)
 }
 
+// FailOnTestFailures turns a command's 0 into the run's exit 1 when JUnit
+// counts failures: the result and the history say 1; a command that
+// failed on its own keeps its code, and clean reports keep 0.
+func TestRunFailOnTestFailuresIsTheRunsExitCode(t *testing.T) {
+	repo := gitRepo(t)
+	c := newClient(t, t.TempDir())
+	ctx := context.Background()
+	const failing = `printf '<testsuite><testcase name="a"><failure/></testcase></testsuite>' > r.xml`
+	const passing = `printf '<testsuite><testcase name="a"/></testsuite>' > r.xml`
+	for _, tc := range []struct {
+		shell       string
+		exit        int
+		testsFailed bool
+	}{
+		{failing, 1, true},
+		{failing + "; exit 3", 3, false},
+		{passing, 0, false},
+	} {
+		res, err := c.Run(ctx, crabbox.RunRequest{Root: repo, Shell: tc.shell, JUnit: "r.xml", FailOnTestFailures: true, RecordHistory: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != tc.exit || res.TestsFailed != tc.testsFailed {
+			t.Errorf("%q: exit %d, tests failed %v; want %d, %v", tc.shell, res.ExitCode, res.TestsFailed, tc.exit, tc.testsFailed)
+		}
+		entries, err := c.History().List(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 1 || entries[0].RunID != res.RunID || entries[0].ExitCode != tc.exit {
+			t.Errorf("%q: history %+v, want run %s with exit %d", tc.shell, entries, res.RunID, tc.exit)
+		}
+	}
+	if _, err := c.Run(ctx, crabbox.RunRequest{Root: repo, Command: []string{"true"}, FailOnTestFailures: true}); err == nil {
+		t.Error("FailOnTestFailures without JUnit: no error")
+	}
+	noLeases(t, c)
+}
+
 func TestHistoryListNewestFirstWithLimit(t *testing.T) {
 	state := t.TempDir()
 	h := history.Open(state)

@@ -68,6 +68,11 @@ type RunRequest struct {
 	// the box's shell, of JUnit XML files to count after the command.
 	// Several globs may be separated by spaces.
 	JUnit string
+	// FailOnTestFailures makes a run whose command exited 0 but whose
+	// JUnit reports count failures or errors exit 1: RunResult.ExitCode,
+	// the history and the coordinator's record all say 1 (and
+	// KeepOnFailure applies). It needs JUnit.
+	FailOnTestFailures bool
 	// RunID identifies the run (default: a new lease.NewRunID()).
 	RunID string
 	// RecordHistory records the run and its output (the last
@@ -110,8 +115,14 @@ type RunResult struct {
 	StartedAt time.Time
 	// Kept is set when the lease is still held after the run.
 	Kept bool
-	// ExitCode is the remote command's exit code (128+n for signal n).
+	// ExitCode is the run's exit code: the remote command's (128+n for
+	// signal n), or 1 when RunRequest.FailOnTestFailures turned a
+	// command's 0 into a failure (TestsFailed is then set).
 	ExitCode int
+	// TestsFailed is set when RunRequest.FailOnTestFailures made the run
+	// fail: the command exited 0, but its JUnit reports count failures or
+	// errors.
+	TestsFailed bool
 	// TimedOut is set when RunRequest.Timeout stopped the command.
 	TimedOut bool
 	Sync     sync.Stats
@@ -255,6 +266,8 @@ func (req RunRequest) check() error {
 		return fmt.Errorf("run: run ID %q is malformed: want run_ and 12 lowercase hex digits", req.RunID)
 	case req.Timeout < 0:
 		return fmt.Errorf("run: negative timeout %s", req.Timeout)
+	case req.FailOnTestFailures && req.JUnit == "":
+		return errors.New("run: failing on test failures needs JUnit reports to count")
 	}
 	if req.JUnit != "" {
 		return junit.CheckGlob(req.JUnit)
@@ -400,6 +413,9 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 			return res, fmt.Errorf("junit on %s: %w", l.ID(), err)
 		}
 		res.JUnit = &rep
+		if req.FailOnTestFailures && res.ExitCode == 0 && rep.Failures+rep.Errors > 0 {
+			res.ExitCode, res.TestsFailed = 1, true
+		}
 	}
 	return res, nil
 }

@@ -104,7 +104,7 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		Command: args, Shell: f.shell, NoSync: f.noSync, SyncOnly: f.syncOnly,
 		Root: f.syncDir, PlainDir: f.syncDir != "",
 		Keep: f.keep, KeepOnFailure: f.keepOnFailure, Timeout: f.timeout,
-		JUnit: f.junit, RecordHistory: true,
+		JUnit: f.junit, FailOnTestFailures: f.failOnTestFailures, RecordHistory: true,
 		Checksum: f.checksum, FullResync: f.fullResync, ForceSyncLarge: f.forceSyncLarge, SyncExclude: f.syncExclude,
 	}
 	given := 0
@@ -161,11 +161,10 @@ func (a *app) report(f runFlags, res crabbox.RunResult) error {
 			return err
 		}
 	}
-	switch {
-	case res.ExitCode != 0:
+	// The library settles the run's one exit code (--fail-on-test-failures
+	// included); the summary, the timing JSON and history show the same.
+	if res.ExitCode != 0 {
 		return exitError{res.ExitCode}
-	case f.failOnTestFailures && res.JUnit != nil && res.JUnit.Failures+res.JUnit.Errors > 0:
-		return exitError{1}
 	}
 	return nil
 }
