@@ -25,7 +25,8 @@ func TestRunScriptIsRecordedInHistory(t *testing.T) {
 	c := newClient(t, t.TempDir())
 	var out bytes.Buffer
 	res, err := c.Run(context.Background(), crabbox.RunRequest{
-		Root: repo, Script: "#!/bin/sh\necho out\necho err >&2\ncat committed.txt\nexit 3\n", ScriptName: "check.sh",
+		Root: repo, Script: "#!/bin/sh\necho out\necho err >&2\ncat committed.txt\necho \"$# $2\"\nexit 3\n", ScriptName: "check.sh",
+		ScriptArgs:    []string{"a", "b c"},
 		RecordHistory: true, Stdout: &out, Stderr: &out,
 	})
 	if err != nil {
@@ -40,7 +41,7 @@ func TestRunScriptIsRecordedInHistory(t *testing.T) {
 	}
 	want := []history.Entry{{
 		RunID: res.RunID, LeaseID: res.LeaseID, Slug: res.Slug, Provider: "local",
-		Command: "script check.sh", ExitCode: 3,
+		Command: "script check.sh a 'b c'", ExitCode: 3,
 	}}
 	ignore := cmpopts.IgnoreFields(history.Entry{}, "StartedAt", "LeaseMs", "SyncMs", "CommandMs", "TotalMs")
 	if diff := cmp.Diff(want, entries, ignore); diff != "" {
@@ -53,7 +54,7 @@ func TestRunScriptIsRecordedInHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(log) != out.String() || !strings.Contains(string(log), "out\n") || !strings.Contains(string(log), "committed\n") {
+	if string(log) != out.String() || !strings.Contains(string(log), "out\n") || !strings.Contains(string(log), "committed\n2 b c\n") {
 		t.Errorf("stored log = %q, want what the run printed (%q)", log, out.String())
 	}
 	noLeases(t, c)

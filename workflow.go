@@ -35,6 +35,9 @@ type RunRequest struct {
 	Script  string
 	// ScriptName names the script in the run history.
 	ScriptName string
+	// ScriptArgs are the script's arguments ($1, $2, ...); only with
+	// Script.
+	ScriptArgs []string
 	// Root is the local directory the run starts from (default: the
 	// current directory). It must be inside a git checkout, which it
 	// stands for: the whole checkout is synced, to the lease's Workdir
@@ -266,6 +269,8 @@ func (req RunRequest) check() error {
 		return fmt.Errorf("run: run ID %q is malformed: want run_ and 12 lowercase hex digits", req.RunID)
 	case req.Timeout < 0:
 		return fmt.Errorf("run: negative timeout %s", req.Timeout)
+	case len(req.ScriptArgs) > 0 && req.Script == "":
+		return errors.New("run: script arguments without a script")
 	case req.FailOnTestFailures && req.JUnit == "":
 		return errors.New("run: failing on test failures needs JUnit reports to count")
 	}
@@ -455,7 +460,7 @@ func (l *Lease) command(ctx context.Context, req RunRequest, workdir, preconditi
 	}
 	shell := req.Shell
 	if req.Script != "" {
-		shell = req.Script
+		shell = scriptWithArgs(req.Script, req.ScriptArgs)
 	}
 	cmdStart := c.rt.Clock.Now()
 	out, err := l.Exec(cmdCtx, run.Command{
@@ -513,15 +518,35 @@ func (t teeWriter) Write(p []byte) (int, error) {
 	return t.w.Write(p)
 }
 
+// scriptWithArgs is the shell text that runs script with args as its
+// positional parameters: a first line sets them (the script's own first
+// line, a #! line included, follows unchanged), so they reach the box in
+// the command's text, never in a process's arguments.
+func scriptWithArgs(script string, args []string) string {
+	if len(args) == 0 {
+		return script
+	}
+	words := []string{"set", "--"}
+	for _, a := range args {
+		words = append(words, remote.Quote(a))
+	}
+	return strings.Join(words, " ") + "\n" + script
+}
+
 // displayCommand is a run's command as history shows it.
 func displayCommand(req RunRequest) string {
 	switch {
 	case req.SyncOnly:
 		return "(sync only)"
-	case req.Script != "" && req.ScriptName != "":
-		return "script " + req.ScriptName
 	case req.Script != "":
-		return "script"
+		words := []string{"script"}
+		if req.ScriptName != "" {
+			words = append(words, req.ScriptName)
+		}
+		for _, a := range req.ScriptArgs {
+			words = append(words, remote.Quote(a))
+		}
+		return strings.Join(words, " ")
 	case req.Shell != "":
 		return req.Shell
 	}

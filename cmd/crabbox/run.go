@@ -46,7 +46,7 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.Var(&f.syncExclude, "sync-exclude", "leave files matching this gitignore-style pattern out of the sync (repeatable; also .crabboxignore)")
 	fs.BoolVar(&f.forceSyncLarge, "force-sync-large", false, "sync even past 150,000 files or 20 GiB (see crabbox sync-plan)")
 	fs.StringVar(&f.shell, "shell", "", "run this shell command line (sh -c) instead of a command after --")
-	fs.StringVar(&f.script, "script", "", "run this local script file with sh on the box")
+	fs.StringVar(&f.script, "script", "", "run this local script file with sh on the box; arguments after -- are its $1, $2, ...")
 	fs.DurationVar(&f.timeout, "timeout", 0, "stop the command after this long and exit 124 (0: no limit)")
 	fs.DurationVar(&f.ttl, "ttl", 0, "maximum lifetime of a new lease (default 90m)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "a new lease expires after this long without use (default 30m)")
@@ -57,7 +57,7 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.Var(&f.env, "env", "forward this environment variable to the box (repeatable; CI is always forwarded)")
 	return &ffcli.Command{
 		Name:       "run",
-		ShortUsage: "crabbox run [flags] -- command [args...] | --shell 'cmd' | --script FILE | --sync-only",
+		ShortUsage: "crabbox run [flags] -- command [args...] | --shell 'cmd' | --script FILE [-- args...] | --sync-only",
 		ShortHelp:  "run a command on a box with your checkout synced to it",
 		LongHelp: `Acquire a box (or reuse one with --id), copy the git checkout holding the
 current directory to it, run the command there and release the box (unless
@@ -107,8 +107,12 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		JUnit: f.junit, FailOnTestFailures: f.failOnTestFailures, RecordHistory: true,
 		Checksum: f.checksum, FullResync: f.fullResync, ForceSyncLarge: f.forceSyncLarge, SyncExclude: f.syncExclude,
 	}
+	if f.script != "" {
+		// After --, a script's arguments ($1, $2, ...), not a command.
+		req.Command, req.ScriptArgs = nil, args
+	}
 	given := 0
-	for _, set := range []bool{len(args) > 0, f.shell != "", f.script != ""} {
+	for _, set := range []bool{len(req.Command) > 0, f.shell != "", f.script != ""} {
 		if set {
 			given++
 		}
