@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
+	"path/filepath"
 	"strings"
 	gosync "sync"
 	"time"
@@ -406,7 +408,7 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 		res.ExitCode, res.TimedOut, err = l.command(ctx, req, workdir, "", &res.Timing)
 	}
 	if err != nil {
-		return res, err
+		return res, missingRunDir(err, req, co, prepared)
 	}
 	if req.JUnit != "" {
 		conn, err := l.SSH(ctx)
@@ -423,6 +425,36 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 		}
 	}
 	return res, nil
+}
+
+// missingRunDir explains a run whose directory is missing on the box
+// after the sync: the sync sent nothing in it, because it holds no files
+// (git does not track empty directories) or because everything in it is
+// ignored or excluded. Other errors are returned as they are.
+func missingRunDir(err error, req RunRequest, co sync.Checkout, prepared *sync.Prepared) error {
+	if req.NoSync || prepared == nil || !errors.Is(err, fs.ErrNotExist) || prepared.Holds(co.Rel) {
+		return err
+	}
+	why := "everything in it is ignored by git or left out of the sync (a default exclude, .crabboxignore or a sync exclude)"
+	todo := "stop excluding it"
+	if !holdsFiles(filepath.Join(co.Root, filepath.FromSlash(co.Rel))) {
+		why = "it holds no files, and git does not track empty directories"
+		todo = "add a file to it"
+	}
+	return fmt.Errorf("run from %s: the directory is not on the box, because %s; %s, or run from the checkout's top (%s): %w", co.Rel, why, todo, co.Root, err)
+}
+
+// holdsFiles reports whether the local directory dir has a file (anything
+// but a directory) anywhere below it.
+func holdsFiles(dir string) bool {
+	found := errors.New("found")
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			return found
+		}
+		return nil
+	})
+	return errors.Is(err, found)
 }
 
 // releaseOneShot releases a run's own lease. When the provider could not
