@@ -43,6 +43,42 @@ func TestShellWithoutPty(t *testing.T) {
 	}
 }
 
+// A shell with Dir starts there: CheckoutDir is where a run from the same
+// local directory runs; a Dir not on the box falls back with a note.
+func TestShellInCheckoutDir(t *testing.T) {
+	t.Setenv("SHELL", "/bin/sh")
+	repo := gitRepo(t)
+	c := newClient(t, t.TempDir())
+	ctx := context.Background()
+	l := acquire(t, c, crabbox.AcquireOptions{})
+	if _, ok, err := l.CheckoutDir(ctx, t.TempDir()); ok || err != nil {
+		t.Errorf("CheckoutDir outside git = %v, %v; want false, nil", ok, err)
+	}
+	dir, ok, err := l.CheckoutDir(ctx, repo)
+	if !ok || err != nil || dir != l.Workdir(repo) {
+		t.Fatalf("CheckoutDir(repo) = %q, %v, %v; want %q", dir, ok, err, l.Workdir(repo))
+	}
+	var stdout, stderr bytes.Buffer
+	shell := func() int {
+		stdout.Reset()
+		stderr.Reset()
+		code, err := l.Shell(ctx, crabbox.ShellOptions{Stdin: strings.NewReader("pwd\n"), Stdout: &stdout, Stderr: &stderr, Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code
+	}
+	if code := shell(); code != 0 || !strings.Contains(stderr.String(), dir+" is not on the box") {
+		t.Errorf("shell before a sync: exit %d, stderr %q; want a note that %s is missing", code, stderr.String(), dir)
+	}
+	if _, err := l.Run(ctx, crabbox.RunRequest{Root: repo, SyncOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	if code := shell(); code != 0 || stdout.String() != dir+"\n" || stderr.Len() != 0 {
+		t.Errorf("shell after a sync: exit %d, stdout %q, stderr %q; want %s", code, stdout.String(), stderr.String(), dir)
+	}
+}
+
 func TestOpenSSHCommand(t *testing.T) {
 	c := newClient(t, t.TempDir())
 	l := acquire(t, c, crabbox.AcquireOptions{})

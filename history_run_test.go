@@ -25,7 +25,8 @@ func TestRunScriptIsRecordedInHistory(t *testing.T) {
 	c := newClient(t, t.TempDir())
 	var out bytes.Buffer
 	res, err := c.Run(context.Background(), crabbox.RunRequest{
-		Root: repo, Script: "#!/bin/sh\necho out\necho err >&2\ncat committed.txt\nexit 3\n", ScriptName: "check.sh",
+		Root: repo, Script: "#!/bin/sh\necho out\necho err >&2\ncat committed.txt\necho \"$# $2\"\nexit 3\n", ScriptName: "check.sh",
+		ScriptArgs:    []string{"a", "b c"},
 		RecordHistory: true, Stdout: &out, Stderr: &out,
 	})
 	if err != nil {
@@ -40,7 +41,7 @@ func TestRunScriptIsRecordedInHistory(t *testing.T) {
 	}
 	want := []history.Entry{{
 		RunID: res.RunID, LeaseID: res.LeaseID, Slug: res.Slug, Provider: "local",
-		Command: "script check.sh", ExitCode: 3,
+		Command: "script check.sh a 'b c'", ExitCode: 3,
 	}}
 	ignore := cmpopts.IgnoreFields(history.Entry{}, "StartedAt", "LeaseMs", "SyncMs", "CommandMs", "TotalMs")
 	if diff := cmp.Diff(want, entries, ignore); diff != "" {
@@ -53,7 +54,7 @@ func TestRunScriptIsRecordedInHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(log) != out.String() || !strings.Contains(string(log), "out\n") || !strings.Contains(string(log), "committed\n") {
+	if string(log) != out.String() || !strings.Contains(string(log), "out\n") || !strings.Contains(string(log), "committed\n2 b c\n") {
 		t.Errorf("stored log = %q, want what the run printed (%q)", log, out.String())
 	}
 	noLeases(t, c)
@@ -149,6 +150,45 @@ printf '<testsuite><testcase' > reports/broken.xml
 	}
 	if _, err := c.Run(context.Background(), crabbox.RunRequest{Root: t.TempDir(), Command: []string{"true"}, JUnit: "*.xml; rm -rf /"}); err == nil {
 		t.Error("junit glob with ;: no error")
+	}
+	noLeases(t, c)
+}
+
+// FailOnTestFailures turns a command's 0 into the run's exit 1 when JUnit
+// counts failures: the result and the history say 1; a command that
+// failed on its own keeps its code, and clean reports keep 0.
+func TestRunFailOnTestFailuresIsTheRunsExitCode(t *testing.T) {
+	repo := gitRepo(t)
+	c := newClient(t, t.TempDir())
+	ctx := context.Background()
+	const failing = `printf '<testsuite><testcase name="a"><failure/></testcase></testsuite>' > r.xml`
+	const passing = `printf '<testsuite><testcase name="a"/></testsuite>' > r.xml`
+	for _, tc := range []struct {
+		shell       string
+		exit        int
+		testsFailed bool
+	}{
+		{failing, 1, true},
+		{failing + "; exit 3", 3, false},
+		{passing, 0, false},
+	} {
+		res, err := c.Run(ctx, crabbox.RunRequest{Root: repo, Shell: tc.shell, JUnit: "r.xml", FailOnTestFailures: true, RecordHistory: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != tc.exit || res.TestsFailed != tc.testsFailed {
+			t.Errorf("%q: exit %d, tests failed %v; want %d, %v", tc.shell, res.ExitCode, res.TestsFailed, tc.exit, tc.testsFailed)
+		}
+		entries, err := c.History().List(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 1 || entries[0].RunID != res.RunID || entries[0].ExitCode != tc.exit {
+			t.Errorf("%q: history %+v, want run %s with exit %d", tc.shell, entries, res.RunID, tc.exit)
+		}
+	}
+	if _, err := c.Run(ctx, crabbox.RunRequest{Root: repo, Command: []string{"true"}, FailOnTestFailures: true}); err == nil {
+		t.Error("FailOnTestFailures without JUnit: no error")
 	}
 	noLeases(t, c)
 }

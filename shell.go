@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path"
 	"strconv"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/crabbox-dev/crabbox/internal/atomicfile"
+	"github.com/crabbox-dev/crabbox/internal/remote"
+	"github.com/crabbox-dev/crabbox/sync"
 )
 
 // WindowSize is a terminal size in characters.
@@ -30,6 +33,32 @@ type ShellOptions struct {
 	// Resize, if set, delivers the local terminal's new sizes; each is
 	// forwarded to the box's pty.
 	Resize <-chan WindowSize
+	// Dir, if set, is the directory on the box the shell starts in (see
+	// Lease.CheckoutDir); relative to the login directory unless
+	// absolute. When it is not on the box a line on Stderr says so and
+	// the shell starts in the login directory. The shell is then the
+	// box user's $SHELL (sh without one), started as a login shell.
+	Dir string
+}
+
+// CheckoutDir is the directory on the box that a run from the local
+// directory dir ("" is the current directory) uses: the workdir of the git
+// checkout holding dir (see Workdir), and dir's place in it. ok is false
+// when dir is not inside a git checkout.
+func (l *Lease) CheckoutDir(ctx context.Context, dir string) (boxDir string, ok bool, err error) {
+	co, err := sync.FindCheckout(ctx, dir)
+	if err != nil || !co.InGit {
+		return "", false, err
+	}
+	return path.Join(l.Workdir(co.Root), co.Rel), true, nil
+}
+
+// shellIn is the command that starts a login shell in dir, or in the login
+// directory, with a note, when dir is not on the box.
+func shellIn(dir string) string {
+	note := "crabbox: " + dir + " is not on the box (nothing synced there yet); starting in the login directory"
+	return "cd -- " + remote.Quote(dir) + " 2>/dev/null || printf '%s\\n' " + remote.Quote(note) + " >&2; " +
+		`exec "${SHELL:-/bin/sh}" -l`
 }
 
 // Shell runs the login shell of the box's user in a session of the lease's
@@ -52,7 +81,11 @@ func (l *Lease) Shell(ctx context.Context, opts ShellOptions) (exitCode int, err
 		}
 	}
 	sess.Stdin, sess.Stdout, sess.Stderr = opts.Stdin, opts.Stdout, opts.Stderr
-	if err := sess.Shell(); err != nil {
+	start := sess.Shell
+	if opts.Dir != "" {
+		start = func() error { return sess.Start(shellIn(opts.Dir)) }
+	}
+	if err := start(); err != nil {
 		return 0, fmt.Errorf("shell on lease %s: %w", l.ID(), err)
 	}
 	stop := context.AfterFunc(ctx, func() { sess.Close() })

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
+	"path/filepath"
 	"strings"
 	gosync "sync"
 	"time"
@@ -35,6 +37,9 @@ type RunRequest struct {
 	Script  string
 	// ScriptName names the script in the run history.
 	ScriptName string
+	// ScriptArgs are the script's arguments ($1, $2, ...); only with
+	// Script.
+	ScriptArgs []string
 	// Root is the local directory the run starts from (default: the
 	// current directory). It must be inside a git checkout, which it
 	// stands for: the whole checkout is synced, to the lease's Workdir
@@ -68,6 +73,11 @@ type RunRequest struct {
 	// the box's shell, of JUnit XML files to count after the command.
 	// Several globs may be separated by spaces.
 	JUnit string
+	// FailOnTestFailures makes a run whose command exited 0 but whose
+	// JUnit reports count failures or errors exit 1: RunResult.ExitCode,
+	// the history and the coordinator's record all say 1 (and
+	// KeepOnFailure applies). It needs JUnit.
+	FailOnTestFailures bool
 	// RunID identifies the run (default: a new lease.NewRunID()).
 	RunID string
 	// RecordHistory records the run and its output (the last
@@ -110,8 +120,14 @@ type RunResult struct {
 	StartedAt time.Time
 	// Kept is set when the lease is still held after the run.
 	Kept bool
-	// ExitCode is the remote command's exit code (128+n for signal n).
+	// ExitCode is the run's exit code: the remote command's (128+n for
+	// signal n), or 1 when RunRequest.FailOnTestFailures turned a
+	// command's 0 into a failure (TestsFailed is then set).
 	ExitCode int
+	// TestsFailed is set when RunRequest.FailOnTestFailures made the run
+	// fail: the command exited 0, but its JUnit reports count failures or
+	// errors.
+	TestsFailed bool
 	// TimedOut is set when RunRequest.Timeout stopped the command.
 	TimedOut bool
 	Sync     sync.Stats
@@ -255,6 +271,10 @@ func (req RunRequest) check() error {
 		return fmt.Errorf("run: run ID %q is malformed: want run_ and 12 lowercase hex digits", req.RunID)
 	case req.Timeout < 0:
 		return fmt.Errorf("run: negative timeout %s", req.Timeout)
+	case len(req.ScriptArgs) > 0 && req.Script == "":
+		return errors.New("run: script arguments without a script")
+	case req.FailOnTestFailures && req.JUnit == "":
+		return errors.New("run: failing on test failures needs JUnit reports to count")
 	}
 	if req.JUnit != "" {
 		return junit.CheckGlob(req.JUnit)
@@ -388,7 +408,7 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 		res.ExitCode, res.TimedOut, err = l.command(ctx, req, workdir, "", &res.Timing)
 	}
 	if err != nil {
-		return res, err
+		return res, missingRunDir(err, req, co, prepared)
 	}
 	if req.JUnit != "" {
 		conn, err := l.SSH(ctx)
@@ -400,8 +420,41 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 			return res, fmt.Errorf("junit on %s: %w", l.ID(), err)
 		}
 		res.JUnit = &rep
+		if req.FailOnTestFailures && res.ExitCode == 0 && rep.Failures+rep.Errors > 0 {
+			res.ExitCode, res.TestsFailed = 1, true
+		}
 	}
 	return res, nil
+}
+
+// missingRunDir explains a run whose directory is missing on the box
+// after the sync: the sync sent nothing in it, because it holds no files
+// (git does not track empty directories) or because everything in it is
+// ignored or excluded. Other errors are returned as they are.
+func missingRunDir(err error, req RunRequest, co sync.Checkout, prepared *sync.Prepared) error {
+	if req.NoSync || prepared == nil || !errors.Is(err, fs.ErrNotExist) || prepared.Holds(co.Rel) {
+		return err
+	}
+	why := "everything in it is ignored by git or left out of the sync (a default exclude, .crabboxignore or a sync exclude)"
+	todo := "stop excluding it"
+	if !holdsFiles(filepath.Join(co.Root, filepath.FromSlash(co.Rel))) {
+		why = "it holds no files, and git does not track empty directories"
+		todo = "add a file to it"
+	}
+	return fmt.Errorf("run from %s: the directory is not on the box, because %s; %s, or run from the checkout's top (%s): %w", co.Rel, why, todo, co.Root, err)
+}
+
+// holdsFiles reports whether the local directory dir has a file (anything
+// but a directory) anywhere below it.
+func holdsFiles(dir string) bool {
+	found := errors.New("found")
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			return found
+		}
+		return nil
+	})
+	return errors.Is(err, found)
 }
 
 // releaseOneShot releases a run's own lease. When the provider could not
@@ -439,7 +492,7 @@ func (l *Lease) command(ctx context.Context, req RunRequest, workdir, preconditi
 	}
 	shell := req.Shell
 	if req.Script != "" {
-		shell = req.Script
+		shell = scriptWithArgs(req.Script, req.ScriptArgs)
 	}
 	cmdStart := c.rt.Clock.Now()
 	out, err := l.Exec(cmdCtx, run.Command{
@@ -497,15 +550,35 @@ func (t teeWriter) Write(p []byte) (int, error) {
 	return t.w.Write(p)
 }
 
+// scriptWithArgs is the shell text that runs script with args as its
+// positional parameters: a first line sets them (the script's own first
+// line, a #! line included, follows unchanged), so they reach the box in
+// the command's text, never in a process's arguments.
+func scriptWithArgs(script string, args []string) string {
+	if len(args) == 0 {
+		return script
+	}
+	words := []string{"set", "--"}
+	for _, a := range args {
+		words = append(words, remote.Quote(a))
+	}
+	return strings.Join(words, " ") + "\n" + script
+}
+
 // displayCommand is a run's command as history shows it.
 func displayCommand(req RunRequest) string {
 	switch {
 	case req.SyncOnly:
 		return "(sync only)"
-	case req.Script != "" && req.ScriptName != "":
-		return "script " + req.ScriptName
 	case req.Script != "":
-		return "script"
+		words := []string{"script"}
+		if req.ScriptName != "" {
+			words = append(words, req.ScriptName)
+		}
+		for _, a := range req.ScriptArgs {
+			words = append(words, remote.Quote(a))
+		}
+		return strings.Join(words, " ")
 	case req.Shell != "":
 		return req.Shell
 	}

@@ -3,6 +3,8 @@ package crabbox_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -128,4 +130,52 @@ func TestNoSyncCreatesWorkdir(t *testing.T) {
 	if got := counter.take(); got != 1 {
 		t.Errorf("a --no-sync run started %d sessions, want 1", got)
 	}
+}
+
+// A run from a directory the sync did not create on the box (an empty
+// one, which git does not track, or one whose files are all excluded)
+// says why and what to do; the same run from a directory with a synced
+// file works.
+func TestRunFromDirectoryNotOnTheBoxExplains(t *testing.T) {
+	repo := gitRepo(t)
+	for _, dir := range []string{"empty", "logs", "excluded", "kept"} {
+		if err := os.Mkdir(filepath.Join(repo, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range map[string]string{"logs/a.log": "ignored\n", "excluded/a.txt": "x\n", "kept/a.txt": "kept\n"} {
+		if err := os.WriteFile(filepath.Join(repo, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, t.TempDir())
+	ctx := context.Background()
+	for _, tc := range []struct {
+		dir  string
+		want []string
+	}{
+		{"empty", []string{"run from empty:", "it holds no files, and git does not track empty directories", "add a file to it", "run from the checkout's top (" + repo + ")"}},
+		{"logs", []string{"run from logs:", "ignored by git or left out of the sync", "stop excluding it"}},
+		{"excluded", []string{"run from excluded:", "left out of the sync", "stop excluding it"}},
+	} {
+		_, err := c.Run(ctx, crabbox.RunRequest{Root: filepath.Join(repo, tc.dir), Command: []string{"true"}, SyncExclude: []string{"excluded/"}})
+		if err == nil {
+			t.Errorf("run from %s: no error", tc.dir)
+			continue
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("run from %s: %v; want fs.ErrNotExist in the chain", tc.dir, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("run from %s: error %q does not say %q", tc.dir, err, w)
+			}
+		}
+	}
+	var out bytes.Buffer
+	res, err := c.Run(ctx, crabbox.RunRequest{Root: filepath.Join(repo, "kept"), Command: []string{"cat", "a.txt"}, Stdout: &out})
+	if err != nil || res.ExitCode != 0 || out.String() != "kept\n" {
+		t.Errorf("run from kept: exit %d, stdout %q, err %v", res.ExitCode, out.String(), err)
+	}
+	noLeases(t, c)
 }

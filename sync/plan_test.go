@@ -58,3 +58,15 @@ func TestFormatBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestPreparedHolds(t *testing.T) {
+	p := &Prepared{files: []File{{Path: "a.txt"}, {Path: "src/b/c.go"}, {Path: "srcx/d"}}}
+	for dir, want := range map[string]bool{
+		"": true, ".": true, "src": true, "src/b": true, "src/b/": true,
+		"sr": false, "src/c": false, "empty": false, "a.txt/x": false,
+	} {
+		if got := p.Holds(dir); got != want {
+			t.Errorf("Holds(%q) = %v, want %v", dir, got, want)
+		}
+	}
+}

@@ -37,6 +37,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -309,6 +310,24 @@ func (p *Prepared) UnchangedCheck() (string, bool) {
 	dir := p.opts.RemoteDir
 	return "{ read -r crabbox_have <" + remote.Quote(dir+"/"+fingerprintFile) + "; } 2>/dev/null && " +
 		"[ \"$crabbox_have\" = " + remote.Quote(p.fp) + " ] && [ ! -e " + remote.Quote(dir+"/"+pendingFile) + " ]", true
+}
+
+// Holds reports whether the file set has a file in dir (relative to the
+// root, slash-separated; "" or "." is the root itself), so that a push
+// creates dir on the box. A directory that holds nothing the sync sends
+// (an empty one, which git does not track, or one excluded) is not
+// created.
+func (p *Prepared) Holds(dir string) bool {
+	dir = path.Clean(dir)
+	if dir == "." || dir == "" {
+		return true
+	}
+	for _, f := range p.files {
+		if strings.HasPrefix(f.Path, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Unchanged returns the Stats of a push that found the box up to date,

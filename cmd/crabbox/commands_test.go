@@ -200,3 +200,45 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+// crabbox ssh from a git checkout opens where a run from the same directory
+// runs (its synced copy on the box); from elsewhere in the work root; in a
+// checkout not synced yet, in the login directory with a note.
+func TestSSHOpensInTheSyncedCheckout(t *testing.T) {
+	t.Parallel()
+	env, repo := append(stateEnv(t), "SHELL=/bin/sh"), gitRepo(t)
+	pkg := filepath.Join(repo, "pkg")
+	if err := os.Mkdir(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pkg, "a.txt"), []byte("a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := crabboxCmd(t, env, repo, "warmup", "--json")
+	var warm crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
+		t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	t.Cleanup(func() { crabboxCmd(t, env, repo, "stop", warm.ID) })
+
+	other := gitRepo(t)
+	r = runCLI(t, env, other, "pwd\n", "ssh", warm.ID)
+	if r.code != 0 || !strings.Contains(r.stderr, "is not on the box") || strings.TrimSpace(r.stdout) == "" {
+		t.Errorf("ssh from a checkout not synced: exit %d, stdout %q, stderr %q; want a note and a shell", r.code, r.stdout, r.stderr)
+	}
+
+	r = crabboxCmd(t, env, pkg, "run", "--quiet", "--id", warm.ID, "--", "pwd")
+	runDir := strings.TrimSpace(r.stdout)
+	if r.code != 0 || filepath.Base(runDir) != "pkg" {
+		t.Fatalf("run pwd from pkg: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, env, pkg, "pwd; cat a.txt\n", "ssh", warm.Slug)
+	if diff := cmp.Diff(runDir+"\na\n", r.stdout); r.code != 0 || diff != "" {
+		t.Errorf("ssh from pkg: exit %d, stderr %q, stdout (-want +got):\n%s", r.code, r.stderr, diff)
+	}
+	workRoot := filepath.Dir(filepath.Dir(filepath.Dir(runDir)))
+	r = runCLI(t, env, t.TempDir(), "pwd\n", "ssh", warm.ID)
+	if diff := cmp.Diff(workRoot+"\n", r.stdout); r.code != 0 || diff != "" {
+		t.Errorf("ssh outside a checkout: exit %d, stderr %q, stdout (-want +got):\n%s", r.code, r.stderr, diff)
+	}
+}

@@ -21,7 +21,9 @@ func (a *app) sshCmd() *ffcli.Command {
 		ShortUsage: "crabbox ssh [--print] ID|slug",
 		ShortHelp:  "open an interactive shell on a leased box",
 		LongHelp: `Open a shell on the box over crabbox's own SSH connection, with a terminal
-when stdin is one; the exit status is the shell's. --print prints an OpenSSH
+when stdin is one; the exit status is the shell's. Run from a git checkout,
+the shell starts in its synced copy, where a run from here would run;
+elsewhere in the box's work root. --print prints an OpenSSH
 command line with the lease key and the pinned host key instead.
 
   crabbox ssh tidal-lobster`,
@@ -48,7 +50,13 @@ command line with the lease key and the pinned host key instead.
 					fmt.Fprintln(a.stdout, strings.Join(words, " "))
 					return nil
 				}
-				code, err := a.shell(ctx, l)
+				// In a git checkout the shell starts where a run from here
+				// runs; elsewhere in the box's work root.
+				dir, ok, err := l.CheckoutDir(ctx, "")
+				if err != nil || !ok {
+					dir = l.Target().WorkRoot
+				}
+				code, err := a.shell(ctx, l, dir)
 				if err != nil {
 					return err
 				}
@@ -63,8 +71,8 @@ command line with the lease key and the pinned host key instead.
 
 // shell runs an interactive shell with the local terminal in raw mode, or
 // a plain shell reading stdin when stdin is not a terminal.
-func (a *app) shell(ctx context.Context, l *crabbox.Lease) (int, error) {
-	opts := crabbox.ShellOptions{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr}
+func (a *app) shell(ctx context.Context, l *crabbox.Lease, dir string) (int, error) {
+	opts := crabbox.ShellOptions{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr, Dir: dir}
 	f, ok := a.stdin.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return l.Shell(ctx, opts)

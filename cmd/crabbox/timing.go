@@ -35,6 +35,7 @@ type timingReport struct {
 	TotalMs        int64         `json:"totalMs"`
 	ExitCode       int           `json:"exitCode"`
 	TimedOut       bool          `json:"timedOut"`
+	TestsFailed    bool          `json:"testsFailed,omitempty"`
 	Kept           bool          `json:"kept"`
 	JUnit          *junit.Report `json:"junit,omitempty"`
 }
@@ -49,7 +50,7 @@ func timingOf(res crabbox.RunResult) timingReport {
 		SyncApplyMs: res.Sync.Apply.Milliseconds(),
 		SyncFiles:   res.Sync.Sent, SyncDeleted: res.Sync.Deleted, SyncBytes: res.Sync.Bytes,
 		CommandMs: t.Command.Milliseconds(), TotalMs: t.Total.Milliseconds(),
-		ExitCode: res.ExitCode, TimedOut: res.TimedOut, Kept: res.Kept, JUnit: res.JUnit,
+		ExitCode: res.ExitCode, TimedOut: res.TimedOut, TestsFailed: res.TestsFailed, Kept: res.Kept, JUnit: res.JUnit,
 	}
 }
 
@@ -82,8 +83,11 @@ func summaryLine(res crabbox.RunResult) string {
 		b.WriteString(human(res.Timing.Sync))
 	}
 	fmt.Fprintf(&b, " · command %s · total %s · exit %d", human(res.Timing.Command), human(res.Timing.Total), res.ExitCode)
-	if res.TimedOut {
+	switch {
+	case res.TimedOut:
 		b.WriteString(" (timed out)")
+	case res.TestsFailed:
+		b.WriteString(" (tests failed)")
 	}
 	if res.Kept {
 		fmt.Fprintf(&b, " · kept %s (crabbox ssh %s; crabbox stop %s)", res.LeaseID, res.Slug, res.Slug)

@@ -61,6 +61,14 @@ func TestRunShellAndScript(t *testing.T) {
 	if r.code != 0 || r.stdout != "untracked\n" {
 		t.Errorf("--script: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+	args := filepath.Join(t.TempDir(), "args.sh")
+	if err := os.WriteFile(args, []byte("#!/bin/sh\nprintf '%s|' \"$#\" \"$@\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = crabboxCmd(t, env, repo, "run", "--quiet", "--script", args, "--", "one", "two words", "$HOME")
+	if r.code != 0 || r.stdout != "3|one|two words|$HOME|" {
+		t.Errorf("--script with arguments: exit %d, stdout %q, stderr %q; want the three arguments unchanged", r.code, r.stdout, r.stderr)
+	}
 	for _, args := range [][]string{
 		{"run", "--shell", "true", "--", "true"},
 		{"run", "--script", script, "--shell", "true"},
