@@ -36,4 +36,8 @@ func Gone(pid int, start string) bool {
 	return ok && now != start
 }
 
+// Running reports whether a process with pid exists and has not exited (a
+// zombie awaiting its reaping has exited).
+func Running(pid int) bool { return pid > 0 && exists(pid) }
+
 func itoa(n int) string { return strconv.Itoa(n) }

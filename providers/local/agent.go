@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	procid "github.com/crabbox-dev/crabbox/internal/proc"
 	"github.com/jonboulle/clockwork"
 )
 
@@ -184,7 +185,7 @@ func waitExit(ctx context.Context, pid int, d time.Duration) bool {
 	defer deadline.Stop()
 	tick := time.NewTicker(agentPollInterval)
 	defer tick.Stop()
-	for processAlive(pid) {
+	for procid.Running(pid) {
 		select {
 		case <-ctx.Done():
 			return false

@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	procid "github.com/crabbox-dev/crabbox/internal/proc"
 	"os"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func TestAgentOutlivesBackend(t *testing.T) {
 	if err := later.ReleaseLease(t.Context(), provider.ReleaseRequest{Lease: provider.LeaseTarget{LeaseID: req.LeaseID}}); err != nil {
 		t.Fatalf("ReleaseLease: %v", err)
 	}
-	if processAlive(pid) {
+	if procid.Running(pid) {
 		t.Errorf("agent (pid %d) still runs after release", pid)
 	}
 	checkEmpty(t, root)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	procid "github.com/crabbox-dev/crabbox/internal/proc"
 	"io"
 	"os"
 	"os/exec"
@@ -130,7 +131,7 @@ func TestReleaseStopsAgentWithCorruptRecord(t *testing.T) {
 			}
 			pid := agentPID(t, b, req.LeaseID)
 			t.Cleanup(func() { // should the test fail, end the agent all the same
-				if p, err := os.FindProcess(pid); err == nil && processAlive(pid) {
+				if p, err := os.FindProcess(pid); err == nil && procid.Running(pid) {
 					_ = p.Kill()
 				}
 			})
@@ -142,7 +143,7 @@ func TestReleaseStopsAgentWithCorruptRecord(t *testing.T) {
 			if live(t.Context(), rec) {
 				t.Error("the box still answers after ReleaseLease returned")
 			}
-			if processAlive(pid) {
+			if procid.Running(pid) {
 				t.Errorf("agent (pid %d) still runs after ReleaseLease returned", pid)
 			}
 			checkEmpty(t, root)

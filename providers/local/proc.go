@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/crabbox-dev/crabbox/internal/atomicfile"
+	procid "github.com/crabbox-dev/crabbox/internal/proc"
 )
 
 // procFile names the process behind a lease directory. Each process writes
@@ -131,7 +132,7 @@ func (r boxRef) status(ctx context.Context) (boxStatus, string) {
 	}
 	// No host key to check the port with: a process that is gone, or a
 	// port nobody listens on, serves nothing.
-	if r.pid != 0 && !processAlive(r.pid) {
+	if r.pid != 0 && !procid.Running(r.pid) {
 		return boxStopped, ""
 	}
 	if !listening(ctx, r.port) {
@@ -154,7 +155,7 @@ func listening(ctx context.Context, port int) bool {
 }
 
 // processGone reports whether ref names a process and it is gone.
-func (r boxRef) processGone() bool { return r.pid != 0 && !processAlive(r.pid) }
+func (r boxRef) processGone() bool { return r.pid != 0 && !procid.Running(r.pid) }
 
 // what names the process behind ref for messages.
 func (r boxRef) what() string {

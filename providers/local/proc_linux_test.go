@@ -1,6 +1,7 @@
 package local
 
 import (
+	procid "github.com/crabbox-dev/crabbox/internal/proc"
 	"os/exec"
 	"testing"
 
@@ -15,7 +16,7 @@ func TestProcessAliveIgnoresZombies(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	if !processAlive(pid) {
+	if !procid.Running(pid) {
 		t.Fatal("a running process is not alive")
 	}
 	if err := cmd.Process.Kill(); err != nil {
@@ -26,11 +27,11 @@ func TestProcessAliveIgnoresZombies(t *testing.T) {
 	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
 		t.Fatal(err)
 	}
-	if processAlive(pid) {
+	if procid.Running(pid) {
 		t.Error("an exited, unreaped process is alive")
 	}
 	_ = cmd.Wait()
-	if processAlive(pid) {
+	if procid.Running(pid) {
 		t.Error("a reaped process is alive")
 	}
 }

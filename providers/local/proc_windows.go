@@ -17,14 +17,3 @@ func detach(cmd *exec.Cmd) {
 // terminate stops an agent. Windows cannot deliver SIGTERM, so the agent
 // is killed and the caller removes its lease directory.
 func terminate(p *os.Process) error { return p.Kill() }
-
-// processAlive reports whether a process with pid exists and has not exited.
-func processAlive(pid int) bool {
-	h, err := windows.OpenProcess(windows.SYNCHRONIZE, false, uint32(pid))
-	if err != nil {
-		return false
-	}
-	defer windows.CloseHandle(h)
-	event, err := windows.WaitForSingleObject(h, 0)
-	return err == nil && event == uint32(windows.WAIT_TIMEOUT)
-}
