@@ -105,7 +105,7 @@ func (f *testFixture) setup() {
 		return
 	}
 	f.agent = filepath.Join(f.dir, "crabbox")
-	build := exec.CommandContext(ctx, "go", "build", "-o", f.agent, "./internal/testagent")
+	build := exec.CommandContext(ctx, "go", "build", "-o", f.agent, "./internal/agent")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+v.Arch)
 	if out, err := build.CombinedOutput(); err != nil {
 		f.err = fmt.Errorf("build the test agent: %v\n%s", err, out)
