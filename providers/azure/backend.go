@@ -83,7 +83,8 @@ func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
 	target, err := b.acquire(ctx, req)
 	if err != nil {
-		return provider.LeaseTarget{}, fmt.Errorf("acquire azure lease %s: %w", req.LeaseID, err)
+		// The caller (lease.Store.Acquire) names the provider and the lease.
+		return provider.LeaseTarget{}, err
 	}
 	b.rt.Logger.Info("azure lease acquired", "lease", req.LeaseID, "vm", target.CloudID,
 		"market", target.Labels["market"], "host", target.Host, "port", target.Port)

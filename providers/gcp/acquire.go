@@ -84,7 +84,8 @@ func (b *Backend) placements() []placement {
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
 	target, err := b.acquire(ctx, req)
 	if err != nil {
-		return provider.LeaseTarget{}, fmt.Errorf("acquire gcp lease %s: %w", req.LeaseID, err)
+		// The caller (lease.Store.Acquire) names the provider and the lease.
+		return provider.LeaseTarget{}, err
 	}
 	b.rt.Logger.Info("gcp box ready", "lease", req.LeaseID, "instance", target.CloudID, "host", target.Host, "port", target.Port)
 	return target, nil
