@@ -256,6 +256,7 @@ func (b *Backend) instance(l launch, p placement) *computepb.Instance {
 // until deadline.
 func (b *Backend) waitAddress(ctx context.Context, api *clients, zone, name string, deadline time.Time) (zonal, string, error) {
 	clock := b.rt.Clock
+	pace := cloud.NewBackoff(b.cfg.PollInterval)
 	for {
 		in, err := b.get(ctx, api, zone, name)
 		if err != nil {
@@ -275,7 +276,7 @@ func (b *Backend) waitAddress(ctx context.Context, api *clients, zone, name stri
 		select {
 		case <-ctx.Done():
 			return zonal{}, "", fmt.Errorf("gcp: wait for the address of instance %s/%s: %w", zone, name, ctx.Err())
-		case <-clock.After(min(b.cfg.PollInterval, left)):
+		case <-clock.After(min(pace.Next(), left)):
 		}
 	}
 }

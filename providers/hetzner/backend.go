@@ -156,6 +156,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 // address, or the deadline passes.
 func (b *Backend) waitAddress(ctx context.Context, id int64, deadline time.Time) (*hcloud.Server, string, error) {
 	clock := b.rt.Clock
+	pace := cloud.NewBackoff(b.cfg.PollInterval)
 	for {
 		srv, _, err := b.client.Server.GetByID(ctx, id)
 		switch {
@@ -175,7 +176,7 @@ func (b *Backend) waitAddress(ctx context.Context, id int64, deadline time.Time)
 		select {
 		case <-ctx.Done():
 			return nil, "", fmt.Errorf("wait for the address of server %d: %w", id, ctx.Err())
-		case <-clock.After(min(b.cfg.PollInterval, left)):
+		case <-clock.After(min(pace.Next(), left)):
 		}
 	}
 }
