@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"go.uber.org/goleak"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/coordinator"
@@ -30,10 +29,14 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 	"github.com/crabbox-dev/crabbox/coordinator/store/postgres"
 	"github.com/crabbox-dev/crabbox/coordinator/store/sqlite"
+	"github.com/crabbox-dev/crabbox/internal/testenv"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m, nil, postgresTests) }
+
+// postgresTests are the store tests on PostgreSQL.
+var postgresTests = &testenv.Group{Name: "PostgreSQL store", Enable: "bash .ci/setup.d/20-postgres.sh as root, then export CRABBOX_TEST_POSTGRES=<the URL it prints>"}
 
 const (
 	adminToken    = "admin-token-0123456789"
@@ -66,10 +69,7 @@ func eachStore(t *testing.T, fn func(t *testing.T, open opener)) {
 	t.Run("postgres", func(t *testing.T) {
 		dsn := os.Getenv(postgresEnv)
 		if dsn == "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not set; .ci/setup.d/20-postgres.sh provides the database", postgresEnv)
-			}
-			t.Skipf("%s is not set: skipping the PostgreSQL store", postgresEnv)
+			postgresTests.Skip(t, postgresEnv+" is not set")
 		}
 		schemaDSN := postgresSchema(t, dsn)
 		fn(t, func(t *testing.T) store.Store {

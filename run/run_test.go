@@ -19,15 +19,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"go.uber.org/goleak"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/crabbox-dev/crabbox/internal/testenv"
 	"github.com/crabbox-dev/crabbox/internal/testsshd"
 	"github.com/crabbox-dev/crabbox/run"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testenv.Main(m, nil, testsshd.Tests)
 }
 
 func dial(t *testing.T) *ssh.Client {

@@ -4,12 +4,13 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/crabbox-dev/crabbox/internal/testenv"
+	"github.com/crabbox-dev/crabbox/internal/testsshd"
 )
 
 func TestMain(m *testing.M) {
 	// Keep the user's and the system's git configuration out of the tests.
 	os.Setenv("GIT_CONFIG_GLOBAL", os.DevNull)
 	os.Setenv("GIT_CONFIG_NOSYSTEM", "1")
-	goleak.VerifyTestMain(m)
+	testenv.Main(m, nil, testsshd.Tests)
 }

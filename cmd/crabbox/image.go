@@ -33,7 +33,7 @@ func (a *app) imageBuildCmd() *ffcli.Command {
 	lf.provider, fs.Lookup("provider").DefValue = "docker", "docker"
 	tag := fs.String("tag", "", "image name (default: the configured --docker-image, "+docker.DefaultImage+")")
 	suite := fs.String("suite", docker.DefaultSuite, "Debian release of the image")
-	mirror := fs.String("mirror", docker.DefaultMirror, "Debian archive to install from")
+	mirror := fs.String("mirror", "", "Debian archive to install from (default: the one this machine's apt configuration uses for the suite)")
 	asJSON := fs.Bool("json", false, "print the image as JSON")
 	return &ffcli.Command{
 		Name:       "build",

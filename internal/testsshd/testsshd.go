@@ -9,13 +9,19 @@
 package testsshd
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/internal/sshd"
+	"github.com/crabbox-dev/crabbox/internal/testenv"
 )
+
+// Tests are the tests that need a real sshd; a package's TestMain reports
+// them with testenv.Main.
+var Tests = &testenv.Group{Name: "real sshd", Enable: "apt-get install openssh-server"}
 
 // SSHDPath is where Start expects the OpenSSH server binary.
 const SSHDPath = sshd.SSHDPath
@@ -33,7 +39,7 @@ func Start(t testing.TB) *Server {
 		if os.Getenv("CRABBOX_REQUIRE_SSHD") == "1" {
 			t.Fatalf("testsshd: OpenSSH server not installed at %s (%v), and CRABBOX_REQUIRE_SSHD=1 forbids skipping", SSHDPath, err)
 		}
-		t.Skipf("testsshd: OpenSSH server not installed at %s (%v); skipping test that needs a real sshd", SSHDPath, err)
+		Tests.Skip(t, fmt.Sprintf("no OpenSSH server at %s", SSHDPath))
 	}
 	s, err := sshd.Launch(t.TempDir())
 	if err != nil {

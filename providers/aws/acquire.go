@@ -248,6 +248,7 @@ var errGone = errors.New("instance stopped before it ran")
 // waitForAddress polls the instance until it runs with a public address,
 // until deadline.
 func (b *Backend) waitForAddress(ctx context.Context, ec *ec2.Client, id string, deadline time.Time) (types.Instance, error) {
+	pace := cloud.NewBackoff(pollInterval)
 	for {
 		inst, err := instance(ctx, ec, id)
 		switch {
@@ -274,7 +275,7 @@ func (b *Backend) waitForAddress(ctx context.Context, ec *ec2.Client, id string,
 		select {
 		case <-ctx.Done():
 			return inst, fmt.Errorf("aws: wait for the address of instance %s: %w", id, ctx.Err())
-		case <-b.rt.Clock.After(min(pollInterval, left)):
+		case <-b.rt.Clock.After(min(pace.Next(), left)):
 		}
 	}
 }

@@ -15,7 +15,8 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
 
-// pollInterval paces waits for an instance's state.
+// pollInterval is the longest pause of waits for an instance's state
+// (they start at cloud.FirstPoll and double up to it).
 const pollInterval = 2 * time.Second
 
 // describe returns the instances that match filters, across pages.
@@ -158,6 +159,7 @@ func terminate(ctx context.Context, ec *ec2.Client, ids ...string) error {
 // waitTerminated waits until no instance of the lease is live or shutting
 // down in ec's region.
 func (b *Backend) waitTerminated(ctx context.Context, ec *ec2.Client, leaseID string) error {
+	pace := cloud.NewBackoff(pollInterval)
 	for {
 		all, err := describe(ctx, ec, &ec2.DescribeInstancesInput{Filters: tagFilters(ownership(leaseID),
 			types.Filter{Name: awssdk.String("instance-state-name"), Values: append([]string{"shutting-down"}, liveStates...)})})
@@ -170,7 +172,7 @@ func (b *Backend) waitTerminated(ctx context.Context, ec *ec2.Client, leaseID st
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("aws: wait for the instances of lease %s to terminate: %w", leaseID, ctx.Err())
-		case <-b.rt.Clock.After(pollInterval):
+		case <-b.rt.Clock.After(pace.Next()):
 		}
 	}
 }

@@ -109,7 +109,8 @@ type Config struct {
 	Ports []int
 	// BootTimeout bounds the wait for the address and for SSH together.
 	BootTimeout time.Duration
-	// PollInterval paces the waits; 2 seconds when zero.
+	// PollInterval is the longest pause of the waits, which start at
+	// cloud.FirstPoll (250 ms) and double up to it; 2 seconds when zero.
 	PollInterval time.Duration
 	// MapAddress, if set, rewrites a VM's public address and SSH port to
 	// where crabbox connects (a test's fake box, a NAT).

@@ -83,7 +83,8 @@ func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
 	target, err := b.acquire(ctx, req)
 	if err != nil {
-		return provider.LeaseTarget{}, fmt.Errorf("acquire azure lease %s: %w", req.LeaseID, err)
+		// The caller (lease.Store.Acquire) names the provider and the lease.
+		return provider.LeaseTarget{}, err
 	}
 	b.rt.Logger.Info("azure lease acquired", "lease", req.LeaseID, "vm", target.CloudID,
 		"market", target.Labels["market"], "host", target.Host, "port", target.Port)
@@ -402,6 +403,7 @@ func (b *Backend) createVM(ctx context.Context, n names, nicID, market, userData
 // and the IP has an address, or the deadline passes.
 func (b *Backend) waitAddress(ctx context.Context, n names, deadline time.Time) (armcompute.VirtualMachine, string, error) {
 	clock := b.rt.Clock
+	pace := cloud.NewBackoff(b.cfg.PollInterval)
 	for {
 		vm, err := b.vms.Get(ctx, b.cfg.ResourceGroup, n.VM, nil)
 		if err != nil {
@@ -426,7 +428,7 @@ func (b *Backend) waitAddress(ctx context.Context, n names, deadline time.Time) 
 		select {
 		case <-ctx.Done():
 			return vm.VirtualMachine, "", fmt.Errorf("wait for the address of VM %s: %w", n.VM, ctx.Err())
-		case <-clock.After(min(b.cfg.PollInterval, left)):
+		case <-clock.After(min(pace.Next(), left)):
 		}
 	}
 }

@@ -84,7 +84,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	if version.Os != "" && version.Os != "linux" {
 		return provider.LeaseTarget{}, fmt.Errorf("the docker engine runs %s containers; boxes need linux: %w", version.Os, provider.ErrPrecondition)
 	}
-	agent, err := b.agentPath(version.Arch)
+	agent, err := b.resolveAgent(ctx, version.Arch)
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("%w: %w", err, provider.ErrPrecondition)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,12 @@ type Backend struct {
 	// afterCreate, when set (by tests), runs right after Acquire created
 	// the container; an error fails the acquire there.
 	afterCreate func(ctx context.Context, containerID string) error
+
+	// lookPath finds programs on PATH (the Go toolchain, to build an
+	// agent); agentCache, when set, is where built agents are kept
+	// instead of the user's cache directory. Tests change both.
+	lookPath   func(string) (string, error)
+	agentCache string
 }
 
 // New returns a backend for the engine at cfg.Host (or DOCKER_HOST, or the
@@ -53,7 +60,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 		_ = cli.Close()
 		return nil, fmt.Errorf("docker provider: engine: %w", err)
 	}
-	return &Backend{cfg: cfg, rt: rt.WithDefaults(), cli: cli}, nil
+	return &Backend{cfg: cfg, rt: rt.WithDefaults(), cli: cli, lookPath: exec.LookPath}, nil
 }
 
 // Spec describes the docker provider.

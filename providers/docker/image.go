@@ -19,11 +19,8 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
-// Defaults of BuildImage.
-const (
-	DefaultSuite  = "bookworm"
-	DefaultMirror = "http://deb.debian.org/debian"
-)
+// DefaultSuite is the Debian release BuildImage installs by default.
+const DefaultSuite = "bookworm"
 
 // boxPackages are installed on top of Debian's minbase: what sync and run
 // need on a box (tar, and git for repositories that want it).
@@ -42,8 +39,8 @@ type BuildOptions struct {
 	Tag string
 	// Suite is the Debian release; empty means DefaultSuite.
 	Suite string
-	// Mirror is the Debian archive to install from; empty means
-	// DefaultMirror.
+	// Mirror is the Debian archive to install from; empty means the one
+	// this machine's apt configuration installs from (see AptMirror).
 	Mirror string
 	// Output receives debootstrap's progress; nil discards it.
 	Output io.Writer
@@ -65,14 +62,16 @@ func (b *Backend) BuildImage(ctx context.Context, opts BuildOptions) (string, er
 	if opts.Suite == "" {
 		opts.Suite = DefaultSuite
 	}
-	if opts.Mirror == "" {
-		opts.Mirror = DefaultMirror
-	}
 	if opts.Output == nil {
 		opts.Output = io.Discard
 	}
 	if strings.ContainsAny(opts.Suite, "/ \t") || strings.HasPrefix(opts.Suite, "-") {
 		return "", fmt.Errorf("build image: suite %q is not a Debian release name", opts.Suite)
+	}
+	if opts.Mirror == "" {
+		if opts.Mirror, err = AptMirror(opts.Suite); err != nil {
+			return "", fmt.Errorf("build image: %w", err)
+		}
 	}
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		return "", fmt.Errorf("build image: debootstrap needs Linux and root (run it as root, e.g. with sudo): %w", provider.ErrPrecondition)

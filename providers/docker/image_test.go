@@ -104,8 +104,9 @@ func TestBuildImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b2.Close() })
-	_, err = b2.BuildImage(ctx, BuildOptions{Tag: tag + "-never"})
-	if err == nil || !strings.Contains(err.Error(), "debootstrap "+DefaultSuite+" from "+DefaultMirror) {
+	const mirror = "http://127.0.0.1:1/debian"
+	_, err = b2.BuildImage(ctx, BuildOptions{Tag: tag + "-never", Mirror: mirror})
+	if err == nil || !strings.Contains(err.Error(), "debootstrap "+DefaultSuite+" from "+mirror) {
 		t.Errorf("BuildImage with a failing debootstrap: err = %v, want it to name the suite and mirror", err)
 	}
 	if _, err := b2.BuildImage(ctx, BuildOptions{Suite: "--help"}); err == nil || !strings.Contains(err.Error(), `suite "--help"`) {

@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/moby/moby/client"
 
+	"github.com/crabbox-dev/crabbox/internal/testenv"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
@@ -29,19 +28,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(runAcquireHelper())
 	}
-	code := m.Run()
-	if err := fixture.teardown(); err != nil {
-		fmt.Fprintln(os.Stderr, "docker tests: teardown:", err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testenv.Main(m, fixture.teardown, engineTests)
 }
+
+// engineTests are the tests that need a docker engine and busybox.
+var engineTests = &testenv.Group{Name: "docker engine", Enable: "bash .ci/setup.d/10-docker.sh, as root"}
 
 // testFixture is what the engine tests share: a static agent built from
 // this module and a tiny box image, both made once per test binary.
@@ -65,10 +56,7 @@ func engine(t *testing.T) *testFixture {
 		t.Fatalf("docker test fixture: %v", fixture.err)
 	}
 	if fixture.skip != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true, and the docker tests cannot run: %s", fixture.skip)
-		}
-		t.Skipf("docker tests skipped: %s", fixture.skip)
+		engineTests.Skip(t, fixture.skip)
 	}
 	return &fixture
 }
@@ -93,7 +81,7 @@ func (f *testFixture) setup() {
 	}
 	busybox, err := exec.LookPath("busybox")
 	if err != nil {
-		f.skip = "no busybox (install busybox-static; see .ci/setup.d/10-docker.sh)"
+		f.skip = "no busybox (busybox-static) for the test box image"
 		return
 	}
 	if err := checkAgent(busybox, v.Arch); err != nil {
@@ -105,7 +93,7 @@ func (f *testFixture) setup() {
 		return
 	}
 	f.agent = filepath.Join(f.dir, "crabbox")
-	build := exec.CommandContext(ctx, "go", "build", "-o", f.agent, "./internal/testagent")
+	build := exec.CommandContext(ctx, "go", "build", "-o", f.agent, "./internal/agent")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+v.Arch)
 	if out, err := build.CombinedOutput(); err != nil {
 		f.err = fmt.Errorf("build the test agent: %v\n%s", err, out)

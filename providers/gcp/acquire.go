@@ -84,7 +84,8 @@ func (b *Backend) placements() []placement {
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
 	target, err := b.acquire(ctx, req)
 	if err != nil {
-		return provider.LeaseTarget{}, fmt.Errorf("acquire gcp lease %s: %w", req.LeaseID, err)
+		// The caller (lease.Store.Acquire) names the provider and the lease.
+		return provider.LeaseTarget{}, err
 	}
 	b.rt.Logger.Info("gcp box ready", "lease", req.LeaseID, "instance", target.CloudID, "host", target.Host, "port", target.Port)
 	return target, nil
@@ -255,6 +256,7 @@ func (b *Backend) instance(l launch, p placement) *computepb.Instance {
 // until deadline.
 func (b *Backend) waitAddress(ctx context.Context, api *clients, zone, name string, deadline time.Time) (zonal, string, error) {
 	clock := b.rt.Clock
+	pace := cloud.NewBackoff(b.cfg.PollInterval)
 	for {
 		in, err := b.get(ctx, api, zone, name)
 		if err != nil {
@@ -274,7 +276,7 @@ func (b *Backend) waitAddress(ctx context.Context, api *clients, zone, name stri
 		select {
 		case <-ctx.Done():
 			return zonal{}, "", fmt.Errorf("gcp: wait for the address of instance %s/%s: %w", zone, name, ctx.Err())
-		case <-clock.After(min(b.cfg.PollInterval, left)):
+		case <-clock.After(min(pace.Next(), left)):
 		}
 	}
 }

@@ -110,11 +110,12 @@ func opError(what string, op *computepb.Operation) error {
 // wait waits for a zonal or global operation to finish, polling at the
 // backend's interval on its clock, and returns the operation's error.
 func (b *Backend) wait(ctx context.Context, what string, op *compute.Operation) error {
+	pace := cloud.NewBackoff(b.cfg.PollInterval)
 	for !op.Done() {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("gcp: %s: wait for operation %s: %w", what, op.Name(), ctx.Err())
-		case <-b.rt.Clock.After(b.cfg.PollInterval):
+		case <-b.rt.Clock.After(pace.Next()):
 		}
 		if err := op.Poll(ctx); err != nil && !op.Done() {
 			return apiError(what+": poll operation "+op.Name(), err)

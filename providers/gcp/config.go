@@ -84,8 +84,9 @@ type Config struct {
 	// SSHPorts are the ports the bootstrap's sshd listens on, opened and
 	// probed in order; 2222, then 22, when empty.
 	SSHPorts []int
-	// PollInterval paces the waits for operations and the address; 2
-	// seconds when zero.
+	// PollInterval is the longest pause of the waits for operations and
+	// the address, which start at 250 ms and double up to it; 2 seconds
+	// when zero.
 	PollInterval time.Duration
 	// MapAddress, when set, maps a box's public address and SSH port to
 	// where crabbox connects (the boxes of a fake cloud in tests, or a port

@@ -52,7 +52,8 @@ func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
 	target, err := b.acquire(ctx, req)
 	if err != nil {
-		return provider.LeaseTarget{}, fmt.Errorf("acquire hetzner lease %s: %w", req.LeaseID, err)
+		// The caller (lease.Store.Acquire) names the provider and the lease.
+		return provider.LeaseTarget{}, err
 	}
 	b.rt.Logger.Info("hetzner lease acquired", "lease", req.LeaseID, "server", target.CloudID,
 		"server_type", target.Labels[cloud.LabelServerType], "host", target.Host, "port", target.Port)
@@ -155,6 +156,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 // address, or the deadline passes.
 func (b *Backend) waitAddress(ctx context.Context, id int64, deadline time.Time) (*hcloud.Server, string, error) {
 	clock := b.rt.Clock
+	pace := cloud.NewBackoff(b.cfg.PollInterval)
 	for {
 		srv, _, err := b.client.Server.GetByID(ctx, id)
 		switch {
@@ -174,7 +176,7 @@ func (b *Backend) waitAddress(ctx context.Context, id int64, deadline time.Time)
 		select {
 		case <-ctx.Done():
 			return nil, "", fmt.Errorf("wait for the address of server %d: %w", id, ctx.Err())
-		case <-clock.After(min(b.cfg.PollInterval, left)):
+		case <-clock.After(min(pace.Next(), left)):
 		}
 	}
 }

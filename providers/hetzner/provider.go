@@ -75,7 +75,8 @@ type Config struct {
 	// BootTimeout bounds the wait for the address and for SSH together;
 	// DefaultBootTimeout when zero.
 	BootTimeout time.Duration
-	// PollInterval paces the waits; 2 seconds when zero.
+	// PollInterval is the longest pause of the waits, which start at
+	// cloud.FirstPoll (250 ms) and double up to it; 2 seconds when zero.
 	PollInterval time.Duration
 	// MapAddress, if set, rewrites a server's public address and SSH port
 	// to where crabbox connects (a NAT, a jump host's forwarding, or a

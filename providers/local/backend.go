@@ -91,7 +91,8 @@ func (b *Backend) Close() error {
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
 	target, err := b.acquire(ctx, req)
 	if err != nil {
-		return provider.LeaseTarget{}, fmt.Errorf("acquire local lease %s: %w", req.LeaseID, err)
+		// The caller (lease.Store.Acquire) names the provider and the lease.
+		return provider.LeaseTarget{}, err
 	}
 	b.rt.Logger.Info("local lease acquired", "lease", req.LeaseID, "port", target.Port, "expires", target.ExpiresAt)
 	return target, nil

@@ -55,9 +55,10 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	}
 	r, err := b.newRecord(req)
 	if err != nil {
-		return provider.LeaseTarget{}, fmt.Errorf("acquire lease %s on %s: %w", req.LeaseID, b.addr(), err)
+		return provider.LeaseTarget{}, fmt.Errorf("on %s: %w", b.addr(), err)
 	}
-	fail := func(err error) error { return fmt.Errorf("acquire lease %s on %s: %w", r.LeaseID, r.addr(), err) }
+	// The caller (lease.Store.Acquire) names the provider and the lease.
+	fail := func(err error) error { return fmt.Errorf("on %s: %w", r.addr(), err) }
 	// The record comes first: if the process dies while the host is being
 	// prepared, release and cleanup still find the lease.
 	if err := b.records.create(r); err != nil {

@@ -3,7 +3,8 @@ package ssh_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/crabbox-dev/crabbox/internal/testenv"
+	"github.com/crabbox-dev/crabbox/internal/testsshd"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m, nil, testsshd.Tests) }

@@ -10,14 +10,16 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 	"github.com/crabbox-dev/crabbox/coordinator/store/postgres"
 	"github.com/crabbox-dev/crabbox/coordinator/store/storetest"
+	"github.com/crabbox-dev/crabbox/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m, nil, postgresTests) }
+
+// postgresTests need a PostgreSQL server.
+var postgresTests = &testenv.Group{Name: "PostgreSQL store", Enable: "bash .ci/setup.d/20-postgres.sh as root, then export CRABBOX_TEST_POSTGRES=<the URL it prints>"}
 
 // testDSN returns the DSN of the test database (see
 // .ci/setup.d/20-postgres.sh), skipping the test when it is not set and
@@ -28,11 +30,7 @@ func testDSN(t *testing.T) string {
 	if dsn != "" {
 		return dsn
 	}
-	const why = "CRABBOX_TEST_POSTGRES is not set (e.g. postgres://crabbox:crabbox@127.0.0.1:5432/crabbox_test?sslmode=disable, made by .ci/setup.d/20-postgres.sh)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
+	postgresTests.Skip(t, "CRABBOX_TEST_POSTGRES is not set")
 	return ""
 }
 

@@ -27,12 +27,7 @@ const cloudinitImage = "crabbox-test/cloudinit:latest"
 // needImage skips (or, in CI, fails) when docker or the image is missing.
 func needImage(t *testing.T) string {
 	t.Helper()
-	missing := func(why string) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s (run .ci/setup.d/30-cloudinit-image.sh as root)", why)
-		}
-		t.Skipf("%s: run .ci/setup.d/30-cloudinit-image.sh as root to build it", why)
-	}
+	missing := func(why string) { containerTests.Skip(t, why) }
 	docker, err := exec.LookPath("docker")
 	if err != nil {
 		missing("docker is not installed")

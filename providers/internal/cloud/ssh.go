@@ -26,7 +26,8 @@ type SSHWait struct {
 	HostKey ssh.PublicKey
 	// Clock paces the rounds and the timeout; the real clock when nil.
 	Clock clockwork.Clock
-	// Interval is the pause between rounds; 2 seconds when zero.
+	// Interval is the longest pause between rounds (they start at
+	// FirstPoll and double up to it); 2 seconds when zero.
 	Interval time.Duration
 	// Timeout bounds the whole wait; zero means until ctx is done.
 	Timeout time.Duration
@@ -93,6 +94,7 @@ func WaitForSSH(ctx context.Context, w SSHWait) (int, error) {
 		deadline = w.Clock.Now().Add(w.Timeout)
 	}
 	last := make([]error, len(w.Ports))
+	pace := NewBackoff(w.Interval)
 	for {
 		for i, port := range w.Ports {
 			err := probe(ctx, w, port)
@@ -102,7 +104,7 @@ func WaitForSSH(ctx context.Context, w SSHWait) (int, error) {
 			}
 			last[i] = fmt.Errorf("port %d: %w", port, err)
 		}
-		wait := w.Interval
+		wait := pace.Next()
 		if !deadline.IsZero() {
 			left := deadline.Sub(w.Clock.Now())
 			if left <= 0 {
