@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"go.uber.org/goleak"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/testenv"
 	"github.com/crabbox-dev/crabbox/internal/testsshd"
 )
 
@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 		registerTestProviders()
 		main() // exits
 	}
-	goleak.VerifyTestMain(m)
+	testenv.Main(m, nil, testsshd.Tests)
 }
 
 type result struct {
