@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
 
 var _ provider.DoctorBackend = (*Backend)(nil)
@@ -16,12 +17,7 @@ var _ provider.DoctorBackend = (*Backend)(nil)
 // in: it has a default VPC and the box image. Missing settings name their
 // flag and environment variable.
 func (b *Backend) Doctor(ctx context.Context) ([]provider.Check, error) {
-	cidr := provider.Check{Name: "ssh-cidr"}
-	if b.cfg.SSHCIDR == "" {
-		cidr.Detail = "not set: set --aws-ssh-cidr or CRABBOX_AWS_SSH_CIDR to the network allowed to reach the boxes' SSH ports, e.g. 203.0.113.7/32 (0.0.0.0/0 allows anyone; boxes accept only the lease's key)"
-	} else {
-		cidr.OK, cidr.Detail = true, b.cfg.SSHCIDR
-	}
+	cidr := cloud.SourceRangeCheck("ssh-cidr", "aws-ssh-cidr", b.cfg.SSHCIDR)
 	checks := []provider.Check{cidr}
 
 	creds := provider.Check{Name: "credentials"}

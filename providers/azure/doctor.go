@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
 
 var _ provider.DoctorBackend = (*Backend)(nil)
@@ -16,12 +17,7 @@ var _ provider.DoctorBackend = (*Backend)(nil)
 // the first acquire creates it. Missing settings name their flag and
 // environment variable.
 func (b *Backend) Doctor(ctx context.Context) ([]provider.Check, error) {
-	src := provider.Check{Name: "source-range"}
-	if b.cfg.SourceRange == "" {
-		src.Detail = "not set: set --azure-source-range or CRABBOX_AZURE_SOURCE_RANGE to the network allowed to reach the boxes' SSH ports, e.g. 203.0.113.7/32"
-	} else {
-		src.OK, src.Detail = true, b.cfg.SourceRange
-	}
+	src := cloud.SourceRangeCheck("source-range", "azure-source-range", b.cfg.SourceRange)
 
 	api := provider.Check{Name: "Azure API"}
 	_, err := b.vms.NewListPager(b.cfg.ResourceGroup, nil).NextPage(ctx)

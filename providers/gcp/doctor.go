@@ -9,6 +9,7 @@ import (
 	"google.golang.org/api/iterator"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
 
 var _ provider.DoctorBackend = (*Backend)(nil)
@@ -19,12 +20,7 @@ var _ provider.DoctorBackend = (*Backend)(nil)
 // instance list in the project's first zone through the configured
 // endpoint. Missing settings name their flag and environment variable.
 func (b *Backend) Doctor(ctx context.Context) ([]provider.Check, error) {
-	src := provider.Check{Name: "source-range"}
-	if b.cfg.SourceRange == "" {
-		src.Detail = "not set: set --gcp-source-range or CRABBOX_GCP_SOURCE_RANGE to the network allowed to reach the boxes' SSH ports, e.g. 203.0.113.7/32 (0.0.0.0/0 allows anyone; boxes accept only the lease's key)"
-	} else {
-		src.OK, src.Detail = true, b.cfg.SourceRange
-	}
+	src := cloud.SourceRangeCheck("source-range", "gcp-source-range", b.cfg.SourceRange)
 	checks := []provider.Check{src}
 
 	creds := provider.Check{Name: "credentials"}
