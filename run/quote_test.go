@@ -11,23 +11,8 @@ import (
 	"github.com/crabbox-dev/crabbox/run"
 )
 
-func TestQuote(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"", "''"},
-		{"plain", "plain"},
-		{"a/b.c-d_e:f,g@h%i+j", "a/b.c-d_e:f,g@h%i+j"},
-		{"a b", "'a b'"},
-		{"it's", `'it'\''s'`},
-		{"$HOME", "'$HOME'"},
-		{"*", "'*'"},
-		{"x\ny", "'x\ny'"},
-	}
-	for _, tt := range tests {
-		if got := run.Quote(tt.in); got != tt.want {
-			t.Errorf("Quote(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
+// run.Quote is internal/remote.Quote, whose tests cover the quoting rules;
+// these check the exported command line and its round trip through sh.
 
 func TestQuoteCommand(t *testing.T) {
 	tests := []struct {
