@@ -88,16 +88,40 @@ func (h *History) Append(e Entry) error {
 		return fmt.Errorf("record run %s: %w", e.RunID, err)
 	}
 	return h.locked(func() error {
-		f, err := os.OpenFile(filepath.Join(h.dir, "runs.jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := os.OpenFile(filepath.Join(h.dir, "runs.jsonl"), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			return fmt.Errorf("record run %s: %w", e.RunID, err)
 		}
-		_, werr := f.Write(append(line, '\n'))
-		if err := errors.Join(werr, f.Close()); err != nil {
+		rec := append(line, '\n')
+		// A write torn by a crash leaves the last line without its newline;
+		// start on a fresh line so that this record is not glued to it
+		// (List skips the torn line and keeps this one).
+		torn, terr := endsTorn(f)
+		if torn {
+			rec = append([]byte{'\n'}, rec...)
+		}
+		var werr error
+		if terr == nil {
+			_, werr = f.Write(rec)
+		}
+		if err := errors.Join(terr, werr, f.Close()); err != nil {
 			return fmt.Errorf("record run %s: %w", e.RunID, err)
 		}
 		return nil
 	})
+}
+
+// endsTorn reports whether f is not empty and does not end with a newline.
+func endsTorn(f *os.File) (bool, error) {
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return false, err
+	}
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], fi.Size()-1); err != nil {
+		return false, err
+	}
+	return last[0] != '\n', nil
 }
 
 // List returns up to limit runs, newest first (limit <= 0: all). Lines that

@@ -3,8 +3,10 @@ package history
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 )
 
@@ -39,5 +41,35 @@ func TestRunLogKeepsLastBytes(t *testing.T) {
 	}
 	if fi, err := os.Stat(h.logPath("run_0123456789ab")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("log file mode = %v (%v), want 0600", fi.Mode(), err)
+	}
+}
+
+func TestAppendAfterTornLine(t *testing.T) {
+	h := Open(t.TempDir())
+	first := Entry{RunID: "run_000000000001", Command: "true"}
+	if err := h.Append(first); err != nil {
+		t.Fatal(err)
+	}
+	// A crash in the middle of the next append leaves half a line behind.
+	f, err := os.OpenFile(filepath.Join(h.dir, "runs.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"runId":"run_000000000002","comm`); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	third := Entry{RunID: "run_000000000003", Command: "make test", ExitCode: 2}
+	if err := h.Append(third); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.List(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Entry{third, first}, got); diff != "" {
+		t.Errorf("List after a torn line (-want +got):\n%s", diff)
 	}
 }
