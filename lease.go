@@ -417,7 +417,10 @@ type SyncOptions struct {
 	Checksum   bool
 	FullResync bool
 	// ForceLarge goes past the guardrails' hard limits (150,000 files or
-	// 20 GiB); Warn, if set, receives the warning past the soft ones.
+	// 20 GiB in the checkout's file set); Warn, if set, receives the
+	// warning of a sync about to send more than the soft ones (50,000
+	// files or 5 GiB): a first sync or a big change, never an unchanged
+	// rerun. See sync.Limits.
 	ForceLarge bool
 	Warn       func(string)
 	// Exclude holds gitignore-style patterns left out of the sync, on top

@@ -13,6 +13,13 @@ import (
 // Limits are the guardrails that stop an accidental huge sync before any
 // byte moves: past a Warn limit the sync goes on with a warning, past a Max
 // limit it fails unless forced.
+//
+// A push applies them differently: the Max limits to the whole file set,
+// before it connects, since a checkout that large is a mistake (an
+// unignored build or dependency directory) whatever the box holds; the
+// Warn limits to what it is about to send, once it knows the box's state,
+// so that a first sync or a big change warns and an unchanged rerun of a
+// large checkout stays quiet. Plan.Check applies both to a whole plan.
 type Limits struct {
 	WarnFiles int
 	WarnBytes int64
@@ -134,4 +141,25 @@ func FormatBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// warnLarge warns when the files a push is about to send, send (indexes in
+// local), pass a Warn limit.
+func (s *session) warnLarge(local []Entry, send []int) {
+	if s.opts.Warn == nil || len(send) == 0 {
+		return
+	}
+	limits := DefaultLimits()
+	if s.opts.Limits != nil {
+		limits = *s.opts.Limits
+	}
+	files := make([]File, len(send))
+	for i, j := range send {
+		files[i] = File{Path: local[j].Path, Size: local[j].Size}
+	}
+	p := planOf(s.opts.Root, files)
+	if (limits.WarnFiles > 0 && p.Files > limits.WarnFiles) || (limits.WarnBytes > 0 && p.Bytes > limits.WarnBytes) {
+		s.opts.Warn(fmt.Sprintf("large sync: sending %d of %d files, %s (largest: %s)",
+			p.Files, len(local), FormatBytes(p.Bytes), p.largest()))
+	}
 }

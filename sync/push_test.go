@@ -422,7 +422,63 @@ func TestPushGuardrails(t *testing.T) {
 	if err != nil || stats.Sent != 3 {
 		t.Fatalf("forced Push = %+v, %v; want 3 files sent", stats, err)
 	}
-	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "large sync: 3 files") {
+	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "large sync: sending 3 of 3 files") {
 		t.Errorf("warnings = %q, want one large-sync warning", warnings)
+	}
+}
+
+// The large-sync warning speaks about what is sent: a first sync and a big
+// change warn, an unchanged rerun of the same large checkout does not.
+func TestPushWarnsOnWhatIsSent(t *testing.T) {
+	client := dial(t)
+	root := t.TempDir()
+	for _, name := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remoteDir := filepath.Join(t.TempDir(), "box")
+	cache := filepath.Join(t.TempDir(), "cache")
+	var warnings []string
+	push := func(name string) Stats {
+		t.Helper()
+		stats, err := Push(context.Background(), client, Options{
+			Root: root, RemoteDir: remoteDir, CacheFile: cache, Limits: &Limits{WarnFiles: 1},
+			Warn: func(w string) { warnings = append(warnings, w) },
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return stats
+	}
+	push("first sync")
+	if diff := cmp.Diff([]string{"large sync: sending 3 of 3 files, 3 B (largest: ./ 3 files 3 B)"}, warnings); diff != "" {
+		t.Errorf("first sync: warnings (-want +got):\n%s", diff)
+	}
+	for _, name := range []string{"no-op sync", "another no-op sync"} {
+		warnings = nil
+		if stats := push(name); !stats.Skipped {
+			t.Errorf("%s: %+v, want skipped", name, stats)
+		}
+		if len(warnings) != 0 {
+			t.Errorf("%s: warnings = %q, want none", name, warnings)
+		}
+	}
+	warnings = nil
+	if err := os.WriteFile(filepath.Join(root, "a"), []byte("yy"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if stats := push("small change"); stats.Sent != 1 || len(warnings) != 0 {
+		t.Errorf("small change: %+v, warnings %q; want 1 file sent and no warning", stats, warnings)
+	}
+	for _, name := range []string{"b", "c"} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte("zzz"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warnings = nil
+	push("big change")
+	if diff := cmp.Diff([]string{"large sync: sending 2 of 3 files, 6 B (largest: ./ 2 files 6 B)"}, warnings); diff != "" {
+		t.Errorf("big change: warnings (-want +got):\n%s", diff)
 	}
 }

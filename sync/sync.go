@@ -63,12 +63,14 @@ type Options struct {
 	// number of files and bytes of content sent so far.
 	Progress func(files int, bytes int64)
 	// Limits are the guardrails checked before anything moves; nil means
-	// DefaultLimits. Force ignores the Max limits.
+	// DefaultLimits. The Max limits apply to the whole file set, in
+	// Prepare; the Warn limits to what a push is about to send, once the
+	// box's state is known (see Limits). Force ignores the Max limits.
 	Limits *Limits
 	Force  bool
-	// Warn, if set, receives the warning of a sync past a Warn limit,
-	// and of a local cache that could not be saved (the latter from a
-	// goroutine of the push's own, while Push runs).
+	// Warn, if set, receives the warning of a push about to send more than
+	// a Warn limit, and of a local cache that could not be saved (the
+	// latter from a goroutine of the push's own, while Push runs).
 	Warn func(string)
 	// CacheFile, if set, is a local file caching content hashes by path,
 	// size, mtime and inode, so that unchanged files are not read again.
@@ -734,6 +736,7 @@ func (s *session) converse(ctx context.Context) error {
 		// Remove every synced path, even those sent again.
 		del = box.synced
 	}
+	s.warnLarge(local, send)
 	s.stats.Deleted = len(del)
 	s.stats.Plan = s.prepared + time.Since(s.planStart)
 
@@ -1040,7 +1043,8 @@ func (t *tail) suffix() string {
 	return ": " + s
 }
 
-// checkLimits applies the guardrails to the file set before anything moves.
+// checkLimits applies the Max limits to the file set before anything
+// moves; the Warn limits apply to what is sent (session.warnLarge).
 func checkLimits(opts Options, files []File) error {
 	limits := DefaultLimits()
 	if opts.Limits != nil {
@@ -1049,9 +1053,7 @@ func checkLimits(opts Options, files []File) error {
 	if opts.Force {
 		limits.MaxFiles, limits.MaxBytes = 0, 0
 	}
-	warning, err := planOf(opts.Root, files).Check(limits)
-	if warning != "" && opts.Warn != nil {
-		opts.Warn(warning)
-	}
+	limits.WarnFiles, limits.WarnBytes = 0, 0
+	_, err := planOf(opts.Root, files).Check(limits)
 	return err
 }
