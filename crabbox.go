@@ -30,6 +30,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/sync"
 )
 
 // DefaultProvider is the provider used when none is configured.
@@ -66,6 +67,9 @@ type Client struct {
 	backends map[string]provider.Backend
 	held     map[*Lease]struct{} // lease handles not yet closed
 	closed   bool
+
+	// syncLimits, if set, replaces the sync guardrails' defaults (tests).
+	syncLimits *sync.Limits
 }
 
 // Option configures a Client.

@@ -4,6 +4,7 @@ import (
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/sync"
 )
 
 // Internals the package's external tests look at.
@@ -25,3 +26,6 @@ func CoordinatorOf(c *Client) *coordclient.Client {
 // ExitCrabboxFailure is the exit code a coordinator records for a run that
 // failed in crabbox.
 const ExitCrabboxFailure = exitCrabboxFailure
+
+// SetSyncLimits replaces the client's sync guardrails.
+func SetSyncLimits(c *Client, l sync.Limits) { c.syncLimits = &l }

@@ -460,7 +460,7 @@ func (c *Client) prepareSync(ctx context.Context, root string, opts SyncOptions)
 	return sync.Prepare(ctx, sync.Options{
 		Root: abs, Progress: opts.Progress,
 		Checksum: opts.Checksum, FullResync: opts.FullResync, Force: opts.ForceLarge, Warn: opts.Warn,
-		CacheFile: c.hashCache(abs), Exclude: opts.Exclude,
+		CacheFile: c.hashCache(abs), Exclude: opts.Exclude, Limits: c.syncLimits,
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/sync"
 )
 
 // sessionCounter counts the sessions the local box starts, from its
@@ -178,4 +179,41 @@ func TestRunFromDirectoryNotOnTheBoxExplains(t *testing.T) {
 		t.Errorf("run from kept: exit %d, stdout %q, err %v", res.ExitCode, out.String(), err)
 	}
 	noLeases(t, c)
+}
+
+// The large-sync warning speaks about what a run sends: the first run of a
+// checkout past the warning limit warns, an unchanged rerun does not.
+func TestLargeSyncWarnsOnlyWhenSending(t *testing.T) {
+	repo := gitRepo(t)
+	c := newClient(t, t.TempDir())
+	crabbox.SetSyncLimits(c, sync.Limits{WarnFiles: 1})
+	ctx := context.Background()
+	box, err := c.Acquire(ctx, crabbox.AcquireOptions{Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx, box.ID())
+	defer box.Close()
+	runTrue := func(name string) (crabbox.RunResult, []string) {
+		t.Helper()
+		var warnings []string
+		res, err := c.Run(ctx, crabbox.RunRequest{
+			Lease: box.ID(), Root: repo, Command: []string{"true"},
+			SyncWarn: func(w string) { warnings = append(warnings, w) },
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return res, warnings
+	}
+	res, warnings := runTrue("first run")
+	if res.SyncSkipped || len(warnings) != 1 || !strings.HasPrefix(warnings[0], "large sync: sending ") {
+		t.Errorf("first run: skipped %v, warnings %q; want one large-sync warning", res.SyncSkipped, warnings)
+	}
+	for _, name := range []string{"unchanged run", "another unchanged run"} {
+		res, warnings := runTrue(name)
+		if !res.SyncSkipped || len(warnings) != 0 {
+			t.Errorf("%s: skipped %v, warnings %q; want skipped and no warning", name, res.SyncSkipped, warnings)
+		}
+	}
 }
