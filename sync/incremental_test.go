@@ -632,3 +632,66 @@ func TestFileChangedAfterPrepare(t *testing.T) {
 		t.Errorf("push after: %+v, want skipped", again)
 	}
 }
+
+// An edit in place that keeps the file's size, inode and mtime (restored
+// exactly) looks unchanged to the hash cache and to the listing: a plain
+// push does not see it, by design, and a Checksum push reads the file
+// again and sends it.
+func TestPushChecksumRestoredMtime(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 5, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir, CacheFile: filepath.Join(t.TempDir(), "hashes")}
+	push(t, client, opts)
+
+	name := filepath.Join(root, "d1/f001.txt")
+	before, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("v2"), 0); err != nil { // "v1 file 1\n" -> "v2 file 1\n"
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(name, before.ModTime(), before.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inode(before) != inode(after) || !after.ModTime().Equal(before.ModTime()) || after.Size() != before.Size() {
+		t.Fatalf("the edit changed the file's stamp: %v %v", before, after)
+	}
+	box := filepath.Join(remoteDir, "d1/f001.txt")
+
+	// Without Checksum the edit is not detected: the stamp is as cached.
+	if st := push(t, client, opts); !st.Skipped || st.Hashed != 0 {
+		t.Errorf("push without checksum: %+v, want skipped, nothing hashed", st)
+	}
+	if got := string(mustRead(t, box)); got != "v1 file 1\n" {
+		t.Errorf("box file after a plain push = %q, want the old content (the edit is not detected)", got)
+	}
+
+	opts.Checksum = true
+	st := push(t, client, opts)
+	if st.Skipped || st.Sent != 2 || st.Hashed != 5 { // the file and the symlink; every file read
+		t.Errorf("checksum push: %+v, want the edited file and the symlink sent, 5 hashed", st)
+	}
+	if got := string(mustRead(t, box)); got != "v2 file 1\n" {
+		t.Errorf("box file after a checksum push = %q, want the new content", got)
+	}
+	sameTree(t, root, remoteDir)
+
+	// The cache learnt the new content: a plain push is a no-op again.
+	opts.Checksum = false
+	if st := push(t, client, opts); !st.Skipped {
+		t.Errorf("plain push after: %+v, want skipped", st)
+	}
+}

@@ -78,7 +78,10 @@ type Options struct {
 	CacheFile string
 	// Checksum verifies the content of the files on the box (sha256sum or
 	// shasum -a 256 there) instead of trusting the box's manifest; files
-	// whose content differs are sent again. It never skips.
+	// whose content differs are sent again. It also reads every local file
+	// again instead of trusting the hash cache, which knows files by size,
+	// mtime and inode: an edit that kept all three is sent only with
+	// Checksum (or FullResync). It never skips.
 	Checksum bool
 	// FullResync deletes everything the previous manifest lists and sends
 	// the whole file set again.
@@ -235,16 +238,15 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	p.files, p.listed = files, stamps
 	if opts.CacheFile != "" {
 		p.digest = listingDigest(files, stamps)
-		if p.fp = readListing(opts.CacheFile, p.digest); p.fp != "" {
-			return p, nil
+		// Checksum compares content: neither the listing nor the hash
+		// cache, which trust the files' stamps, may vouch for it.
+		if !opts.Checksum {
+			if p.fp = readListing(opts.CacheFile, p.digest); p.fp != "" {
+				return p, nil
+			}
 		}
 	}
-	p.stamps = stampsByPath(files, stamps)
-	p.cache = loadCache(opts.CacheFile)
-	if p.cache != nil {
-		p.cache.stamps = p.stamps
-	}
-	p.local, p.misses = cachedManifest(files, p.cache)
+	p.loadCache()
 	var missBytes int64
 	for _, i := range p.misses {
 		missBytes += p.local[i].Size
@@ -291,6 +293,19 @@ func stampsByPath(files []File, stamps []fileStamp) map[string]fileStamp {
 		}
 	}
 	return m
+}
+
+// loadCache loads the hash cache and makes the manifest of what it knows,
+// the misses left to hash. With Checksum, it knows nothing: every file is
+// read again.
+func (p *Prepared) loadCache() {
+	p.stamps = stampsByPath(p.files, p.listed)
+	p.cache = loadCache(p.opts.CacheFile)
+	if p.cache != nil {
+		p.cache.stamps = p.stamps
+		p.cache.rehash = p.opts.Checksum
+	}
+	p.local, p.misses = cachedManifest(p.files, p.cache)
 }
 
 // UnchangedCheck returns a sh condition that holds on the box exactly
@@ -357,12 +372,7 @@ func (p *Prepared) hash(ctx context.Context, idx []int) error {
 func (p *Prepared) manifest(ctx context.Context, box *boxState) ([]Entry, error) {
 	if p.local == nil {
 		// Only the fingerprint was known, and the box differs.
-		p.stamps = stampsByPath(p.files, p.listed)
-		p.cache = loadCache(p.opts.CacheFile)
-		if p.cache != nil {
-			p.cache.stamps = p.stamps
-		}
-		p.local, p.misses = cachedManifest(p.files, p.cache)
+		p.loadCache()
 	}
 	var maybeSame []int
 	for _, i := range p.misses {
