@@ -695,3 +695,67 @@ func TestPushChecksumRestoredMtime(t *testing.T) {
 		t.Errorf("plain push after: %+v, want skipped", st)
 	}
 }
+
+// A file that shrinks while it is sent is read again after the others,
+// and the box gets its new content; one that keeps shrinking fails the
+// push, naming it.
+func TestPushFileShrinksWhileSent(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 5, "v1")
+	write(t, root, "d2/f002.txt", "a line that is about to get shorter\n", 0o644)
+	backdate(t, root)
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir, CacheFile: filepath.Join(t.TempDir(), "hashes")}
+	opened := 0
+	opts.opened = func(p string) {
+		if p != "d2/f002.txt" {
+			return
+		}
+		opened++
+		if opened == 1 { // after the header, before the content
+			write(t, root, p, "short\n", 0o644)
+		}
+	}
+	st := push(t, client, opts)
+	if opened != 2 || st.Sent != 6 || st.Total != 6 {
+		t.Errorf("push: %+v, file opened %d times; want 6 sent, the shrunk file opened twice", st, opened)
+	}
+	if got := string(mustRead(t, filepath.Join(remoteDir, "d2/f002.txt"))); got != "short\n" {
+		t.Errorf("box file = %q, want the content after it shrank", got)
+	}
+	sameTree(t, root, remoteDir)
+	opts.opened = nil
+	if st := push(t, client, opts); !st.Skipped {
+		t.Errorf("push after: %+v, want skipped", st)
+	}
+
+	// Shrinking at every read.
+	write(t, root, "d2/f002.txt", "this one is written to all the time\n", 0o644)
+	opened = 0
+	opts.opened = func(p string) {
+		if p != "d2/f002.txt" {
+			return
+		}
+		opened++
+		name := filepath.Join(root, "d2/f002.txt")
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.Truncate(name, fi.Size()-1); err != nil {
+			t.Error(err)
+		}
+	}
+	_, err := Push(t.Context(), client, opts)
+	if err == nil || !strings.Contains(err.Error(), `"d2/f002.txt" kept shrinking`) {
+		t.Errorf("push of a file shrinking at every read: %v, want it named as kept shrinking", err)
+	}
+	if opened != sendTries {
+		t.Errorf("file opened %d times, want %d", opened, sendTries)
+	}
+	// Once it is still, a push repairs the box.
+	opts.opened = nil
+	push(t, client, opts)
+	sameTree(t, root, remoteDir)
+}

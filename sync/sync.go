@@ -103,6 +103,9 @@ type Options struct {
 	// stateRead, if set, learns whether the box left its manifest out as
 	// known (tests).
 	stateRead func(known bool)
+	// opened, if set, is called with the path of each regular file the
+	// transfer opened, before it reads it (tests).
+	opened func(path string)
 	// maxState, when not zero, replaces maxManifestSize as the bound of
 	// the box's state files (tests).
 	maxState int64
@@ -138,7 +141,8 @@ type Stats struct {
 // previous pushes copied that is no longer in the set. Files are sent as
 // they are read, in one tar stream, never held in memory whole. Files that
 // disappear locally while the push runs are left out; a file that grows is
-// sent as it was when opened.
+// sent as it was when opened; one that shrinks while it is read is read
+// again, a few times at most, after the others.
 //
 // Everything happens in one SSH session: a push whose fingerprint the box
 // already has costs one round trip. Nothing is deleted or transferred when
@@ -873,14 +877,20 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	drop := map[int]bool{}
 	clean := true     // every file sent as listed
 	rehashed := false // a file's content hash learnt or changed while sending
-	for _, i := range send {
+	// sendOne adds local[i] to the archive; it reports a file that shrank
+	// while it was read, whose entry is padded and must be sent again.
+	sendOne := func(i int) (shrank bool, err error) {
 		if err := ctx.Err(); err != nil {
-			return err
+			return false, err
 		}
 		e := &final[i]
-		n, sum, st, ok, err := writeFile(tw, root, *e, buf)
+		n, sum, st, ok, err := writeFile(tw, root, *e, buf, s.opts.opened)
+		if errors.Is(err, errShrank) {
+			clean = false
+			return true, nil
+		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if !ok {
 			clean = false
@@ -894,7 +904,7 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 			default:
 				drop[i] = true
 			}
-			continue
+			return false, nil
 		}
 		if e.Link == "" {
 			if e.SHA256 == "" {
@@ -908,6 +918,34 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 		s.stats.Bytes += n
 		if s.opts.Progress != nil {
 			s.opts.Progress(s.stats.Sent, s.stats.Bytes)
+		}
+		return false, nil
+	}
+	var again []int // shrank while read: sent again, later in the archive
+	for _, i := range send {
+		shrank, err := sendOne(i)
+		if err != nil {
+			return err
+		}
+		if shrank {
+			again = append(again, i)
+		}
+	}
+	// A later entry of a path replaces the earlier one on the box.
+	for try := 1; len(again) > 0; try++ {
+		if try == sendTries {
+			return fmt.Errorf("%q kept shrinking while it was sent (read %d times); sync again once it is written", final[again[0]].Path, sendTries)
+		}
+		retry := again
+		again = nil
+		for _, i := range retry {
+			shrank, err := sendOne(i)
+			if err != nil {
+				return err
+			}
+			if shrank {
+				again = append(again, i)
+			}
 		}
 	}
 	if len(drop) > 0 {
@@ -962,10 +1000,19 @@ func addState(tw *tar.Writer, name string, data []byte, now time.Time) error {
 	return err
 }
 
+// sendTries bounds the reads of a file that shrinks while it is sent.
+const sendTries = 4
+
+// errShrank marks a file that shrank while writeFile read it.
+var errShrank = errors.New("shrank while it was sent")
+
 // writeFile adds e to the archive and returns the content bytes written,
 // their SHA-256 and the file's stamp when it was read. It reports false for
-// a file that vanished since it was listed. buf is scratch space.
-func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte) (int64, string, fileStamp, bool, error) {
+// a file that vanished since it was listed. A file that shrinks while it is
+// read has its entry padded with zeros, to keep the archive whole, and
+// fails with errShrank: it must be sent again. buf is scratch space;
+// opened, if set, is called once the file is open (tests).
+func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte, opened func(string)) (int64, string, fileStamp, bool, error) {
 	if e.Link != "" {
 		fi, err := os.Lstat(filepath.Join(root.path, filepath.FromSlash(e.Path)))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -1007,6 +1054,9 @@ func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte) (int64, strin
 	if err := tw.WriteHeader(hdr); err != nil {
 		return 0, "", fileStamp{}, false, err
 	}
+	if opened != nil {
+		opened(e.Path)
+	}
 	h := sha256.New()
 	var n int64
 	for n < size {
@@ -1019,7 +1069,15 @@ func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte) (int64, strin
 			n += int64(k)
 		}
 		if errors.Is(err, io.EOF) {
-			return n, "", fileStamp{}, false, fmt.Errorf("%q shrank while syncing", e.Path)
+			clear(buf)
+			for n < size {
+				k, err := tw.Write(buf[:min(int64(len(buf)), size-n)])
+				if err != nil {
+					return n, "", fileStamp{}, false, err
+				}
+				n += int64(k)
+			}
+			return n, "", fileStamp{}, false, fmt.Errorf("%q %w", e.Path, errShrank)
 		}
 		if err != nil {
 			return n, "", fileStamp{}, false, fmt.Errorf("send %q: %w", e.Path, err)
