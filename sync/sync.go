@@ -106,6 +106,8 @@ type Options struct {
 	// opened, if set, is called with the path of each regular file the
 	// transfer opened, before it reads it (tests).
 	opened func(path string)
+	// tar, if set, is the box's tar command instead of tar (tests).
+	tar string
 	// maxState, when not zero, replaces maxManifestSize as the bound of
 	// the box's state files (tests).
 	maxState int64
@@ -548,11 +550,24 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 	case err != nil && !errors.Is(err, errRemote):
 		return err
 	case waitErr != nil:
-		return fmt.Errorf("on the box: %w%s", waitErr, s.stderr.suffix())
+		return s.boxError(waitErr)
 	case err != nil:
-		return fmt.Errorf("on the box: %w%s", err, s.stderr.suffix())
+		return s.boxError(err)
 	}
 	return nil
+}
+
+// boxError describes a failure on the box's side: a full disk as such,
+// anything else with the end of the box's stderr.
+func (s *session) boxError(err error) error {
+	dir, free, known, full := diskFull(string(s.stderr.b))
+	switch {
+	case full && known:
+		return fmt.Errorf("box disk full at %s (%s free)", dir, FormatBytes(free))
+	case full:
+		return fmt.Errorf("box disk full at %s", s.opts.RemoteDir)
+	}
+	return fmt.Errorf("on the box: %w%s", err, s.stderr.suffix())
 }
 
 // errProtocol marks output from the box that does not follow the protocol.
@@ -754,7 +769,7 @@ func (s *session) converse(ctx context.Context) error {
 	transferStart := time.Now()
 	defer func() { s.stats.Transfer = time.Since(transferStart) }()
 	w := remoteWriter{s.stdin}
-	if _, err := w.Write(step(transferStep(del))); err != nil {
+	if _, err := w.Write(step(transferStep(del, cmp.Or(s.opts.tar, "tar")))); err != nil {
 		return err
 	}
 	return s.writeArchive(ctx, w, local, send, del, box)
@@ -1101,7 +1116,7 @@ func (t *tail) Write(p []byte) (int, error) {
 
 // suffix formats the tail for appending to an error.
 func (t *tail) suffix() string {
-	s := strings.TrimSpace(string(t.b))
+	s := strings.TrimSpace(withoutFree(string(t.b)))
 	if s == "" {
 		return ""
 	}
