@@ -28,6 +28,11 @@ type hashCache struct {
 	// stamps are the files' sizes, mtimes and inodes as listed, so a
 	// lookup needs no second lstat; set by Push, read-only afterwards.
 	stamps map[string]fileStamp
+	// rehash makes every lookup miss, so that every file is read again
+	// (Options.Checksum: a file edited with its size, mtime and inode
+	// kept looks unchanged); what is read is still stored. Set before
+	// any lookup.
+	rehash bool
 
 	mu      gosync.Mutex
 	old     map[string]cacheEntry // as read
@@ -136,7 +141,7 @@ func loadCache(name string) *hashCache {
 }
 
 func (c *hashCache) lookup(path string, size, mtime int64, inode uint64) (string, bool) {
-	if c == nil {
+	if c == nil || c.rehash {
 		return "", false
 	}
 	c.mu.Lock()

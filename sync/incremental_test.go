@@ -632,3 +632,130 @@ func TestFileChangedAfterPrepare(t *testing.T) {
 		t.Errorf("push after: %+v, want skipped", again)
 	}
 }
+
+// An edit in place that keeps the file's size, inode and mtime (restored
+// exactly) looks unchanged to the hash cache and to the listing: a plain
+// push does not see it, by design, and a Checksum push reads the file
+// again and sends it.
+func TestPushChecksumRestoredMtime(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 5, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir, CacheFile: filepath.Join(t.TempDir(), "hashes")}
+	push(t, client, opts)
+
+	name := filepath.Join(root, "d1/f001.txt")
+	before, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("v2"), 0); err != nil { // "v1 file 1\n" -> "v2 file 1\n"
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(name, before.ModTime(), before.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inode(before) != inode(after) || !after.ModTime().Equal(before.ModTime()) || after.Size() != before.Size() {
+		t.Fatalf("the edit changed the file's stamp: %v %v", before, after)
+	}
+	box := filepath.Join(remoteDir, "d1/f001.txt")
+
+	// Without Checksum the edit is not detected: the stamp is as cached.
+	if st := push(t, client, opts); !st.Skipped || st.Hashed != 0 {
+		t.Errorf("push without checksum: %+v, want skipped, nothing hashed", st)
+	}
+	if got := string(mustRead(t, box)); got != "v1 file 1\n" {
+		t.Errorf("box file after a plain push = %q, want the old content (the edit is not detected)", got)
+	}
+
+	opts.Checksum = true
+	st := push(t, client, opts)
+	if st.Skipped || st.Sent != 2 || st.Hashed != 5 { // the file and the symlink; every file read
+		t.Errorf("checksum push: %+v, want the edited file and the symlink sent, 5 hashed", st)
+	}
+	if got := string(mustRead(t, box)); got != "v2 file 1\n" {
+		t.Errorf("box file after a checksum push = %q, want the new content", got)
+	}
+	sameTree(t, root, remoteDir)
+
+	// The cache learnt the new content: a plain push is a no-op again.
+	opts.Checksum = false
+	if st := push(t, client, opts); !st.Skipped {
+		t.Errorf("plain push after: %+v, want skipped", st)
+	}
+}
+
+// A file that shrinks while it is sent is read again after the others,
+// and the box gets its new content; one that keeps shrinking fails the
+// push, naming it.
+func TestPushFileShrinksWhileSent(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 5, "v1")
+	write(t, root, "d2/f002.txt", "a line that is about to get shorter\n", 0o644)
+	backdate(t, root)
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir, CacheFile: filepath.Join(t.TempDir(), "hashes")}
+	opened := 0
+	opts.opened = func(p string) {
+		if p != "d2/f002.txt" {
+			return
+		}
+		opened++
+		if opened == 1 { // after the header, before the content
+			write(t, root, p, "short\n", 0o644)
+		}
+	}
+	st := push(t, client, opts)
+	if opened != 2 || st.Sent != 6 || st.Total != 6 {
+		t.Errorf("push: %+v, file opened %d times; want 6 sent, the shrunk file opened twice", st, opened)
+	}
+	if got := string(mustRead(t, filepath.Join(remoteDir, "d2/f002.txt"))); got != "short\n" {
+		t.Errorf("box file = %q, want the content after it shrank", got)
+	}
+	sameTree(t, root, remoteDir)
+	opts.opened = nil
+	if st := push(t, client, opts); !st.Skipped {
+		t.Errorf("push after: %+v, want skipped", st)
+	}
+
+	// Shrinking at every read.
+	write(t, root, "d2/f002.txt", "this one is written to all the time\n", 0o644)
+	opened = 0
+	opts.opened = func(p string) {
+		if p != "d2/f002.txt" {
+			return
+		}
+		opened++
+		name := filepath.Join(root, "d2/f002.txt")
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.Truncate(name, fi.Size()-1); err != nil {
+			t.Error(err)
+		}
+	}
+	_, err := Push(t.Context(), client, opts)
+	if err == nil || !strings.Contains(err.Error(), `"d2/f002.txt" kept shrinking`) {
+		t.Errorf("push of a file shrinking at every read: %v, want it named as kept shrinking", err)
+	}
+	if opened != sendTries {
+		t.Errorf("file opened %d times, want %d", opened, sendTries)
+	}
+	// Once it is still, a push repairs the box.
+	opts.opened = nil
+	push(t, client, opts)
+	sameTree(t, root, remoteDir)
+}

@@ -530,3 +530,34 @@ func BenchmarkParseCache(b *testing.B) {
 		}
 	}
 }
+
+func TestDiskFull(t *testing.T) {
+	type result struct {
+		Dir         string
+		Free        int64
+		Known, Full bool
+		Rest        string
+	}
+	for _, tt := range []struct {
+		stderr string
+		want   result
+	}{
+		{"", result{}},
+		{"tar: x: Cannot open: Permission denied\ncrabbox-sync free 10 /srv/repo\n",
+			result{Rest: "tar: x: Cannot open: Permission denied\n"}},
+		{"tar: a b: Cannot write: No space left on device\ntar: Exiting with failure status due to previous errors\ncrabbox-sync free 2048 /srv/my repo\n",
+			result{Dir: "/srv/my repo", Free: 2 << 20, Known: true, Full: true,
+				Rest: "tar: a b: Cannot write: No space left on device\ntar: Exiting with failure status due to previous errors\n"}},
+		{"sh: cannot create .crabbox/pending: No space left on device\n",
+			result{Full: true, Rest: "sh: cannot create .crabbox/pending: No space left on device\n"}},
+		{"mv: No space left on device\ncrabbox-sync free x /d\n", // malformed: not known
+			result{Full: true, Rest: "mv: No space left on device\n"}},
+	} {
+		var got result
+		got.Dir, got.Free, got.Known, got.Full = diskFull(tt.stderr)
+		got.Rest = withoutFree(tt.stderr)
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("diskFull(%q) (-want +got):\n%s", tt.stderr, diff)
+		}
+	}
+}

@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -480,5 +482,38 @@ func TestPushWarnsOnWhatIsSent(t *testing.T) {
 	push("big change")
 	if diff := cmp.Diff([]string{"large sync: sending 2 of 3 files, 6 B (largest: ./ 2 files 6 B)"}, warnings); diff != "" {
 		t.Errorf("big change: warnings (-want +got):\n%s", diff)
+	}
+}
+
+// A box whose tar runs out of space reports the directory and its free
+// space, not tar's output, whether tar reads the whole archive first (GNU
+// tar does) or stops at once; the next push repairs the box.
+func TestPushDiskFull(t *testing.T) {
+	client := dial(t)
+	for _, readAll := range []bool{true, false} {
+		t.Run(fmt.Sprintf("readAll=%v", readAll), func(t *testing.T) {
+			root := plainTree(t, 5, "v1")
+			remoteDir := t.TempDir()
+			script := "#!/bin/sh\n"
+			if readAll {
+				script += "cat >/dev/null\n"
+			}
+			script += "echo 'tar: d0/f000.txt: Cannot write: No space left on device' >&2\n" +
+				"echo 'tar: Exiting with failure status due to previous errors' >&2\nexit 2\n"
+			tar := filepath.Join(t.TempDir(), "tar")
+			if err := os.WriteFile(tar, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			opts := Options{Root: root, RemoteDir: remoteDir, tar: tar}
+			_, err := Push(t.Context(), client, opts)
+			want := regexp.MustCompile(`^sync .* to ` + regexp.QuoteMeta(remoteDir) + `: box disk full at ` +
+				regexp.QuoteMeta(remoteDir) + ` \([0-9.]+ [KMGTPE]?i?B free\)$`)
+			if err == nil || !want.MatchString(err.Error()) {
+				t.Fatalf("push into a full disk: %v, want it to match %s", err, want)
+			}
+			opts.tar = ""
+			push(t, client, opts)
+			sameTree(t, root, remoteDir)
+		})
 	}
 }

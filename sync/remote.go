@@ -267,33 +267,91 @@ func unescapeName(s string) string {
 }
 
 // transferStep marks the tree as changing, deletes the stale paths,
-// extracts the archive that follows on stdin and, only if that succeeded,
-// installs the new manifest and fingerprint (the archive's last entries).
+// extracts the archive that follows on stdin with tar (the box's tar, a
+// stand-in in tests) and, only if that succeeded, installs the new manifest
+// and fingerprint (the archive's last entries).
 //
 // The box's fingerprint goes first (with the pending file in place,
 // either tells a reader without the lock that the tree is changing) and
 // comes back last, written by the shell: a reader that catches it half
 // written sees a fingerprint that matches nothing while the pending file
 // is still there.
-func transferStep(del []string) string {
+//
+// A failure there prints freeMarker to stderr before exiting, with the
+// kilobytes available to unprivileged users on the directory's file system
+// and the directory, so that a full disk is reported as one (see
+// diskFull).
+func transferStep(del []string, tar string) string {
 	var b strings.Builder
+	b.WriteString(`crabbox_fail() {
+	crabbox_st=$1
+	df -kP . 2>/dev/null | { read -r crabbox_l && read -r crabbox_l crabbox_l crabbox_l crabbox_free crabbox_l &&
+		echo "` + freeMarker + ` $crabbox_free $PWD" >&2; }
+	exit "$crabbox_st"
+}
+`)
 	// An empty fingerprint is none. The leftovers of an interrupted push
 	// are removed, but costing a process only when there are any.
-	b.WriteString(": > .crabbox/pending && : > .crabbox/fingerprint || exit 1\n")
+	b.WriteString(": > .crabbox/pending && : > .crabbox/fingerprint || crabbox_fail 1\n")
 	b.WriteString("if [ -e .crabbox/manifest.tmp ] || [ -e .crabbox/fingerprint.tmp ] || [ -L .crabbox/manifest.tmp ] || [ -L .crabbox/fingerprint.tmp ]; then\n")
 	b.WriteString("\trm -f .crabbox/manifest.tmp .crabbox/fingerprint.tmp || exit 1\nfi\n")
 	if len(del) > 0 {
 		b.WriteString(deleteSection(del))
 	}
-	b.WriteString(`if tar -xf -; then :; else
+	b.WriteString("if " + remote.Quote(tar) + ` -xf -; then :; else
 	crabbox_st=$?
 	rm -f .crabbox/manifest.tmp .crabbox/fingerprint.tmp
-	exit "$crabbox_st"
+	crabbox_fail "$crabbox_st"
 fi
 read -r crabbox_f <.crabbox/fingerprint.tmp && mv -f .crabbox/manifest.tmp .crabbox/manifest &&
-	echo "$crabbox_f" >.crabbox/fingerprint && rm -f .crabbox/pending .crabbox/synced .crabbox/fingerprint.tmp
-exit $?
+	echo "$crabbox_f" >.crabbox/fingerprint && rm -f .crabbox/pending .crabbox/synced .crabbox/fingerprint.tmp ||
+	crabbox_fail $?
+exit 0
 `)
+	return b.String()
+}
+
+// freeMarker starts the line of a failed transfer step giving the free
+// space and the directory on the box: "crabbox-sync free KB DIR".
+const freeMarker = "crabbox-sync free"
+
+// noSpace is the C library's message for ENOSPC, which tar, sh and mv
+// print on a full disk.
+const noSpace = "No space left on device"
+
+// diskFull reads the stderr of a failed push: whether the box reported a
+// full disk and, when the transfer step said, the directory and its free
+// space in bytes (known false when it did not).
+func diskFull(stderr string) (dir string, free int64, known, full bool) {
+	if !strings.Contains(stderr, noSpace) {
+		return "", 0, false, false
+	}
+	for line := range strings.Lines(stderr) {
+		rest, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), freeMarker+" ")
+		if !ok {
+			continue
+		}
+		kb, d, ok := strings.Cut(rest, " ")
+		n, err := strconv.ParseInt(kb, 10, 64)
+		if !ok || err != nil || n < 0 || d == "" {
+			continue
+		}
+		dir, free, known = d, n*1024, true
+	}
+	return dir, free, known, true
+}
+
+// withoutFree removes the freeMarker lines from stderr.
+func withoutFree(stderr string) string {
+	if !strings.Contains(stderr, freeMarker) {
+		return stderr
+	}
+	var b strings.Builder
+	for line := range strings.Lines(stderr) {
+		if !strings.HasPrefix(line, freeMarker+" ") {
+			b.WriteString(line)
+		}
+	}
 	return b.String()
 }
 

@@ -80,7 +80,10 @@ type Options struct {
 	CacheFile string
 	// Checksum verifies the content of the files on the box (sha256sum or
 	// shasum -a 256 there) instead of trusting the box's manifest; files
-	// whose content differs are sent again. It never skips.
+	// whose content differs are sent again. It also reads every local file
+	// again instead of trusting the hash cache, which knows files by size,
+	// mtime and inode: an edit that kept all three is sent only with
+	// Checksum (or FullResync). It never skips.
 	Checksum bool
 	// FullResync deletes everything the previous manifest lists and sends
 	// the whole file set again.
@@ -102,6 +105,11 @@ type Options struct {
 	// stateRead, if set, learns whether the box left its manifest out as
 	// known (tests).
 	stateRead func(known bool)
+	// opened, if set, is called with the path of each regular file the
+	// transfer opened, before it reads it (tests).
+	opened func(path string)
+	// tar, if set, is the box's tar command instead of tar (tests).
+	tar string
 	// maxState, when not zero, replaces maxManifestSize as the bound of
 	// the box's state files (tests).
 	maxState int64
@@ -137,7 +145,8 @@ type Stats struct {
 // previous pushes copied that is no longer in the set. Files are sent as
 // they are read, in one tar stream, never held in memory whole. Files that
 // disappear locally while the push runs are left out; a file that grows is
-// sent as it was when opened.
+// sent as it was when opened; one that shrinks while it is read is read
+// again, a few times at most, after the others.
 //
 // Everything happens in one SSH session: a push whose fingerprint the box
 // already has costs one round trip. Nothing is deleted or transferred when
@@ -237,16 +246,15 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	p.files, p.listed = files, stamps
 	if opts.CacheFile != "" {
 		p.digest = listingDigest(files, stamps)
-		if p.fp = readListing(opts.CacheFile, p.digest); p.fp != "" {
-			return p, nil
+		// Checksum compares content: neither the listing nor the hash
+		// cache, which trust the files' stamps, may vouch for it.
+		if !opts.Checksum {
+			if p.fp = readListing(opts.CacheFile, p.digest); p.fp != "" {
+				return p, nil
+			}
 		}
 	}
-	p.stamps = stampsByPath(files, stamps)
-	p.cache = loadCache(opts.CacheFile)
-	if p.cache != nil {
-		p.cache.stamps = p.stamps
-	}
-	p.local, p.misses = cachedManifest(files, p.cache)
+	p.loadCache()
 	var missBytes int64
 	for _, i := range p.misses {
 		missBytes += p.local[i].Size
@@ -293,6 +301,19 @@ func stampsByPath(files []File, stamps []fileStamp) map[string]fileStamp {
 		}
 	}
 	return m
+}
+
+// loadCache loads the hash cache and makes the manifest of what it knows,
+// the misses left to hash. With Checksum, it knows nothing: every file is
+// read again.
+func (p *Prepared) loadCache() {
+	p.stamps = stampsByPath(p.files, p.listed)
+	p.cache = loadCache(p.opts.CacheFile)
+	if p.cache != nil {
+		p.cache.stamps = p.stamps
+		p.cache.rehash = p.opts.Checksum
+	}
+	p.local, p.misses = cachedManifest(p.files, p.cache)
 }
 
 // UnchangedCheck returns a sh condition that holds on the box exactly
@@ -359,12 +380,7 @@ func (p *Prepared) hash(ctx context.Context, idx []int) error {
 func (p *Prepared) manifest(ctx context.Context, box *boxState) ([]Entry, error) {
 	if p.local == nil {
 		// Only the fingerprint was known, and the box differs.
-		p.stamps = stampsByPath(p.files, p.listed)
-		p.cache = loadCache(p.opts.CacheFile)
-		if p.cache != nil {
-			p.cache.stamps = p.stamps
-		}
-		p.local, p.misses = cachedManifest(p.files, p.cache)
+		p.loadCache()
 	}
 	var maybeSame []int
 	for _, i := range p.misses {
@@ -536,11 +552,24 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 	case err != nil && !errors.Is(err, errRemote):
 		return err
 	case waitErr != nil:
-		return fmt.Errorf("on the box: %w%s", waitErr, s.stderr.suffix())
+		return s.boxError(waitErr)
 	case err != nil:
-		return fmt.Errorf("on the box: %w%s", err, s.stderr.suffix())
+		return s.boxError(err)
 	}
 	return nil
+}
+
+// boxError describes a failure on the box's side: a full disk as such,
+// anything else with the end of the box's stderr.
+func (s *session) boxError(err error) error {
+	dir, free, known, full := diskFull(string(s.stderr.b))
+	switch {
+	case full && known:
+		return fmt.Errorf("box disk full at %s (%s free)", dir, FormatBytes(free))
+	case full:
+		return fmt.Errorf("box disk full at %s", s.opts.RemoteDir)
+	}
+	return fmt.Errorf("on the box: %w%s", err, s.stderr.suffix())
 }
 
 // errProtocol marks output from the box that does not follow the protocol.
@@ -743,7 +772,7 @@ func (s *session) converse(ctx context.Context) error {
 	transferStart := time.Now()
 	defer func() { s.stats.Transfer = time.Since(transferStart) }()
 	w := remoteWriter{s.stdin}
-	if _, err := w.Write(step(transferStep(del))); err != nil {
+	if _, err := w.Write(step(transferStep(del, cmp.Or(s.opts.tar, "tar")))); err != nil {
 		return err
 	}
 	return s.writeArchive(ctx, w, local, send, del, box)
@@ -866,14 +895,20 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	drop := map[int]bool{}
 	clean := true     // every file sent as listed
 	rehashed := false // a file's content hash learnt or changed while sending
-	for _, i := range send {
+	// sendOne adds local[i] to the archive; it reports a file that shrank
+	// while it was read, whose entry is padded and must be sent again.
+	sendOne := func(i int) (shrank bool, err error) {
 		if err := ctx.Err(); err != nil {
-			return err
+			return false, err
 		}
 		e := &final[i]
-		n, sum, st, ok, err := writeFile(tw, root, *e, buf)
+		n, sum, st, ok, err := writeFile(tw, root, *e, buf, s.opts.opened)
+		if errors.Is(err, errShrank) {
+			clean = false
+			return true, nil
+		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if !ok {
 			clean = false
@@ -887,7 +922,7 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 			default:
 				drop[i] = true
 			}
-			continue
+			return false, nil
 		}
 		if e.Link == "" {
 			if e.SHA256 == "" {
@@ -901,6 +936,34 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 		s.stats.Bytes += n
 		if s.opts.Progress != nil {
 			s.opts.Progress(s.stats.Sent, s.stats.Bytes)
+		}
+		return false, nil
+	}
+	var again []int // shrank while read: sent again, later in the archive
+	for _, i := range send {
+		shrank, err := sendOne(i)
+		if err != nil {
+			return err
+		}
+		if shrank {
+			again = append(again, i)
+		}
+	}
+	// A later entry of a path replaces the earlier one on the box.
+	for try := 1; len(again) > 0; try++ {
+		if try == sendTries {
+			return fmt.Errorf("%q kept shrinking while it was sent (read %d times); sync again once it is written", final[again[0]].Path, sendTries)
+		}
+		retry := again
+		again = nil
+		for _, i := range retry {
+			shrank, err := sendOne(i)
+			if err != nil {
+				return err
+			}
+			if shrank {
+				again = append(again, i)
+			}
 		}
 	}
 	if len(drop) > 0 {
@@ -955,10 +1018,19 @@ func addState(tw *tar.Writer, name string, data []byte, now time.Time) error {
 	return err
 }
 
+// sendTries bounds the reads of a file that shrinks while it is sent.
+const sendTries = 4
+
+// errShrank marks a file that shrank while writeFile read it.
+var errShrank = errors.New("shrank while it was sent")
+
 // writeFile adds e to the archive and returns the content bytes written,
 // their SHA-256 and the file's stamp when it was read. It reports false for
-// a file that vanished since it was listed. buf is scratch space.
-func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte) (int64, string, fileStamp, bool, error) {
+// a file that vanished since it was listed. A file that shrinks while it is
+// read has its entry padded with zeros, to keep the archive whole, and
+// fails with errShrank: it must be sent again. buf is scratch space;
+// opened, if set, is called once the file is open (tests).
+func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte, opened func(string)) (int64, string, fileStamp, bool, error) {
 	if e.Link != "" {
 		fi, err := os.Lstat(filepath.Join(root.path, filepath.FromSlash(e.Path)))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -1000,6 +1072,9 @@ func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte) (int64, strin
 	if err := tw.WriteHeader(hdr); err != nil {
 		return 0, "", fileStamp{}, false, err
 	}
+	if opened != nil {
+		opened(e.Path)
+	}
 	h := sha256.New()
 	var n int64
 	for n < size {
@@ -1012,7 +1087,15 @@ func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte) (int64, strin
 			n += int64(k)
 		}
 		if errors.Is(err, io.EOF) {
-			return n, "", fileStamp{}, false, fmt.Errorf("%q shrank while syncing", e.Path)
+			clear(buf)
+			for n < size {
+				k, err := tw.Write(buf[:min(int64(len(buf)), size-n)])
+				if err != nil {
+					return n, "", fileStamp{}, false, err
+				}
+				n += int64(k)
+			}
+			return n, "", fileStamp{}, false, fmt.Errorf("%q %w", e.Path, errShrank)
 		}
 		if err != nil {
 			return n, "", fileStamp{}, false, fmt.Errorf("send %q: %w", e.Path, err)
@@ -1036,7 +1119,7 @@ func (t *tail) Write(p []byte) (int, error) {
 
 // suffix formats the tail for appending to an error.
 func (t *tail) suffix() string {
-	s := strings.TrimSpace(string(t.b))
+	s := strings.TrimSpace(withoutFree(string(t.b)))
 	if s == "" {
 		return ""
 	}
