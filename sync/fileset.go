@@ -55,10 +55,12 @@ type File struct {
 // to is read or sent (FileSetOptions.Warn learns of such links, and
 // FileSetOptions.RefuseOutsideLinks makes them an error).
 //
-// In a git checkout the tracked files of initialised submodules are listed
-// too, under the submodule's path, as they are in its working tree (git
-// ls-files --recurse-submodules); files untracked inside a submodule are
-// not, and an uninitialised submodule has nothing to list.
+// In a git checkout the files of initialised submodules are listed too,
+// under the submodule's path, as they are in its working tree: the
+// tracked ones (git ls-files --recurse-submodules) and, when root is the
+// checkout's top, the untracked ones the submodule's ignore rules do not
+// ignore. Submodules of submodules contribute their tracked files only,
+// and an uninitialised submodule has nothing to list.
 // FileSetOptions.SkipSubmodules leaves submodules out.
 //
 // FileSet leaves out the built-in excludes and what root's .crabboxignore
@@ -338,10 +340,22 @@ func listAll(ctx context.Context, root string, indexModes bool, opts FileSetOpti
 		if todo, err = keep(tracked); err != nil {
 			return nil, nil, 0, nil, err
 		}
+		var inSubmodules func() ([]listed, error)
+		if !opts.SkipSubmodules && hasSubmodules(root) {
+			inSubmodules = listSubmodulesUntracked(gitCtx, root)
+			defer inSubmodules() // over, whichever way listAll returns
+		}
 		untracked = func() ([]listed, error) {
 			l := receive()
 			if l.err != nil {
 				return nil, l.err
+			}
+			if inSubmodules != nil {
+				sub, err := inSubmodules()
+				if err != nil {
+					return nil, err
+				}
+				l.entries = append(l.entries, sub...)
 			}
 			return keep(l.entries)
 		}
@@ -376,6 +390,63 @@ func listAll(ctx context.Context, root string, indexModes bool, opts FileSetOpti
 func hasSubmodules(root string) bool {
 	_, err := os.Lstat(filepath.Join(root, ".gitmodules"))
 	return err == nil
+}
+
+// listSubmodulesUntracked starts listing the untracked, non-ignored files
+// of the initialised submodules .gitmodules names at root (each with its
+// own ignore rules, as git ls-files -o --exclude-standard run in it), and
+// returns a function that waits for them, prefixed with their
+// submodule's path. git cannot list them with the checkout's own
+// untracked files (ls-files refuses --recurse-submodules with -o).
+// Submodules of submodules are not looked into.
+func listSubmodulesUntracked(ctx context.Context, root string) func() ([]listed, error) {
+	done := make(chan listing, 1)
+	go func() {
+		var all []listed
+		for _, p := range submodulePaths(ctx, root) {
+			if _, err := os.Lstat(filepath.Join(root, filepath.FromSlash(p), ".git")); err != nil {
+				continue // not initialised: nothing to list
+			}
+			entries, isRepo, err := gitList(ctx, filepath.Join(root, filepath.FromSlash(p)), "-o", "--exclude-standard")
+			if err != nil {
+				done <- listing{err: fmt.Errorf("submodule %s: %w", p, err)}
+				return
+			}
+			if !isRepo {
+				continue
+			}
+			for _, e := range entries {
+				all = append(all, listed{path: p + "/" + e.path})
+			}
+		}
+		done <- listing{entries: all}
+	}()
+	var l listing
+	received := false
+	return func() ([]listed, error) {
+		if !received {
+			l, received = <-done, true
+		}
+		return l.entries, l.err
+	}
+}
+
+// submodulePaths returns the paths .gitmodules at root gives its
+// submodules, those that are clean relative paths.
+func submodulePaths(ctx context.Context, root string) []string {
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "config", "-z", "-f", ".gitmodules", "--get-regexp", `^submodule\..*\.path$`).Output()
+	if err != nil {
+		return nil // none, or a .gitmodules git cannot read: git ls-files recurses into none either
+	}
+	var paths []string
+	for rec := range strings.SplitSeq(string(out), "\x00") {
+		_, p, ok := strings.Cut(rec, "\n")
+		p = strings.TrimSuffix(p, "/")
+		if ok && p != "" && checkPath(p) == nil {
+			paths = append(paths, p)
+		}
+	}
+	return paths
 }
 
 // statCollect stats entries and collects them into the file set.

@@ -297,11 +297,13 @@ func withSubmodule(t *testing.T) (root, sub string) {
 func TestFileSetSubmodules(t *testing.T) {
 	root, sub := withSubmodule(t)
 	write(t, sub, "junk.o", "ignored by the submodule\n", 0o644)
+	write(t, sub, "notes.txt", "untracked in the submodule\n", 0o644)
+	write(t, sub, "node_modules/x.js", "left out by the built-in excludes\n", 0o644)
 	got, err := FileSet(t.Context(), root)
 	if err != nil {
 		t.Fatalf("FileSet: %v", err)
 	}
-	want := []string{".gitmodules", "lib/sub/.gitignore", "lib/sub/a.txt", "lib/sub/d/tool", "top.txt"}
+	want := []string{".gitmodules", "lib/sub/.gitignore", "lib/sub/a.txt", "lib/sub/d/tool", "lib/sub/notes.txt", "top.txt"}
 	if diff := cmp.Diff(want, paths(got)); diff != "" {
 		t.Errorf("FileSet (-want +got):\n%s", diff)
 	}

@@ -350,9 +350,11 @@ func TestPushSubmodules(t *testing.T) {
 	backdate(t, root)
 	push(t, client, opts) // the listing is cached, if it can be
 	push(t, client, opts)
-	// A file leaves the submodule's index but stays in its work tree (an
-	// untracked file of the submodule, not synced): no directory and not
-	// the checkout's own index change.
+	// A file leaves the submodule's index but stays in its work tree,
+	// ignored by the submodule's info/exclude: no directory of the
+	// checkout and not its own index change.
+	gitDir := strings.TrimSpace(git(t, sub, "rev-parse", "--absolute-git-dir"))
+	write(t, gitDir, "info/exclude", "a.txt\n", 0o644)
 	git(t, sub, "rm", "-q", "--cached", "a.txt")
 	push(t, client, opts)
 	if _, err := os.Lstat(filepath.Join(remote, "lib/sub/a.txt")); !errors.Is(err, fs.ErrNotExist) {
