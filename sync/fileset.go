@@ -343,7 +343,10 @@ func listAll(ctx context.Context, root string, indexModes bool, opts FileSetOpti
 		var inSubmodules func() ([]listed, error)
 		if !opts.SkipSubmodules && hasSubmodules(root) {
 			inSubmodules = listSubmodulesUntracked(gitCtx, root)
-			defer inSubmodules() // over, whichever way listAll returns
+			defer func() { // over, whichever way listAll returns
+				cancelGit()
+				inSubmodules()
+			}()
 		}
 		untracked = func() ([]listed, error) {
 			l := receive()
