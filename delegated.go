@@ -60,6 +60,8 @@ func unsupportedDelegated(req RunRequest) []string {
 		{req.FullResync, "FullResync (--full-resync)"},
 		{req.ForceSyncLarge, "ForceSyncLarge (--force-sync-large)"},
 		{len(req.SyncExclude) > 0, "SyncExclude (--sync-exclude)"},
+		{req.RefuseOutsideLinks, "RefuseOutsideLinks (--refuse-outside-links)"},
+		{req.SkipSubmodules, "SkipSubmodules (--skip-submodules)"},
 		{req.JUnit != "", "JUnit (--junit)"},
 	} {
 		if o.set {

@@ -151,12 +151,13 @@ func TestDelegatedRunRejectsOptions(t *testing.T) {
 	c := delegatedClient(t, f)
 	_, err := c.Run(context.Background(), crabbox.RunRequest{
 		Root: t.TempDir(), PlainDir: true, Command: []string{"true"}, Keep: true, Checksum: true, JUnit: "*.xml",
-		SyncExclude: []string{"dist"},
+		SyncExclude: []string{"dist"}, RefuseOutsideLinks: true, SkipSubmodules: true,
 	})
 	if !errors.Is(err, provider.ErrPrecondition) {
 		t.Fatalf("Run error = %v, want a precondition error", err)
 	}
-	for _, want := range []string{`provider "sandbox" runs commands itself`, "Keep (--keep)", "Checksum (--checksum)", "JUnit (--junit)", "SyncExclude (--sync-exclude)"} {
+	for _, want := range []string{`provider "sandbox" runs commands itself`, "Keep (--keep)", "Checksum (--checksum)", "JUnit (--junit)", "SyncExclude (--sync-exclude)",
+		"RefuseOutsideLinks (--refuse-outside-links)", "SkipSubmodules (--skip-submodules)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}

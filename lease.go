@@ -426,6 +426,13 @@ type SyncOptions struct {
 	// Exclude holds gitignore-style patterns left out of the sync, on top
 	// of the built-in excludes and the checkout's .crabboxignore.
 	Exclude []string
+	// RefuseOutsideLinks fails the sync on a symlink whose target is
+	// absolute or leads outside the checkout; by default such a link is
+	// synced as a link (nothing it points to is read or sent) and Warn
+	// hears of it. SkipSubmodules leaves git submodules out; by default
+	// the tracked files of initialised submodules are synced.
+	RefuseOutsideLinks bool
+	SkipSubmodules     bool
 }
 
 // Sync copies the checkout holding dir to the lease's workdir for it
@@ -461,6 +468,7 @@ func (c *Client) prepareSync(ctx context.Context, root string, opts SyncOptions)
 		Root: abs, Progress: opts.Progress,
 		Checksum: opts.Checksum, FullResync: opts.FullResync, Force: opts.ForceLarge, Warn: opts.Warn,
 		CacheFile: c.hashCache(abs), Exclude: opts.Exclude, Limits: c.syncLimits,
+		RefuseOutsideLinks: opts.RefuseOutsideLinks, SkipSubmodules: opts.SkipSubmodules,
 	})
 }
 

@@ -51,14 +51,15 @@ func TestFailedReleaseKeepsExitCodeAndClaim(t *testing.T) {
 	}
 
 	// A run that fails for its own reasons (here a symlink out of the
-	// checkout stops the sync) reports the release failure too.
+	// checkout stops the sync, as RefuseOutsideLinks asks) reports the
+	// release failure too.
 	p.faults = []providertest.Fault{{Step: providertest.StepRelease}}
 	c = newClient(t, t.TempDir(), crabbox.WithRegistry(reg))
 	repo := gitRepo(t)
 	if err := os.Symlink("/etc/passwd", filepath.Join(repo, "escape")); err != nil {
 		t.Fatal(err)
 	}
-	res, err = c.Run(context.Background(), crabbox.RunRequest{Root: repo, Shell: "true"})
+	res, err = c.Run(context.Background(), crabbox.RunRequest{Root: repo, Shell: "true", RefuseOutsideLinks: true})
 	if !errors.Is(err, providertest.ErrInjected) || !strings.Contains(err.Error(), "escape") || !errors.Is(res.ReleaseErr, providertest.ErrInjected) {
 		t.Errorf("a failed run whose release failed: err = %v, ReleaseErr = %v; want both failures", err, res.ReleaseErr)
 	}

@@ -44,6 +44,10 @@ type SyncPlanRequest struct {
 	// Exclude holds gitignore-style patterns left out of the sync, on top
 	// of the built-in excludes and the checkout's .crabboxignore.
 	Exclude []string
+	// SkipSubmodules plans a sync that leaves git submodules out, as
+	// SyncOptions.SkipSubmodules does. A plan never refuses symlinks
+	// leading outside the checkout.
+	SkipSubmodules bool
 	// StateDir is the crabbox state directory, which is never synced
 	// (default: lease.DefaultDir()).
 	StateDir string
@@ -60,7 +64,7 @@ func PlanSync(ctx context.Context, req SyncPlanRequest) (SyncPlan, error) {
 	if err != nil {
 		return SyncPlan{}, fmt.Errorf("plan sync: %w", err)
 	}
-	p, err := sync.MakePlanWith(ctx, co.Root, sync.FileSetOptions{Exclude: req.Exclude})
+	p, err := sync.MakePlanWith(ctx, co.Root, sync.FileSetOptions{Exclude: req.Exclude, SkipSubmodules: req.SkipSubmodules})
 	if err != nil {
 		return SyncPlan{}, err
 	}

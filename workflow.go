@@ -89,13 +89,17 @@ type RunRequest struct {
 	Stderr io.Writer
 	// SyncProgress, if set, is called as files are sent.
 	SyncProgress func(files int, bytes int64)
-	// Checksum, FullResync, ForceSyncLarge and SyncWarn are passed to the
-	// sync (see SyncOptions).
+	// Checksum, FullResync, ForceSyncLarge, SyncWarn, SyncExclude,
+	// RefuseOutsideLinks and SkipSubmodules are passed to the sync (see
+	// SyncOptions).
 	Checksum       bool
 	FullResync     bool
 	ForceSyncLarge bool
 	SyncWarn       func(string)
 	SyncExclude    []string
+	// RefuseOutsideLinks and SkipSubmodules: see SyncOptions.
+	RefuseOutsideLinks bool
+	SkipSubmodules     bool
 
 	// onLease, if set, is called once the run has its lease (brokered.go).
 	onLease func(*Lease)
@@ -330,6 +334,7 @@ func (c *Client) prepare(ctx context.Context, req RunRequest, co sync.Checkout) 
 		p.prep, p.err = c.prepareSync(ctx, co.Root, SyncOptions{
 			Progress: req.SyncProgress, Checksum: req.Checksum, FullResync: req.FullResync,
 			ForceLarge: req.ForceSyncLarge, Warn: req.SyncWarn, Exclude: req.SyncExclude,
+			RefuseOutsideLinks: req.RefuseOutsideLinks, SkipSubmodules: req.SkipSubmodules,
 		})
 	}()
 	return p

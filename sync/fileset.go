@@ -50,8 +50,18 @@ type File struct {
 // 0644.
 //
 // FileSet fails, naming the entry, on a path that is absolute, not clean or
-// contains "..", and on a symlink whose target is absolute or leads outside
-// root.
+// contains "..". A symlink whose target is absolute or leads outside root
+// is listed as a link: the box gets the link itself, and nothing it points
+// to is read or sent (FileSetOptions.Warn learns of such links, and
+// FileSetOptions.RefuseOutsideLinks makes them an error).
+//
+// In a git checkout the files of initialised submodules are listed too,
+// under the submodule's path, as they are in its working tree: the
+// tracked ones (git ls-files --recurse-submodules) and, when root is the
+// checkout's top, the untracked ones the submodule's ignore rules do not
+// ignore. Submodules of submodules contribute their tracked files only,
+// and an uninitialised submodule has nothing to list.
+// FileSetOptions.SkipSubmodules leaves submodules out.
 //
 // FileSet leaves out the built-in excludes and what root's .crabboxignore
 // excludes; it is FileSetWith with no options.
@@ -64,6 +74,17 @@ type FileSetOptions struct {
 	// Exclude are gitignore-syntax patterns (the config's sync.exclude),
 	// read as if they were lines appended to root's .crabboxignore.
 	Exclude []string
+	// RefuseOutsideLinks makes a symlink whose target is absolute or
+	// leads outside root an error naming it, instead of a link synced as
+	// it is.
+	RefuseOutsideLinks bool
+	// Warn, if set, receives one warning per listing naming the symlinks
+	// whose target is absolute or leads outside root, which are synced
+	// as links (their targets are not followed).
+	Warn func(string)
+	// SkipSubmodules leaves git submodules out of the file set, as
+	// crabbox did before it synced their files.
+	SkipSubmodules bool
 
 	// untrackedCache, if set, is the file of the listing cache (see
 	// untracked.go).
@@ -153,18 +174,64 @@ type listing struct {
 // and the tracked files are stat'ed while the walk runs. When the listing
 // cache holds, git runs for the directories that changed, or not at all.
 func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOptions) ([]File, []fileStamp, int, error) {
+	files, stamps, excluded, outside, err := listAll(ctx, root, indexModes, opts)
+	if err != nil || len(outside) == 0 {
+		return files, stamps, excluded, err
+	}
+	if opts.RefuseOutsideLinks {
+		return nil, nil, 0, fmt.Errorf("symlink %q points to %q, outside the directory being synced", outside[0].Path, outside[0].LinkTarget)
+	}
+	if opts.Warn != nil {
+		opts.Warn(outsideWarning(outside))
+	}
+	return files, stamps, excluded, nil
+}
+
+// maxNamedLinks bounds the symlinks a warning names.
+const maxNamedLinks = 5
+
+// outsideWarning is the warning about the symlinks that lead outside the
+// synced directory.
+func outsideWarning(outside []File) string {
+	var b strings.Builder
+	if len(outside) == 1 {
+		fmt.Fprintf(&b, "symlink %q points to %q, outside the directory being synced: it is synced as a link, and nothing it points to is sent", outside[0].Path, outside[0].LinkTarget)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%d symlinks point outside the directory being synced (", len(outside))
+	for i, f := range outside[:min(len(outside), maxNamedLinks)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q -> %q", f.Path, f.LinkTarget)
+	}
+	if len(outside) > maxNamedLinks {
+		fmt.Fprintf(&b, ", and %d more", len(outside)-maxNamedLinks)
+	}
+	b.WriteString("): they are synced as links, and nothing they point to is sent")
+	return b.String()
+}
+
+// listAll is listFiles, returning the symlinks that lead outside root,
+// sorted by path, instead of applying the policy about them.
+func listAll(ctx context.Context, root string, indexModes bool, opts FileSetOptions) ([]File, []fileStamp, int, []File, error) {
 	m, err := newMatcher(root, opts.Exclude)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, 0, nil, err
 	}
-	lc := openListingCache(ctx, root, opts.untrackedCache, indexModes, m, opts.listingStart)
+	cacheFile := opts.untrackedCache
+	if cacheFile != "" && !opts.SkipSubmodules && hasSubmodules(root) {
+		// The key covers the checkout's index, not its submodules'.
+		cacheFile = ""
+	}
+	lc := openListingCache(ctx, root, cacheFile, indexModes, m, opts.listingStart)
 	if opts.onCache != nil {
 		opts.onCache(lc.hit(), lc.relist())
 	}
 	if kept, ok := lc.kept(); ok {
 		// Nothing changed that git would list differently.
-		files, stamps, err := statCollect(ctx, root, kept, indexModes)
-		return files, stamps, 0, err
+		files, stamps, outside, err := statCollect(ctx, root, kept, indexModes)
+		return files, stamps, 0, outside, err
 	}
 	// git's listing of untracked files runs beside the rest; whatever
 	// way listFiles returns, it and the listing cache's walk are over.
@@ -249,28 +316,49 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 		if indexModes {
 			selection = append(selection, "-s")
 		}
+		if !opts.SkipSubmodules {
+			// The tracked files of initialised submodules, in place of
+			// their gitlinks. git refuses it with -o: files untracked
+			// inside a submodule are not listed.
+			selection = append(selection, "--recurse-submodules")
+		}
 		tracked, isRepo, err := gitList(ctx, root, selection...)
 		if err != nil || !isRepo {
 			cancelGit()
 			receive()
 			lc.stopWalk()
 			if err != nil {
-				return nil, nil, 0, err
+				return nil, nil, 0, nil, err
 			}
 			entries, excluded, err := walk(ctx, root, m)
 			if err != nil {
-				return nil, nil, 0, err
+				return nil, nil, 0, nil, err
 			}
-			files, stamps, err := statCollect(ctx, root, entries, indexModes)
-			return files, stamps, excluded, err
+			files, stamps, outside, err := statCollect(ctx, root, entries, indexModes)
+			return files, stamps, excluded, outside, err
 		}
 		if todo, err = keep(tracked); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, 0, nil, err
+		}
+		var inSubmodules func() ([]listed, error)
+		if !opts.SkipSubmodules && hasSubmodules(root) {
+			inSubmodules = listSubmodulesUntracked(gitCtx, root)
+			defer func() { // over, whichever way listAll returns
+				cancelGit()
+				inSubmodules()
+			}()
 		}
 		untracked = func() ([]listed, error) {
 			l := receive()
 			if l.err != nil {
 				return nil, l.err
+			}
+			if inSubmodules != nil {
+				sub, err := inSubmodules()
+				if err != nil {
+					return nil, err
+				}
+				l.entries = append(l.entries, sub...)
 			}
 			return keep(l.entries)
 		}
@@ -292,26 +380,93 @@ func listFiles(ctx context.Context, root string, indexModes bool, opts FileSetOp
 	}
 	t := <-trackedStats
 	if err := cmp.Or(err, t.err); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, 0, nil, err
 	}
 	lc.save(merge(cacheable(todo), cacheable(utodo), comparePaths))
-	files, stamps, err := collect(t.stats, stats)
-	return files, stamps, excluded, err
+	files, stamps, outside := collect(t.stats, stats)
+	return files, stamps, excluded, outside, nil
+}
+
+// hasSubmodules reports whether root's checkout may have submodules: its
+// top holds a .gitmodules file (git needs one to initialise a submodule).
+// Only the top of a checkout has a listing cache (it needs root/.git).
+func hasSubmodules(root string) bool {
+	_, err := os.Lstat(filepath.Join(root, ".gitmodules"))
+	return err == nil
+}
+
+// listSubmodulesUntracked starts listing the untracked, non-ignored files
+// of the initialised submodules .gitmodules names at root (each with its
+// own ignore rules, as git ls-files -o --exclude-standard run in it), and
+// returns a function that waits for them, prefixed with their
+// submodule's path. git cannot list them with the checkout's own
+// untracked files (ls-files refuses --recurse-submodules with -o).
+// Submodules of submodules are not looked into.
+func listSubmodulesUntracked(ctx context.Context, root string) func() ([]listed, error) {
+	done := make(chan listing, 1)
+	go func() {
+		var all []listed
+		for _, p := range submodulePaths(ctx, root) {
+			if _, err := os.Lstat(filepath.Join(root, filepath.FromSlash(p), ".git")); err != nil {
+				continue // not initialised: nothing to list
+			}
+			entries, isRepo, err := gitList(ctx, filepath.Join(root, filepath.FromSlash(p)), "-o", "--exclude-standard")
+			if err != nil {
+				done <- listing{err: fmt.Errorf("submodule %s: %w", p, err)}
+				return
+			}
+			if !isRepo {
+				continue
+			}
+			for _, e := range entries {
+				all = append(all, listed{path: p + "/" + e.path})
+			}
+		}
+		done <- listing{entries: all}
+	}()
+	var l listing
+	received := false
+	return func() ([]listed, error) {
+		if !received {
+			l, received = <-done, true
+		}
+		return l.entries, l.err
+	}
+}
+
+// submodulePaths returns the paths .gitmodules at root gives its
+// submodules, those that are clean relative paths.
+func submodulePaths(ctx context.Context, root string) []string {
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "config", "-z", "-f", ".gitmodules", "--get-regexp", `^submodule\..*\.path$`).Output()
+	if err != nil {
+		return nil // none, or a .gitmodules git cannot read: git ls-files recurses into none either
+	}
+	var paths []string
+	for rec := range strings.SplitSeq(string(out), "\x00") {
+		_, p, ok := strings.Cut(rec, "\n")
+		p = strings.TrimSuffix(p, "/")
+		if ok && p != "" && checkPath(p) == nil {
+			paths = append(paths, p)
+		}
+	}
+	return paths
 }
 
 // statCollect stats entries and collects them into the file set.
-func statCollect(ctx context.Context, root string, entries []listed, indexModes bool) ([]File, []fileStamp, error) {
+func statCollect(ctx context.Context, root string, entries []listed, indexModes bool) ([]File, []fileStamp, []File, error) {
 	stats, err := statAll(ctx, root, entries, indexModes)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return collect(stats)
+	files, stamps, outside := collect(stats)
+	return files, stamps, outside, nil
 }
 
 // collect turns what statAll found into the file set, sorted, and the
-// files' stamps, checking the symlinks. Each of runs is usually sorted
-// already (git lists in order): they are merged.
-func collect(runs ...[]statted) ([]File, []fileStamp, error) {
+// files' stamps, and returns the symlinks that lead outside the root,
+// sorted. Each of runs is usually sorted already (git lists in order):
+// they are merged.
+func collect(runs ...[]statted) (files []File, stamps []fileStamp, outside []File) {
 	byPath := func(a, b statted) int { return strings.Compare(a.file.Path, b.file.Path) }
 	var stats []statted
 	for _, run := range runs {
@@ -321,9 +476,10 @@ func collect(runs ...[]statted) ([]File, []fileStamp, error) {
 		}
 		stats = merge(stats, run, byPath)
 	}
-	files := make([]File, len(stats))
-	stamps := make([]fileStamp, len(stats))
+	files = make([]File, len(stats))
+	stamps = make([]fileStamp, len(stats))
 	var links map[string]string
+	var linkAt map[string]int
 	for i, st := range stats {
 		files[i] = st.file
 		if st.file.LinkTarget == "" {
@@ -331,14 +487,15 @@ func collect(runs ...[]statted) ([]File, []fileStamp, error) {
 			continue
 		}
 		if links == nil {
-			links = map[string]string{}
+			links, linkAt = map[string]string{}, map[string]int{}
 		}
 		links[st.file.Path] = st.file.LinkTarget
+		linkAt[st.file.Path] = i
 	}
-	if err := checkLinks(links); err != nil {
-		return nil, nil, err
+	for _, p := range outsideLinks(links) {
+		outside = append(outside, files[linkAt[p]])
 	}
-	return files, stamps, nil
+	return files, stamps, outside
 }
 
 func comparePaths(a, b listed) int { return strings.Compare(a.path, b.path) }

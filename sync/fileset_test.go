@@ -3,10 +3,12 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,7 +164,7 @@ func TestFileSetSubdirectoryOfCheckout(t *testing.T) {
 func TestFileSetSubdirectoryRejectsLinkOut(t *testing.T) {
 	// a/up -> ../bin stays in the checkout but leaves a/.
 	root, _ := checkout(t)
-	_, err := FileSet(t.Context(), filepath.Join(root, "a"))
+	_, err := FileSetWith(t.Context(), filepath.Join(root, "a"), FileSetOptions{RefuseOutsideLinks: true})
 	if err == nil || !strings.Contains(err.Error(), `"up"`) {
 		t.Errorf("FileSet = %v, want an error naming %q", err, "up")
 	}
@@ -192,7 +194,7 @@ func TestFileSetWalk(t *testing.T) {
 	}
 }
 
-func TestFileSetRejectsEscapingSymlinks(t *testing.T) {
+func TestFileSetRefusesOutsideLinks(t *testing.T) {
 	tests := []struct {
 		name   string
 		link   string
@@ -205,7 +207,7 @@ func TestFileSetRejectsEscapingSymlinks(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root, _ := checkout(t)
 			symlink(t, root, tt.link, tt.target)
-			_, err := FileSet(t.Context(), root)
+			_, err := FileSetWith(t.Context(), root, FileSetOptions{RefuseOutsideLinks: true})
 			if err == nil {
 				t.Fatal("FileSet accepted an escaping symlink")
 			}
@@ -215,6 +217,110 @@ func TestFileSetRejectsEscapingSymlinks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestFileSetKeepsOutsideLinks(t *testing.T) {
+	root, want := checkout(t)
+	symlink(t, root, "abs", "/etc/passwd")
+	symlink(t, root, "d/up", "../../outside")
+	var warnings []string
+	got, err := FileSetWith(t.Context(), root, FileSetOptions{Warn: func(s string) { warnings = append(warnings, s) }})
+	if err != nil {
+		t.Fatalf("FileSetWith: %v", err)
+	}
+	want = append(want,
+		File{Path: "abs", Mode: fs.ModeSymlink | 0o777, LinkTarget: "/etc/passwd"},
+		File{Path: "d/up", Mode: fs.ModeSymlink | 0o777, LinkTarget: "../../outside"})
+	slices.SortFunc(want, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("FileSetWith (-want +got):\n%s", diff)
+	}
+	if len(warnings) != 1 {
+		t.Fatalf("warnings = %q, want one", warnings)
+	}
+	for _, s := range []string{`"abs" -> "/etc/passwd"`, `"d/up" -> "../../outside"`, "synced as links"} {
+		if !strings.Contains(warnings[0], s) {
+			t.Errorf("warning %q does not say %q", warnings[0], s)
+		}
+	}
+	// Without a Warn callback the listing succeeds just the same.
+	if _, err := FileSet(t.Context(), root); err != nil {
+		t.Errorf("FileSet: %v", err)
+	}
+}
+
+func TestOutsideWarning(t *testing.T) {
+	one := []File{{Path: "l", LinkTarget: "/x"}}
+	if got, want := outsideWarning(one), `symlink "l" points to "/x", outside the directory being synced: it is synced as a link, and nothing it points to is sent`; got != want {
+		t.Errorf("outsideWarning = %q, want %q", got, want)
+	}
+	var many []File
+	for i := range 7 {
+		many = append(many, File{Path: fmt.Sprint("l", i), LinkTarget: "/x"})
+	}
+	got := outsideWarning(many)
+	if !strings.HasPrefix(got, "7 symlinks point outside") || !strings.Contains(got, `"l4" -> "/x", and 2 more)`) || strings.Contains(got, `"l5"`) {
+		t.Errorf("outsideWarning = %q", got)
+	}
+}
+
+// withSubmodule makes a checkout holding an initialised submodule at
+// lib/sub (a clone of a repository of its own) and an uninitialised one
+// at lib/empty, and returns the checkout and the submodule's work tree.
+func withSubmodule(t *testing.T) (root, sub string) {
+	t.Helper()
+	needGit(t)
+	base := t.TempDir()
+	origin := filepath.Join(base, "origin")
+	root = filepath.Join(base, "top")
+	for _, d := range []string{origin, root} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		git(t, d, "init", "-q")
+	}
+	write(t, origin, "a.txt", "a\n", 0o644)
+	write(t, origin, "d/tool", "#!/bin/sh\n", 0o755)
+	write(t, origin, ".gitignore", "*.o\n", 0o644)
+	git(t, origin, "add", "-A")
+	git(t, origin, "commit", "-qm", "sub")
+	write(t, root, "top.txt", "top\n", 0o644)
+	git(t, root, "-c", "protocol.file.allow=always", "submodule", "add", "-q", origin, "lib/sub")
+	git(t, root, "-c", "protocol.file.allow=always", "submodule", "add", "-q", origin, "lib/empty")
+	git(t, root, "add", "-A")
+	git(t, root, "commit", "-qm", "top")
+	git(t, root, "submodule", "deinit", "-q", "lib/empty")
+	return root, filepath.Join(root, "lib", "sub")
+}
+
+func TestFileSetSubmodules(t *testing.T) {
+	root, sub := withSubmodule(t)
+	write(t, sub, "junk.o", "ignored by the submodule\n", 0o644)
+	write(t, sub, "notes.txt", "untracked in the submodule\n", 0o644)
+	write(t, sub, "node_modules/x.js", "left out by the built-in excludes\n", 0o644)
+	got, err := FileSet(t.Context(), root)
+	if err != nil {
+		t.Fatalf("FileSet: %v", err)
+	}
+	want := []string{".gitmodules", "lib/sub/.gitignore", "lib/sub/a.txt", "lib/sub/d/tool", "lib/sub/notes.txt", "top.txt"}
+	if diff := cmp.Diff(want, paths(got)); diff != "" {
+		t.Errorf("FileSet (-want +got):\n%s", diff)
+	}
+	got, err = FileSetWith(t.Context(), root, FileSetOptions{SkipSubmodules: true})
+	if err != nil {
+		t.Fatalf("FileSetWith: %v", err)
+	}
+	if diff := cmp.Diff([]string{".gitmodules", "top.txt"}, paths(got)); diff != "" {
+		t.Errorf("FileSetWith(SkipSubmodules) (-want +got):\n%s", diff)
+	}
+	// From a subdirectory of the checkout, paths are relative to it.
+	got, err = FileSet(t.Context(), filepath.Join(root, "lib"))
+	if err != nil {
+		t.Fatalf("FileSet(lib): %v", err)
+	}
+	if diff := cmp.Diff([]string{"sub/.gitignore", "sub/a.txt", "sub/d/tool"}, paths(got)); diff != "" {
+		t.Errorf("FileSet(lib) (-want +got):\n%s", diff)
 	}
 }
 
@@ -306,9 +412,9 @@ func TestCollectMergesRuns(t *testing.T) {
 		{st(), st("b", "a", "e", "d", "c")},
 		{st("a", "b", "c", "d", "e"), st()},
 	} {
-		files, stamps, err := collect(runs...)
-		if err != nil {
-			t.Fatal(err)
+		files, stamps, outside := collect(runs...)
+		if len(outside) != 0 {
+			t.Errorf("collect: outside links %v, want none", outside)
 		}
 		if diff := cmp.Diff([]string{"a", "b", "c", "d", "e"}, paths(files)); diff != "" {
 			t.Errorf("collect (-want +got):\n%s", diff)

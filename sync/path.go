@@ -46,12 +46,23 @@ const maxLinkHops = 40
 // outside the root. links maps each symlink's path to its slash-separated
 // target.
 func checkLinks(links map[string]string) error {
-	for _, p := range slices.Sorted(maps.Keys(links)) {
-		if escapes(links, p) {
-			return fmt.Errorf("symlink %q points to %q, outside the directory being synced", p, links[p])
-		}
+	if out := outsideLinks(links); len(out) > 0 {
+		return fmt.Errorf("symlink %q points to %q, outside the directory being synced", out[0], links[out[0]])
 	}
 	return nil
+}
+
+// outsideLinks returns the paths of the symlinks whose target is absolute
+// or, followed the way checkLinks follows them, leads outside the root,
+// sorted.
+func outsideLinks(links map[string]string) []string {
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(links)) {
+		if escapes(links, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // isAbsTarget reports whether a symlink target is absolute on the box or on

@@ -252,17 +252,121 @@ func TestPushNotGit(t *testing.T) {
 	}
 }
 
-func TestPushRejectsEscapingSymlinkBeforeTransfer(t *testing.T) {
+func TestPushRefusesOutsideLinkBeforeTransfer(t *testing.T) {
 	client := dial(t)
 	root, _ := checkout(t)
 	symlink(t, root, "evil", "../../etc")
 	remote := filepath.Join(t.TempDir(), "repo")
-	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote})
+	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote, RefuseOutsideLinks: true})
 	if err == nil || !strings.Contains(err.Error(), `"evil"`) || !strings.Contains(err.Error(), `"../../etc"`) {
 		t.Fatalf("Push = %v, want an error naming the symlink and its target", err)
 	}
 	if _, err := os.Stat(remote); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("remote directory: %v, want nothing created", err)
+	}
+}
+
+func readlink(t *testing.T, name string) string {
+	t.Helper()
+	target, err := os.Readlink(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return target
+}
+
+func TestPushOutsideLinks(t *testing.T) {
+	client := dial(t)
+	root, _ := checkout(t)
+	base := t.TempDir()
+	remote := filepath.Join(base, "repo")
+	// ../outside on the box is base/outside, beside the remote directory.
+	write(t, base, "outside/victim", "precious", 0o644)
+	symlink(t, root, "passwd", "/etc/passwd")
+	symlink(t, root, "out", "../outside")
+	symlink(t, root, "victim", "../outside/victim")
+	var warnings []string
+	warn := func(s string) { warnings = append(warnings, s) }
+	push(t, client, Options{Root: root, RemoteDir: remote, Warn: warn})
+	for p, want := range map[string]string{"passwd": "/etc/passwd", "out": "../outside", "victim": "../outside/victim"} {
+		if got := readlink(t, filepath.Join(remote, p)); got != want {
+			t.Errorf("readlink %s on the box = %q, want %q", p, got, want)
+		}
+	}
+	sameTree(t, root, remote)
+	if len(warnings) != 1 || !strings.Contains(warnings[0], `"passwd" -> "/etc/passwd"`) || !strings.Contains(warnings[0], `"out" -> "../outside"`) {
+		t.Errorf("warnings = %q, want one naming the links", warnings)
+	}
+
+	// The links become a directory and a file: what the box writes there
+	// must not go through the old links.
+	for _, p := range []string{"out", "victim"} {
+		if err := os.Remove(filepath.Join(root, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, root, "out/victim", "through the link", 0o644)
+	write(t, root, "victim", "through the link", 0o644)
+	warnings = nil
+	push(t, client, Options{Root: root, RemoteDir: remote, Warn: warn})
+	sameTree(t, root, remote)
+	if data, err := os.ReadFile(filepath.Join(base, "outside/victim")); err != nil || string(data) != "precious" {
+		t.Errorf("file outside the remote directory = %q, %v; want it untouched", data, err)
+	}
+	if len(warnings) != 1 || strings.Contains(warnings[0], `"out"`) {
+		t.Errorf("warnings = %q, want one about passwd only", warnings)
+	}
+
+	// And back: links where the box holds a directory and a file.
+	if err := os.RemoveAll(filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, root, "out", "../outside")
+	push(t, client, Options{Root: root, RemoteDir: remote, Warn: warn})
+	sameTree(t, root, remote)
+	if got := readlink(t, filepath.Join(remote, "out")); got != "../outside" {
+		t.Errorf("readlink out on the box = %q", got)
+	}
+	if data, err := os.ReadFile(filepath.Join(base, "outside/victim")); err != nil || string(data) != "precious" {
+		t.Errorf("file outside the remote directory = %q, %v; want it untouched", data, err)
+	}
+}
+
+func TestPushSubmodules(t *testing.T) {
+	client := dial(t)
+	root, sub := withSubmodule(t)
+	remote := filepath.Join(t.TempDir(), "repo")
+	cache := filepath.Join(t.TempDir(), "cache")
+	opts := Options{Root: root, RemoteDir: remote, CacheFile: cache}
+	push(t, client, opts)
+	sameTree(t, root, remote)
+	if data, err := os.ReadFile(filepath.Join(remote, "lib/sub/a.txt")); err != nil || string(data) != "a\n" {
+		t.Errorf("submodule file on the box = %q, %v", data, err)
+	}
+	write(t, sub, "new.txt", "new\n", 0o644)
+	git(t, sub, "add", "new.txt")
+	push(t, client, opts)
+	if _, err := os.Stat(filepath.Join(remote, "lib/sub/new.txt")); err != nil {
+		t.Errorf("new submodule file on the box: %v", err)
+	}
+	backdate(t, root)
+	push(t, client, opts) // the listing is cached, if it can be
+	push(t, client, opts)
+	// A file leaves the submodule's index but stays in its work tree,
+	// ignored by the submodule's info/exclude: no directory of the
+	// checkout and not its own index change.
+	gitDir := strings.TrimSpace(git(t, sub, "rev-parse", "--absolute-git-dir"))
+	write(t, gitDir, "info/exclude", "a.txt\n", 0o644)
+	git(t, sub, "rm", "-q", "--cached", "a.txt")
+	push(t, client, opts)
+	if _, err := os.Lstat(filepath.Join(remote, "lib/sub/a.txt")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("submodule file no longer tracked on the box: %v, want it deleted", err)
+	}
+	// Skipped, the submodule's files leave the box.
+	opts.SkipSubmodules = true
+	push(t, client, opts)
+	if _, err := os.Lstat(filepath.Join(remote, "lib/sub")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("submodule on the box after SkipSubmodules: %v, want it gone", err)
 	}
 }
 

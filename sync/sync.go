@@ -69,8 +69,9 @@ type Options struct {
 	Limits *Limits
 	Force  bool
 	// Warn, if set, receives the warning of a push about to send more than
-	// a Warn limit, and of a local cache that could not be saved (the
-	// latter from a goroutine of the push's own, while Push runs).
+	// a Warn limit, of symlinks leading outside Root (see
+	// RefuseOutsideLinks), and of a local cache that could not be saved
+	// (the latter from a goroutine of the push's own, while Push runs).
 	Warn func(string)
 	// CacheFile, if set, is a local file caching content hashes by path,
 	// size, mtime and inode, so that unchanged files are not read again.
@@ -92,6 +93,13 @@ type Options struct {
 	// leaving files out of the sync, after the built-in excludes and
 	// Root's .crabboxignore; see FileSetWith.
 	Exclude []string
+	// RefuseOutsideLinks fails the push on a symlink whose target is
+	// absolute or leads outside Root; by default such a link is synced as
+	// a link (its target is neither read nor sent) and Warn is told once.
+	// SkipSubmodules leaves git submodules out; by default the tracked
+	// files of initialised submodules are synced. See FileSet.
+	RefuseOutsideLinks bool
+	SkipSubmodules     bool
 
 	// lockTries bounds the waits for another push's lock on the box; zero
 	// means defaultLockTries (tests shorten it).
@@ -227,7 +235,7 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 			return fail(err)
 		}
 	}
-	setOpts := FileSetOptions{Exclude: opts.Exclude}
+	setOpts := FileSetOptions{Exclude: opts.Exclude, RefuseOutsideLinks: opts.RefuseOutsideLinks, Warn: opts.Warn, SkipSubmodules: opts.SkipSubmodules}
 	if opts.CacheFile != "" {
 		setOpts.untrackedCache = opts.CacheFile + untrackedSuffix
 	}

@@ -28,6 +28,7 @@ type runFlags struct {
 	keep, keepOnFailure, noSync, syncOnly bool
 	failOnTestFailures, quiet             bool
 	checksum, fullResync, forceSyncLarge  bool
+	refuseOutsideLinks, skipSubmodules    bool
 	ttl, idle, timeout                    time.Duration
 	env, syncExclude                      stringList
 }
@@ -44,6 +45,8 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.BoolVar(&f.checksum, "checksum", false, "verify file contents on the box instead of trusting what crabbox synced last")
 	fs.BoolVar(&f.fullResync, "full-resync", false, "delete what crabbox synced to the box before and copy everything again")
 	fs.Var(&f.syncExclude, "sync-exclude", "leave files matching the gitignore-style `PATTERN` out of the sync (repeatable; also .crabboxignore)")
+	fs.BoolVar(&f.refuseOutsideLinks, "refuse-outside-links", false, "fail the sync on a symlink pointing outside the checkout instead of syncing it as a link with a warning")
+	fs.BoolVar(&f.skipSubmodules, "skip-submodules", false, "leave git submodules out of the sync (by default their tracked files are synced)")
 	fs.BoolVar(&f.forceSyncLarge, "force-sync-large", false, "sync even past 150,000 files or 20 GiB (see crabbox sync-plan)")
 	fs.StringVar(&f.shell, "shell", "", "run this shell command line (sh -c) instead of a command after --")
 	fs.StringVar(&f.script, "script", "", "run this local script file with sh on the box; arguments after -- are its $1, $2, ...")
@@ -112,6 +115,7 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		Keep: f.keep, KeepOnFailure: f.keepOnFailure, Timeout: f.timeout,
 		JUnit: f.junit, FailOnTestFailures: f.failOnTestFailures, RecordHistory: true,
 		Checksum: f.checksum, FullResync: f.fullResync, ForceSyncLarge: f.forceSyncLarge, SyncExclude: f.syncExclude,
+		RefuseOutsideLinks: f.refuseOutsideLinks, SkipSubmodules: f.skipSubmodules,
 	}
 	if f.script != "" {
 		// After --, a script's arguments ($1, $2, ...), not a command.

@@ -17,6 +17,7 @@ func (a *app) syncPlanCmd() *ffcli.Command {
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
 	var exclude stringList
 	fs.Var(&exclude, "sync-exclude", "leave files matching the gitignore-style `PATTERN` out of the sync (repeatable)")
+	skipSubmodules := fs.Bool("skip-submodules", false, "plan a sync that leaves git submodules out, as run --skip-submodules does")
 	syncDir := fs.String("sync-dir", "", "plan for this directory, even one outside any git checkout, as run --sync-dir does")
 	return &ffcli.Command{
 		Name:       "sync-plan",
@@ -35,7 +36,7 @@ state directory.
 			if len(args) != 0 {
 				return usagef("sync-plan takes no arguments, got %q", args)
 			}
-			plan, err := crabbox.PlanSync(ctx, crabbox.SyncPlanRequest{Dir: *syncDir, PlainDir: *syncDir != "", Exclude: exclude})
+			plan, err := crabbox.PlanSync(ctx, crabbox.SyncPlanRequest{Dir: *syncDir, PlainDir: *syncDir != "", Exclude: exclude, SkipSubmodules: *skipSubmodules})
 			if err != nil {
 				return syncDirError(err, "to plan a directory outside git on purpose name it with --sync-dir DIR")
 			}

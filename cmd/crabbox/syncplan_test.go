@@ -58,3 +58,21 @@ func TestSyncExcludes(t *testing.T) {
 		t.Errorf("files on the box = %q (exit %d, stderr %q), want %q", r.stdout, r.code, r.stderr, want)
 	}
 }
+
+// A symlink leading outside the checkout is synced as a link with a
+// warning, or refused with --refuse-outside-links.
+func TestRunOutsideLinks(t *testing.T) {
+	t.Parallel()
+	env, repo := stateEnv(t), gitRepo(t)
+	if err := os.Symlink("/etc/passwd", filepath.Join(repo, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	r := crabboxCmd(t, env, repo, "run", "--quiet", "--", "readlink", "escape")
+	if r.code != 0 || r.stdout != "/etc/passwd\n" || strings.Count(r.stderr, `symlink "escape" points to "/etc/passwd"`) != 1 {
+		t.Errorf("run: exit %d, stdout %q, stderr %q; want the link on the box and one warning", r.code, r.stdout, r.stderr)
+	}
+	r = crabboxCmd(t, env, repo, "run", "--quiet", "--refuse-outside-links", "--", "true")
+	if r.code == 0 || !strings.Contains(r.stderr, `symlink "escape" points to "/etc/passwd", outside the directory being synced`) {
+		t.Errorf("run --refuse-outside-links: exit %d, stderr %q; want a failure naming the link", r.code, r.stderr)
+	}
+}
