@@ -5,20 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
-	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/aws"
 	"github.com/crabbox-dev/crabbox/providers/aws/internal/fakeec2"
 )
-
-func checkResults(checks []provider.Check) map[string]bool {
-	out := map[string]bool{}
-	for _, c := range checks {
-		out[c.Name] = c.OK
-	}
-	return out
-}
 
 func TestDoctor(t *testing.T) {
 	tests := []struct {
@@ -72,13 +62,8 @@ func TestDoctor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, checkResults(checks)); diff != "" {
-				t.Errorf("Doctor (-want +got):\n%s\n%+v", diff, checks)
-			}
+			providertest.CheckDoctor(t, checks, tt.want, tt.details)
 			for _, c := range checks {
-				if want, ok := tt.details[c.Name]; ok && !strings.Contains(c.Detail, want) {
-					t.Errorf("check %q: detail %q, want it to contain %q", c.Name, c.Detail, want)
-				}
 				if strings.Contains(c.Detail, fakeSecret) || strings.Contains(c.Detail, fakeAccessKey) {
 					t.Errorf("check %q shows a credential: %q", c.Name, c.Detail)
 				}

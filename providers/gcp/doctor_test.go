@@ -4,11 +4,9 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
+	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/gcp"
 )
 
@@ -68,16 +66,7 @@ func TestDoctor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]bool{}
-			for _, c := range checks {
-				got[c.Name] = c.OK
-				if want, ok := tt.details[c.Name]; ok && !strings.Contains(c.Detail, want) {
-					t.Errorf("check %q: detail %q, want it to contain %q", c.Name, c.Detail, want)
-				}
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("Doctor (-want +got):\n%s\n%+v", diff, checks)
-			}
+			providertest.CheckDoctor(t, checks, tt.want, tt.details)
 			if log := e.api.log(); len(log) != 0 {
 				t.Errorf("Doctor changed the project: %v", log)
 			}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/crabbox-dev/crabbox/provider/providertest"
 )
 
 func TestDoctor(t *testing.T) {
@@ -52,16 +51,7 @@ func TestDoctor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]bool{}
-			for _, c := range checks {
-				got[c.Name] = c.OK
-				if want, ok := tt.details[c.Name]; ok && !strings.Contains(c.Detail, want) {
-					t.Errorf("check %q: detail %q, want it to contain %q", c.Name, c.Detail, want)
-				}
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("Doctor (-want +got):\n%s\n%+v", diff, checks)
-			}
+			providertest.CheckDoctor(t, checks, tt.want, tt.details)
 			if _, err := os.Stat(tt.cfg.Root); err == nil && tt.cfg.Root != dir {
 				t.Errorf("Doctor created %s", tt.cfg.Root)
 			}

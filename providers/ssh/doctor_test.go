@@ -3,32 +3,11 @@ package ssh_test
 import (
 	"context"
 	"net"
-	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
-	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/provider/providertest"
 	sshp "github.com/crabbox-dev/crabbox/providers/ssh"
 )
-
-// summarize maps each check's name to whether it passed.
-func summarize(checks []provider.Check) map[string]bool {
-	out := map[string]bool{}
-	for _, c := range checks {
-		out[c.Name] = c.OK
-	}
-	return out
-}
-
-func detail(checks []provider.Check, name string) string {
-	for _, c := range checks {
-		if c.Name == name {
-			return c.Detail
-		}
-	}
-	return ""
-}
 
 func TestDoctor(t *testing.T) {
 	h := startHost(t)
@@ -89,14 +68,7 @@ func TestDoctor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, summarize(checks)); diff != "" {
-				t.Errorf("Doctor (-want +got):\n%s\n%+v", diff, checks)
-			}
-			for name, want := range tt.details {
-				if got := detail(checks, name); !strings.Contains(got, want) {
-					t.Errorf("check %q: detail %q, want it to contain %q", name, got, want)
-				}
-			}
+			providertest.CheckDoctor(t, checks, tt.want, tt.details)
 		})
 	}
 }
