@@ -3,6 +3,7 @@ package crabbox_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/local"
 )
 
@@ -229,5 +231,26 @@ func TestDoctor(t *testing.T) {
 	checks := c.Doctor(context.Background(), crabbox.DoctorOptions{Provider: "nope"})
 	if last := checks[len(checks)-1]; last.OK || !strings.Contains(last.Detail, `unknown provider "nope"`) {
 		t.Errorf("unknown provider check = %+v, want a failure naming it", last)
+	}
+}
+
+// A heartbeat that fails changes nothing: the idle timeout it asked for is
+// not left behind in the claim.
+func TestFailedHeartbeatKeepsIdleTimeout(t *testing.T) {
+	p := &faultyLocal{faults: []providertest.Fault{{Step: providertest.StepTouch}}}
+	reg := provider.NewRegistry()
+	reg.Register(p)
+	c := newClient(t, t.TempDir(), crabbox.WithRegistry(reg))
+	l := acquire(t, c, crabbox.AcquireOptions{Keep: true, IdleTimeout: time.Minute})
+	defer c.Stop(context.Background(), l.ID())
+	if _, err := c.Heartbeat(context.Background(), l.ID(), crabbox.HeartbeatOptions{IdleTimeout: 10 * time.Minute}); !errors.Is(err, providertest.ErrInjected) {
+		t.Fatalf("Heartbeat = %v, want the injected touch failure", err)
+	}
+	claim, err := crabbox.StoreOf(c).Get(l.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.IdleTimeout() != time.Minute {
+		t.Errorf("idle timeout after a failed heartbeat = %s, want 1m", claim.IdleTimeout())
 	}
 }

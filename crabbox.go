@@ -268,11 +268,7 @@ func (c *Client) backend(name string, at provider.Config) (provider.Backend, err
 		return h.b, nil
 	}
 	spec := p.Spec()
-	cfg := c.configs[spec.Name]
-	if cfg == nil {
-		cfg = c.configs[name] // configured under an alias
-	}
-	cfg, err = spec.Resolve(cfg)
+	cfg, err := c.settings(name, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -359,18 +355,22 @@ func (c *Client) locators(name string) provider.Config {
 	if err != nil {
 		return nil
 	}
-	spec := p.Spec()
-	cfg := c.configs[spec.Name]
-	if cfg == nil {
-		cfg = c.configs[name]
-	}
-	cfg, err = spec.Resolve(cfg)
+	cfg, err := c.settings(name, p.Spec())
 	if err != nil {
 		return nil
 	}
-	return spec.Locators(cfg)
+	return p.Spec().Locators(cfg)
 }
 
+// settings are the client's settings of the provider with spec, looked up
+// as name (its name or an alias), merged over its defaults.
+func (c *Client) settings(name string, spec provider.Spec) (provider.Config, error) {
+	cfg := c.configs[spec.Name]
+	if cfg == nil {
+		cfg = c.configs[name] // configured under an alias
+	}
+	return spec.Resolve(cfg)
+}
 // newLease returns the backend through which a new lease of the named
 // provider is acquired, and how its claim records that route.
 func (c *Client) newLease(name string) (provider.SSHLeaseBackend, lease.Terms, error) {

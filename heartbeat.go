@@ -2,6 +2,7 @@ package crabbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,16 +28,20 @@ func (c *Client) Heartbeat(ctx context.Context, ref string, opts HeartbeatOption
 		return LeaseInfo{}, err
 	}
 	defer l.Close()
+	setIdle := func(seconds int64) error {
+		_, err := c.store.Update(l.ID(), func(cl *lease.Claim) error { cl.IdleSeconds = seconds; return nil })
+		return err
+	}
+	old := l.Claim().IdleSeconds
 	if opts.IdleTimeout > 0 {
-		_, err := c.store.Update(l.ID(), func(cl *lease.Claim) error {
-			cl.IdleSeconds = int64(opts.IdleTimeout / time.Second)
-			return nil
-		})
-		if err != nil {
+		if err := setIdle(int64(opts.IdleTimeout / time.Second)); err != nil {
 			return LeaseInfo{}, fmt.Errorf("heartbeat lease %s: set idle timeout: %w", l.ID(), err)
 		}
 	}
 	if err := l.Touch(ctx); err != nil { // the touch reads the new idle timeout
+		if opts.IdleTimeout > 0 { // a heartbeat that failed changes nothing
+			err = errors.Join(err, setIdle(old))
+		}
 		return LeaseInfo{}, err
 	}
 	return c.Status(ctx, l.ID())
