@@ -371,6 +371,7 @@ func (c *Client) settings(name string, spec provider.Spec) (provider.Config, err
 	}
 	return spec.Resolve(cfg)
 }
+
 // newLease returns the backend through which a new lease of the named
 // provider is acquired, and how its claim records that route.
 func (c *Client) newLease(name string) (provider.SSHLeaseBackend, lease.Terms, error) {
