@@ -128,6 +128,16 @@ func forwardResizes(sess *ssh.Session, sizes <-chan WindowSize, done <-chan stru
 // holding the pinned host key, checked strictly. A box whose host key is not
 // pinned yet is connected to once to pin it.
 func (l *Lease) OpenSSHCommand(ctx context.Context) ([]string, error) {
+	return l.openSSHCommand(ctx, "")
+}
+
+// OpenSSHCommandIn is OpenSSHCommand for a shell that starts in dir on the
+// box (see ShellOptions.Dir), with a terminal (ssh -t).
+func (l *Lease) OpenSSHCommandIn(ctx context.Context, dir string) ([]string, error) {
+	return l.openSSHCommand(ctx, dir)
+}
+
+func (l *Lease) openSSHCommand(ctx context.Context, dir string) ([]string, error) {
 	store := l.client.store
 	claim, err := store.Get(l.ID())
 	if err == nil && claim.PinnedHostKey == "" {
@@ -153,10 +163,13 @@ func (l *Lease) OpenSSHCommand(ctx context.Context) ([]string, error) {
 	if keyFile == "" {
 		keyFile = store.KeyPath(claim.ID)
 	}
-	return []string{
+	words := []string{
 		"ssh", "-i", keyFile, "-p", strconv.Itoa(t.Port),
 		"-o", "UserKnownHostsFile=" + knownHosts, "-o", "StrictHostKeyChecking=yes",
 		"-o", "IdentitiesOnly=yes", "-o", "ForwardAgent=no",
-		t.User + "@" + t.Host,
-	}, nil
+	}
+	if dir == "" {
+		return append(words, t.User+"@"+t.Host), nil
+	}
+	return append(words, "-t", t.User+"@"+t.Host, shellIn(dir)), nil
 }

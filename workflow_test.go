@@ -101,7 +101,7 @@ func TestUnchangedCheckoutCostsOneSession(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(workdir, "committed.txt"), []byte("changed on the box\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(filepath.Join(workdir, ".crabbox")); err != nil {
+	if err := os.RemoveAll(sync.StateDir(workdir)); err != nil {
 		t.Fatal(err)
 	}
 	res, out = runCat()

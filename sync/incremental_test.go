@@ -275,21 +275,21 @@ func TestPushLock(t *testing.T) {
 	opts := Options{Root: root, RemoteDir: remoteDir}
 
 	// A lock left by a process that is gone is broken.
-	write(t, remoteDir, ".crabbox/lock/owner", "deadbeef 999999999\n", 0o644)
+	write(t, StateDir(remoteDir), "lock/owner", "deadbeef 999999999\n", 0o644)
 	push(t, client, opts)
 	sameTree(t, root, remoteDir)
 
 	// A live holder does not delay a push that finds the box unchanged:
 	// that check needs no lock.
 	opts.lockTries = 2
-	write(t, remoteDir, ".crabbox/lock/owner", fmt.Sprintf("feedface %d\n", os.Getpid()), 0o644)
+	write(t, StateDir(remoteDir), "lock/owner", fmt.Sprintf("feedface %d\n", os.Getpid()), 0o644)
 	if st := push(t, client, opts); !st.Skipped {
 		t.Errorf("unchanged push with the lock held: %+v, want skipped", st)
 	}
 	// A push that changes the tree waits for the holder, then gives up.
 	write(t, root, "d0/f000.txt", "v2", 0o644)
 	_, err := Push(t.Context(), client, opts)
-	if err == nil || !strings.Contains(err.Error(), ".crabbox/lock") {
+	if err == nil || !strings.Contains(err.Error(), StateDir(remoteDir)+"/lock") {
 		t.Errorf("Push with the lock held = %v, want an error naming the lock", err)
 	}
 }
@@ -314,7 +314,7 @@ func TestPushAfterInterruptedPush(t *testing.T) {
 	planned = append(planned, Entry{Path: "zz-planned", Mode: 0o644, Size: 1, SHA256: strings.Repeat("b", 64)})
 	write(t, remoteDir, "zz-planned", "x", 0o644)
 	write(t, remoteDir, "d1/f001.txt", "half-sent", 0o644)
-	write(t, remoteDir, pendingFile, string(encodeManifest(planned)), 0o644)
+	write(t, StateDir(remoteDir), pendingFile, string(encodeManifest(planned)), 0o644)
 	if st := push(t, client, opts); st.Skipped || st.Sent != 1 || st.Deleted != 1 {
 		t.Errorf("push after an interrupted one: %+v, want 1 sent, 1 deleted", st)
 	}
@@ -322,7 +322,7 @@ func TestPushAfterInterruptedPush(t *testing.T) {
 
 	// Cut short before its archive began: nothing is trusted.
 	write(t, remoteDir, "d1/f001.txt", "half-sent", 0o644)
-	write(t, remoteDir, pendingFile, "", 0o644)
+	write(t, StateDir(remoteDir), pendingFile, "", 0o644)
 	st := push(t, client, opts)
 	if st.Skipped || st.Sent != 6 {
 		t.Errorf("push after an interrupted one: %+v, want all 6 sent", st)
@@ -345,7 +345,7 @@ func TestPushAfterInterruptedChanges(t *testing.T) {
 
 	write(t, remoteDir, "zz-planned", "x", 0o644)
 	write(t, remoteDir, "d1/f001.txt", "half-sent", 0o644)
-	write(t, remoteDir, pendingFile, string(encodeChanges([]string{"d1/f001.txt", "zz-planned"})), 0o644)
+	write(t, StateDir(remoteDir), pendingFile, string(encodeChanges([]string{"d1/f001.txt", "zz-planned"})), 0o644)
 	if st := push(t, client, opts); st.Skipped || st.Sent != 1 || st.Deleted != 1 {
 		t.Errorf("push after an interrupted one: %+v, want 1 sent, 1 deleted", st)
 	}
@@ -353,7 +353,7 @@ func TestPushAfterInterruptedChanges(t *testing.T) {
 
 	write(t, remoteDir, "d2/f002.txt", "half-sent", 0o644)
 	list := encodeChanges([]string{"d1/f001.txt"})
-	write(t, remoteDir, pendingFile, string(list[:len(list)-4]), 0o644)
+	write(t, StateDir(remoteDir), pendingFile, string(list[:len(list)-4]), 0o644)
 	if st := push(t, client, opts); st.Skipped || st.Sent != 6 {
 		t.Errorf("push after a list cut short: %+v, want all 6 sent", st)
 	}
@@ -362,7 +362,7 @@ func TestPushAfterInterruptedChanges(t *testing.T) {
 	// A hostile list naming a path outside the workdir is not a list.
 	outside := filepath.Join(filepath.Dir(remoteDir), "outside.txt")
 	write(t, filepath.Dir(remoteDir), "outside.txt", "keep", 0o644)
-	write(t, remoteDir, pendingFile, changesHeader+"\n\"../outside.txt\"\n"+changesEnd+"\n", 0o644)
+	write(t, StateDir(remoteDir), pendingFile, changesHeader+"\n\"../outside.txt\"\n"+changesEnd+"\n", 0o644)
 	if st := push(t, client, opts); st.Skipped || st.Sent != 6 {
 		t.Errorf("push after a hostile list: %+v, want all 6 sent", st)
 	}
@@ -381,7 +381,7 @@ func TestParseChanges(t *testing.T) {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
 	for _, bad := range []string{"", changesHeader + "\n", changesHeader + "\n\"a\"\n", changesHeader + "\na\nend\n",
-		changesHeader + "\n\"/etc/passwd\"\nend\n", changesHeader + "\n\".crabbox/manifest\"\nend\n"} {
+		changesHeader + "\n\"/etc/passwd\"\nend\n"} {
 		if _, err := parseChanges([]byte(bad)); err == nil {
 			t.Errorf("parseChanges(%q) accepted it", bad)
 		}
@@ -519,7 +519,7 @@ func FuzzParseChanges(f *testing.F) {
 			return
 		}
 		for _, p := range paths {
-			if checkPath(p) != nil || reserved(p) {
+			if checkPath(p) != nil {
 				t.Errorf("accepted unsafe path %q", p)
 			}
 		}
@@ -576,7 +576,7 @@ func TestUnchangedCheck(t *testing.T) {
 		}
 	}
 
-	pending := filepath.Join(remoteDir, pendingFile)
+	pending := filepath.Join(StateDir(remoteDir), pendingFile)
 	if err := os.WriteFile(pending, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -586,7 +586,7 @@ func TestUnchangedCheck(t *testing.T) {
 	if err := os.Remove(pending); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(remoteDir, fingerprintFile), []byte("0123\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(StateDir(remoteDir), fingerprintFile), []byte("0123\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if holds() {

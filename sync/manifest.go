@@ -119,7 +119,7 @@ func parseEntries(all string) ([]Entry, error) {
 
 // parseManifest parses and validates a manifest read from the box. It
 // rejects anything a hostile box could use to make a push delete or write
-// outside RemoteDir: unsafe or reserved paths, duplicates, unsorted entries,
+// outside RemoteDir: unsafe paths, duplicates, unsorted entries,
 // modes other than a regular file's or a symlink's, malformed hashes.
 func parseManifest(data []byte) ([]Entry, error) {
 	if len(data) > maxManifestSize {
@@ -220,7 +220,7 @@ func parseChanges(data []byte) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list of changes: %q: %w", line, err)
 		}
-		if err := checkPath(p); err != nil || reserved(p) {
+		if err := checkPath(p); err != nil {
 			return nil, fmt.Errorf("list of changes: unsafe path %q", p)
 		}
 		paths = append(paths, p)
@@ -343,9 +343,6 @@ func checkEntry(e Entry) error {
 func checkFields(e Entry) error {
 	if err := checkPath(e.Path); err != nil {
 		return fmt.Errorf("unsafe path %q: %w", e.Path, err)
-	}
-	if reserved(e.Path) {
-		return fmt.Errorf("unsafe path %q: crabbox's own state", e.Path)
 	}
 	switch {
 	case e.Size < 0:

@@ -90,7 +90,6 @@ func TestParseManifestRejects(t *testing.T) {
 		"absolute":       line(`{"path":"/etc/passwd","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
 		"nul":            line(`{"path":"a\u0000b","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
 		"not clean":      line(`{"path":"a//b","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
-		"reserved":       line(`{"path":".crabbox/manifest","mode":420,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
 		"directory mode": line(`{"path":"a","mode":2147484141,"size":0,"mtime":0,"sha256":"` + hash + `"}`),
 		"bad hash":       line(`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"zz"}`),
 		"upper hash":     line(`{"path":"a","mode":420,"size":0,"mtime":0,"sha256":"` + strings.ToUpper(hash) + `"}`),
@@ -110,7 +109,6 @@ func TestParseManifestRejects(t *testing.T) {
 		"v2 dot dot":        line2(`420 0 0 ` + hash + ` "../x" ""`),
 		"v2 absolute":       line2(`420 0 0 ` + hash + ` "/etc/passwd" ""`),
 		"v2 nul":            line2(`420 0 0 ` + hash + ` "a\x00b" ""`),
-		"v2 reserved":       line2(`420 0 0 ` + hash + ` ".crabbox/manifest" ""`),
 		"v2 directory mode": line2(`20000000755 0 0 ` + hash + ` "a" ""`),
 		"v2 bad hash":       line2(`420 0 0 zz "a" ""`),
 		"v2 negative size":  line2(`420 -1 0 ` + hash + ` "a" ""`),
@@ -137,7 +135,6 @@ func TestParseManifestRejects(t *testing.T) {
 	for name, data := range map[string]string{
 		"v3 dot dot":        v3(func(e *Entry) { e.Path = "../x" }),
 		"v3 absolute":       v3(func(e *Entry) { e.Path = "/etc/passwd" }),
-		"v3 reserved":       v3(func(e *Entry) { e.Path = ".crabbox/manifest" }),
 		"v3 directory mode": v3(func(e *Entry) { e.Mode = fs.ModeDir | 0o755 }),
 		"v3 no hash":        v3(func(e *Entry) { e.SHA256 = "" }),
 		"v3 symlink hash":   v3(func(e *Entry) { e.Mode, e.Link = fs.ModeSymlink|0o777, "b" }),
@@ -174,7 +171,7 @@ func FuzzParseManifest(f *testing.F) {
 			return
 		}
 		for i, e := range entries {
-			if checkPath(e.Path) != nil || reserved(e.Path) {
+			if checkPath(e.Path) != nil {
 				t.Fatalf("accepted unsafe path %q", e.Path)
 			}
 			if i > 0 && entries[i-1].Path >= e.Path {
@@ -266,19 +263,6 @@ func TestParseHashes(t *testing.T) {
 	}
 }
 
-func TestReserved(t *testing.T) {
-	for _, p := range []string{".crabbox", ".crabbox/manifest", ".crabbox/manifest.tmp", ".crabbox/lock/owner", ".crabbox/step-ab", ".crabbox/synced", ".crabbox/pending", ".crabbox/fingerprint.tmp"} {
-		if !reserved(p) {
-			t.Errorf("reserved(%q) = false", p)
-		}
-	}
-	for _, p := range []string{".crabbox/config", ".crabbox/manifests", ".crabboxrc", "x/.crabbox/manifest", ".crabbox/lockfile"} {
-		if reserved(p) {
-			t.Errorf("reserved(%q) = true", p)
-		}
-	}
-}
-
 // A hostile box cannot make a push delete through its pending file or
 // fingerprint either.
 func TestPushIgnoresHostilePending(t *testing.T) {
@@ -288,8 +272,8 @@ func TestPushIgnoresHostilePending(t *testing.T) {
 	remoteDir := filepath.Join(base, "repo")
 	write(t, base, "outside.txt", "precious", 0o644)
 	bad := manifestHeaderV2 + "\n" + `{"path":"../outside.txt","mode":420,"size":0,"mtime":0,"sha256":"` + strings.Repeat("a", 64) + `"}` + "\n"
-	write(t, remoteDir, pendingFile, bad, 0o644)
-	write(t, remoteDir, fingerprintFile, "x\ncrabbox-sync same\n", 0o644)
+	write(t, StateDir(remoteDir), pendingFile, bad, 0o644)
+	write(t, StateDir(remoteDir), fingerprintFile, "x\ncrabbox-sync same\n", 0o644)
 	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir}); err != nil {
 		t.Fatalf("Push: %v", err)
 	}
@@ -419,10 +403,10 @@ func TestPushRefusesOversizedState(t *testing.T) {
 	client := dial(t)
 	root := plainTree(t, 3, "v1")
 	remoteDir := t.TempDir()
-	write(t, remoteDir, manifestFile, manifestHeader+"\n"+strings.Repeat("x", 5000), 0o644)
+	write(t, StateDir(remoteDir), manifestFile, manifestHeader+"\n"+strings.Repeat("x", 5000), 0o644)
 	write(t, remoteDir, "kept.txt", "mine", 0o644)
 	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir, maxState: 4096})
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(remoteDir, manifestFile)+" on the box is larger than 4096 bytes; remove it to start over") {
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(StateDir(remoteDir), manifestFile)+" on the box is larger than 4096 bytes; remove it to start over") {
 		t.Fatalf("Push = %v, want the oversized manifest named", err)
 	}
 	entries, err := os.ReadDir(remoteDir)
@@ -433,7 +417,7 @@ func TestPushRefusesOversizedState(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if diff := cmp.Diff([]string{stateDir, "kept.txt"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"kept.txt"}, names); diff != "" {
 		t.Errorf("box changed (-want +got):\n%s", diff)
 	}
 }
@@ -445,7 +429,7 @@ func TestPushReplacesMalformedFingerprint(t *testing.T) {
 	root := plainTree(t, 3, "v1")
 	for _, bad := range []string{strings.Repeat("f", 5000), strings.Repeat("g", 64), "", "two\nlines"} {
 		remoteDir := t.TempDir()
-		write(t, remoteDir, fingerprintFile, bad, 0o644)
+		write(t, StateDir(remoteDir), fingerprintFile, bad, 0o644)
 		write(t, remoteDir, "kept.txt", "mine", 0o644)
 		stats, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir})
 		if err != nil || stats.Skipped {

@@ -30,7 +30,7 @@ func dial(t *testing.T) *ssh.Client {
 }
 
 // tree describes a directory as FileSet does, plus a hash of each regular
-// file's content, leaving out crabbox's state in .crabbox.
+// file's content.
 type treeEntry struct {
 	File
 	SHA256 string
@@ -45,9 +45,6 @@ func tree(t *testing.T, root string) []treeEntry {
 	}
 	var out []treeEntry
 	for _, f := range files {
-		if strings.HasPrefix(f.Path, stateDir+"/") {
-			continue
-		}
 		e := treeEntry{File: f}
 		if f.LinkTarget == "" {
 			data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f.Path)))
@@ -92,7 +89,7 @@ func syncedPaths(t *testing.T, remoteDir string) []string {
 
 func remoteManifest(t *testing.T, remoteDir string) []Entry {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(remoteDir, filepath.FromSlash(manifestFile)))
+	data, err := os.ReadFile(filepath.Join(StateDir(remoteDir), manifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,15 +97,15 @@ func remoteManifest(t *testing.T, remoteDir string) []Entry {
 	if err != nil {
 		t.Fatalf("manifest on the box: %v", err)
 	}
-	fp, err := os.ReadFile(filepath.Join(remoteDir, filepath.FromSlash(fingerprintFile)))
+	fp, err := os.ReadFile(filepath.Join(StateDir(remoteDir), fingerprintFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := string(fp), fingerprint(entries)+"\n"; got != want {
 		t.Errorf("fingerprint on the box = %q, want %q (of the manifest)", got, want)
 	}
-	for _, p := range []string{pendingFile, stateDir + "/lock"} {
-		if _, err := os.Lstat(filepath.Join(remoteDir, p)); !errors.Is(err, fs.ErrNotExist) {
+	for _, p := range []string{pendingFile, "lock"} {
+		if _, err := os.Lstat(filepath.Join(StateDir(remoteDir), p)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s on the box after a push: %v, want it absent", p, err)
 		}
 	}
@@ -118,7 +115,7 @@ func remoteManifest(t *testing.T, remoteDir string) []Entry {
 // writeManifest plants a manifest on the box.
 func writeManifest(t *testing.T, remoteDir string, entries []Entry) {
 	t.Helper()
-	write(t, remoteDir, manifestFile, string(encodeManifest(entries)), 0o644)
+	write(t, StateDir(remoteDir), manifestFile, string(encodeManifest(entries)), 0o644)
 }
 
 func paths(files []File) []string {
@@ -391,7 +388,7 @@ func TestPushRejectsHostileList(t *testing.T) {
 		t.Errorf("Push transferred files despite the bad list: %v", err)
 	}
 	// The failed push released the lock.
-	if err := os.Remove(filepath.Join(remote, manifestFile)); err != nil {
+	if err := os.Remove(filepath.Join(StateDir(remote), manifestFile)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remote}); err != nil {
@@ -428,14 +425,78 @@ func TestPushRemoteFailure(t *testing.T) {
 	}
 }
 
-func TestPushReservedPath(t *testing.T) {
+// A box an earlier crabbox synced, with its state in RemoteDir/.crabbox,
+// has that state moved beside the directory by the next push, which then
+// finds the box unchanged, and later deletes what it synced.
+func TestPushMovesOldState(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 3, "v1")
+	remoteDir := filepath.Join(t.TempDir(), "repo")
+	opts := Options{Root: root, RemoteDir: remoteDir}
+	push(t, client, opts)
+	old := filepath.Join(remoteDir, ".crabbox")
+	if err := os.Rename(StateDir(remoteDir), old); err != nil {
+		t.Fatal(err)
+	}
+	write(t, old, "synced", "", 0o644)
+
+	if st := push(t, client, opts); !st.Skipped {
+		t.Errorf("push over the old layout = %+v, want it skipped", st)
+	}
+	if _, err := os.Lstat(old); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("old state directory after the push: %v, want it gone", err)
+	}
+	sameTree(t, root, remoteDir)
+	if err := os.Remove(filepath.Join(root, "d0", "f000.txt")); err != nil {
+		t.Fatal(err)
+	}
+	push(t, client, opts)
+	sameTree(t, root, remoteDir)
+}
+
+// A checkout's own .crabbox directory that is no earlier crabbox's state
+// stays where it is.
+func TestPushKeepsForeignCrabboxDir(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 2, "v1")
+	remoteDir := filepath.Join(t.TempDir(), "repo")
+	write(t, remoteDir, ".crabbox/manifest", "not crabbox's\n", 0o644)
+	push(t, client, Options{Root: root, RemoteDir: remoteDir})
+	if got, err := os.ReadFile(filepath.Join(remoteDir, ".crabbox", "manifest")); err != nil || string(got) != "not crabbox's\n" {
+		t.Errorf("foreign .crabbox/manifest after a push = %q, %v; want it kept", got, err)
+	}
+}
+
+// Remote directories without a name of their own, or named like the state
+// directory, are refused before anything happens.
+func TestPushRefusesUnnamedRemoteDir(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 1, "v1")
+	for _, dir := range []string{"/", ".", "..", "a/..", filepath.Join(t.TempDir(), ".crabbox")} {
+		if _, err := Push(t.Context(), client, Options{Root: root, RemoteDir: dir}); err == nil || !strings.Contains(err.Error(), "remote directory") {
+			t.Errorf("Push into %q = %v, want the remote directory refused", dir, err)
+		}
+	}
+}
+
+// crabbox's state lives beside the remote directory: a checkout may track
+// a .crabbox directory, even with the names an earlier crabbox used there.
+func TestPushCheckoutWithCrabboxDir(t *testing.T) {
 	client := dial(t)
 	root, _ := checkout(t)
-	write(t, root, ".crabbox/synced", "", 0o644)
-	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: t.TempDir()})
-	if err == nil || !strings.Contains(err.Error(), "reserved") {
-		t.Errorf("Push = %v, want a reserved-path error", err)
+	for _, name := range []string{"manifest", "fingerprint", "pending", "lock/owner", "synced", "config.toml"} {
+		write(t, root, ".crabbox/"+name, "the checkout's own "+name+"\n", 0o644)
 	}
+	remoteDir := filepath.Join(t.TempDir(), "repo")
+	opts := Options{Root: root, RemoteDir: remoteDir}
+	push(t, client, opts)
+	sameTree(t, root, remoteDir)
+	if st := push(t, client, opts); !st.Skipped {
+		t.Errorf("second push = %+v, want it skipped", st)
+	}
+	write(t, root, ".crabbox/manifest", "changed\n", 0o644)
+	push(t, client, opts)
+	sameTree(t, root, remoteDir)
 }
 
 func TestPushCanceled(t *testing.T) {

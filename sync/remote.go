@@ -11,7 +11,9 @@ import (
 	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
-// The box keeps crabbox's state in RemoteDir/.crabbox:
+// The box keeps crabbox's state for RemoteDir outside it, in StateDir
+// (PARENT/.crabbox/BASE for RemoteDir PARENT/BASE), so that commands
+// never see it and a checkout may have a .crabbox of its own:
 //
 //   - manifest: what the last complete push synced (see encodeManifest).
 //     Only paths on it are ever deleted.
@@ -24,34 +26,31 @@ import (
 //     crabbox wrote the whole manifest it meant to install instead; then
 //     only the entries on which both agree are trusted.
 //   - lock: a directory held by the push running now, holding "TOKEN PID".
+//
+// Earlier crabbox versions kept these files in RemoteDir/.crabbox; a push
+// moves them out (see sessionScript).
 const (
-	stateDir        = ".crabbox"
-	manifestFile    = stateDir + "/manifest"
-	fingerprintFile = stateDir + "/fingerprint"
-	pendingFile     = stateDir + "/pending"
+	stateParent     = ".crabbox"
+	manifestFile    = "manifest"
+	fingerprintFile = "fingerprint"
+	pendingFile     = "pending"
 	manifestTmp     = manifestFile + ".tmp"
 	fingerprintTmp  = fingerprintFile + ".tmp"
 )
 
-// stateNames are the names in stateDir that crabbox uses ("synced" is the
-// first version's list of synced paths, which a push removes).
-var stateNames = []string{"manifest", "fingerprint", "pending", "lock", "step", "synced"}
+// StateDir is the directory on the box where crabbox keeps what it knows
+// of remoteDir: a sibling of it, PARENT/.crabbox/BASE. Release removes it
+// with the rest of the lease's work root.
+func StateDir(remoteDir string) string {
+	parent, base := splitRemoteDir(remoteDir)
+	return path.Join(parent, stateParent, base)
+}
 
-// reserved reports whether p collides with crabbox's own files on the box.
-func reserved(p string) bool {
-	if p == stateDir {
-		return true
-	}
-	rest, ok := strings.CutPrefix(p, stateDir+"/")
-	if !ok {
-		return false
-	}
-	for _, n := range stateNames {
-		if after, ok := strings.CutPrefix(rest, n); ok && (after == "" || strings.ContainsAny(after[:1], "./-")) {
-			return true
-		}
-	}
-	return false
+// splitRemoteDir splits a cleaned remote directory into its parent and
+// base name (checkRemoteDir has refused those without either).
+func splitRemoteDir(dir string) (parent, base string) {
+	dir = path.Clean(dir)
+	return path.Dir(dir), path.Base(dir)
 }
 
 // Lock timing on the box: a waiting push retries every 0.2 s (1 s where
@@ -63,18 +62,22 @@ const defaultLockTries = 3000
 const staleMinutes = 1
 
 // sessionScript is the one command a push runs on the box, with the
-// arguments DIR FINGERPRINT MODE TOKEN STALE TRIES KNOWN. It creates DIR,
-// takes the lock, and either reports that the box already holds
-// FINGERPRINT (MODE "quick") or prints the state: "crabbox-sync state FP
-// NAMES", with the box's fingerprint FP ("-" for none) and NAMES naming
-// which of manifest and pending exist, then wc -c's report of their sizes
-// and their contents, one after the other (two processes, not two per
-// file; none without a file). When the box's fingerprint is KNOWN (the
-// client has the manifest of that fingerprint), the manifest is not sent
-// and NAMES ends with "known". Then it runs the steps the client sends on
-// stdin, each as "LINES\n" and LINES lines of sh script, until stdin ends.
-// A step may read stdin itself (tar). The lock is released when the script
-// ends, however it ends.
+// arguments PARENT BASE FINGERPRINT MODE TOKEN STALE TRIES KNOWN, for the
+// remote directory PARENT/BASE. It creates that directory and the state
+// directory (see StateDir), moves an earlier crabbox's state out of the
+// remote directory, takes the lock, and either reports that the box
+// already holds FINGERPRINT (MODE "quick") or prints the state:
+// "crabbox-sync state FP NAMES", with the box's fingerprint FP ("-" for
+// none) and NAMES naming which of manifest and pending exist, then wc -c's
+// report of their sizes and their contents, one after the other (two
+// processes, not two per file; none without a file). When the box's
+// fingerprint is KNOWN (the client has the manifest of that fingerprint),
+// the manifest is not sent and NAMES ends with "known". Then it runs the
+// steps the client sends on stdin, each as "LINES\n" and LINES lines of sh
+// script, until stdin ends, in the remote directory, with $s the state
+// directory and $crabbox_parent PARENT (absolute paths). A step may read
+// stdin itself (tar). The lock is released when the script ends, however
+// it ends.
 //
 // An unchanged box is recognised before the lock, with shell builtins
 // alone: a push that changes the tree removes the fingerprint and creates
@@ -87,13 +90,14 @@ const staleMinutes = 1
 // The script contains no backslash, so it survives any login shell's
 // quoting; it reads steps with the read builtin, which never reads ahead,
 // unlike sh -s, and which, unlike dd and wc, costs no process.
-const sessionScript = `crabbox_dir=$1 crabbox_fp=$2 crabbox_mode=$3 crabbox_token=$4 crabbox_stale=$5 crabbox_tries=$6 crabbox_known=${7:--}
-s=.crabbox
-if [ "$crabbox_mode" = quick ] && { read -r crabbox_have <"$crabbox_dir/$s/fingerprint"; } 2>/dev/null &&
-	[ "$crabbox_have" = "$crabbox_fp" ] && [ ! -e "$crabbox_dir/$s/pending" ]; then
+const sessionScript = `crabbox_parent=$1 crabbox_base=$2 crabbox_fp=$3 crabbox_mode=$4 crabbox_token=$5 crabbox_stale=$6 crabbox_tries=$7 crabbox_known=${8:--}
+s=$crabbox_parent/.crabbox/$crabbox_base
+if [ "$crabbox_mode" = quick ] && { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null &&
+	[ "$crabbox_have" = "$crabbox_fp" ] && [ ! -e "$s/pending" ]; then
 	echo "crabbox-sync same"
 	exit 0
 fi
+crabbox_dir=$crabbox_parent/$crabbox_base
 crabbox_held=
 crabbox_release() {
 	if [ -n "$crabbox_held" ] && { read -r crabbox_o <"$s/lock/owner"; } 2>/dev/null && [ "$crabbox_o" = "$crabbox_token $$" ]; then
@@ -105,8 +109,12 @@ trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 141' PIPE
 trap 'exit 143' TERM
-cd -- "$crabbox_dir" 2>/dev/null || { mkdir -p -- "$crabbox_dir" && cd -- "$crabbox_dir"; } || exit 1
+cd -- "$crabbox_parent" 2>/dev/null || { mkdir -p -- "$crabbox_parent" && cd -- "$crabbox_parent"; } || exit 1
+crabbox_parent=$PWD
+s=$PWD/.crabbox/$crabbox_base
+[ -d "$crabbox_base" ] || mkdir -p -- "$crabbox_base" || exit 1
 [ -d "$s" ] || mkdir -p -- "$s" || exit 1
+cd -- "./$crabbox_base" || exit 1
 crabbox_i=0
 until mkdir "$s/lock" 2>/dev/null; do
 	crabbox_owner=
@@ -122,13 +130,29 @@ until mkdir "$s/lock" 2>/dev/null; do
 	fi
 	crabbox_i=$((crabbox_i + 1))
 	if [ "$crabbox_i" -gt "$crabbox_tries" ]; then
-		echo "another sync into $crabbox_dir holds $crabbox_dir/.crabbox/lock; remove it if none is running" >&2
+		echo "another sync into $crabbox_dir holds $s/lock; remove it if none is running" >&2
 		exit 75
 	fi
 	sleep 0.2 2>/dev/null || sleep 1
 done
 crabbox_held=1
 echo "$crabbox_token $$" > "$s/lock/owner" || exit 1
+if [ ! -e "$s/manifest" ] && [ ! -e "$s/pending" ] && [ -d .crabbox ] && [ ! -L .crabbox ] && [ ! -e .crabbox/lock ]; then
+	crabbox_old=
+	for crabbox_f in manifest pending; do
+		{ read -r crabbox_l <".crabbox/$crabbox_f"; } 2>/dev/null || continue
+		case $crabbox_l in crabbox-manifest' '*|crabbox-changes' '*) crabbox_old=1 ;; esac
+	done
+	if [ -n "$crabbox_old" ]; then
+		for crabbox_f in manifest fingerprint pending; do
+			if [ -f ".crabbox/$crabbox_f" ] && [ ! -L ".crabbox/$crabbox_f" ]; then
+				mv -f -- ".crabbox/$crabbox_f" "$s/$crabbox_f" || exit 1
+			fi
+		done
+		rm -f .crabbox/synced .crabbox/step .crabbox/manifest.tmp .crabbox/fingerprint.tmp
+		rmdir .crabbox 2>/dev/null
+	fi
+fi
 if [ "$crabbox_mode" = quick ] && [ ! -e "$s/pending" ] && { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ]; then
 	echo "crabbox-sync same"
 	exit 0
@@ -151,11 +175,7 @@ for crabbox_f in manifest pending; do
 done
 echo "crabbox-sync state $crabbox_have $* $crabbox_k"
 if [ $# -gt 0 ]; then
-	crabbox_n=$#
-	for crabbox_f do set -- "$@" "$s/$crabbox_f"; done
-	shift "$crabbox_n"
-	wc -c -- "$@" || exit 1
-	cat -- "$@" || exit 1
+	(cd -- "$s" && wc -c -- "$@" && cat -- "$@") || exit 1
 fi
 crabbox_nl='
 '
@@ -169,15 +189,19 @@ while IFS= read -r crabbox_n; do
 		crabbox_i=$((crabbox_i + 1))
 	done >"$s/lock/step" || exit 1
 	[ "$crabbox_i" -eq "$crabbox_n" ] || exit 1
-	. "./$s/lock/step"
+	. "$s/lock/step"
 done
 exit 0
 `
 
 // sessionCommand is the command line running sessionScript.
 func sessionCommand(remoteDir, fp, mode, token string, lockTries int, known string) string {
+	parent, base := splitRemoteDir(remoteDir)
+	if !path.IsAbs(parent) && parent != "." && parent != ".." && !strings.HasPrefix(parent, "../") {
+		parent = "./" + parent // not searched in CDPATH
+	}
 	return remote.CommandLine([]string{"sh", "-c", sessionScript, "crabbox-sync",
-		remoteDir, fp, mode, token, strconv.Itoa(staleMinutes), strconv.Itoa(lockTries), cmp.Or(known, "-")})
+		parent, base, fp, mode, token, strconv.Itoa(staleMinutes), strconv.Itoa(lockTries), cmp.Or(known, "-")})
 }
 
 // step frames a script as one step for sessionScript: its number of
@@ -191,8 +215,8 @@ func step(script string) []byte {
 
 // manifestStep prints the box's manifest as "crabbox-sync manifest SIZE"
 // and SIZE bytes, or "crabbox-sync manifest -".
-const manifestStep = `if [ -f .crabbox/manifest ]; then
-	echo "crabbox-sync manifest $(($(wc -c < .crabbox/manifest)))" && cat .crabbox/manifest || exit 1
+const manifestStep = `if [ -f "$s/manifest" ]; then
+	echo "crabbox-sync manifest $(($(wc -c < "$s/manifest")))" && cat -- "$s/manifest" || exit 1
 else
 	echo "crabbox-sync manifest -"
 fi
@@ -292,19 +316,23 @@ func transferStep(del []string, tar string) string {
 `)
 	// An empty fingerprint is none. The leftovers of an interrupted push
 	// are removed, but costing a process only when there are any.
-	b.WriteString(": > .crabbox/pending && : > .crabbox/fingerprint || crabbox_fail 1\n")
-	b.WriteString("if [ -e .crabbox/manifest.tmp ] || [ -e .crabbox/fingerprint.tmp ] || [ -L .crabbox/manifest.tmp ] || [ -L .crabbox/fingerprint.tmp ]; then\n")
-	b.WriteString("\trm -f .crabbox/manifest.tmp .crabbox/fingerprint.tmp || exit 1\nfi\n")
+	b.WriteString(`: > "$s/pending" && : > "$s/fingerprint" || crabbox_fail 1
+if [ -e "$s/manifest.tmp" ] || [ -e "$s/fingerprint.tmp" ] || [ -L "$s/manifest.tmp" ] || [ -L "$s/fingerprint.tmp" ]; then
+	rm -f -- "$s/manifest.tmp" "$s/fingerprint.tmp" || exit 1
+fi
+`)
 	if len(del) > 0 {
 		b.WriteString(deleteSection(del))
 	}
-	b.WriteString("if " + remote.Quote(tar) + ` -xf -; then :; else
+	// The archive's paths start at the parent directory (see
+	// archive), so that it reaches the state directory too.
+	b.WriteString("if (cd -- \"$crabbox_parent\" && exec " + remote.Quote(tar) + ` -xf -); then :; else
 	crabbox_st=$?
-	rm -f .crabbox/manifest.tmp .crabbox/fingerprint.tmp
+	rm -f -- "$s/manifest.tmp" "$s/fingerprint.tmp"
 	crabbox_fail "$crabbox_st"
 fi
-read -r crabbox_f <.crabbox/fingerprint.tmp && mv -f .crabbox/manifest.tmp .crabbox/manifest &&
-	echo "$crabbox_f" >.crabbox/fingerprint && rm -f .crabbox/pending .crabbox/synced .crabbox/fingerprint.tmp ||
+read -r crabbox_f <"$s/fingerprint.tmp" && mv -f -- "$s/manifest.tmp" "$s/manifest" &&
+	echo "$crabbox_f" >"$s/fingerprint" && rm -f -- "$s/pending" "$s/fingerprint.tmp" ||
 	crabbox_fail $?
 exit 0
 `)

@@ -9,9 +9,9 @@
 // what changed as one tar archive into `tar -xf -` on the box, so any POSIX
 // box with sh and tar works and nothing but git is needed on the client.
 //
-// The box keeps the manifest of what crabbox synced in
-// RemoteDir/.crabbox/manifest and its fingerprint in
-// RemoteDir/.crabbox/fingerprint. A push whose fingerprint the box already
+// The box keeps the manifest of what crabbox synced and its fingerprint
+// beside RemoteDir, in StateDir(RemoteDir), where commands run in
+// RemoteDir do not see them. A push whose fingerprint the box already
 // has transfers nothing. A later push deletes the paths of the previous
 // manifest that are no longer in the file set, and nothing else: files the
 // command created on the box stay. Pushes into one RemoteDir take a lock on
@@ -164,7 +164,7 @@ type Stats struct {
 // synced and never skips.
 //
 // Pushes to the same RemoteDir hold a lock on the box (a directory in
-// RemoteDir/.crabbox) from reading the box's state to installing the new
+// StateDir(RemoteDir)) from reading the box's state to installing the new
 // one, so concurrent pushes run one after the other.
 //
 // Push is Prepare followed by Prepared.Push.
@@ -243,11 +243,6 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	if err != nil {
 		return fail(fmt.Errorf("list files of %s: %w", opts.Root, err))
 	}
-	for _, f := range files {
-		if reserved(f.Path) {
-			return fail(fmt.Errorf("%q is reserved for crabbox's own state on the box", f.Path))
-		}
-	}
 	if err := checkLimits(opts, files); err != nil {
 		return fail(err)
 	}
@@ -283,6 +278,13 @@ func checkRemoteDir(dir string) error {
 		return errors.New("no remote directory")
 	case strings.IndexByte(dir, 0) >= 0:
 		return errors.New("remote directory contains a NUL byte")
+	}
+	// crabbox's state lives beside the directory (see StateDir).
+	switch _, base := splitRemoteDir(dir); base {
+	case "/", ".", "..":
+		return fmt.Errorf("remote directory %q has no name of its own; name a directory below it", dir)
+	case stateParent:
+		return fmt.Errorf("remote directory %q: %s is the name of crabbox's state directory; choose another name", dir, stateParent)
 	}
 	return nil
 }
@@ -338,9 +340,9 @@ func (p *Prepared) UnchangedCheck() (string, bool) {
 	if p.fp == "" || p.local != nil || p.opts.Checksum || p.opts.FullResync || p.opts.RemoteDir == "" {
 		return "", false
 	}
-	dir := p.opts.RemoteDir
-	return "{ read -r crabbox_have <" + remote.Quote(dir+"/"+fingerprintFile) + "; } 2>/dev/null && " +
-		"[ \"$crabbox_have\" = " + remote.Quote(p.fp) + " ] && [ ! -e " + remote.Quote(dir+"/"+pendingFile) + " ]", true
+	state := StateDir(p.opts.RemoteDir)
+	return "{ read -r crabbox_have <" + remote.Quote(path.Join(state, fingerprintFile)) + "; } 2>/dev/null && " +
+		"[ \"$crabbox_have\" = " + remote.Quote(p.fp) + " ] && [ ! -e " + remote.Quote(path.Join(state, pendingFile)) + " ]", true
 }
 
 // Holds reports whether the file set has a file in dir (relative to the
@@ -648,7 +650,7 @@ func (s *session) readState() (boxFiles, error) {
 			return boxFiles{}, err
 		}
 		f := strings.Fields(wc)
-		if len(f) != 2 || f[1] != stateDir+"/"+name {
+		if len(f) != 2 || f[1] != name {
 			return boxFiles{}, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
 		}
 		n, err := strconv.ParseInt(f[0], 10, 64)
@@ -656,7 +658,7 @@ func (s *session) readState() (boxFiles, error) {
 			return boxFiles{}, fmt.Errorf("%w: %q, want the size of %s", errProtocol, wc, name)
 		}
 		if limit := cmp.Or(s.opts.maxState, maxManifestSize); n > limit {
-			return boxFiles{}, fmt.Errorf("%s/%s on the box is larger than %d bytes; remove it to start over", s.opts.RemoteDir, stateDir+"/"+name, limit)
+			return boxFiles{}, fmt.Errorf("%s on the box is larger than %d bytes; remove it to start over", path.Join(StateDir(s.opts.RemoteDir), name), limit)
 		}
 		sizes[i] = n
 	}
@@ -889,13 +891,14 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	defer root.close()
 	buf := make([]byte, copyBuffer)
 	bw := bufio.NewWriterSize(w, 256<<10)
-	tw := tar.NewWriter(bw)
+	_, base := splitRemoteDir(s.opts.RemoteDir)
+	tw := &archive{tw: tar.NewWriter(bw), base: base}
 	now := time.Now()
 	changes := make([]string, 0, len(send)+len(del))
 	for _, i := range send {
 		changes = append(changes, local[i].Path)
 	}
-	if err := addState(tw, pendingFile, encodeChanges(append(changes, del...)), now); err != nil {
+	if err := tw.addState(pendingFile, encodeChanges(append(changes, del...)), now); err != nil {
 		return err
 	}
 	final := make([]Entry, len(local))
@@ -1000,10 +1003,10 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 			}
 		}()
 	}
-	if err := addState(tw, manifestTmp, manifest, now); err != nil {
+	if err := tw.addState(manifestTmp, manifest, now); err != nil {
 		return err
 	}
-	if err := addState(tw, fingerprintTmp, []byte(fp+"\n"), now); err != nil {
+	if err := tw.addState(fingerprintTmp, []byte(fp+"\n"), now); err != nil {
 		return err
 	}
 	if err := tw.Close(); err != nil {
@@ -1016,13 +1019,32 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 // known: it matches no file.
 var unhashed = strings.Repeat("0", 64)
 
-// addState adds one of crabbox's state files to the archive.
-func addState(tw *tar.Writer, name string, data []byte, now time.Time) error {
-	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: now}
-	if err := tw.WriteHeader(hdr); err != nil {
+// archive writes the archive of a push, which the box extracts in the
+// remote directory's parent: a file's entry is named BASE/PATH, a state
+// file's .crabbox/BASE/NAME (see StateDir).
+type archive struct {
+	tw   *tar.Writer
+	base string
+}
+
+// WriteHeader writes the header of the file at hdr.Name in the remote
+// directory.
+func (a *archive) WriteHeader(hdr *tar.Header) error {
+	hdr.Name = a.base + "/" + hdr.Name
+	return a.tw.WriteHeader(hdr)
+}
+
+func (a *archive) Write(p []byte) (int, error) { return a.tw.Write(p) }
+
+func (a *archive) Close() error { return a.tw.Close() }
+
+// addState adds the state file name with data.
+func (a *archive) addState(name string, data []byte, now time.Time) error {
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(stateParent, a.base, name), Mode: 0o644, Size: int64(len(data)), ModTime: now}
+	if err := a.tw.WriteHeader(hdr); err != nil {
 		return err
 	}
-	_, err := tw.Write(data)
+	_, err := a.tw.Write(data)
 	return err
 }
 
@@ -1038,7 +1060,7 @@ var errShrank = errors.New("shrank while it was sent")
 // read has its entry padded with zeros, to keep the archive whole, and
 // fails with errShrank: it must be sent again. buf is scratch space;
 // opened, if set, is called once the file is open (tests).
-func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte, opened func(string)) (int64, string, fileStamp, bool, error) {
+func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(string)) (int64, string, fileStamp, bool, error) {
 	if e.Link != "" {
 		fi, err := os.Lstat(filepath.Join(root.path, filepath.FromSlash(e.Path)))
 		if errors.Is(err, fs.ErrNotExist) {

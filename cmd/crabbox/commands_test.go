@@ -39,8 +39,11 @@ func TestWarmLeaseCommands(t *testing.T) {
 	t.Cleanup(func() { crabboxCmd(t, env, dir, "stop", warm.ID) })
 
 	r = crabboxCmd(t, env, dir, "ssh", "--print", warm.Slug)
-	words := strings.Fields(strings.ReplaceAll(r.stdout, "'", "")) // no quotes inside the test's paths
-	if r.code != 0 || len(words) != 14 || words[0] != "ssh" || !strings.HasPrefix(words[6], "UserKnownHostsFile=") {
+	// Outside a checkout the shell opens in the work root: the line ends
+	// with -t, the destination and the command that changes there.
+	opts, command, _ := strings.Cut(strings.TrimSpace(r.stdout), " -t ")
+	words := strings.Fields(strings.ReplaceAll(opts, "'", "")) // no quotes inside the test's paths
+	if r.code != 0 || len(words) != 13 || words[0] != "ssh" || !strings.HasPrefix(words[6], "UserKnownHostsFile=") {
 		t.Fatalf("ssh --print: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	store, err := lease.OpenStore(stateDir(env))
@@ -54,10 +57,14 @@ func TestWarmLeaseCommands(t *testing.T) {
 	wantWords := []string{
 		"ssh", "-i", store.KeyPath(warm.ID), "-p", words[4],
 		"-o", "UserKnownHostsFile=" + store.KnownHostsPath(warm.ID), "-o", "StrictHostKeyChecking=yes",
-		"-o", "IdentitiesOnly=yes", "-o", "ForwardAgent=no", claim.Target.User + "@" + warm.Host,
+		"-o", "IdentitiesOnly=yes", "-o", "ForwardAgent=no",
 	}
 	if diff := cmp.Diff(wantWords, words); diff != "" {
 		t.Errorf("ssh --print (-want +got):\n%s", diff)
+	}
+	dest, shell, _ := strings.Cut(command, " ")
+	if dest != claim.Target.User+"@"+warm.Host || !strings.HasPrefix(shell, "'cd -- "+claim.Target.WorkRoot) {
+		t.Errorf("ssh --print ends with %q, want the destination and a cd into the work root %s", command, claim.Target.WorkRoot)
 	}
 	knownHosts, err := os.ReadFile(store.KnownHostsPath(warm.ID))
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(knownHosts)), claim.PinnedHostKey) || claim.PinnedHostKey == "" {
@@ -235,6 +242,15 @@ func TestSSHOpensInTheSyncedCheckout(t *testing.T) {
 	r = runCLI(t, env, pkg, "pwd; cat a.txt\n", "ssh", warm.Slug)
 	if diff := cmp.Diff(runDir+"\na\n", r.stdout); r.code != 0 || diff != "" {
 		t.Errorf("ssh from pkg: exit %d, stderr %q, stdout (-want +got):\n%s", r.code, r.stderr, diff)
+	}
+	r = crabboxCmd(t, env, pkg, "ssh", "--print", warm.ID)
+	if want := "'cd -- " + runDir + " "; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("ssh --print from pkg: exit %d, stdout %q, stderr %q; want it to contain %q", r.code, r.stdout, r.stderr, want)
+	}
+	// crabbox's own state is not in the workdir.
+	r = crabboxCmd(t, env, repo, "run", "--quiet", "--id", warm.ID, "--", "ls", "-A")
+	if r.code != 0 || strings.Contains(r.stdout, ".crabbox") {
+		t.Errorf("ls -A in the workdir: exit %d, stdout %q, stderr %q; want no .crabbox", r.code, r.stdout, r.stderr)
 	}
 	workRoot := filepath.Dir(filepath.Dir(filepath.Dir(runDir)))
 	r = runCLI(t, env, t.TempDir(), "pwd\n", "ssh", warm.ID)

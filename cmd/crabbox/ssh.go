@@ -24,7 +24,8 @@ func (a *app) sshCmd() *ffcli.Command {
 when stdin is one; the exit status is the shell's. Run from a git checkout,
 the shell starts in its synced copy, where a run from here would run;
 elsewhere in the box's work root. --print prints an OpenSSH
-command line with the lease key and the pinned host key instead.
+command line with the lease key and the pinned host key instead, which
+opens the shell in the same directory.
 
   crabbox ssh tidal-lobster`,
 		FlagSet: fs,
@@ -39,8 +40,14 @@ command line with the lease key and the pinned host key instead.
 					return err
 				}
 				defer l.Close()
+				// In a git checkout the shell starts where a run from here
+				// runs; elsewhere in the box's work root.
+				dir, ok, err := l.CheckoutDir(ctx, "")
+				if err != nil || !ok {
+					dir = l.Target().WorkRoot
+				}
 				if *printCmd {
-					words, err := l.OpenSSHCommand(ctx)
+					words, err := l.OpenSSHCommandIn(ctx, dir)
 					if err != nil {
 						return err
 					}
@@ -49,12 +56,6 @@ command line with the lease key and the pinned host key instead.
 					}
 					fmt.Fprintln(a.stdout, strings.Join(words, " "))
 					return nil
-				}
-				// In a git checkout the shell starts where a run from here
-				// runs; elsewhere in the box's work root.
-				dir, ok, err := l.CheckoutDir(ctx, "")
-				if err != nil || !ok {
-					dir = l.Target().WorkRoot
 				}
 				code, err := a.shell(ctx, l, dir)
 				if err != nil {
