@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
@@ -192,6 +193,21 @@ func newFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
 	var specs []provider.Spec
 	for _, p := range provider.Default().All() {
 		specs = append(specs, p.Spec())
+	}
+	return newFlagSetFor(name, specs...)
+}
+
+// newLeaseFlagSet returns the flag set of a command that addresses leases
+// that exist (stop, status, ssh, list, cleanup): the common flags and the
+// provider options that locate boxes (provider.Option.Locates), which a
+// lease's claim records and a damaged claim or a search across regions
+// needs; options that only shape new boxes do not apply.
+func newLeaseFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
+	var specs []provider.Spec
+	for _, p := range provider.Default().All() {
+		spec := p.Spec()
+		spec.Options = slices.DeleteFunc(slices.Clone(spec.Options), func(o provider.Option) bool { return !o.Locates })
+		specs = append(specs, spec)
 	}
 	return newFlagSetFor(name, specs...)
 }

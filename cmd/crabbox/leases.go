@@ -15,7 +15,7 @@ import (
 )
 
 func (a *app) stopCmd() *ffcli.Command {
-	fs, lf := newFlagSet("stop")
+	fs, lf := newLeaseFlagSet("stop")
 	return &ffcli.Command{
 		Name:       "stop",
 		ShortUsage: "crabbox stop ID|slug",
@@ -40,7 +40,7 @@ lease's claim is damaged (see crabbox doctor), its box is looked up by ID at
 }
 
 func (a *app) listCmd() *ffcli.Command {
-	fs, lf := newFlagSet("list")
+	fs, lf := newLeaseFlagSet("list")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	return &ffcli.Command{
 		Name:       "list",
@@ -78,7 +78,7 @@ more); they are not in the list.
 }
 
 func (a *app) statusCmd() *ffcli.Command {
-	fs, lf := newFlagSet("status")
+	fs, lf := newLeaseFlagSet("status")
 	asJSON := fs.Bool("json", false, "print a JSON object")
 	return &ffcli.Command{
 		Name:       "status",
