@@ -24,6 +24,9 @@
 // CRABBOX_COORDINATOR_MODE) and the state directory (CRABBOX_STATE_DIR) come
 // from the environment only, never from a config file: a repository's config
 // could otherwise send the coordinator token to a server of its choosing.
+// Without CRABBOX_COORDINATOR and CRABBOX_COORDINATOR_TOKEN, the URL and
+// token crabbox login saved in the user's config directory (LoginFile) are
+// used.
 //
 // An embedding program writes
 //
@@ -68,6 +71,7 @@ const (
 	SourceFlag    Source = "flag"    // Options.Flags
 	SourceEnv     Source = "env"     // a CRABBOX_* environment variable
 	SourceFile    Source = "file"    // the config file
+	SourceLogin   Source = "login"   // the login file (coordinator only; see LoginFile)
 	SourceDefault Source = "default" // nothing set it
 )
 
@@ -90,6 +94,10 @@ type Coordinator struct {
 	URL   string
 	Token string
 	Mode  crabbox.BrokerMode
+	// Origin is where URL and Token came from: "env" for
+	// CRABBOX_COORDINATOR and CRABBOX_COORDINATOR_TOKEN, else the path of
+	// the login file (see LoginFile); empty when neither set them.
+	Origin string
 }
 
 // IsZero reports whether no coordinator setting is set.
@@ -100,7 +108,7 @@ func (c Coordinator) String() string {
 	if c.Token != "" {
 		tok = "<redacted>"
 	}
-	return fmt.Sprintf("{URL:%s Token:%s Mode:%s}", c.URL, tok, c.Mode)
+	return fmt.Sprintf("{URL:%s Token:%s Mode:%s Origin:%s}", c.URL, tok, c.Mode, c.Origin)
 }
 
 // LogValue logs c without its token.
@@ -142,7 +150,8 @@ type Settings struct {
 	// options that were set, by option name, as crabbox.WithProviderConfig
 	// takes them. A provider with none set has no entry.
 	Providers map[string]provider.Config
-	// Coordinator is set only from the environment.
+	// Coordinator is set only from the environment, else (URL and token)
+	// from the login file crabbox login saved.
 	Coordinator Coordinator
 	// StateDir is $CRABBOX_STATE_DIR, or empty for the client's default.
 	StateDir string
@@ -285,6 +294,17 @@ func Load(opts Options) (Settings, error) {
 		}
 	}
 	s.Coordinator = Coordinator{URL: env[EnvCoordinator], Token: env[EnvCoordinatorToken], Mode: crabbox.BrokerMode(env[EnvCoordinatorMode])}
+	if s.Coordinator.URL != "" || s.Coordinator.Token != "" {
+		s.Coordinator.Origin = "env"
+	} else if f := LoginFile(opts.Env); f != "" {
+		l, ok, err := ReadLogin(f)
+		if err != nil {
+			return Settings{}, err
+		}
+		if ok {
+			s.Coordinator.URL, s.Coordinator.Token, s.Coordinator.Origin = l.URL, l.Token, f
+		}
+	}
 	s.StateDir = env[EnvStateDir]
 	return s, nil
 }

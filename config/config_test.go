@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,7 +164,7 @@ func TestCoordinatorFromEnvOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Coordinator{URL: "http://127.0.0.1:1", Token: "tok-env", Mode: crabbox.BrokerAll}
+	want := config.Coordinator{URL: "http://127.0.0.1:1", Token: "tok-env", Mode: crabbox.BrokerAll, Origin: "env"}
 	if diff := cmp.Diff(want, s.Coordinator); diff != "" || s.StateDir != "/state" {
 		t.Errorf("Coordinator (-want +got):\n%s\nStateDir %q, want /state", diff, s.StateDir)
 	}
@@ -377,4 +379,60 @@ func FuzzFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// crabbox login's file supplies the coordinator when the environment names
+// none; a URL or token in the environment wins whole, so a saved token never
+// goes to a URL it was not saved for.
+func TestCoordinatorFromLoginFile(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	env := []string{"XDG_CONFIG_HOME=" + home, "HOME=" + home, "CRABBOX_COORDINATOR_MODE=all"}
+	file := config.LoginFile(env)
+	if file == "" || !strings.HasPrefix(file, home) {
+		t.Fatalf("LoginFile = %q, want a file under %s", file, home)
+	}
+	if _, ok, err := config.ReadLogin(file); ok || err != nil {
+		t.Fatalf("ReadLogin before a login = %v, %v; want none", ok, err)
+	}
+	if err := config.SaveLogin(file, config.Login{URL: "https://crabbox.example.com", Token: "cbxu_saved"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(file); err != nil || (runtime.GOOS != "windows" && fi.Mode().Perm() != 0o600) {
+		t.Errorf("login file: %v, mode %v; want 0600", err, fi.Mode())
+	}
+
+	s, err := config.Load(config.Options{Registry: registry(), Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Coordinator{URL: "https://crabbox.example.com", Token: "cbxu_saved", Mode: crabbox.BrokerAll, Origin: file}
+	if diff := cmp.Diff(want, s.Coordinator); diff != "" {
+		t.Errorf("Coordinator from the login file (-want +got):\n%s", diff)
+	}
+
+	for _, extra := range []string{"CRABBOX_COORDINATOR=http://127.0.0.1:9", "CRABBOX_COORDINATOR_TOKEN=tok-env"} {
+		s, err := config.Load(config.Options{Registry: registry(), Env: append(slices.Clone(env), extra)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Coordinator.Token == "cbxu_saved" || s.Coordinator.Origin != "env" {
+			t.Errorf("with %s: Coordinator = %v, want the environment's alone", extra, s.Coordinator)
+		}
+	}
+
+	if removed, err := config.RemoveLogin(file); !removed || err != nil {
+		t.Errorf("RemoveLogin = %v, %v; want removed", removed, err)
+	}
+	if removed, err := config.RemoveLogin(file); removed || err != nil {
+		t.Errorf("second RemoveLogin = %v, %v; want nothing to remove", removed, err)
+	}
+
+	// A damaged login file is an error naming it, not a silent fallback.
+	if err := os.WriteFile(file, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(config.Options{Registry: registry(), Env: env}); err == nil || !strings.Contains(err.Error(), file) {
+		t.Errorf("Load with a damaged login file = %v, want an error naming %s", err, file)
+	}
 }

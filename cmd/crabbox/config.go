@@ -54,7 +54,7 @@ type setting struct {
 	Key      string `json:"key"`
 	Flag     string `json:"flag,omitempty"` // empty for settings only the environment sets
 	Value    string `json:"value"`
-	// Source is flag, env, file or default; Origin names the flag, the
+	// Source is flag, env, file, login or default; Origin names the flag, the
 	// variable or the file and line.
 	Source config.Source `json:"source"`
 	Origin string        `json:"origin,omitempty"`
@@ -119,13 +119,24 @@ func effectiveSettings(s config.Settings, reg *provider.Registry) []setting {
 	if s.Coordinator.Token != "" {
 		token = "<redacted>"
 	}
-	for _, e := range []struct{ key, value, env string }{
-		{"coordinator", s.Coordinator.URL, config.EnvCoordinator},
-		{"coordinator-token", token, config.EnvCoordinatorToken},
-		{"coordinator-mode", string(s.Coordinator.Mode), config.EnvCoordinatorMode},
-		{"state-dir", s.StateDir, config.EnvStateDir},
+	coordSource, coordOrigin := config.SourceEnv, ""
+	if s.Coordinator.Origin != "env" {
+		coordSource, coordOrigin = config.SourceLogin, s.Coordinator.Origin
+	}
+	for _, e := range []struct {
+		key, value, env string
+		fromLogin       bool
+	}{
+		{"coordinator", s.Coordinator.URL, config.EnvCoordinator, true},
+		{"coordinator-token", token, config.EnvCoordinatorToken, true},
+		{"coordinator-mode", string(s.Coordinator.Mode), config.EnvCoordinatorMode, false},
+		{"state-dir", s.StateDir, config.EnvStateDir, false},
 	} {
-		if e.value != "" {
+		switch {
+		case e.value == "":
+		case e.fromLogin && coordSource == config.SourceLogin:
+			out = append(out, setting{Key: e.key, Value: e.value, Source: coordSource, Origin: coordOrigin})
+		default:
 			out = append(out, setting{Key: e.key, Value: e.value, Source: config.SourceEnv, Origin: e.env})
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -105,7 +106,8 @@ func TestCoordinatorServeRejectsBadSetup(t *testing.T) {
 // SIGTERM.
 func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 	t.Parallel()
-	serverEnv := append(stateEnv(t), "CRABBOX_SESSION_SECRET="+testSecret, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	const adminToken = "admin-token-for-the-test-0123456789"
+	serverEnv := append(stateEnv(t), "CRABBOX_SESSION_SECRET="+testSecret, "CRABBOX_ADMIN_TOKEN="+adminToken, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0")
 	db := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "coordinator.db"))
 	cmd := exec.Command(os.Args[0], "coordinator", "serve", "--listen", "127.0.0.1:0", "--db", db)
 	cmd.Env = append(os.Environ(), serverEnv...)
@@ -230,6 +232,18 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 	if diff := cmp.Diff(want, states(directEnv)); diff != "" {
 		t.Errorf("list without the coordinator (-want +got):\n%s", diff)
 	}
+	// An admin sees every owner's leases.
+	adminEnv := append(stateEnv(t), "CRABBOX_COORDINATOR="+url, "CRABBOX_COORDINATOR_TOKEN="+adminToken)
+	r = crabboxCmd(t, adminEnv, "", "admin", "leases", "--state", "active", "--json")
+	var adminList struct{ Leases []api.Lease }
+	if err := json.Unmarshal([]byte(r.stdout), &adminList); r.code != 0 || err != nil || len(adminList.Leases) != 1 ||
+		adminList.Leases[0].ID != brokeredInfo.ID || adminList.Leases[0].Owner != "alice" {
+		t.Errorf("admin leases: exit %d, stdout %q, stderr %q; want alice's active lease %s", r.code, r.stdout, r.stderr, brokeredInfo.ID)
+	}
+	if r := crabboxCmd(t, clientEnv, "", "admin", "leases"); r.code == 0 || !strings.Contains(r.stderr, "403") {
+		t.Errorf("admin leases with a user token: exit %d, stderr %q; want 403", r.code, r.stderr)
+	}
+
 	for _, id := range []string{direct.ID, brokeredInfo.ID} {
 		if r := crabboxCmd(t, clientEnv, repo, "stop", id); r.code != 0 {
 			t.Errorf("stop %s: exit %d, stderr %q", id, r.code, r.stderr)
@@ -237,6 +251,44 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]string{}, states(clientEnv)); diff != "" {
 		t.Errorf("list after stop (-want +got):\n%s", diff)
+	}
+
+	// crabbox login saves the coordinator and token: later commands use
+	// them without environment variables, until crabbox logout.
+	loginEnv := append(stateEnv(t), "CRABBOX_COORDINATOR_MODE=all")
+	r = runCLI(t, loginEnv, "", "wrong-token\n", "login", "--token", url)
+	if r.code != 125 || !strings.Contains(r.stderr, "refused the token") {
+		t.Errorf("login with a bad token: exit %d, stderr %q; want 125 and a refusal", r.code, r.stderr)
+	}
+	r = runCLI(t, loginEnv, "", token+"\n", "login", "--token", url)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "Logged in to "+url+" as alice (org team") || strings.Contains(r.stdout+r.stderr, token) {
+		t.Fatalf("login: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = crabboxCmd(t, loginEnv, "", "whoami", "--json")
+	var who struct{ Coordinator, Owner, Org string }
+	if err := json.Unmarshal([]byte(r.stdout), &who); r.code != 0 || err != nil || who.Owner != "alice" || who.Coordinator != url {
+		t.Errorf("whoami after login: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	before, err := cc.ListRuns(t.Context(), coordclient.ListRunsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := crabboxCmd(t, loginEnv, repo, "run", "--", "true"); r.code != 0 {
+		t.Errorf("brokered run after login: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if runs, err := cc.ListRuns(t.Context(), coordclient.ListRunsOptions{}); err != nil || len(runs) != len(before)+1 {
+		t.Errorf("runs after a run with the saved login = %d, %v; want %d", len(runs), err, len(before)+1)
+	}
+	cc.CloseIdleConnections()
+	r = crabboxCmd(t, loginEnv, "", "config", "show")
+	if r.code != 0 || !regexp.MustCompile(`(?m)^coordinator-token\s+<redacted>\s+login \S+login\.json$`).MatchString(r.stdout) {
+		t.Errorf("config show after login: exit %d, stdout %q; want the token from the login file, redacted", r.code, r.stdout)
+	}
+	if r := crabboxCmd(t, loginEnv, "", "logout"); r.code != 0 || !strings.HasPrefix(r.stdout, "Logged out of "+url) {
+		t.Errorf("logout: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := crabboxCmd(t, loginEnv, "", "whoami"); r.code != 125 || !strings.Contains(r.stderr, "crabbox login") {
+		t.Errorf("whoami after logout: exit %d, stderr %q; want a hint to log in", r.code, r.stderr)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -64,10 +64,11 @@ func runCLI(t *testing.T, env []string, dir, stdin string, args ...string) resul
 	return result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}
 }
 
-// stateEnv gives a test its own state and an empty config.
+// stateEnv gives a test its own state, an empty config and no saved
+// coordinator sign-in (an empty user config directory).
 func stateEnv(t *testing.T) []string {
 	t.Helper()
-	return []string{"CRABBOX_STATE_DIR=" + t.TempDir(), "CRABBOX_CONFIG=" + filepath.Join(t.TempDir(), "none")}
+	return []string{"CRABBOX_STATE_DIR=" + t.TempDir(), "CRABBOX_CONFIG=" + filepath.Join(t.TempDir(), "none"), "XDG_CONFIG_HOME=" + t.TempDir()}
 }
 
 func gitRepo(t *testing.T) string {

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+	"golang.org/x/term"
+
+	"github.com/crabbox-dev/crabbox/config"
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+)
+
+func (a *app) loginCmd() *ffcli.Command {
+	fs, lf := newLocalFlagSet("login")
+	withToken := fs.Bool("token", false, "read a crabbox user token from stdin (a prompt without echo on a terminal) instead of signing in with GitHub")
+	return &ffcli.Command{
+		Name:       "login",
+		ShortUsage: "crabbox login --token [URL]",
+		ShortHelp:  "sign in to a coordinator and save the sign-in for later commands",
+		LongHelp: `Sign in to the coordinator at URL (default $CRABBOX_COORDINATOR) and save its
+URL and your token in your config directory (crabbox/login.json, mode 0600),
+so that later commands broker leases through it without environment
+variables. CRABBOX_COORDINATOR and CRABBOX_COORDINATOR_TOKEN, when set, still
+win. The token is checked with the coordinator before it is saved, and is
+never taken from the command line: --token reads it from stdin.
+
+GitHub sign-in (the device flow) is not built yet: ask your admin for a token
+(crabbox coordinator token issue) and pass --token.
+
+  crabbox login --token https://crabbox.example.com < token.txt`,
+		FlagSet: fs,
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+			if len(args) > 1 {
+				return usagef("login: want at most one coordinator URL, got %d arguments", len(args))
+			}
+			url := os.Getenv(config.EnvCoordinator)
+			if len(args) == 1 {
+				url = args[0]
+			}
+			if url == "" {
+				return usagef("login: no coordinator URL: pass one (crabbox login --token https://crabbox.example.com) or set %s", config.EnvCoordinator)
+			}
+			if !*withToken {
+				return usagef("login: GitHub sign-in is not built yet; pass --token and paste a token your admin issued (crabbox coordinator token issue)")
+			}
+			token, err := a.readToken()
+			if err != nil {
+				return err
+			}
+			cl, err := coordclient.New(url, token)
+			if err != nil {
+				return fmt.Errorf("login: %w", err)
+			}
+			defer cl.CloseIdleConnections()
+			who, err := cl.Whoami(ctx)
+			var apiErr *coordclient.Error
+			if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized {
+				return fmt.Errorf("login: %s refused the token (%s); nothing was saved", cl.URL(), apiErr.Message)
+			}
+			if err != nil {
+				return fmt.Errorf("login: %w; nothing was saved", err)
+			}
+			file := config.LoginFile(os.Environ())
+			if file == "" {
+				return errors.New("login: no user config directory to save the sign-in in (set HOME or XDG_CONFIG_HOME)")
+			}
+			if err := config.SaveLogin(file, config.Login{URL: cl.URL(), Token: token}); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "Logged in to %s as %s.\nSaved in %s.\n", cl.URL(), describeWho(who), file)
+			if os.Getenv(config.EnvCoordinator) != "" || os.Getenv(config.EnvCoordinatorToken) != "" {
+				fmt.Fprintf(a.stderr, "crabbox: note: %s and %s in your environment win over this sign-in; unset them to use it\n", config.EnvCoordinator, config.EnvCoordinatorToken)
+			}
+			return nil
+		}),
+	}
+}
+
+// readToken reads a token from stdin: with a prompt and no echo on a
+// terminal, else the first line.
+func (a *app) readToken() (string, error) {
+	var token string
+	if f, ok := a.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(a.stderr, "Paste your crabbox token: ")
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(a.stderr)
+		if err != nil {
+			return "", fmt.Errorf("login: read the token: %w", err)
+		}
+		token = string(b)
+	} else {
+		line, err := bufio.NewReader(io.LimitReader(a.stdin, 64<<10)).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("login: read the token from stdin: %w", err)
+		}
+		token = line
+	}
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return "", usagef("login: no token on stdin (crabbox login --token URL < token-file)")
+	}
+	return token, nil
+}
+
+// describeWho says who a token is: "owner (org org, admin)".
+func describeWho(w api.Whoami) string {
+	s := w.Owner + " (org " + w.Org
+	if w.Admin {
+		s += ", admin"
+	}
+	if !w.TokenExpiresAt.IsZero() {
+		s += ", token expires " + w.TokenExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return s + ")"
+}
+
+func (a *app) logoutCmd() *ffcli.Command {
+	fs, lf := newLocalFlagSet("logout")
+	return &ffcli.Command{
+		Name:       "logout",
+		ShortUsage: "crabbox logout",
+		ShortHelp:  "forget the coordinator sign-in crabbox login saved",
+		LongHelp: `Remove the coordinator URL and token that crabbox login saved. The token
+itself stays valid until it expires or an admin revokes it.
+
+  crabbox logout`,
+		FlagSet: fs,
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usagef("logout: takes no arguments, got %d", len(args))
+			}
+			file := config.LoginFile(os.Environ())
+			if file == "" {
+				fmt.Fprintln(a.stdout, "Not logged in (no user config directory).")
+				return nil
+			}
+			saved, ok, _ := config.ReadLogin(file)
+			removed, err := config.RemoveLogin(file)
+			switch {
+			case err != nil:
+				return err
+			case !removed:
+				fmt.Fprintln(a.stdout, "Not logged in.")
+			case ok:
+				fmt.Fprintf(a.stdout, "Logged out of %s (removed %s).\n", saved.URL, file)
+			default:
+				fmt.Fprintf(a.stdout, "Removed %s.\n", file)
+			}
+			return nil
+		}),
+	}
+}
+
+// coordinator returns a client of the coordinator the settings name, or
+// an error saying how to name one.
+func coordinatorOf(s config.Settings) (*coordclient.Client, error) {
+	c := s.Coordinator
+	if c.URL == "" || c.Token == "" {
+		return nil, fmt.Errorf("no coordinator: run crabbox login --token URL, or set %s and %s", config.EnvCoordinator, config.EnvCoordinatorToken)
+	}
+	return coordclient.New(c.URL, c.Token)
+}
+
+func (a *app) whoamiCmd() *ffcli.Command {
+	fs, lf := newLocalFlagSet("whoami")
+	asJSON := fs.Bool("json", false, "print JSON")
+	return &ffcli.Command{
+		Name:       "whoami",
+		ShortUsage: "crabbox whoami [--json]",
+		ShortHelp:  "show who the coordinator takes you for",
+		LongHelp: `Ask the coordinator (from crabbox login, or CRABBOX_COORDINATOR and
+CRABBOX_COORDINATOR_TOKEN) who its token belongs to: owner, org, whether it
+is an admin, and when the token expires.
+
+  crabbox whoami --json`,
+		FlagSet: fs,
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usagef("whoami: takes no arguments, got %d", len(args))
+			}
+			cl, err := coordinatorOf(lf.settings)
+			if err != nil {
+				return err
+			}
+			defer cl.CloseIdleConnections()
+			who, err := cl.Whoami(ctx)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(a.stdout, struct {
+					Coordinator string `json:"coordinator"`
+					api.Whoami
+				}{cl.URL(), who})
+			}
+			fmt.Fprintf(a.stdout, "%s at %s\n", describeWho(who), cl.URL())
+			return nil
+		}),
+	}
+}
+
+func (a *app) adminCmd() *ffcli.Command {
+	fs, _ := newLocalFlagSet("admin")
+	return &ffcli.Command{
+		Name:       "admin",
+		ShortUsage: "crabbox admin <leases|release> ...",
+		ShortHelp:  "see and release every owner's coordinator leases (admin token)",
+		LongHelp: `Commands for coordinator admins: they need an admin token (crabbox login,
+or CRABBOX_COORDINATOR and CRABBOX_COORDINATOR_TOKEN).
+
+  crabbox admin leases --state active`,
+		FlagSet:     fs,
+		Subcommands: []*ffcli.Command{a.adminLeasesCmd(), a.adminReleaseCmd()},
+		Exec: func(context.Context, []string) error {
+			return usagef("admin: want a subcommand: leases or release")
+		},
+	}
+}
+
+func (a *app) adminLeasesCmd() *ffcli.Command {
+	fs, lf := newLocalFlagSet("admin leases")
+	asJSON := fs.Bool("json", false, "print JSON")
+	state := fs.String("state", "", "only leases in this state (provisioning, active, released, expired, failed)")
+	return &ffcli.Command{
+		Name:       "leases",
+		ShortUsage: "crabbox admin leases [--state STATE] [--json]",
+		ShortHelp:  "list every owner's leases, newest first",
+		LongHelp: `List the coordinator's leases of every owner and org, newest first.
+
+  crabbox admin leases --state active`,
+		FlagSet: fs,
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usagef("admin leases: takes no arguments, got %d", len(args))
+			}
+			cl, err := coordinatorOf(lf.settings)
+			if err != nil {
+				return err
+			}
+			defer cl.CloseIdleConnections()
+			leases, err := cl.AdminListLeases(ctx)
+			if err != nil {
+				return err
+			}
+			shown := leases[:0]
+			for _, l := range leases {
+				if *state == "" || string(l.State) == *state {
+					shown = append(shown, l)
+				}
+			}
+			if *asJSON {
+				return writeJSON(a.stdout, map[string]any{"leases": shown})
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSLUG\tOWNER\tORG\tPROVIDER\tSTATE\tEXPIRES")
+			for _, l := range shown {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, l.Slug, l.Owner, l.Org, l.Provider, l.State, l.ExpiresAt.UTC().Format(time.RFC3339))
+			}
+			return tw.Flush()
+		}),
+	}
+}
+
+func (a *app) adminReleaseCmd() *ffcli.Command {
+	fs, lf := newLocalFlagSet("admin release")
+	return &ffcli.Command{
+		Name:       "release",
+		ShortUsage: "crabbox admin release ID|slug",
+		ShortHelp:  "release any owner's lease; the coordinator deletes its box",
+		LongHelp: `Release a coordinator lease of any owner by ID or slug; the coordinator
+deletes its box unless the lease is kept or registered.
+
+  crabbox admin release cbx_0123456789ab`,
+		FlagSet: fs,
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+			ref, err := oneArg(args, "lease ID or slug")
+			if err != nil {
+				return err
+			}
+			cl, err := coordinatorOf(lf.settings)
+			if err != nil {
+				return err
+			}
+			defer cl.CloseIdleConnections()
+			l, err := cl.AdminRelease(ctx, ref)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "released %s (%s, owner %s): %s\n", l.ID, l.Slug, l.Owner, l.State)
+			return nil
+		}),
+	}
+}
