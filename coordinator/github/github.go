@@ -1,0 +1,401 @@
+// Package github signs coordinator users in with GitHub: the OAuth web flow
+// (for the portal), the device flow (for crabbox login), and the org and
+// team membership checks that decide who may use the coordinator, at sign-in
+// and again later (Check) so that a user removed from the org loses access.
+//
+// The GitHub web and API base URLs are configurable, for GitHub Enterprise
+// Server and for tests against a fake. The client secret is a value the
+// caller reads from the environment or a file; it never appears in errors.
+package github
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/oauth2"
+)
+
+// Defaults for github.com.
+const (
+	DefaultWebURL = "https://github.com"
+	DefaultAPIURL = "https://api.github.com"
+)
+
+// Scopes are the OAuth scopes a sign-in asks for: read:org lets the
+// coordinator read the user's org and team memberships (GET /user needs
+// none).
+var Scopes = []string{"read:org"}
+
+// Config says which GitHub OAuth app signs users in and who may.
+type Config struct {
+	// ClientID is the OAuth app's client ID.
+	ClientID string
+	// ClientSecret is the OAuth app's secret, needed by the web flow only
+	// (the device flow works without it).
+	ClientSecret string
+	// WebURL is GitHub's web address (default DefaultWebURL; for GitHub
+	// Enterprise Server, https://HOST).
+	WebURL string
+	// APIURL is GitHub's REST API address (default DefaultAPIURL; for
+	// GitHub Enterprise Server, https://HOST/api/v3).
+	APIURL string
+	// Orgs are the organizations whose active members may sign in; a user
+	// is placed in the first of them they belong to. At least one is
+	// required: a coordinator never lets every GitHub user in.
+	Orgs []string
+	// Teams, when set, narrow that down to active members of one of these
+	// teams, each "org/team-slug" (the org must be one of Orgs).
+	Teams []string
+	// HTTPClient makes the requests (default: a client with a 30 s
+	// timeout).
+	HTTPClient *http.Client
+}
+
+// Client talks to GitHub for one OAuth app. It keeps no per-user state.
+type Client struct {
+	cfg   Config
+	oauth *oauth2.Config
+	api   *url.URL
+	hc    *http.Client
+}
+
+// New checks cfg and returns a client.
+func New(cfg Config) (*Client, error) {
+	if cfg.ClientID == "" {
+		return nil, errors.New("github: no OAuth client ID")
+	}
+	if len(cfg.Orgs) == 0 {
+		return nil, errors.New("github: no allowed orgs: name at least one org whose members may sign in")
+	}
+	for _, o := range cfg.Orgs {
+		if !validName(o) {
+			return nil, fmt.Errorf("github: allowed org %q is not a GitHub org name", o)
+		}
+	}
+	for _, t := range cfg.Teams {
+		org, team, ok := strings.Cut(t, "/")
+		if !ok || !validName(org) || !validName(team) {
+			return nil, fmt.Errorf("github: allowed team %q: want org/team-slug", t)
+		}
+		if !slices.Contains(cfg.Orgs, org) {
+			return nil, fmt.Errorf("github: allowed team %q: its org %s is not among the allowed orgs %v", t, org, cfg.Orgs)
+		}
+	}
+	web, err := baseURL("web", cfg.WebURL, DefaultWebURL)
+	if err != nil {
+		return nil, err
+	}
+	api, err := baseURL("API", cfg.APIURL, DefaultAPIURL)
+	if err != nil {
+		return nil, err
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	w := web.String()
+	return &Client{
+		cfg: cfg,
+		oauth: &oauth2.Config{
+			ClientID:     cfg.ClientID,
+			ClientSecret: cfg.ClientSecret,
+			Scopes:       Scopes,
+			Endpoint: oauth2.Endpoint{
+				AuthURL:       w + "/login/oauth/authorize",
+				TokenURL:      w + "/login/oauth/access_token",
+				DeviceAuthURL: w + "/login/device/code",
+				AuthStyle:     oauth2.AuthStyleInParams,
+			},
+		},
+		api: api,
+		hc:  hc,
+	}, nil
+}
+
+// validName reports whether s can be a GitHub org, team slug or login.
+func validName(s string) bool {
+	if s == "" || len(s) > 100 || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func baseURL(what, s, def string) (*url.URL, error) {
+	if s == "" {
+		s = def
+	}
+	u, err := url.Parse(strings.TrimRight(s, "/"))
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("github: %s URL %q: want https://host[/path]", what, s)
+	}
+	return u, nil
+}
+
+// context returns ctx carrying the client's HTTP client for x/oauth2.
+func (c *Client) context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, oauth2.HTTPClient, c.hc)
+}
+
+// AuthCodeURL is the GitHub page a browser is sent to in the web flow.
+// state must be unguessable and bound to the browser (a cookie), verifier
+// a PKCE verifier (oauth2.GenerateVerifier) kept with it.
+func (c *Client) AuthCodeURL(state, redirectURL, verifier string) string {
+	return c.oauth.AuthCodeURL(state, oauth2.SetAuthURLParam("redirect_uri", redirectURL), oauth2.S256ChallengeOption(verifier))
+}
+
+// Exchange trades the web flow's code for the user's GitHub token.
+func (c *Client) Exchange(ctx context.Context, code, redirectURL, verifier string) (*oauth2.Token, error) {
+	tok, err := c.oauth.Exchange(c.context(ctx), code, oauth2.SetAuthURLParam("redirect_uri", redirectURL), oauth2.VerifierOption(verifier))
+	if err != nil {
+		return nil, fmt.Errorf("github: exchange the sign-in code: %w", scrub(err))
+	}
+	return tok, nil
+}
+
+// Device is a device-flow sign-in in progress: the user enters UserCode at
+// VerificationURI; the device code stays with whoever polls.
+type Device struct {
+	DeviceCode      string    `json:"deviceCode"`
+	UserCode        string    `json:"userCode"`
+	VerificationURI string    `json:"verificationURI"`
+	ExpiresAt       time.Time `json:"expiresAt"`
+	// Interval is how long to wait between polls.
+	Interval time.Duration `json:"-"`
+}
+
+// StartDevice starts a device-flow sign-in.
+func (c *Client) StartDevice(ctx context.Context) (Device, error) {
+	da, err := c.oauth.DeviceAuth(c.context(ctx))
+	if err != nil {
+		return Device{}, fmt.Errorf("github: start device sign-in: %w", scrub(err))
+	}
+	if da.DeviceCode == "" || da.UserCode == "" || da.VerificationURI == "" {
+		return Device{}, errors.New("github: start device sign-in: the answer lacks the device code, user code or verification URI")
+	}
+	interval := time.Duration(da.Interval) * time.Second
+	if interval <= 0 {
+		interval = 5 * time.Second // RFC 8628's default
+	}
+	return Device{DeviceCode: da.DeviceCode, UserCode: da.UserCode, VerificationURI: da.VerificationURI, ExpiresAt: da.Expiry, Interval: interval}, nil
+}
+
+// Errors of a device-flow poll.
+var (
+	// ErrPending: the user has not finished yet; poll again after the
+	// interval.
+	ErrPending = errors.New("github: sign-in not finished yet")
+	// ErrSlowDown: poll again, but wait 5 s longer from now on.
+	ErrSlowDown = errors.New("github: polling too fast; wait longer between polls")
+	// ErrDeviceExpired: the device code expired; start again.
+	ErrDeviceExpired = errors.New("github: the sign-in code expired; start again")
+	// ErrAccessDenied: the user declined.
+	ErrAccessDenied = errors.New("github: the sign-in was declined")
+)
+
+// PollDevice asks GitHub once whether the device-flow sign-in of
+// deviceCode is done: the user's token when it is, else ErrPending,
+// ErrSlowDown, ErrDeviceExpired, ErrAccessDenied or another error. (x/oauth2
+// polls in a loop with a real ticker; a coordinator answers each of the
+// CLI's polls with one request instead.)
+func (c *Client) PollDevice(ctx context.Context, deviceCode string) (*oauth2.Token, error) {
+	form := url.Values{
+		"client_id":   {c.cfg.ClientID},
+		"device_code": {deviceCode},
+		"grant_type":  {"urn:ietf:params:oauth:grant-type:device_code"},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.oauth.Endpoint.TokenURL, strings.NewReader(form.Encode()))
+	if err != nil {
+		return nil, fmt.Errorf("github: poll device sign-in: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("github: poll device sign-in: %w", scrub(err))
+	}
+	defer resp.Body.Close()
+	var body struct {
+		AccessToken string `json:"access_token"`
+		TokenType   string `json:"token_type"`
+		Scope       string `json:"scope"`
+		Error       string `json:"error"`
+		Description string `json:"error_description"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err != nil {
+		return nil, fmt.Errorf("github: poll device sign-in: HTTP %d, unreadable answer: %w", resp.StatusCode, err)
+	}
+	switch body.Error {
+	case "":
+	case "authorization_pending":
+		return nil, ErrPending
+	case "slow_down":
+		return nil, ErrSlowDown
+	case "expired_token":
+		return nil, ErrDeviceExpired
+	case "access_denied":
+		return nil, ErrAccessDenied
+	default:
+		return nil, fmt.Errorf("github: poll device sign-in: %s: %s", body.Error, body.Description)
+	}
+	if resp.StatusCode != http.StatusOK || body.AccessToken == "" {
+		return nil, fmt.Errorf("github: poll device sign-in: HTTP %d without a token", resp.StatusCode)
+	}
+	return &oauth2.Token{AccessToken: body.AccessToken, TokenType: body.TokenType}, nil
+}
+
+// User is a GitHub user allowed to use the coordinator.
+type User struct {
+	Login string `json:"login"`
+	ID    int64  `json:"id"`
+	// Org is the first allowed org the user is an active member of: the
+	// org of the coordinator token issued to them.
+	Org string `json:"org"`
+}
+
+// ErrDenied marks a user who is not (or no longer) allowed: not an active
+// member of an allowed org, or of an allowed team.
+var ErrDenied = errors.New("github: not allowed")
+
+// Authorize looks up the user a GitHub token belongs to and checks that
+// they may use the coordinator. A user who may not gets an error wrapping
+// ErrDenied that says why.
+func (c *Client) Authorize(ctx context.Context, tok *oauth2.Token) (User, error) {
+	var u struct {
+		Login string `json:"login"`
+		ID    int64  `json:"id"`
+	}
+	if ok, err := c.get(ctx, tok, "/user", &u); err != nil {
+		return User{}, err
+	} else if !ok || !validName(u.Login) {
+		return User{}, errors.New("github: the token does not belong to a user")
+	}
+	org, err := c.allowedOrg(ctx, tok, u.Login)
+	if err != nil {
+		return User{}, err
+	}
+	return User{Login: u.Login, ID: u.ID, Org: org}, nil
+}
+
+// Check re-checks that the user with login may still use the coordinator,
+// in org: the periodic check of a signed-in user. It fails with ErrDenied
+// when they were removed from org or from every allowed team.
+func (c *Client) Check(ctx context.Context, tok *oauth2.Token, login, org string) error {
+	got, err := c.allowedOrg(ctx, tok, login)
+	switch {
+	case err != nil:
+		return err
+	case got != org:
+		return fmt.Errorf("%w: %s is no longer an active member of %s", ErrDenied, login, org)
+	}
+	return nil
+}
+
+// allowedOrg returns the first allowed org login is an active member of,
+// also in an allowed team of it when teams are configured.
+func (c *Client) allowedOrg(ctx context.Context, tok *oauth2.Token, login string) (string, error) {
+	for _, org := range c.cfg.Orgs {
+		var m struct {
+			State string `json:"state"`
+		}
+		ok, err := c.get(ctx, tok, "/user/memberships/orgs/"+url.PathEscape(org), &m)
+		if err != nil {
+			return "", err
+		}
+		if !ok || m.State != "active" {
+			continue
+		}
+		if len(c.cfg.Teams) == 0 {
+			return org, nil
+		}
+		for _, t := range c.cfg.Teams {
+			tOrg, team, _ := strings.Cut(t, "/")
+			if tOrg != org {
+				continue
+			}
+			ok, err := c.get(ctx, tok, "/orgs/"+url.PathEscape(org)+"/teams/"+url.PathEscape(team)+"/memberships/"+url.PathEscape(login), &m)
+			if err != nil {
+				return "", err
+			}
+			if ok && m.State == "active" {
+				return org, nil
+			}
+		}
+	}
+	if len(c.cfg.Teams) > 0 {
+		return "", fmt.Errorf("%w: %s is not an active member of any of the teams %s", ErrDenied, login, strings.Join(c.cfg.Teams, ", "))
+	}
+	return "", fmt.Errorf("%w: %s is not an active member of any of the orgs %s", ErrDenied, login, strings.Join(c.cfg.Orgs, ", "))
+}
+
+// get GETs an API path with the user's token into out; ok is false on 404
+// or 403 (GitHub's answer for a membership it will not show).
+func (c *Client) get(ctx context.Context, tok *oauth2.Token, path string, out any) (ok bool, err error) {
+	u := *c.api
+	u.Path = strings.TrimRight(u.Path, "/") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return false, fmt.Errorf("github: GET %s: %w", path, err)
+	}
+	req.Header.Set("Accept", "application/vnd.github+json")
+	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+	tok.SetAuthHeader(req)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("github: GET %s: %w", path, scrub(err))
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusForbidden:
+		return false, nil
+	case resp.StatusCode == http.StatusUnauthorized:
+		return false, fmt.Errorf("%w: GitHub no longer accepts the user's token (revoked or expired)", ErrDenied)
+	case resp.StatusCode != http.StatusOK:
+		return false, fmt.Errorf("github: GET %s: HTTP %d", path, resp.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
+		return false, fmt.Errorf("github: GET %s: unreadable answer: %w", path, err)
+	}
+	return true, nil
+}
+
+// scrub drops the request URL from a transport error, which x/oauth2 and
+// net/http include, so that no query parameter reaches a log.
+func scrub(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s %s: %w", ue.Op, redactURL(ue.URL), ue.Err)
+	}
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		if re.ErrorCode != "" {
+			return fmt.Errorf("%s: %s", re.ErrorCode, re.ErrorDescription)
+		}
+		if re.Response != nil {
+			return fmt.Errorf("HTTP %d", re.Response.StatusCode)
+		}
+		return errors.New("GitHub refused the request")
+	}
+	return err
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(a GitHub URL)"
+	}
+	u.RawQuery = ""
+	return u.String()
+}
