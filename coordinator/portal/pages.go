@@ -1,0 +1,443 @@
+package portal
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+)
+
+func (p *Portal) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET "+Prefix, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
+	})
+	m.HandleFunc("GET "+Prefix+"/{$}", p.authed(p.leases))
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}", p.authed(p.lease))
+	m.HandleFunc("POST "+Prefix+"/leases/{ref}/release", p.authed(p.release))
+	m.HandleFunc("POST "+Prefix+"/leases/{ref}/extend", p.authed(p.extend))
+	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
+	m.HandleFunc("GET "+Prefix+"/usage", p.authed(p.usage))
+	m.HandleFunc("GET "+Prefix+"/logout", p.authed(p.logoutPage))
+	m.HandleFunc("POST "+Prefix+"/logout", p.logout)
+	m.HandleFunc("GET "+Prefix+"/login", p.loginPage)
+	m.HandleFunc("POST "+Prefix+"/login", p.login)
+	m.HandleFunc("GET "+Prefix+"/static/style.css", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		w.Header().Set("Cache-Control", "max-age=3600")
+		http.ServeFileFS(w, r, assets, "static/style.css")
+	})
+	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		p.fail(w, r, nil, http.StatusNotFound, "No such page.")
+	})
+	p.mux = m
+}
+
+// page is what every template gets.
+type page struct {
+	Title string
+	Who   *api.Whoami
+	CSRF  string
+	// Refresh, when set, reloads the page after that many seconds (a
+	// running run).
+	Refresh int
+	Data    any
+	Flash   string
+}
+
+// view is a signed-in request: its session, who the API takes the user
+// for, and a client acting as them.
+type view struct {
+	s   session
+	who api.Whoami
+	cl  *coordclient.Client
+}
+
+// authed runs h for a signed-in user; others are sent to the login page.
+// A session whose token the API no longer accepts (expired, revoked)
+// ends.
+func (p *Portal) authed(h func(http.ResponseWriter, *http.Request, *view)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, ok := p.sessionOf(r)
+		if !ok {
+			p.toLogin(w, r, "")
+			return
+		}
+		cl, err := p.client(s.Token)
+		if err != nil {
+			p.clearSession(w)
+			p.toLogin(w, r, "")
+			return
+		}
+		who, err := cl.Whoami(r.Context())
+		if status(err) == http.StatusUnauthorized {
+			p.clearSession(w)
+			p.toLogin(w, r, "Your session ended: sign in again.")
+			return
+		}
+		if err != nil {
+			p.fail(w, r, nil, http.StatusBadGateway, "The coordinator did not answer.")
+			p.log.Error("portal whoami", "err", err)
+			return
+		}
+		h(w, r, &view{s: s, who: who, cl: cl})
+	}
+}
+
+// status is the HTTP status of an API error, 0 for other errors.
+func status(err error) int {
+	var e *coordclient.Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	return 0
+}
+
+func (p *Portal) toLogin(w http.ResponseWriter, r *http.Request, msg string) {
+	q := url.Values{}
+	if r.Method == http.MethodGet && r.URL.Path != Prefix+"/" {
+		q.Set("next", r.URL.RequestURI())
+	}
+	if msg != "" {
+		q.Set("msg", msg)
+	}
+	target := Prefix + "/login"
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// render executes a page template; the CSRF token is filled in for a
+// signed-in view.
+func (p *Portal) render(w http.ResponseWriter, code int, v *view, name string, pg page) {
+	if v != nil {
+		pg.Who = &v.who
+		pg.CSRF = p.csrfToken(v.s.Nonce)
+	}
+	var buf bytes.Buffer
+	if err := p.pages[name].Execute(&buf, pg); err != nil {
+		p.log.Error("portal render", "page", name, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	w.Write(buf.Bytes())
+}
+
+// fail renders the error page with a message safe to show.
+func (p *Portal) fail(w http.ResponseWriter, r *http.Request, v *view, code int, msg string) {
+	p.render(w, code, v, "error", page{Title: http.StatusText(code), Data: msg})
+}
+
+// apiFail renders an API error: the API's own message for 4xx (it is
+// written for the same user), a generic one otherwise.
+func (p *Portal) apiFail(w http.ResponseWriter, r *http.Request, v *view, err error) {
+	var e *coordclient.Error
+	if errors.As(err, &e) && e.Status >= 400 && e.Status < 500 {
+		p.fail(w, r, v, e.Status, e.Message)
+		return
+	}
+	p.log.Error("portal API call", "path", r.URL.Path, "err", err)
+	p.fail(w, r, v, http.StatusBadGateway, "The coordinator could not answer.")
+}
+
+// leaseStates are the states the leases page filters by.
+var leaseStates = []api.LeaseState{api.LeaseProvisioning, api.LeaseActive, api.LeaseReleased, api.LeaseExpired, api.LeaseFailed}
+
+type leasesData struct {
+	Leases []api.Lease
+	State  string
+	States []api.LeaseState
+	All    bool // an admin looking at every owner's leases
+}
+
+func (p *Portal) leases(w http.ResponseWriter, r *http.Request, v *view) {
+	state := r.URL.Query().Get("state")
+	if state != "" && !slices.Contains(leaseStates, api.LeaseState(state)) {
+		p.fail(w, r, v, http.StatusBadRequest, "Unknown lease state.")
+		return
+	}
+	all := v.who.Admin && r.URL.Query().Get("all") == "1"
+	var leases []api.Lease
+	var err error
+	if all {
+		leases, err = v.cl.AdminListLeases(r.Context())
+		if state != "" {
+			leases = slices.DeleteFunc(leases, func(l api.Lease) bool { return string(l.State) != state })
+		}
+	} else {
+		leases, err = v.cl.ListLeases(r.Context(), coordclient.ListLeasesOptions{State: api.LeaseState(state), Owner: v.who.Owner, Org: v.who.Org})
+	}
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	p.render(w, http.StatusOK, v, "leases", page{Title: "Leases", Data: leasesData{Leases: leases, State: state, States: leaseStates, All: all}})
+}
+
+type leaseData struct {
+	Lease api.Lease
+	Runs  []api.Run
+	Mine  bool
+}
+
+func (p *Portal) lease(w http.ResponseWriter, r *http.Request, v *view) {
+	l, err := v.cl.GetLease(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	runs, err := v.cl.ListRuns(r.Context(), coordclient.ListRunsOptions{LeaseID: l.ID, Limit: 50})
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	pg := page{Title: "Lease " + cmpOr(l.Slug, l.ID), Data: leaseData{Lease: l, Runs: runs, Mine: l.Owner == v.who.Owner && l.Org == v.who.Org}}
+	pg.Flash = r.URL.Query().Get("done")
+	p.render(w, http.StatusOK, v, "lease", pg)
+}
+
+func (p *Portal) release(w http.ResponseWriter, r *http.Request, v *view) {
+	if !p.checkPost(r, v.s) {
+		p.fail(w, r, v, http.StatusForbidden, "The form expired or came from another site; reload the page and try again.")
+		return
+	}
+	ref := r.PathValue("ref")
+	l, err := v.cl.GetLease(r.Context(), ref)
+	if err == nil {
+		if v.who.Admin && (l.Owner != v.who.Owner || l.Org != v.who.Org) {
+			l, err = v.cl.AdminRelease(r.Context(), l.ID)
+		} else {
+			l, err = v.cl.Release(r.Context(), l.ID, api.ReleaseRequest{})
+		}
+	}
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/leases/"+url.PathEscape(l.ID)+"?done=released", http.StatusSeeOther)
+}
+
+func (p *Portal) extend(w http.ResponseWriter, r *http.Request, v *view) {
+	if !p.checkPost(r, v.s) {
+		p.fail(w, r, v, http.StatusForbidden, "The form expired or came from another site; reload the page and try again.")
+		return
+	}
+	l, err := v.cl.Heartbeat(r.Context(), r.PathValue("ref"), api.HeartbeatRequest{})
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/leases/"+url.PathEscape(l.ID)+"?done=extended", http.StatusSeeOther)
+}
+
+type runData struct {
+	Run    api.Run
+	Events []api.Event
+	Log    string
+}
+
+func (p *Portal) run(w http.ResponseWriter, r *http.Request, v *view) {
+	id := r.PathValue("id")
+	if !api.IsRunID(id) {
+		p.fail(w, r, v, http.StatusNotFound, "No such run.")
+		return
+	}
+	run, err := v.cl.GetRun(r.Context(), id)
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	events, err := v.cl.ListEvents(r.Context(), id, 0, 500)
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	log, err := v.cl.RunLog(r.Context(), id)
+	if err != nil && status(err) != http.StatusNotFound {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	if log == "" {
+		log = outputOf(events)
+	}
+	pg := page{Title: "Run " + run.ID, Data: runData{Run: run, Events: events, Log: log}}
+	if run.State == api.RunRunning {
+		pg.Refresh = 2
+	}
+	p.render(w, http.StatusOK, v, "run", pg)
+}
+
+// outputOf is a running run's output so far: its output events' messages.
+func outputOf(events []api.Event) string {
+	var b strings.Builder
+	for _, e := range events {
+		if e.Type == api.EventOutput {
+			b.WriteString(e.Message)
+		}
+	}
+	return b.String()
+}
+
+type usageData struct {
+	Scopes []usageScope
+}
+
+type usageScope struct {
+	Name  string
+	Usage api.UsageResponse
+}
+
+func (p *Portal) usage(w http.ResponseWriter, r *http.Request, v *view) {
+	scopes := []string{api.ScopeUser, api.ScopeOrg}
+	if v.who.Admin {
+		scopes = append(scopes, api.ScopeAll)
+	}
+	var d usageData
+	for _, s := range scopes {
+		u, err := v.cl.Usage(r.Context(), s, "")
+		if err != nil {
+			p.apiFail(w, r, v, err)
+			return
+		}
+		name := map[string]string{api.ScopeUser: "Mine", api.ScopeOrg: "My org (" + v.who.Org + ")", api.ScopeAll: "Everyone"}[s]
+		d.Scopes = append(d.Scopes, usageScope{Name: name, Usage: u})
+	}
+	p.render(w, http.StatusOK, v, "usage", page{Title: "Usage", Data: d})
+}
+
+type loginData struct {
+	Next, Message string
+}
+
+// safeNext keeps a post-login redirect inside the portal.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, Prefix+"/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return Prefix + "/"
+	}
+	return next
+}
+
+func (p *Portal) loginPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p.render(w, http.StatusOK, nil, "login", page{Title: "Sign in", Data: loginData{Next: safeNext(q.Get("next")), Message: q.Get("msg")}})
+}
+
+// maxForm bounds a login form.
+const maxForm = 16 << 10
+
+// login starts a session from a crabbox user token pasted into the form.
+// The token is checked with the API before the session starts.
+func (p *Portal) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if !sameOrigin(r) {
+		p.fail(w, r, nil, http.StatusForbidden, "The sign-in form came from another site.")
+		return
+	}
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	next := safeNext(r.PostFormValue("next"))
+	again := func(msg string) {
+		p.render(w, http.StatusUnauthorized, nil, "login", page{Title: "Sign in", Data: loginData{Next: next, Message: msg}})
+	}
+	if token == "" {
+		again("Paste a crabbox token.")
+		return
+	}
+	cl, err := p.client(token)
+	if err != nil {
+		again("That is not a crabbox token.")
+		return
+	}
+	if _, err := cl.Whoami(r.Context()); err != nil {
+		if status(err) == http.StatusUnauthorized {
+			again("The coordinator does not accept that token.")
+			return
+		}
+		p.log.Error("portal login", "err", err)
+		p.fail(w, r, nil, http.StatusBadGateway, "The coordinator did not answer.")
+		return
+	}
+	nonce := make([]byte, 16)
+	if _, err := rand.Read(nonce); err != nil {
+		p.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
+		return
+	}
+	s := session{Token: token, Nonce: fmt.Sprintf("%x", nonce), Expires: p.clock.Now().Add(p.cfg.SessionTTL)}
+	if err := p.setSession(w, s); err != nil {
+		p.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
+		return
+	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (p *Portal) logoutPage(w http.ResponseWriter, r *http.Request, v *view) {
+	p.render(w, http.StatusOK, v, "logout", page{Title: "Sign out"})
+}
+
+// logout ends the session: a same-origin POST with the session's CSRF
+// token (a cross-site page cannot sign a user out).
+func (p *Portal) logout(w http.ResponseWriter, r *http.Request) {
+	s, ok := p.sessionOf(r)
+	if ok && !p.checkPost(r, s) {
+		p.fail(w, r, nil, http.StatusForbidden, "The form expired or came from another site; reload the page and try again.")
+		return
+	}
+	p.clearSession(w)
+	http.Redirect(w, r, Prefix+"/login?msg="+url.QueryEscape("Signed out."), http.StatusSeeOther)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// ago says how long before now t was, coarsely.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return coarse(now.Sub(t)) + " ago"
+}
+
+// until says how long after now t is, or how long ago it passed.
+func until(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	if d := t.Sub(now); d >= 0 {
+		return "in " + coarse(d)
+	}
+	return coarse(now.Sub(t)) + " ago"
+}
+
+func coarse(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}

@@ -1,0 +1,423 @@
+package portal_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/goleak"
+
+	"github.com/crabbox-dev/crabbox/coordinator"
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	"github.com/crabbox-dev/crabbox/coordinator/auth"
+	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+	"github.com/crabbox-dev/crabbox/coordinator/portal"
+	"github.com/crabbox-dev/crabbox/coordinator/store/sqlite"
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	sessionSecret = "session-secret-0123456789abcdef0123456789"
+	adminToken    = "admin-token-0123456789"
+)
+
+var start = time.Date(2026, 5, 10, 12, 0, 0, 0, time.UTC)
+
+// site is a coordinator with the portal in front of it, on loopback.
+type site struct {
+	t     *testing.T
+	url   string
+	clock *clockwork.FakeClock
+	srv   *httptest.Server
+}
+
+func newSite(t *testing.T, secure bool) *site {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "coordinator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clock := clockwork.NewFakeClockAt(start)
+	api, err := coordinator.New(coordinator.Config{
+		Store:     st,
+		Providers: map[string]provider.SSHLeaseBackend{},
+		Tokens:    auth.Config{AdminToken: adminToken, SessionSecret: sessionSecret, AdminOwners: []string{"root"}, DefaultOrg: "acme"},
+		Clock:     clock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := portal.New(portal.Config{API: api, SessionSecret: []byte(sessionSecret), Secure: secure, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(portal.Prefix+"/", p)
+	mux.Handle(portal.Prefix, p)
+	mux.Handle("/", api)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &site{t: t, url: srv.URL, clock: clock, srv: srv}
+}
+
+func (s *site) token(owner, org string) string {
+	s.t.Helper()
+	now := s.clock.Now()
+	tok, err := auth.MintUserToken([]byte(sessionSecret), auth.Claims{Owner: owner, Org: org, Login: owner, IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return tok
+}
+
+// api is an API client acting with token.
+func (s *site) api(token string) *coordclient.Client {
+	s.t.Helper()
+	cl, err := coordclient.New(s.url, token, coordclient.WithHTTPClient(s.srv.Client()))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(cl.CloseIdleConnections)
+	return cl
+}
+
+// register records a registered lease as the token's owner.
+func (s *site) register(token, id, slug string) api.Lease {
+	s.t.Helper()
+	l, err := s.api(token).Register(s.t.Context(), id, api.RegistrationRequest{
+		Slug: slug, Provider: "ssh", Host: "10.0.0.1", SSHUser: "me", Labels: map[string]string{"team": "infra"},
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return l
+}
+
+// browser is a user agent with a cookie jar that follows redirects.
+type browser struct {
+	t    *testing.T
+	site *site
+	hc   *http.Client
+}
+
+func (s *site) browser() *browser {
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	hc := *s.srv.Client()
+	hc.Jar = jar
+	return &browser{t: s.t, site: s, hc: &hc}
+}
+
+type response struct {
+	status int
+	body   string
+	header http.Header
+	path   string // after redirects
+}
+
+func (b *browser) do(req *http.Request) response {
+	b.t.Helper()
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return response{resp.StatusCode, string(body), resp.Header, resp.Request.URL.RequestURI()}
+}
+
+func (b *browser) get(path string) response {
+	b.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, b.site.url+path, nil)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return b.do(req)
+}
+
+// post submits a form from the portal's own origin (as a browser does),
+// or from origin when it is set.
+func (b *browser) post(path string, form url.Values, origin string) response {
+	b.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.site.url+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if origin == "" {
+		origin = b.site.url
+	}
+	req.Header.Set("Origin", origin)
+	return b.do(req)
+}
+
+func (b *browser) login(token string) response {
+	b.t.Helper()
+	return b.post("/portal/login", url.Values{"token": {token}, "next": {"/portal/"}}, "")
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func csrfOf(t *testing.T, body string) string {
+	t.Helper()
+	m := csrfField.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no CSRF token in the page:\n%s", body)
+	}
+	return m[1]
+}
+
+// Sign in with a token, see my leases and not another user's, extend and
+// release one with its buttons, sign out.
+func TestPortalSession(t *testing.T) {
+	s := newSite(t, false)
+	alice, bob := s.token("alice", "acme"), s.token("bob", "acme")
+	mine := s.register(alice, "alice-box-1", "alice-box")
+	theirs := s.register(bob, "bob-box-1", "bob-box")
+
+	b := s.browser()
+	if r := b.get("/portal/"); r.path != "/portal/login" || !strings.Contains(r.body, `name="token"`) {
+		t.Fatalf("portal without a session: at %s, status %d; want the sign-in page", r.path, r.status)
+	}
+	if r := b.login("cbxu_not-a-real-token"); r.status != http.StatusUnauthorized || !strings.Contains(r.body, "does not accept that token") {
+		t.Errorf("sign-in with a bad token: status %d, body %q", r.status, r.body)
+	}
+	r := b.login(alice)
+	if r.status != http.StatusOK || r.path != "/portal/" {
+		t.Fatalf("sign-in: status %d at %s:\n%s", r.status, r.path, r.body)
+	}
+	if !strings.Contains(r.body, `data-id="`+mine.ID+`"`) || strings.Contains(r.body, theirs.ID) || !strings.Contains(r.body, "alice · acme") {
+		t.Errorf("leases page shows the wrong leases:\n%s", r.body)
+	}
+
+	// Another user's lease: the API's answer, nothing more.
+	if r := b.get("/portal/leases/" + theirs.ID); r.status != http.StatusNotFound || strings.Contains(r.body, "10.0.0.1") {
+		t.Errorf("another user's lease: status %d, body %q; want 404 without its details", r.status, r.body)
+	}
+
+	r = b.get("/portal/leases/" + mine.Slug)
+	if r.status != http.StatusOK || !strings.Contains(r.body, "team") || !strings.Contains(r.body, "infra") {
+		t.Fatalf("lease page: status %d:\n%s", r.status, r.body)
+	}
+	csrf := csrfOf(t, r.body)
+
+	// Without the CSRF token, or from another site, nothing changes.
+	if r := b.post("/portal/leases/"+mine.ID+"/release", url.Values{}, ""); r.status != http.StatusForbidden {
+		t.Errorf("release without CSRF token: status %d, want 403", r.status)
+	}
+	if r := b.post("/portal/leases/"+mine.ID+"/release", url.Values{"csrf": {csrf}}, "https://evil.example"); r.status != http.StatusForbidden {
+		t.Errorf("release from another origin: status %d, want 403", r.status)
+	}
+	if l, err := s.api(alice).GetLease(t.Context(), mine.ID); err != nil || l.State != api.LeaseActive {
+		t.Fatalf("lease after refused releases = %v, %v; want it active", l.State, err)
+	}
+
+	s.clock.Advance(10 * time.Minute)
+	if r := b.post("/portal/leases/"+mine.ID+"/extend", url.Values{"csrf": {csrf}}, ""); r.status != http.StatusOK || !strings.Contains(r.body, "Lease extended.") {
+		t.Errorf("extend: status %d:\n%s", r.status, r.body)
+	}
+	if l, _ := s.api(alice).GetLease(t.Context(), mine.ID); !l.LastTouchedAt.Equal(s.clock.Now()) {
+		t.Errorf("lastTouchedAt after extend = %v, want %v", l.LastTouchedAt, s.clock.Now())
+	}
+	if r := b.post("/portal/leases/"+mine.ID+"/release", url.Values{"csrf": {csrf}}, ""); r.status != http.StatusOK || !strings.Contains(r.body, "Lease released.") {
+		t.Errorf("release: status %d:\n%s", r.status, r.body)
+	}
+	if l, _ := s.api(alice).GetLease(t.Context(), mine.ID); l.State != api.LeaseReleased {
+		t.Errorf("lease after release = %s, want released", l.State)
+	}
+	// Nor can alice release bob's lease by posting to it.
+	if r := b.post("/portal/leases/"+theirs.ID+"/release", url.Values{"csrf": {csrf}}, ""); r.status != http.StatusNotFound {
+		t.Errorf("release of another user's lease: status %d, want 404", r.status)
+	}
+
+	if r := b.post("/portal/logout", url.Values{}, ""); r.status != http.StatusForbidden {
+		t.Errorf("sign-out without CSRF token: status %d, want 403", r.status)
+	}
+	if r := b.post("/portal/logout", url.Values{"csrf": {csrf}}, ""); r.path != "/portal/login?msg=Signed+out." {
+		t.Errorf("sign-out: at %s", r.path)
+	}
+	if r := b.get("/portal/"); r.path != "/portal/login" {
+		t.Errorf("after sign-out: at %s, want the sign-in page", r.path)
+	}
+}
+
+// Admins see every owner's leases on request and may release them.
+func TestPortalAdmin(t *testing.T) {
+	s := newSite(t, false)
+	bob := s.register(s.token("bob", "acme"), "bob-box-1", "bob-box")
+	b := s.browser()
+	b.login(s.token("root", "acme"))
+	if r := b.get("/portal/"); strings.Contains(r.body, bob.ID) {
+		t.Errorf("admin's own leases list bob's lease")
+	}
+	r := b.get("/portal/?all=1&state=active")
+	if !strings.Contains(r.body, bob.ID) {
+		t.Fatalf("admin's view of every owner lacks bob's lease:\n%s", r.body)
+	}
+	r = b.get("/portal/leases/" + bob.ID)
+	if r.status != http.StatusOK {
+		t.Fatalf("admin on bob's lease: %d", r.status)
+	}
+	if r := b.post("/portal/leases/"+bob.ID+"/release", url.Values{"csrf": {csrfOf(t, r.body)}}, ""); r.status != http.StatusOK {
+		t.Errorf("admin release: status %d:\n%s", r.status, r.body)
+	}
+	if l, _ := s.api(adminToken).GetLease(t.Context(), bob.ID); l.State != api.LeaseReleased {
+		t.Errorf("bob's lease after admin release = %s", l.State)
+	}
+	if r := b.get("/portal/usage"); r.status != http.StatusOK || !strings.Contains(r.body, `id="usage-all"`) {
+		t.Errorf("admin usage: status %d:\n%s", r.status, r.body)
+	}
+	if r := b.get("/portal/?state=bogus"); r.status != http.StatusBadRequest {
+		t.Errorf("unknown state filter: status %d, want 400", r.status)
+	}
+}
+
+// A running run's page refreshes itself and shows the output so far; a
+// finished one shows its exit code, timings and log.
+func TestPortalRun(t *testing.T) {
+	s := newSite(t, false)
+	alice := s.token("alice", "acme")
+	l := s.register(alice, "alice-box-1", "alice-box")
+	cl := s.api(alice)
+	run, err := cl.CreateRun(t.Context(), api.RunRequest{LeaseID: l.ID, Provider: "ssh", Command: []string{"go", "test", "./..."}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.AppendEvent(t.Context(), run.ID, api.EventRequest{Type: api.EventOutput, Stream: api.StreamStdout, Message: "ok <pkg>\n"}); err != nil {
+		t.Fatal(err)
+	}
+	b := s.browser()
+	b.login(alice)
+	r := b.get("/portal/runs/" + run.ID)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `http-equiv="refresh"`) || !strings.Contains(r.body, "ok &lt;pkg&gt;") {
+		t.Fatalf("running run page: status %d:\n%s", r.status, r.body)
+	}
+	if _, err := cl.FinishRun(t.Context(), run.ID, api.FinishRequest{ExitCode: 3, SyncMs: 120, CommandMs: 4000, Log: "FAIL x\n"}); err != nil {
+		t.Fatal(err)
+	}
+	r = b.get("/portal/runs/" + run.ID)
+	if strings.Contains(r.body, `http-equiv="refresh"`) || !regexp.MustCompile(`id="exit">3<`).MatchString(r.body) || !strings.Contains(r.body, "FAIL x") {
+		t.Errorf("finished run page:\n%s", r.body)
+	}
+	if r := b.get("/portal/leases/" + l.ID); !strings.Contains(r.body, "/portal/runs/"+run.ID) {
+		t.Errorf("lease page does not link its run:\n%s", r.body)
+	}
+	other := s.browser()
+	other.login(s.token("bob", "acme"))
+	if r := other.get("/portal/runs/" + run.ID); r.status != http.StatusNotFound || strings.Contains(r.body, "FAIL x") {
+		t.Errorf("another user on alice's run: status %d", r.status)
+	}
+}
+
+// Every page sends the security headers; the session cookie is HttpOnly,
+// SameSite=Lax, and Secure with the __Host- prefix behind TLS.
+func TestPortalHeadersAndCookie(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		s := newSite(t, secure)
+		b := s.browser()
+		r := b.get("/portal/login")
+		want := map[string]string{
+			"Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+			"X-Frame-Options":         "DENY",
+			"X-Content-Type-Options":  "nosniff",
+			"Cache-Control":           "no-store",
+		}
+		got := map[string]string{}
+		for k := range want {
+			got[k] = r.header.Get(k)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("headers (-want +got):\n%s", diff)
+		}
+
+		req, _ := http.NewRequest(http.MethodPost, s.url+"/portal/login", strings.NewReader(url.Values{"token": {s.token("alice", "acme")}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := s.srv.Client().Transport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		cookies := resp.Cookies()
+		if len(cookies) != 1 {
+			t.Fatalf("secure=%v: sign-in set %d cookies, want 1", secure, len(cookies))
+		}
+		c := cookies[0]
+		wantName := "crabbox_session"
+		if secure {
+			wantName = "__Host-crabbox_session"
+		}
+		if c.Name != wantName || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Secure != secure || c.Path != "/" || c.Domain != "" {
+			t.Errorf("secure=%v: cookie %+v", secure, c)
+		}
+		if strings.Contains(c.Value, "cbxu_") {
+			t.Errorf("the cookie carries the token in the clear: %s", c.Value)
+		}
+		if r := b.get("/portal/static/style.css"); r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/css") {
+			t.Errorf("style sheet: %d %s", r.status, r.header.Get("Content-Type"))
+		}
+	}
+}
+
+// A tampered, expired or doubled cookie is no session; a session whose
+// token expired ends; the sign-in never redirects off the portal.
+func TestPortalSessionEdges(t *testing.T) {
+	s := newSite(t, false)
+	b := s.browser()
+	b.login(s.token("alice", "acme"))
+	u, _ := url.Parse(s.url)
+	jar := b.hc.Jar
+	cookie := jar.Cookies(u)[0]
+
+	tampered := s.browser()
+	tampered.hc.Jar.SetCookies(u, []*http.Cookie{{Name: cookie.Name, Value: cookie.Value[:len(cookie.Value)-2] + "AA", Path: "/"}})
+	if r := tampered.get("/portal/"); r.path != "/portal/login" {
+		t.Errorf("tampered cookie: at %s, want the sign-in page", r.path)
+	}
+
+	req, _ := http.NewRequest(http.MethodGet, s.url+"/portal/", nil)
+	req.Header.Add("Cookie", cookie.Name+"="+cookie.Value)
+	req.Header.Add("Cookie", cookie.Name+"="+cookie.Value)
+	resp, err := s.srv.Client().Transport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/portal/login") {
+		t.Errorf("two session cookies: %d %s, want a redirect to sign in", resp.StatusCode, resp.Header.Get("Location"))
+	}
+
+	// The user token expires after 24 h, before the session's 12 h would
+	// matter here: the API refuses it and the session ends.
+	s.clock.Advance(25 * time.Hour)
+	if r := b.get("/portal/usage"); !strings.HasPrefix(r.path, "/portal/login?next=%2Fportal%2Fusage") {
+		t.Errorf("after the session's end: at %s", r.path)
+	}
+
+	for _, next := range []string{"//evil.example/x", "https://evil.example/", "/v1/leases", "/portal/\\evil"} {
+		r := s.browser().post("/portal/login", url.Values{"token": {s.token("alice", "acme")}, "next": {next}}, "")
+		if r.path != "/portal/" {
+			t.Errorf("sign-in with next=%q landed on %s, want /portal/", next, r.path)
+		}
+	}
+	if r := s.browser().post("/portal/login", url.Values{"token": {s.token("alice", "acme")}}, "https://evil.example"); r.status != http.StatusForbidden {
+		t.Errorf("sign-in posted from another site: %d, want 403", r.status)
+	}
+}
