@@ -25,6 +25,7 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
+	"github.com/crabbox-dev/crabbox/coordinator/portal"
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 	"github.com/crabbox-dev/crabbox/coordinator/store/postgres"
 	"github.com/crabbox-dev/crabbox/coordinator/store/sqlite"
@@ -128,6 +129,10 @@ type serverConfig struct {
 	// MaintenanceInterval is the longest pause between maintenance passes
 	// (a Go duration, e.g. "30s").
 	MaintenanceInterval string `json:"maintenanceInterval"`
+	// PublicURL is where browsers reach the coordinator, e.g.
+	// https://crabbox.example.com (behind a TLS-terminating proxy too):
+	// with https the portal's cookies are Secure.
+	PublicURL string `json:"publicURL"`
 }
 
 type serverPrice struct {
@@ -157,6 +162,39 @@ func loadServerConfig(path string) (serverConfig, error) {
 		cfg.DefaultOrg = "default"
 	}
 	return cfg, nil
+}
+
+// withPortal serves the browser portal under /portal beside the API, and
+// redirects / there. Without a session secret (no user tokens) there is no
+// portal: the API alone.
+func withPortal(apiHandler http.Handler, tokens auth.Config, publicURL string, log *slog.Logger) (http.Handler, error) {
+	if tokens.SessionSecret == "" {
+		return apiHandler, nil
+	}
+	secure := false
+	if publicURL != "" {
+		u, err := url.Parse(publicURL)
+		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+			return nil, fmt.Errorf("coordinator config: publicURL %q: want https://host", publicURL)
+		}
+		secure = u.Scheme == "https"
+	}
+	p, err := portal.New(portal.Config{API: apiHandler, SessionSecret: []byte(tokens.SessionSecret), Secure: secure, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	// Not a ServeMux: it would answer unclean API paths (//v1/whoami) with
+	// an HTML redirect instead of the API's JSON.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == portal.Prefix || strings.HasPrefix(r.URL.Path, portal.Prefix+"/"):
+			p.ServeHTTP(w, r)
+		case r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+			http.Redirect(w, r, portal.Prefix+"/", http.StatusSeeOther)
+		default:
+			apiHandler.ServeHTTP(w, r)
+		}
+	}), nil
 }
 
 // serveCoordinator runs the coordinator until ctx ends (SIGINT, SIGTERM or
@@ -231,12 +269,17 @@ func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgP
 		return err
 	}
 
+	handler, err := withPortal(srv, tokens, cfg.PublicURL, log)
+	if err != nil {
+		return err
+	}
+
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("coordinator: listen: %w", err)
 	}
 	hs := &http.Server{
-		Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	maintCtx, stopMaint := context.WithCancel(context.WithoutCancel(ctx))

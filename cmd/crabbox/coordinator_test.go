@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -252,6 +253,21 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{}, states(clientEnv)); diff != "" {
 		t.Errorf("list after stop (-want +got):\n%s", diff)
 	}
+
+	// The portal is served beside the API; / leads there.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]int{"/": http.StatusSeeOther, "/portal/login": http.StatusOK, "/v1/health": http.StatusOK} {
+		resp, err := noFollow.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || (path == "/" && resp.Header.Get("Location") != "/portal/") ||
+			(path == "/portal/login" && !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'")) {
+			t.Errorf("GET %s: %d, Location %q, CSP %q", path, resp.StatusCode, resp.Header.Get("Location"), resp.Header.Get("Content-Security-Policy"))
+		}
+	}
+	noFollow.CloseIdleConnections()
 
 	// crabbox login saves the coordinator and token: later commands use
 	// them without environment variables, until crabbox logout.
