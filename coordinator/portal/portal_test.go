@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jonboulle/clockwork"
-	"go.uber.org/goleak"
 
 	"github.com/crabbox-dev/crabbox/coordinator"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
@@ -23,10 +22,11 @@ import (
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/coordinator/portal"
 	"github.com/crabbox-dev/crabbox/coordinator/store/sqlite"
+	"github.com/crabbox-dev/crabbox/internal/testenv"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m, nil, browserTests) }
 
 const (
 	sessionSecret = "session-secret-0123456789abcdef0123456789"
