@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -235,10 +234,8 @@ func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgP
 	if err != nil {
 		return fmt.Errorf("coordinator: listen: %w", err)
 	}
-	hs := &http.Server{
-		Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	hs := srv.HTTPServer()
+	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	maintCtx, stopMaint := context.WithCancel(context.WithoutCancel(ctx))
 	maintDone := make(chan error, 1)
 	go func() { maintDone <- srv.Run(maintCtx) }()
