@@ -15,7 +15,9 @@
 //
 //	srv, err := coordinator.New(coordinator.Config{Store: st, Providers: backends, Tokens: tokens})
 //	go srv.Run(ctx)                      // maintenance loop
-//	http.ListenAndServe(addr, srv)       // API
+//	hs := srv.HTTPServer()               // API, with header, body and idle timeouts
+//	hs.Addr = addr
+//	hs.ListenAndServe()
 package coordinator
 
 import (
