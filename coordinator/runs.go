@@ -197,6 +197,19 @@ func (s *Server) appendEvent(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if e != nil {
 		return e
 	}
+	if apply.LeaseID != "" && apply.LeaseID != run.LeaseID && !id.Admin {
+		// Tying a run to a lease lets the lease's owner read it: only
+		// to the caller's own lease, or one the coordinator does not
+		// know (a direct provider's).
+		l, err := s.store.GetLease(r.Context(), apply.LeaseID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return s.fromStore(r, err, "reading the event's lease", "lease "+apply.LeaseID)
+		case l.Owner != id.Owner || l.Org != id.Org:
+			return forbidden("lease %s of the event belongs to someone else", apply.LeaseID)
+		}
+	}
 	var data json.RawMessage
 	if req.Data != "" {
 		data, _ = json.Marshal(req.Data) // a string always marshals

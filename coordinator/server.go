@@ -333,7 +333,7 @@ func (s *Server) adminOnly(h handler) handler {
 // internal logs err and returns a 500 that says nothing about it.
 func (s *Server) internal(r *http.Request, doing string, err error) *apiError {
 	s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
-		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("method", metricMethod(r.Method)), slog.String("path", quote(r.URL.Path)),
 		slog.String("doing", doing), slog.String("error", err.Error()))
 	return errorf(http.StatusInternalServerError, api.CodeInternal, "internal error while %s", doing)
 }

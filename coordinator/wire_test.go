@@ -171,6 +171,8 @@ func TestRunEventsAsClientsSendThem(t *testing.T) {
 			t.Errorf("event data %q, want the string sent", ev.Event.Data)
 		}
 		e.fail("POST", base+"/events", alice, `{"type":"phase","data":{"a":1}}`, http.StatusBadRequest, api.CodeInvalidRequest)
+		bobs := e.create(e.token("bob", "acme"), leaseReq(t))
+		e.fail("POST", base+"/events", alice, `{"type":"lease.created","leaseID":"`+bobs.ID+`"}`, http.StatusForbidden, api.CodeForbidden)
 		e.do("POST", base+"/events", alice, `{"type":"run.failed","phase":"sync","message":"sync failed: rsync exit 23","exitCode":23}`, http.StatusCreated, nil)
 		got := getRun(e, alice, run.Run.ID)
 		code := 23
