@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	gosync "sync"
 	"time"
 	"unicode/utf8"
@@ -399,6 +400,7 @@ func (r *runRecorder) send() {
 				break
 			}
 			ctx, cancel := context.WithTimeout(r.sendCtx, recordTimeout)
+			ev.Message = storableText(ev.Message)
 			_, err := r.coord.AppendEvent(ctx, runID, ev)
 			cancel()
 			if err != nil {
@@ -490,9 +492,17 @@ func (r *runRecorder) finish(res RunResult, runErr error) {
 // status was known, as ssh(1) does.
 const exitCrabboxFailure = 255
 
-func mustJSON(v any) json.RawMessage {
+// mustJSON encodes v for an event's data, which is a string on the wire.
+func mustJSON(v any) string {
 	b, _ := json.Marshal(v) // only maps of strings, numbers and booleans: never fails
-	return b
+	return string(b)
+}
+
+// storableText makes command output storable as an event message: the
+// coordinator refuses NUL bytes and invalid UTF-8 (no store takes them),
+// so each becomes "?", which never makes the message longer.
+func storableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", "?")
 }
 
 func truncate(s string, n int) string {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"time"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 )
@@ -26,13 +28,9 @@ const (
 // checked: the body must be JSON whatever the client called it. The errors are ready for the
 // client: 413 request_too_large or 400 invalid_request.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, optional bool, v any) *apiError {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return errorf(http.StatusRequestEntityTooLarge, api.CodeRequestTooLarge, "request body exceeds %d bytes", limit)
-		}
-		return invalid("read request body: %v", err)
+	body, e := readBody(w, r, limit)
+	if e != nil {
+		return e
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		if optional {
@@ -43,7 +41,27 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, optional bo
 	return decodeJSON(body, v)
 }
 
-// decodeJSON decodes one JSON object from body into v.
+// readBody reads r's body, at most limit bytes, within the body read
+// timeout ServeHTTP set; then it lifts that deadline, so a handler that
+// takes longer (a create waiting for its provider) keeps its request.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errorf(http.StatusRequestEntityTooLarge, api.CodeRequestTooLarge, "request body exceeds %d bytes", limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, errorf(http.StatusRequestTimeout, api.CodeRequestTimeout, "request body not received in time")
+		}
+		return nil, invalid("read request body: %v", err)
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return body, nil
+}
+
+// decodeJSON decodes one JSON object from body into v and refuses strings
+// no store can hold (see checkBodyText).
 func decodeJSON(body []byte, v any) *apiError {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
@@ -52,7 +70,9 @@ func decodeJSON(body []byte, v any) *apiError {
 	if _, err := dec.Token(); err != io.EOF {
 		return invalid("request body has data after the JSON object")
 	}
-	return nil
+	// JSON escapes can carry NUL bytes (and json.Unmarshal only replaces
+	// invalid UTF-8); no store takes those, so they stop here.
+	return checkBodyText(v)
 }
 
 func jsonError(err error) *apiError {

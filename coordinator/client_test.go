@@ -61,7 +61,7 @@ func TestGoClientRoundTrip(t *testing.T) {
 		if _, err := c.GetLease(ctx, "cbx_000000000000"); !errors.Is(err, provider.ErrNotFound) {
 			t.Errorf("GetLease of unknown = %v, want ErrNotFound", err)
 		}
-		if u, err := c.Usage(ctx, api.ScopeUser, ""); err != nil || u.Usage.Total.Leases != 1 {
+		if u, err := c.Usage(ctx, api.ScopeUser, ""); err != nil || u.Usage.Leases != 1 {
 			t.Errorf("Usage = %+v, %v", u, err)
 		}
 	})

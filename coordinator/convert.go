@@ -28,10 +28,25 @@ func toAPILease(l store.Lease) api.Lease {
 		EstimatedHourlyUSD: l.EstimatedHourlyUSD, MaxEstimatedUSD: l.MaxEstimatedUSD,
 		CleanupAttempts: l.CleanupAttempts, CleanupError: l.CleanupError,
 		CleanupStartedAt: utc(l.CleanupStartedAt), CleanupRetryAt: utc(l.CleanupRetryAt),
-		ReleaseDeletesServer: l.ReleaseDeletesServer, FailureError: l.FailureError,
+		ReleaseDeletesServer: releaseDeletesServer(l), FailureError: l.FailureError,
 		Labels: maps.Clone(l.Labels),
 	}
 }
+
+// releaseDeletesServer is the wire's releaseDeletesServer: true while a
+// deletion is pending, false only when the lease ended with its server
+// kept (existing clients read false as "kept"), else absent.
+func releaseDeletesServer(l store.Lease) *bool {
+	switch {
+	case l.ReleaseDeletesServer:
+		return ptr(true)
+	case !l.State.Live() && (l.ServerKept || l.Lifecycle == store.LifecycleRegistered):
+		return ptr(false)
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func toAPILeases(ls []store.Lease) []api.Lease {
 	out := make([]api.Lease, 0, len(ls))
@@ -50,6 +65,7 @@ func toAPIRun(r store.Run) api.Run {
 		CommandMs: r.CommandMs, DurationMs: r.DurationMs, LogBytes: r.LogBytes,
 		LogTruncated: r.LogTruncated, StartedAt: utc(r.StartedAt),
 		LastEventAt: utc(r.LastEventAt), EventCount: int(r.EventCount), EndedAt: utc(r.EndedAt),
+		Telemetry: slices.Clone(r.Telemetry),
 	}
 	if out.Command == nil {
 		out.Command = []string{}
@@ -70,13 +86,28 @@ func toAPIRun(r store.Run) api.Run {
 func toAPIEvent(e store.RunEvent) api.Event {
 	return api.Event{
 		RunID: e.RunID, Seq: e.Seq, Type: e.Type, Phase: e.Phase, Stream: e.Stream,
-		Message: e.Message, Data: e.Data, CreatedAt: utc(e.CreatedAt),
+		Message: e.Message, Data: eventData(e.Data), CreatedAt: utc(e.CreatedAt),
 	}
 }
 
+// eventData is an event's data as the wire's string: the store keeps the
+// JSON encoding of the string the client sent; other JSON (stored by
+// older coordinators) is passed on as its text.
+func eventData(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
 func toAPIGroup(g store.UsageGroup) api.UsageGroup {
-	return api.UsageGroup{
-		Key: g.Key, Leases: g.Leases, ActiveLeases: g.ActiveLeases,
+	return api.UsageGroup{Key: g.Key, UsageTotals: toAPITotals(g)}
+}
+
+func toAPITotals(g store.UsageGroup) api.UsageTotals {
+	return api.UsageTotals{
+		Leases: g.Leases, ActiveLeases: g.ActiveLeases,
 		RuntimeSeconds: g.RuntimeSeconds, EstimatedUSD: g.EstimatedUSD, ReservedUSD: g.ReservedUSD,
 	}
 }

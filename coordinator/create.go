@@ -48,7 +48,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, id auth.Ide
 		// request still cannot create twice within itself.
 		attempt = api.NewCreateAttemptID()
 	case !api.IsCreateAttemptID(attempt):
-		return invalid("field %q: %q is not a create attempt ID (cat_ and 32 lowercase hex digits)", "createAttemptID", attempt)
+		return invalid("field %q: %s is not a create attempt ID (cat_ and 32 lowercase hex digits)", "createAttemptID", quote(attempt))
 	}
 	if spec.LeaseID == "" {
 		spec.LeaseID = lease.NewID()
@@ -82,7 +82,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, id auth.Ide
 func (s *Server) putLease(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
 	leaseID := r.PathValue("id")
 	if !api.IsLeaseID(leaseID) {
-		return invalid("lease ID %q is malformed: want cbx_ and 12 lowercase hex digits", leaseID)
+		return invalid("lease ID %s is malformed: want cbx_ and 12 lowercase hex digits", quote(leaseID))
 	}
 	var req api.LeaseRequest
 	if e := decodeBody(w, r, s.maxBody, false, &req); e != nil {
@@ -92,7 +92,7 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request, id auth.Identi
 		return invalid("field %q is not allowed on a fixed-ID create", "createAttemptID")
 	}
 	if req.LeaseID != "" && req.LeaseID != leaseID {
-		return invalid("field %q (%q) differs from the lease ID in the path (%q)", "leaseID", req.LeaseID, leaseID)
+		return invalid("field %q (%s) differs from the lease ID in the path (%s)", "leaseID", quote(req.LeaseID), quote(leaseID))
 	}
 	req.LeaseID = leaseID
 	spec, e := s.normalizeLeaseRequest(req)

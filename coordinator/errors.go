@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/store"
@@ -93,5 +94,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	writeJSON(w, e.status, api.Error{Code: e.code, Message: e.message, Lease: e.lease})
+	msg := e.message
+	if len(msg) > maxMessage {
+		// Handlers quote user input with quote; this bounds the rest.
+		msg = strings.ToValidUTF8(msg[:maxMessage], "") + "…"
+	}
+	writeJSON(w, e.status, api.Error{Code: e.code, Message: msg, Lease: e.lease})
 }

@@ -51,7 +51,7 @@ func ExampleNew() {
 	go func() { maintenance <- srv.Run(ctx) }()
 	defer func() { stop(); <-maintenance }()
 
-	hs := httptest.NewServer(srv) // a real main uses http.Server{Handler: srv}
+	hs := httptest.NewServer(srv) // a real main serves srv.HTTPServer()
 	defer hs.Close()
 	resp, err := http.Get(hs.URL + "/v1/health")
 	if err != nil {

@@ -375,3 +375,6 @@ func (e *env) get(token, ref string) api.Lease {
 }
 
 func leasePath(id, suffix string) string { return fmt.Sprintf("/v1/leases/%s%s", id, suffix) }
+
+func isTrue(b *bool) bool  { return b != nil && *b }
+func isFalse(b *bool) bool { return b != nil && !*b }

@@ -18,20 +18,53 @@ import (
 const touchTimeout = 20 * time.Second
 
 // findLease resolves ref (an ID or slug) among the caller's leases. An
-// admin may also address any lease by ID. Someone else's lease is "not
-// found", so its existence does not leak.
+// admin may also address any lease by ID or slug. Someone else's lease is
+// "not found", so its existence does not leak.
 func (s *Server) findLease(r *http.Request, id auth.Identity, ref string) (store.Lease, *apiError) {
 	if !api.IsLeaseID(ref) && !api.IsSlug(ref) && !api.IsRegisteredLeaseID(ref) {
-		return store.Lease{}, invalid("lease reference %q is neither a lease ID nor a slug", ref)
+		return store.Lease{}, invalid("lease reference %s is neither a lease ID nor a slug", quote(ref))
 	}
 	l, err := s.store.FindLease(r.Context(), ref, id.Owner, id.Org)
 	if errors.Is(err, store.ErrNotFound) && id.Admin {
 		l, err = s.store.GetLease(r.Context(), ref)
+		if errors.Is(err, store.ErrNotFound) && api.IsSlug(ref) {
+			return s.adminFindSlug(r, ref)
+		}
 	}
 	if err != nil {
-		return store.Lease{}, s.fromStore(r, err, "finding the lease", "lease "+ref)
+		return store.Lease{}, s.fromStore(r, err, "finding the lease", "lease "+quote(ref))
 	}
 	return l, nil
+}
+
+// adminFindSlug resolves a slug among every owner's leases: the live
+// lease with it, else the newest ended one. Slugs are unique per owner and
+// org only, so a slug two owners' live leases share must be addressed by
+// ID.
+func (s *Server) adminFindSlug(r *http.Request, slug string) (store.Lease, *apiError) {
+	ls, err := s.store.ListLeases(r.Context(), store.LeaseFilter{Slug: slug, Limit: api.MaxLeaseListLimit})
+	if err != nil {
+		return store.Lease{}, s.fromStore(r, err, "finding the lease", "lease "+quote(slug))
+	}
+	var live []store.Lease
+	for _, l := range ls {
+		if l.State.Live() {
+			live = append(live, l)
+		}
+	}
+	switch {
+	case len(live) == 1:
+		return live[0], nil
+	case len(live) > 1:
+		ids := make([]string, len(live))
+		for i, l := range live {
+			ids[i] = l.ID
+		}
+		return store.Lease{}, invalid("slug %s names live leases of several owners (%s): address one by ID", quote(slug), strings.Join(ids, ", "))
+	case len(ls) > 0:
+		return ls[0], nil
+	}
+	return store.Lease{}, notFound("lease %s not found", quote(slug))
 }
 
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
@@ -52,13 +85,9 @@ func leaseFilter(r *http.Request, id auth.Identity, allByDefault bool) (store.Le
 		Owner: q.Get("owner"), Org: q.Get("org"),
 	}
 	if f.State != "" && !f.State.Valid() {
-		return f, invalid("query parameter %q: %q is not a lease state", "state", f.State)
+		return f, invalid("query parameter %q: %s is not a lease state", "state", quote(string(f.State)))
 	}
-	limit, e := limitParam(q.Get("limit"), api.DefaultLeaseListLimit, api.MaxLeaseListLimit)
-	if e != nil {
-		return f, e
-	}
-	f.Limit = limit
+	f.Limit = limitParam(q.Get("limit"), api.DefaultLeaseListLimit, api.MaxLeaseListLimit)
 	switch {
 	case !id.Admin:
 		if (f.Owner != "" && f.Owner != id.Owner) || (f.Org != "" && f.Org != id.Org) {
@@ -100,7 +129,7 @@ func expectedProvider(v string) (string, *apiError) {
 	}
 	p := strings.ToLower(strings.TrimSpace(v))
 	if !providerName.MatchString(p) {
-		return "", invalid("field %q: %q is not a provider name", "expectedProvider", v)
+		return "", invalid("field %q: %s is not a provider name", "expectedProvider", quote(v))
 	}
 	return p, nil
 }
@@ -125,11 +154,12 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, id auth.Ident
 	if req.IdleTimeoutSeconds > 0 {
 		idle = int64(api.ClampSeconds(req.IdleTimeoutSeconds, api.DefaultIdleTimeoutSeconds))
 	}
-	l, err := s.store.Heartbeat(r.Context(), l.ID, store.HeartbeatRequest{
+	leaseID := l.ID
+	l, err := s.store.Heartbeat(r.Context(), leaseID, store.HeartbeatRequest{
 		ExpectedProvider: want, IdleTimeoutSeconds: idle, Now: s.clock.Now().UTC(),
 	})
 	if err != nil {
-		return s.fromStore(r, err, "recording the heartbeat", "lease "+l.ID)
+		return s.fromStore(r, err, "recording the heartbeat", "lease "+leaseID)
 	}
 	s.touchProvider(r.Context(), l)
 	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: toAPILease(l)})
@@ -194,11 +224,12 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, l store.Le
 		del = *req.Delete
 	}
 	del = del && l.Lifecycle == store.LifecycleManaged
-	l, err := s.store.Release(r.Context(), l.ID, store.ReleaseRequest{
+	leaseID := l.ID
+	l, err := s.store.Release(r.Context(), leaseID, store.ReleaseRequest{
 		DeleteServer: del, ExpectedProvider: want, Now: s.clock.Now().UTC(),
 	})
 	if err != nil {
-		return s.fromStore(r, err, "releasing the lease", "lease "+l.ID)
+		return s.fromStore(r, err, "releasing the lease", "lease "+leaseID)
 	}
 	if l.ReleaseDeletesServer {
 		s.wakeMaintenance()
@@ -211,14 +242,14 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, l store.Le
 func (s *Server) cancelCreate(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
 	leaseID := r.PathValue("id")
 	if !api.IsLeaseID(leaseID) {
-		return invalid("lease ID %q is malformed: want cbx_ and 12 lowercase hex digits", leaseID)
+		return invalid("lease ID %s is malformed: want cbx_ and 12 lowercase hex digits", quote(leaseID))
 	}
 	var req api.CancelCreateRequest
 	if e := decodeBody(w, r, s.maxBody, false, &req); e != nil {
 		return e
 	}
 	if !api.IsCreateAttemptID(req.CreateAttemptID) {
-		return invalid("field %q: %q is not a create attempt ID (cat_ and 32 lowercase hex digits)", "createAttemptID", req.CreateAttemptID)
+		return invalid("field %q: %s is not a create attempt ID (cat_ and 32 lowercase hex digits)", "createAttemptID", quote(req.CreateAttemptID))
 	}
 	res, err := s.store.CancelCreate(r.Context(), leaseID, req.CreateAttemptID, id.Owner, id.Org, s.clock.Now().UTC())
 	if err != nil {
@@ -243,7 +274,7 @@ func (s *Server) cancelCreate(w http.ResponseWriter, r *http.Request, id auth.Id
 func (s *Server) register(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
 	leaseID := r.PathValue("id")
 	if !api.IsRegisteredLeaseID(leaseID) {
-		return invalid("lease ID %q is malformed for a registration", leaseID)
+		return invalid("lease ID %s is malformed for a registration", quote(leaseID))
 	}
 	var req api.RegistrationRequest
 	if e := decodeBody(w, r, s.maxBody, false, &req); e != nil {
@@ -253,11 +284,27 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, id auth.Identi
 	if e != nil {
 		return e
 	}
+	// A refresh keeps the slug the lease has unless the request names
+	// another one.
+	wanted := req.Slug
+	old, err := s.store.GetLease(r.Context(), leaseID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return s.fromStore(r, err, "registering the lease", "lease "+leaseID)
+	case old.Owner == id.Owner && old.Org == id.Org && old.Lifecycle == store.LifecycleRegistered:
+		if old.Provider != l.Provider {
+			return conflict(api.CodeProviderIdentityMismatch, "lease %s is registered with provider %q, not %q", leaseID, old.Provider, l.Provider)
+		}
+		if wanted == "" {
+			wanted = old.Slug
+		}
+	}
 	type result struct {
 		lease   store.Lease
 		created bool
 	}
-	res, err := withSlug(req.Slug, func(slug string) (result, error) {
+	res, err := withSlug(wanted, func(slug string) (result, error) {
 		l.Slug = slug
 		got, created, err := s.store.RegisterLease(r.Context(), l, l.CreatedAt)
 		return result{got, created}, err
@@ -280,10 +327,10 @@ func registration(leaseID string, req api.RegistrationRequest, id auth.Identity,
 		return store.Lease{}, invalid("field %q is required", "provider")
 	}
 	if !providerName.MatchString(p) {
-		return store.Lease{}, invalid("field %q: %q is not a provider name", "provider", req.Provider)
+		return store.Lease{}, invalid("field %q: %s is not a provider name", "provider", quote(req.Provider))
 	}
 	if req.Slug != "" && !api.IsSlug(req.Slug) {
-		return store.Lease{}, invalid("field %q: %q is not a slug", "slug", req.Slug)
+		return store.Lease{}, invalid("field %q: %s is not a slug", "slug", quote(req.Slug))
 	}
 	target, e := targetField(req.Target)
 	if e != nil {

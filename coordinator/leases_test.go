@@ -113,7 +113,7 @@ func TestLeaseLifecycle(t *testing.T) {
 
 		var rel api.LeaseResponse
 		e.do("POST", leasePath(l.ID, "/release"), alice, nil, http.StatusOK, &rel)
-		if rel.Lease.State != api.LeaseReleased || !rel.Lease.ReleaseDeletesServer || rel.Lease.CleanupStartedAt.IsZero() {
+		if rel.Lease.State != api.LeaseReleased || !isTrue(rel.Lease.ReleaseDeletesServer) || rel.Lease.CleanupStartedAt.IsZero() {
 			t.Errorf("released lease = %+v, want released with deletion queued", rel.Lease)
 		}
 		e.fail("POST", leasePath(l.ID, "/heartbeat"), alice, nil, http.StatusConflict, api.CodeLeaseEnded)
@@ -125,7 +125,7 @@ func TestLeaseLifecycle(t *testing.T) {
 			t.Errorf("server deleted %d times, want once", released[l.ID])
 		}
 		done := e.get(alice, l.ID)
-		if done.ReleaseDeletesServer || !done.CleanupStartedAt.IsZero() || done.EndedAt.IsZero() {
+		if done.ReleaseDeletesServer != nil || !done.CleanupStartedAt.IsZero() || done.EndedAt.IsZero() {
 			t.Errorf("after cleanup: %+v, want deletion done and ended", done)
 		}
 		if n, _ := e.srv.Maintain(t.Context()); n != 0 {
@@ -173,7 +173,7 @@ func TestCreateReplayAndConflicts(t *testing.T) {
 		// deletion of its server; the attempt stays canceled.
 		e.do("POST", leasePath(l.ID, "/cancel-create"), alice,
 			api.CancelCreateRequest{CreateAttemptID: req.CreateAttemptID}, http.StatusOK, &cc)
-		if cc.Lease == nil || cc.Lease.State != api.LeaseReleased || !cc.Lease.ReleaseDeletesServer {
+		if cc.Lease == nil || cc.Lease.State != api.LeaseReleased || !isTrue(cc.Lease.ReleaseDeletesServer) {
 			t.Fatalf("cancel of bound attempt: lease %+v, want released with deletion queued", cc.Lease)
 		}
 		e.fail("POST", "/v1/leases", alice, req, http.StatusConflict, api.CodeCreateCanceled)
@@ -334,10 +334,10 @@ func TestMonthlyLimit(t *testing.T) {
 		}
 		var u api.UsageResponse
 		e.do("GET", "/v1/usage", alice, nil, http.StatusOK, &u)
-		if u.Usage.Total.ReservedUSD != 0.5 || u.Usage.Total.ActiveLeases != 1 || u.Limits.MaxMonthlyUSDPerOwner != 1 {
+		if u.Usage.ReservedUSD != 0.5 || u.Usage.ActiveLeases != 1 || u.Limits.MaxMonthlyUSDPerOwner != 1 {
 			t.Errorf("usage = %+v", u)
 		}
-		if len(u.Usage.ServerTypes) != 1 || u.Usage.ServerTypes[0].Key != "cx22" || u.Usage.Month != "2026-05" {
+		if len(u.Usage.ByServerType) != 1 || u.Usage.ByServerType[0].Key != "cx22" || u.Usage.Month != "2026-05" {
 			t.Errorf("usage groups = %+v", u.Usage)
 		}
 	})
@@ -397,7 +397,7 @@ func TestRegistration(t *testing.T) {
 		e.do("PUT", leasePath("static-host-1", "/registration"), alice, reg, http.StatusOK, &got)
 		e.fail("PUT", leasePath("static-host-1", "/registration"), bob, reg, http.StatusConflict, api.CodeLeaseIDConflict)
 		e.do("POST", leasePath("my-box", "/release"), alice, `{"delete":true}`, http.StatusOK, &got)
-		if got.Lease.State != api.LeaseReleased || got.Lease.ReleaseDeletesServer {
+		if got.Lease.State != api.LeaseReleased || !isFalse(got.Lease.ReleaseDeletesServer) {
 			t.Errorf("released registration %+v", got.Lease)
 		}
 		if _, err := e.srv.Maintain(t.Context()); err != nil {
@@ -408,8 +408,8 @@ func TestRegistration(t *testing.T) {
 		}
 		var u api.UsageResponse
 		e.do("GET", "/v1/usage", alice, nil, http.StatusOK, &u)
-		if u.Usage.Total.Leases != 0 {
-			t.Errorf("registered lease counted in usage: %+v", u.Usage.Total)
+		if u.Usage.Leases != 0 {
+			t.Errorf("registered lease counted in usage: %+v", u.Usage.UsageTotals)
 		}
 	})
 }

@@ -117,7 +117,7 @@ func TestProvisionFaultsLeaveNothing(t *testing.T) {
 					t.Errorf("box directory left behind: %v", err)
 				}
 				l := e2.get(alice, req.LeaseID)
-				if l.State != api.LeaseFailed || l.ReleaseDeletesServer || l.FailureError == "" {
+				if l.State != api.LeaseFailed || l.ReleaseDeletesServer != nil || l.FailureError == "" {
 					t.Errorf("lease after cleanup %+v", l)
 				}
 			})

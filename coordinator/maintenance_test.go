@@ -65,7 +65,7 @@ func TestTwoCoordinatorsDeleteEachServerOnce(t *testing.T) {
 				t.Errorf("lease %s: server deleted %d times, want once", id, released[id])
 			}
 			l := a.get(alice, id)
-			if l.State.Live() || l.ReleaseDeletesServer || l.EndedAt.IsZero() {
+			if l.State.Live() || l.ReleaseDeletesServer != nil || l.EndedAt.IsZero() {
 				t.Errorf("lease %s after cleanup: %+v", id, l)
 			}
 		}

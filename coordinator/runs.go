@@ -1,11 +1,13 @@
 package coordinator
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
@@ -41,10 +43,10 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, id auth.Ident
 	if req.Provider != "" {
 		p, e := expectedProvider(req.Provider)
 		if e != nil {
-			return invalid("field %q: %q is not a provider name", "provider", req.Provider)
+			return invalid("field %q: %s is not a provider name", "provider", quote(req.Provider))
 		}
 		if run.LeaseID != "" && p != run.Provider {
-			return conflict(api.CodeProviderIdentityMismatch, "lease %s belongs to provider %q, not %q", run.LeaseID, run.Provider, p)
+			return conflict(api.CodeProviderIdentityMismatch, "lease %s belongs to provider %q, not %s", run.LeaseID, run.Provider, quote(p))
 		}
 		run.Provider = p
 	}
@@ -90,7 +92,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, id auth.Ident
 func (s *Server) findRun(r *http.Request, id auth.Identity) (store.Run, *apiError) {
 	runID := r.PathValue("id")
 	if !api.IsRunID(runID) {
-		return store.Run{}, invalid("run ID %q is malformed: want run_ and 12 lowercase hex digits", runID)
+		return store.Run{}, invalid("run ID %s is malformed: want run_ and 12 lowercase hex digits", quote(runID))
 	}
 	run, err := s.store.GetRun(r.Context(), runID)
 	if err != nil {
@@ -138,13 +140,9 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, id auth.Identi
 	switch f.State {
 	case "", store.RunRunning, store.RunSucceeded, store.RunFailed:
 	default:
-		return invalid("query parameter %q: %q is not a run state", "state", f.State)
+		return invalid("query parameter %q: %s is not a run state", "state", quote(string(f.State)))
 	}
-	limit, e := limitParam(q.Get("limit"), api.DefaultRunListLimit, maxRunListLimit)
-	if e != nil {
-		return e
-	}
-	f.Limit = limit
+	f.Limit = limitParam(q.Get("limit"), api.DefaultRunListLimit, maxRunListLimit)
 	if !id.Admin {
 		if (f.Owner != "" && f.Owner != id.Owner) || (f.Org != "" && f.Org != id.Org) {
 			return forbidden("only admins may list other owners' or orgs' runs")
@@ -176,7 +174,11 @@ func (s *Server) appendEvent(w http.ResponseWriter, r *http.Request, id auth.Ide
 	for _, f := range []struct {
 		name, v string
 		max     int
-	}{{"type", req.Type, maxEventType}, {"phase", req.Phase, maxEventType}, {"stream", req.Stream, maxEventType}} {
+	}{
+		{"type", req.Type, maxEventType}, {"phase", req.Phase, maxEventType}, {"stream", req.Stream, maxEventType},
+		{"windowsMode", req.WindowsMode, maxEventType}, {"class", req.Class, maxShortField},
+		{"serverType", req.ServerType, maxShortField},
+	} {
 		if e := textField(f.name, f.v, f.max); e != nil {
 			return e
 		}
@@ -187,21 +189,102 @@ func (s *Server) appendEvent(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if len(req.Data) > api.MaxEventFieldBytes {
 		return invalid("field %q is longer than %d bytes", "data", api.MaxEventFieldBytes)
 	}
-	if string(req.Data) == "null" {
-		req.Data = nil
+	apply, e := s.eventUpdate(req)
+	if e != nil {
+		return e
 	}
 	run, e := s.findOwnRun(r, id)
 	if e != nil {
 		return e
 	}
+	if apply.LeaseID != "" && apply.LeaseID != run.LeaseID && !id.Admin {
+		// Tying a run to a lease lets the lease's owner read it: only
+		// to the caller's own lease, or one the coordinator does not
+		// know (a direct provider's).
+		l, err := s.store.GetLease(r.Context(), apply.LeaseID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return s.fromStore(r, err, "reading the event's lease", "lease "+apply.LeaseID)
+		case l.Owner != id.Owner || l.Org != id.Org:
+			return forbidden("lease %s of the event belongs to someone else", apply.LeaseID)
+		}
+	}
+	var data json.RawMessage
+	if req.Data != "" {
+		data, _ = json.Marshal(req.Data) // a string always marshals
+	}
 	ev, err := s.store.AppendRunEvent(r.Context(), run.ID, store.RunEvent{
 		Type: req.Type, Phase: req.Phase, Stream: req.Stream, Message: req.Message,
-		Data: json.RawMessage(req.Data), CreatedAt: s.clock.Now().UTC(),
+		Data: data, CreatedAt: s.clock.Now().UTC(), Apply: apply,
 	})
 	if err != nil {
 		return s.fromStore(r, err, "appending the event", "run "+run.ID)
 	}
 	writeJSON(w, http.StatusCreated, api.EventResponse{Event: toAPIEvent(ev)})
+	return nil
+}
+
+// eventUpdate validates the lease fields of an event, which the run takes
+// over (a fresh run learns its lease from its lease.created event), and
+// makes a run.failed event end the run.
+func (s *Server) eventUpdate(req api.EventRequest) (store.RunUpdate, *apiError) {
+	u := store.RunUpdate{
+		LeaseID: req.LeaseID, Slug: req.Slug, Class: req.Class, ServerType: req.ServerType,
+		Fail: req.Type == api.EventRunFailed, ExitCode: req.ExitCode,
+	}
+	if u.LeaseID != "" && !api.IsLeaseID(u.LeaseID) && !api.IsRegisteredLeaseID(u.LeaseID) {
+		return u, invalid("field %q: %s is not a lease ID", "leaseID", quote(u.LeaseID))
+	}
+	if u.Slug != "" && !api.IsSlug(u.Slug) {
+		return u, invalid("field %q: %s is not a slug", "slug", quote(u.Slug))
+	}
+	if req.Provider != "" {
+		p, e := expectedProvider(req.Provider)
+		if e != nil {
+			return u, invalid("field %q: %s is not a provider name", "provider", quote(req.Provider))
+		}
+		u.Provider = p
+	}
+	if req.Target != "" {
+		t, e := targetField(req.Target)
+		if e != nil {
+			return u, e
+		}
+		u.Target = t
+	}
+	if c := req.ExitCode; c != nil && (int64(*c) < math.MinInt32 || int64(*c) > math.MaxUint32) {
+		return u, invalid("field %q is out of range", "exitCode")
+	}
+	return u, nil
+}
+
+// telemetry serves POST /v1/runs/{id}/telemetry: the run keeps the latest
+// sample, as the client sent it (a JSON value), and shows it when read.
+func (s *Server) telemetry(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	body, e := readBody(w, r, s.maxBody)
+	if e != nil {
+		return e
+	}
+	body = bytes.TrimSpace(body)
+	switch {
+	case len(body) == 0 || string(body) == "null":
+		return invalid("request body is empty; want a JSON telemetry sample")
+	case !utf8.Valid(body):
+		return invalid("request body is not valid UTF-8")
+	case !json.Valid(body):
+		return invalid("request body is not valid JSON")
+	}
+	run, e := s.findOwnRun(r, id)
+	if e != nil {
+		return e
+	}
+	if err := s.store.SetRunTelemetry(r.Context(), run.ID, body); err != nil {
+		return s.fromStore(r, err, "storing telemetry", "run "+run.ID)
+	}
+	writeJSON(w, http.StatusAccepted, struct {
+		Accepted bool `json:"accepted"`
+	}{true})
 	return nil
 }
 
@@ -211,14 +294,11 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, id auth.Iden
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return invalid("query parameter %q: %q is not a non-negative number", "after", v)
+			return invalid("query parameter %q: %s is not a non-negative number", "after", quote(v))
 		}
 		after = n
 	}
-	limit, e := limitParam(q.Get("limit"), api.DefaultEventListLimit, api.DefaultEventListLimit)
-	if e != nil {
-		return e
-	}
+	limit := limitParam(q.Get("limit"), api.DefaultEventListLimit, api.DefaultEventListLimit)
 	run, e := s.findRun(r, id)
 	if e != nil {
 		return e

@@ -15,7 +15,9 @@
 //
 //	srv, err := coordinator.New(coordinator.Config{Store: st, Providers: backends, Tokens: tokens})
 //	go srv.Run(ctx)                      // maintenance loop
-//	http.ListenAndServe(addr, srv)       // API
+//	hs := srv.HTTPServer()               // API, with header, body and idle timeouts
+//	hs.Addr = addr
+//	hs.ListenAndServe()
 package coordinator
 
 import (
@@ -81,6 +83,15 @@ type Config struct {
 	// between failed deletes: 0 means 30 seconds and 30 minutes.
 	CleanupRetryBase time.Duration
 	CleanupRetryMax  time.Duration
+
+	// BodyReadTimeout bounds reading a request's body, from the start of
+	// the request: a client that stops sending mid-body gets its
+	// connection closed instead of holding a handler. 0 means 2 minutes.
+	BodyReadTimeout time.Duration
+	// ReadHeaderTimeout and IdleTimeout configure the http.Server that
+	// HTTPServer returns: 0 means 10 seconds and 2 minutes.
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
 }
 
 // Server is the coordinator: an http.Handler for the API and a maintenance
@@ -103,6 +114,9 @@ type Server struct {
 	claimHold        time.Duration
 	retryBase        time.Duration
 	retryMax         time.Duration
+	bodyTimeout      time.Duration
+	headerTimeout    time.Duration
+	idleTimeout      time.Duration
 
 	// wake nudges the maintenance loop after a release queued a deletion.
 	wake chan struct{}
@@ -153,6 +167,9 @@ func New(cfg Config) (*Server, error) {
 		claimHold:        cmp.Or(cfg.CleanupClaimHold, 10*time.Minute),
 		retryBase:        cmp.Or(cfg.CleanupRetryBase, 30*time.Second),
 		retryMax:         cmp.Or(cfg.CleanupRetryMax, 30*time.Minute),
+		bodyTimeout:      cmp.Or(cfg.BodyReadTimeout, 2*time.Minute),
+		headerTimeout:    cmp.Or(cfg.ReadHeaderTimeout, 10*time.Second),
+		idleTimeout:      cmp.Or(cfg.IdleTimeout, 2*time.Minute),
 		wake:             make(chan struct{}, 1),
 	}
 	if s.defProv == "" && len(s.providers) == 1 {
@@ -173,6 +190,13 @@ func checkLimits(l api.Limits) error {
 		return errors.New("monthly USD maxima must not be negative")
 	}
 	return nil
+}
+
+// HTTPServer returns an http.Server serving s with the configured header
+// and idle timeouts (the body timeout is applied per request by s
+// itself). The caller sets Addr or calls Serve, and may set ErrorLog.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{Handler: s, ReadHeaderTimeout: s.headerTimeout, IdleTimeout: s.idleTimeout}
 }
 
 // Registry is the Server's own Prometheus registry (served at /metrics).
@@ -207,33 +231,56 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/runs/{id}/events", s.authed(s.listEvents))
 	m.Handle("POST /v1/runs/{id}/finish", s.authed(s.finishRun))
 	m.Handle("GET /v1/runs/{id}/logs", s.authed(s.runLogs))
+	m.Handle("POST /v1/runs/{id}/telemetry", s.authed(s.telemetry))
 
 	m.Handle("GET /v1/usage", s.authed(s.usage))
 
 	m.Handle("GET /v1/admin/leases", s.authed(s.adminOnly(s.adminListLeases)))
 	m.Handle("POST /v1/admin/leases/{id}/release", s.authed(s.adminOnly(s.adminRelease)))
+	m.Handle("GET /v1/pool", s.authed(s.adminOnly(s.pool)))
 	s.mux = m
 }
 
-// ServeHTTP serves the coordinator API.
+// ServeHTTP serves the coordinator API. Every answer is JSON (errors
+// included); the request line is validated first (see checkRequestText),
+// and an unclean path is routed as its cleaned form instead of being
+// redirected.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.clock.Now()
 	rw := &statusWriter{ResponseWriter: w}
-	// The mux sets path values only when it serves the request itself.
-	var h http.Handler = s.mux
-	_, pattern := s.mux.Handler(r)
-	if pattern == "" {
-		h, pattern = http.HandlerFunc(s.unrouted), "unmatched"
+	if r.Body != nil && r.Body != http.NoBody {
+		// Deadlines are wall-clock time, whatever s.clock says. A writer
+		// without deadlines (a test recorder) has no connection to hold.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
 	}
-	h.ServeHTTP(rw, r)
+	// The metrics and log labels come from a fixed set: a route pattern of
+	// the mux or "other", a known method or "other".
+	route := "other"
+	if e := checkRequestText(r); e != nil {
+		writeError(rw, e)
+	} else {
+		if p := cleanPath(r.URL.Path); p != r.URL.Path {
+			r = r.Clone(r.Context())
+			r.URL.Path, r.URL.RawPath = p, ""
+		}
+		// The mux sets path values only when it serves the request itself.
+		var h http.Handler = s.mux
+		if _, pattern := s.mux.Handler(r); pattern != "" {
+			route = pattern
+		} else {
+			h = http.HandlerFunc(s.unrouted)
+		}
+		h.ServeHTTP(rw, r)
+	}
 	elapsed := s.clock.Since(start)
-	s.metrics.observe(r.Method, pattern, rw.status(), elapsed)
+	method := metricMethod(r.Method)
+	s.metrics.observe(method, route, rw.status(), elapsed)
 	level := slog.LevelDebug
 	if rw.status() >= 500 {
 		level = slog.LevelWarn
 	}
 	s.log.LogAttrs(r.Context(), level, "request",
-		slog.String("method", r.Method), slog.String("route", pattern),
+		slog.String("method", method), slog.String("route", route),
 		slog.Int("status", rw.status()), slog.Duration("elapsed", elapsed),
 		slog.String("owner", rw.owner))
 }
@@ -246,10 +293,10 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
 	fallback.ServeHTTP(probe, r)
 	if probe.code == http.StatusMethodNotAllowed {
 		w.Header().Set("Allow", probe.header.Get("Allow"))
-		writeError(w, errorf(http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "method %s is not allowed for %s", r.Method, r.URL.Path))
+		writeError(w, errorf(http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "method %s is not allowed for %s", quote(r.Method), quote(r.URL.Path)))
 		return
 	}
-	writeError(w, notFound("no route %s %s", r.Method, r.URL.Path))
+	writeError(w, notFound("no route %s %s", quote(r.Method), quote(r.URL.Path)))
 }
 
 // authed authenticates the request and runs h with its identity.
@@ -286,7 +333,7 @@ func (s *Server) adminOnly(h handler) handler {
 // internal logs err and returns a 500 that says nothing about it.
 func (s *Server) internal(r *http.Request, doing string, err error) *apiError {
 	s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
-		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("method", metricMethod(r.Method)), slog.String("path", quote(r.URL.Path)),
 		slog.String("doing", doing), slog.String("error", err.Error()))
 	return errorf(http.StatusInternalServerError, api.CodeInternal, "internal error while %s", doing)
 }

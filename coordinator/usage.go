@@ -18,7 +18,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request, id auth.Identity)
 	if v := q.Get("month"); v != "" {
 		m, err := time.Parse("2006-01", v)
 		if err != nil {
-			return invalid("query parameter %q: %q is not a month like 2026-05", "month", v)
+			return invalid("query parameter %q: %s is not a month like 2026-05", "month", quote(v))
 		}
 		month = m.UTC()
 	}
@@ -35,7 +35,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request, id auth.Identity)
 			return forbidden("usage of scope %q needs admin rights", api.ScopeAll)
 		}
 	default:
-		return invalid("query parameter %q: %q is not one of user, org, all", "scope", scope)
+		return invalid("query parameter %q: %s is not one of user, org, all", "scope", quote(scope))
 	}
 	u, err := s.store.Usage(r.Context(), uq)
 	if err != nil {
@@ -44,8 +44,8 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request, id auth.Identity)
 	writeJSON(w, http.StatusOK, api.UsageResponse{
 		Usage: api.Usage{
 			Scope: scope, Month: month.Format("2006-01"), Owner: uq.Owner, Org: uq.Org,
-			Total: toAPIGroup(u.Total), Owners: toAPIGroups(u.ByOwner), Orgs: toAPIGroups(u.ByOrg),
-			Providers: toAPIGroups(u.ByProvider), ServerTypes: toAPIGroups(u.ByServerType),
+			UsageTotals: toAPITotals(u.Total), ByOwner: toAPIGroups(u.ByOwner), ByOrg: toAPIGroups(u.ByOrg),
+			ByProvider: toAPIGroups(u.ByProvider), ByServerType: toAPIGroups(u.ByServerType),
 		},
 		Limits: s.limits,
 	})

@@ -88,10 +88,10 @@ func (s *Server) normalizeLeaseRequest(req api.LeaseRequest) (leaseSpec, *apiErr
 		WorkRoot: req.WorkRoot, SSHPublicKey: strings.TrimSpace(req.SSHPublicKey),
 	}
 	if n.LeaseID != "" && !api.IsLeaseID(n.LeaseID) {
-		return n, invalid("field %q: %q is not a lease ID (cbx_ and 12 lowercase hex digits)", "leaseID", n.LeaseID)
+		return n, invalid("field %q: %s is not a lease ID (cbx_ and 12 lowercase hex digits)", "leaseID", quote(n.LeaseID))
 	}
 	if n.Slug != "" && !api.IsSlug(n.Slug) {
-		return n, invalid("field %q: %q is not a slug (lowercase letters, digits and single dashes, at most %d characters)", "slug", n.Slug, api.MaxSlugLen)
+		return n, invalid("field %q: %s is not a slug (lowercase letters, digits and single dashes, at most %d characters)", "slug", quote(n.Slug), api.MaxSlugLen)
 	}
 	var e *apiError
 	if n.Provider, e = s.providerField(req.Provider); e != nil {
@@ -147,7 +147,7 @@ func (s *Server) providerField(v string) (string, *apiError) {
 		return "", invalid("field %q is required (configured: %s)", "provider", s.providerNames())
 	}
 	if !providerName.MatchString(v) {
-		return "", invalid("field %q: %q is not a provider name", "provider", v)
+		return "", invalid("field %q: %s is not a provider name", "provider", quote(v))
 	}
 	return v, nil
 }
@@ -159,7 +159,7 @@ func targetField(t api.Target) (string, *apiError) {
 	case api.TargetLinux, api.TargetMacOS, api.TargetWindows:
 		return string(t), nil
 	}
-	return "", invalid("field %q: %q is not one of linux, macos, windows", "target", t)
+	return "", invalid("field %q: %s is not one of linux, macos, windows", "target", quote(string(t)))
 }
 
 // textField accepts printable UTF-8 of at most max bytes.
@@ -201,7 +201,7 @@ func sshUserField(v string) (string, *apiError) {
 		return DefaultSSHUser, nil
 	}
 	if !sshUserName.MatchString(v) {
-		return "", invalid("field %q: %q is not a user name", "sshUser", v)
+		return "", invalid("field %q: %s is not a user name", "sshUser", quote(v))
 	}
 	return v, nil
 }
@@ -211,7 +211,7 @@ func portFields(port string, fallback []string) (string, []string, *apiError) {
 		port = api.DefaultSSHPort
 	}
 	if !validPort(port) {
-		return "", nil, invalid("field %q: %q is not a port (1-65535)", "sshPort", port)
+		return "", nil, invalid("field %q: %s is not a port (1-65535)", "sshPort", quote(port))
 	}
 	if fallback == nil {
 		fallback = []string{api.DefaultSSHFallback}
@@ -221,7 +221,7 @@ func portFields(port string, fallback []string) (string, []string, *apiError) {
 	}
 	for _, p := range fallback {
 		if !validPort(p) {
-			return "", nil, invalid("field %q: %q is not a port (1-65535)", "sshFallbackPorts", p)
+			return "", nil, invalid("field %q: %s is not a port (1-65535)", "sshFallbackPorts", quote(p))
 		}
 	}
 	return port, slices.Clone(fallback), nil
@@ -249,26 +249,28 @@ func labelsField(in map[string]string, reserved bool) (map[string]string, *apiEr
 	}
 	for k, v := range in {
 		if reserved && ownershipLabels[k] {
-			return nil, invalid("field %q: key %q is reserved for crabbox's ownership labels", "labels", k)
+			return nil, invalid("field %q: key %s is reserved for crabbox's ownership labels", "labels", quote(k))
 		}
 		if !labelKey.MatchString(k) {
-			return nil, invalid("field %q: key %q is not a label key (lowercase letters, digits, _ . -; at most 63)", "labels", k)
+			return nil, invalid("field %q: key %s is not a label key (lowercase letters, digits, _ . -; at most 63)", "labels", quote(k))
 		}
 		if !labelValue.MatchString(v) {
-			return nil, invalid("field %q: value of %q is not a label value ([A-Za-z0-9_.-], at most 63)", "labels", k)
+			return nil, invalid("field %q: value of %s is not a label value ([A-Za-z0-9_.-], at most 63)", "labels", quote(k))
 		}
 	}
 	return maps.Clone(in), nil
 }
 
-// limitParam parses a list limit query parameter.
-func limitParam(v string, def, max int) (int, *apiError) {
-	if v == "" {
-		return def, nil
-	}
+// limitParam reads a list limit query parameter: empty, 0, negative or
+// junk means def, more than max is max. Existing clients send limit=1000
+// and expect a list, not an error.
+func limitParam(v string, def, max int) int {
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > max {
-		return 0, invalid("query parameter %q: %q is not a number from 1 to %d", "limit", v, max)
+	switch {
+	case err != nil || n < 1:
+		return def
+	case n > max:
+		return max
 	}
-	return n, nil
+	return n
 }

@@ -278,10 +278,9 @@ func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgP
 	if err != nil {
 		return fmt.Errorf("coordinator: listen: %w", err)
 	}
-	hs := &http.Server{
-		Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	hs := srv.HTTPServer()
+	hs.Handler = handler
+	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	maintCtx, stopMaint := context.WithCancel(context.WithoutCancel(ctx))
 	maintDone := make(chan error, 1)
 	go func() { maintDone <- srv.Run(maintCtx) }()

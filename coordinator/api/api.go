@@ -98,40 +98,44 @@ const (
 
 // Lease is the lease record the coordinator returns.
 type Lease struct {
-	ID                   string            `json:"id"`
-	Slug                 string            `json:"slug,omitempty"`
-	Provider             string            `json:"provider"`
-	Lifecycle            Lifecycle         `json:"lifecycle"`
-	State                LeaseState        `json:"state"`
-	Owner                string            `json:"owner"`
-	Org                  string            `json:"org"`
-	Target               Target            `json:"target,omitempty"`
-	Class                string            `json:"class,omitempty"`
-	ServerType           string            `json:"serverType,omitempty"`
-	CloudID              string            `json:"cloudID,omitempty"`
-	ServerName           string            `json:"serverName,omitempty"`
-	Host                 string            `json:"host,omitempty"`
-	SSHUser              string            `json:"sshUser,omitempty"`
-	SSHPort              string            `json:"sshPort,omitempty"`
-	SSHFallbackPorts     []string          `json:"sshFallbackPorts,omitempty"`
-	SSHHostKey           string            `json:"sshHostKey,omitempty"`
-	WorkRoot             string            `json:"workRoot,omitempty"`
-	Keep                 bool              `json:"keep"`
-	TTLSeconds           int               `json:"ttlSeconds"`
-	IdleTimeoutSeconds   int               `json:"idleTimeoutSeconds"`
-	CreatedAt            time.Time         `json:"createdAt"`
-	UpdatedAt            time.Time         `json:"updatedAt"`
-	LastTouchedAt        time.Time         `json:"lastTouchedAt"`
-	ExpiresAt            time.Time         `json:"expiresAt"`
-	ReleasedAt           time.Time         `json:"releasedAt,omitzero"`
-	EndedAt              time.Time         `json:"endedAt,omitzero"`
-	EstimatedHourlyUSD   float64           `json:"estimatedHourlyUSD"`
-	MaxEstimatedUSD      float64           `json:"maxEstimatedUSD"`
-	CleanupAttempts      int               `json:"cleanupAttempts"`
-	CleanupError         string            `json:"cleanupError,omitempty"`
-	CleanupStartedAt     time.Time         `json:"cleanupStartedAt,omitzero"`
-	CleanupRetryAt       time.Time         `json:"cleanupRetryAt,omitzero"`
-	ReleaseDeletesServer bool              `json:"releaseDeletesServer"`
+	ID                 string     `json:"id"`
+	Slug               string     `json:"slug,omitempty"`
+	Provider           string     `json:"provider"`
+	Lifecycle          Lifecycle  `json:"lifecycle"`
+	State              LeaseState `json:"state"`
+	Owner              string     `json:"owner"`
+	Org                string     `json:"org"`
+	Target             Target     `json:"target,omitempty"`
+	Class              string     `json:"class,omitempty"`
+	ServerType         string     `json:"serverType,omitempty"`
+	CloudID            string     `json:"cloudID,omitempty"`
+	ServerName         string     `json:"serverName,omitempty"`
+	Host               string     `json:"host,omitempty"`
+	SSHUser            string     `json:"sshUser,omitempty"`
+	SSHPort            string     `json:"sshPort,omitempty"`
+	SSHFallbackPorts   []string   `json:"sshFallbackPorts,omitempty"`
+	SSHHostKey         string     `json:"sshHostKey,omitempty"`
+	WorkRoot           string     `json:"workRoot,omitempty"`
+	Keep               bool       `json:"keep"`
+	TTLSeconds         int        `json:"ttlSeconds"`
+	IdleTimeoutSeconds int        `json:"idleTimeoutSeconds"`
+	CreatedAt          time.Time  `json:"createdAt"`
+	UpdatedAt          time.Time  `json:"updatedAt"`
+	LastTouchedAt      time.Time  `json:"lastTouchedAt"`
+	ExpiresAt          time.Time  `json:"expiresAt"`
+	ReleasedAt         time.Time  `json:"releasedAt,omitzero"`
+	EndedAt            time.Time  `json:"endedAt,omitzero"`
+	EstimatedHourlyUSD float64    `json:"estimatedHourlyUSD"`
+	MaxEstimatedUSD    float64    `json:"maxEstimatedUSD"`
+	CleanupAttempts    int        `json:"cleanupAttempts"`
+	CleanupError       string     `json:"cleanupError,omitempty"`
+	CleanupStartedAt   time.Time  `json:"cleanupStartedAt,omitzero"`
+	CleanupRetryAt     time.Time  `json:"cleanupRetryAt,omitzero"`
+	// ReleaseDeletesServer is true while deletion of the server is
+	// pending, false when the lease ended with its server kept (keep,
+	// delete:false, a registered lease), and absent otherwise: existing
+	// clients read false as "kept" and keep their local claim.
+	ReleaseDeletesServer *bool             `json:"releaseDeletesServer,omitempty"`
 	FailureError         string            `json:"failureError,omitempty"`
 	Labels               map[string]string `json:"labels,omitempty"`
 }
@@ -305,6 +309,9 @@ type Run struct {
 	LastEventAt  time.Time   `json:"lastEventAt,omitzero"`
 	EventCount   int         `json:"eventCount"`
 	EndedAt      time.Time   `json:"endedAt,omitzero"`
+	// Telemetry is the latest sample posted to /v1/runs/{id}/telemetry,
+	// as the client sent it.
+	Telemetry json.RawMessage `json:"telemetry,omitempty"`
 }
 
 // RunRequest is the body of POST /v1/runs.
@@ -343,25 +350,47 @@ const (
 	StreamStderr = "stderr"
 )
 
-// EventRequest is the body of POST /v1/runs/{id}/events.
+// Event types existing clients send that change the run.
+const (
+	// EventRunFailed ends a run as failed without a finish (a run that
+	// failed before its command started).
+	EventRunFailed = "run.failed"
+	// EventLeaseCreated ties a fresh run to its lease (via the lease
+	// fields of the event).
+	EventLeaseCreated = "lease.created"
+	// EventLeaseReleased is posted after the run finished.
+	EventLeaseReleased = "lease.released"
+)
+
+// EventRequest is the body of POST /v1/runs/{id}/events. Data is a string
+// (JSON-encoded by the client when structured). The lease fields, when
+// set, are applied to the run.
 type EventRequest struct {
-	Type    string          `json:"type"`
-	Phase   string          `json:"phase,omitempty"`
-	Stream  string          `json:"stream,omitempty"`
-	Message string          `json:"message,omitempty"`
-	Data    json.RawMessage `json:"data,omitempty"`
+	Type        string `json:"type"`
+	Phase       string `json:"phase,omitempty"`
+	Stream      string `json:"stream,omitempty"`
+	Message     string `json:"message,omitempty"`
+	Data        string `json:"data,omitempty"`
+	LeaseID     string `json:"leaseID,omitempty"`
+	Slug        string `json:"slug,omitempty"`
+	Provider    string `json:"provider,omitempty"`
+	Target      Target `json:"target,omitempty"`
+	WindowsMode string `json:"windowsMode,omitempty"`
+	Class       string `json:"class,omitempty"`
+	ServerType  string `json:"serverType,omitempty"`
+	ExitCode    *int   `json:"exitCode,omitempty"`
 }
 
 // Event is a stored run event. Seq counts from 1 without gaps.
 type Event struct {
-	RunID     string          `json:"runID"`
-	Seq       int64           `json:"seq"`
-	Type      string          `json:"type"`
-	Phase     string          `json:"phase,omitempty"`
-	Stream    string          `json:"stream,omitempty"`
-	Message   string          `json:"message,omitempty"`
-	Data      json.RawMessage `json:"data,omitempty"`
-	CreatedAt time.Time       `json:"createdAt"`
+	RunID     string    `json:"runID"`
+	Seq       int64     `json:"seq"`
+	Type      string    `json:"type"`
+	Phase     string    `json:"phase,omitempty"`
+	Stream    string    `json:"stream,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	Data      string    `json:"data,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 // FinishRequest is the body of POST /v1/runs/{id}/finish. ExitCode 0 makes
@@ -371,7 +400,7 @@ type FinishRequest struct {
 	ExitCode     int         `json:"exitCode"`
 	SyncMs       int64       `json:"syncMs"`
 	CommandMs    int64       `json:"commandMs"`
-	Log          string      `json:"log"`
+	Log          string      `json:"log" edge:"bytes"` // stored as bytes: any content
 	LogTruncated bool        `json:"logTruncated"`
 	Results      *RunResults `json:"results,omitempty"`
 }
@@ -403,9 +432,8 @@ const (
 	ScopeAll  = "all"
 )
 
-// UsageGroup is usage for one key (an owner, org, provider or server type).
-type UsageGroup struct {
-	Key            string  `json:"key"`
+// UsageTotals are the usage figures of a set of leases.
+type UsageTotals struct {
 	Leases         int     `json:"leases"`
 	ActiveLeases   int     `json:"activeLeases"`
 	RuntimeSeconds int64   `json:"runtimeSeconds"`
@@ -413,17 +441,24 @@ type UsageGroup struct {
 	ReservedUSD    float64 `json:"reservedUSD"`
 }
 
-// Usage is a month's usage in a scope. Registered leases are excluded.
+// UsageGroup is usage for one key (an owner, org, provider or server type).
+type UsageGroup struct {
+	Key string `json:"key"`
+	UsageTotals
+}
+
+// Usage is a month's usage in a scope: the totals flat in the object,
+// then the groups. Registered leases are excluded.
 type Usage struct {
-	Scope       string       `json:"scope"`
-	Month       string       `json:"month"`
-	Owner       string       `json:"owner,omitempty"`
-	Org         string       `json:"org,omitempty"`
-	Total       UsageGroup   `json:"total"`
-	Owners      []UsageGroup `json:"owners"`
-	Orgs        []UsageGroup `json:"orgs"`
-	Providers   []UsageGroup `json:"providers"`
-	ServerTypes []UsageGroup `json:"serverTypes"`
+	Scope string `json:"scope"`
+	Month string `json:"month"`
+	Owner string `json:"owner,omitempty"`
+	Org   string `json:"org,omitempty"`
+	UsageTotals
+	ByOwner      []UsageGroup `json:"byOwner"`
+	ByOrg        []UsageGroup `json:"byOrg"`
+	ByProvider   []UsageGroup `json:"byProvider"`
+	ByServerType []UsageGroup `json:"byServerType"`
 }
 
 // Limits are the configured maxima; 0 means unlimited.
@@ -440,6 +475,22 @@ type Limits struct {
 type UsageResponse struct {
 	Usage  Usage  `json:"usage"`
 	Limits Limits `json:"limits"`
+}
+
+// PoolProvider is one configured provider in the pool view.
+type PoolProvider struct {
+	Provider           string `json:"provider"`
+	ActiveLeases       int    `json:"activeLeases"`
+	ProvisioningLeases int    `json:"provisioningLeases"`
+	// PendingDeletes counts ended leases whose server deletion is queued.
+	PendingDeletes int `json:"pendingDeletes"`
+}
+
+// PoolResponse answers GET /v1/pool (admin only): the configured providers
+// and the managed leases holding capacity, of every owner.
+type PoolResponse struct {
+	Providers []PoolProvider `json:"providers"`
+	Leases    []Lease        `json:"leases"`
 }
 
 // Auth kinds in a whoami response.
@@ -479,6 +530,7 @@ const (
 	CodeForbidden                = "forbidden"                  // 403
 	CodeNotFound                 = "not_found"                  // 404
 	CodeMethodNotAllowed         = "method_not_allowed"         // 405
+	CodeRequestTimeout           = "request_timeout"            // 408
 	CodeRequestTooLarge          = "request_too_large"          // 413
 	CodeProviderNotConfigured    = "provider_not_configured"    // 424
 	CodeCostLimitExceeded        = "cost_limit_exceeded"        // 429

@@ -21,7 +21,7 @@ func TestLeaseJSONFieldNames(t *testing.T) {
 		TTLSeconds: 5400, IdleTimeoutSeconds: 1800, CreatedAt: at, UpdatedAt: at, LastTouchedAt: at,
 		ExpiresAt: at, ReleasedAt: at, EndedAt: at, EstimatedHourlyUSD: 1, MaxEstimatedUSD: 1.5,
 		CleanupAttempts: 1, CleanupError: "e", CleanupStartedAt: at, CleanupRetryAt: at,
-		ReleaseDeletesServer: true, FailureError: "f", Labels: map[string]string{"a": "b"},
+		ReleaseDeletesServer: new(true), FailureError: "f", Labels: map[string]string{"a": "b"},
 	}
 	b, err := json.Marshal(l)
 	if err != nil {

@@ -602,6 +602,21 @@ func (c *Client) AppendEvent(ctx context.Context, runID string, ev api.EventRequ
 	return out.Event, err
 }
 
+// RunTelemetry posts a telemetry sample for a run (any JSON value,
+// typically an object of host metrics); the run keeps the latest.
+func (c *Client) RunTelemetry(ctx context.Context, runID string, sample any) error {
+	_, err := c.do(ctx, c.requestTimeout, http.MethodPost, runPath(runID, "/telemetry"), nil, sample, nil)
+	return err
+}
+
+// Pool returns the admin pool view: per provider the leases holding
+// capacity, and those leases (admin only).
+func (c *Client) Pool(ctx context.Context) (api.PoolResponse, error) {
+	var out api.PoolResponse
+	_, err := c.do(ctx, c.requestTimeout, http.MethodGet, "/v1/pool", nil, nil, &out)
+	return out, err
+}
+
 // ListEvents returns a run's events with seq > after (at most limit; 0
 // means the coordinator's default).
 func (c *Client) ListEvents(ctx context.Context, runID string, after int64, limit int) ([]api.Event, error) {

@@ -349,6 +349,10 @@ func TestRequestsAndQueries(t *testing.T) {
 			writeJSON(w, 200, api.EventsResponse{Events: []api.Event{{Seq: 1}}})
 		case strings.HasSuffix(r.URL.Path, "/events"):
 			writeJSON(w, 201, api.EventResponse{Event: api.Event{Seq: 1}})
+		case strings.HasSuffix(r.URL.Path, "/telemetry"):
+			writeJSON(w, 202, struct{}{})
+		case r.URL.Path == "/v1/pool":
+			writeJSON(w, 200, api.PoolResponse{})
 		case strings.HasPrefix(r.URL.Path, "/v1/runs"):
 			writeJSON(w, 200, api.RunResponse{Run: api.Run{ID: "run_0123456789ab"}})
 		case r.URL.Path == "/v1/usage":
@@ -400,6 +404,8 @@ func TestRequestsAndQueries(t *testing.T) {
 		t.Fatalf("RunLog = %q, %v", log, err)
 	}
 	mustOK(c.Usage(ctx, api.ScopeOrg, "2026-11"))
+	mustOK(nil, c.RunTelemetry(ctx, "run_0123456789ab", map[string]float64{"load1": 0.5}))
+	mustOK(c.Pool(ctx))
 	want := []string{
 		"GET /v1/health", "GET /v1/whoami", "GET /v1/providers/local/readiness",
 		"GET /v1/leases?limit=500&provider=local&state=active", "GET /v1/leases/brave-crab",
@@ -410,6 +416,7 @@ func TestRequestsAndQueries(t *testing.T) {
 		"POST /v1/runs/run_0123456789ab/events", "GET /v1/runs/run_0123456789ab/events?after=3&limit=10",
 		"POST /v1/runs/run_0123456789ab/finish", "GET /v1/runs/run_0123456789ab/logs",
 		"GET /v1/usage?month=2026-11&scope=org",
+		"POST /v1/runs/run_0123456789ab/telemetry", "GET /v1/pool",
 	}
 	if d := cmp.Diff(want, urls); d != "" {
 		t.Errorf("requests (-want +got):\n%s", d)
@@ -505,4 +512,19 @@ func FuzzErrorFrom(f *testing.F) {
 		}
 		_ = err.Error()
 	})
+}
+
+// TestEventDataIsAString: the wire's event data is a string; structured
+// data goes as its JSON encoding, never as an object.
+func TestEventDataIsAString(t *testing.T) {
+	c, rec := newTest(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		writeJSON(w, 201, api.EventResponse{Event: api.Event{Seq: 1, Data: `{"exitCode":3}`}})
+	})
+	ev, err := c.AppendEvent(t.Context(), "run_0123456789ab", api.EventRequest{Type: api.EventCommand, Data: `{"exitCode":3}`, ExitCode: new(3)})
+	if err != nil || ev.Data != `{"exitCode":3}` {
+		t.Fatalf("AppendEvent = %+v, %v", ev, err)
+	}
+	if body := rec.requests()[0].Body; body["data"] != `{"exitCode":3}` || body["exitCode"] != 3.0 {
+		t.Errorf("sent %v, want data as a string", body)
+	}
 }

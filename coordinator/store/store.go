@@ -110,8 +110,11 @@ type Lease struct {
 	// ReleaseDeletesServer is true while deletion of the server is queued
 	// and not finished. Such a lease still counts against active limits.
 	ReleaseDeletesServer bool
-	FailureError         string
-	Labels               map[string]string
+	// ServerKept is true when the lease ended with its server deliberately
+	// left running (released with keep or without deletion).
+	ServerKept   bool
+	FailureError string
+	Labels       map[string]string
 
 	// Private fields: never serialise these into API responses.
 
@@ -225,6 +228,7 @@ type LeaseFilter struct {
 	Provider string
 	Owner    string
 	Org      string
+	Slug     string
 	// Limit caps the result; 0 means 100.
 	Limit int
 }
@@ -270,6 +274,9 @@ type Run struct {
 	LastEventAt time.Time
 	EventCount  int64
 	EndedAt     time.Time
+	// Telemetry is the latest sample set by SetRunTelemetry (opaque JSON,
+	// nil for none).
+	Telemetry json.RawMessage
 }
 
 // RunEvent is one event of a run. Seq numbers a run's events from 1
@@ -284,6 +291,23 @@ type RunEvent struct {
 	// Data is opaque JSON from the client (may be nil).
 	Data      json.RawMessage
 	CreatedAt time.Time
+	// Apply is what the event changes on its run; it is not stored with
+	// the event.
+	Apply RunUpdate
+}
+
+// RunUpdate is what an event changes on its run: non-empty lease fields
+// replace the run's, and Fail ends a running run as failed (EndedAt =
+// the event's time, ExitCode when set) without a finish.
+type RunUpdate struct {
+	LeaseID    string
+	Slug       string
+	Provider   string
+	Target     string
+	Class      string
+	ServerType string
+	Fail       bool
+	ExitCode   *int
 }
 
 // RunFinish is the outcome a client reports for a run.
@@ -405,7 +429,8 @@ type Store interface {
 	// registered) made elsewhere. l carries the full record; on refresh the
 	// original CreatedAt is kept, the lease becomes active again and is
 	// touched. An ID held by another owner/org or by a managed lease is
-	// ErrLeaseIDConflict. created is true for a new record.
+	// ErrLeaseIDConflict; one registered with another provider is
+	// ErrProviderMismatch. created is true for a new record.
 	RegisterLease(ctx context.Context, l Lease, now time.Time) (lease Lease, created bool, err error)
 
 	// GetLease returns the lease with this ID, whoever owns it, or
@@ -474,10 +499,16 @@ type Store interface {
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
 
 	// AppendRunEvent appends ev to run runID, numbering it with the next
-	// seq (gapless from 1, also under concurrent appends), and updates the
+	// seq (gapless from 1, also under concurrent appends), updates the
 	// run's EventCount, LastEventAt (= ev.CreatedAt) and Phase (when
-	// ev.Phase is set). ErrNotFound; ErrRunFinished after FinishRun.
+	// ev.Phase is set), and applies ev.Apply. Events are taken after the
+	// run ended too (clients report the lease's release then).
+	// ErrNotFound.
 	AppendRunEvent(ctx context.Context, runID string, ev RunEvent) (RunEvent, error)
+
+	// SetRunTelemetry stores telemetry (valid JSON) as the run's latest
+	// sample, also after it ended. ErrNotFound.
+	SetRunTelemetry(ctx context.Context, runID string, telemetry json.RawMessage) error
 
 	// ListRunEvents returns up to limit events with seq > after, in order;
 	// limit 0 means 500. ErrNotFound for an unknown run.
@@ -486,8 +517,9 @@ type Store interface {
 	// FinishRun ends a running run: exit code, timings, results, log (its
 	// last MaxLogBytes kept; LogTruncated when cut here or by the client),
 	// DurationMs = Now - StartedAt, state succeeded for exit code 0 else
-	// failed. Repeating an identical finish returns the run unchanged; a
-	// different finish of a finished run is ErrRunConflict.
+	// failed. A run that a failing event ended (RunUpdate.Fail) still takes
+	// its finish. Repeating an identical finish returns the run unchanged;
+	// a different finish of a finished run is ErrRunConflict.
 	FinishRun(ctx context.Context, runID string, f RunFinish) (Run, error)
 
 	// RunLog returns the stored log of a run (empty before it finished).

@@ -65,6 +65,10 @@ func Run(t *testing.T, h Harness) {
 		{"RunLogs", testRunLogs},
 		{"Usage", testUsage},
 		{"InvalidInput", testInvalid},
+		{"TextArguments", testTextArguments},
+		{"RunEventUpdates", testRunEventUpdates},
+		{"RunTelemetry", testRunTelemetry},
+		{"ServerKept", testServerKept},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -603,6 +607,10 @@ func testRegister(t *testing.T, open Opener) {
 	}
 	_, _, err = s.RegisterLease(ctx, lease("ext-box-1", "bob"), t0)
 	wantErr(t, "other owner", err, store.ErrLeaseIDConflict)
+	other := r
+	other.Provider = "aws"
+	_, _, err = s.RegisterLease(ctx, other, at(13*time.Minute))
+	wantErr(t, "other provider", err, store.ErrProviderMismatch)
 	create(t, s, lease("cbx_000000000001", "alice"), "cat_1")
 	_, _, err = s.RegisterLease(ctx, lease("cbx_000000000001", "alice"), t0)
 	wantErr(t, "managed ID", err, store.ErrLeaseIDConflict)
@@ -1033,8 +1041,15 @@ func testRuns(t *testing.T, open Opener) {
 	if _, err := s.FinishRun(ctx, r.ID, fin); !errors.Is(err, store.ErrRunConflict) {
 		t.Errorf("different finish: %v", err)
 	}
-	if _, err := s.AppendRunEvent(ctx, r.ID, store.RunEvent{Type: "late", CreatedAt: at(time.Minute)}); !errors.Is(err, store.ErrRunFinished) {
-		t.Errorf("event after finish: %v", err)
+	// Events are taken after the finish (clients report the lease's
+	// release then); they change neither the state nor the outcome.
+	late, err := s.AppendRunEvent(ctx, r.ID, store.RunEvent{Type: "lease.released", CreatedAt: at(time.Minute),
+		Apply: store.RunUpdate{Fail: true}})
+	if err != nil || late.Seq != done.EventCount+1 {
+		t.Errorf("event after finish: %+v, %v", late, err)
+	}
+	if stored, _ := s.GetRun(ctx, r.ID); stored.State != store.RunSucceeded || stored.EventCount != done.EventCount+1 || !stored.EndedAt.Equal(done.EndedAt) {
+		t.Errorf("run after a late event: %+v", stored)
 	}
 
 	f, err := s.CreateRun(ctx, func() store.Run { r := run("run_000000000002", "bob"); r.StartedAt = at(time.Minute); return r }())
@@ -1264,5 +1279,154 @@ func testInvalid(t *testing.T, open Opener) {
 	}
 	if got, err := s.ListLeases(ctx, store.LeaseFilter{}); err != nil || len(got) != 0 {
 		t.Errorf("invalid input changed the store: %v, %v", ids(got), err)
+	}
+}
+
+// testTextArguments: text no database takes the same way (a NUL byte,
+// invalid UTF-8) is ErrInvalid on every store, in filters and in records,
+// and changes nothing.
+func testTextArguments(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := testContext(t)
+	create(t, s, lease("cbx_000000000001", "alice"), "cat_1")
+	if _, err := s.CreateRun(ctx, run("run_000000000001", "alice")); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"a\x00b", "a\xffb"} {
+		for name, err := range map[string]error{
+			"list filter": func() error { _, err := s.ListLeases(ctx, store.LeaseFilter{Provider: bad}); return err }(),
+			"slug filter": func() error { _, err := s.ListLeases(ctx, store.LeaseFilter{Slug: bad}); return err }(),
+			"find":        func() error { _, err := s.FindLease(ctx, bad, "alice", "acme"); return err }(),
+			"get":         func() error { _, err := s.GetLease(ctx, bad); return err }(),
+			"run filter":  func() error { _, err := s.ListRuns(ctx, store.RunFilter{LeaseID: bad}); return err }(),
+			"event message": func() error {
+				_, err := s.AppendRunEvent(ctx, "run_000000000001", store.RunEvent{Type: "output", Message: bad, CreatedAt: t0})
+				return err
+			}(),
+			"run label": func() error {
+				r := run("run_000000000002", "alice")
+				r.Label = bad
+				_, err := s.CreateRun(ctx, r)
+				return err
+			}(),
+			"lease host": func() error {
+				l := lease("cbx_000000000002", "alice")
+				l.Host = bad
+				_, err := s.CreateLease(ctx, store.CreateRequest{Lease: l, AttemptID: "cat_2", Now: t0})
+				return err
+			}(),
+		} {
+			if !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("%s %q: %v, want ErrInvalid", name, bad, err)
+			}
+		}
+	}
+	if got, err := s.ListLeases(ctx, store.LeaseFilter{}); err != nil || len(got) != 1 {
+		t.Errorf("leases after invalid text: %v, %v", ids(got), err)
+	}
+	if r, err := s.GetRun(ctx, "run_000000000001"); err != nil || r.EventCount != 0 {
+		t.Errorf("run after invalid text: %+v, %v", r, err)
+	}
+	if _, err := s.GetRun(ctx, "run_000000000002"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("run with invalid label was stored: %v", err)
+	}
+}
+
+// testRunEventUpdates: lease fields on an event are applied to the run; a
+// failing event ends a running run, which still takes its finish.
+func testRunEventUpdates(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := testContext(t)
+	r := run("run_000000000001", "alice")
+	r.LeaseID, r.Slug, r.Provider, r.Target, r.Class, r.ServerType = "", "", "", "", "", ""
+	if _, err := s.CreateRun(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendRunEvent(ctx, r.ID, store.RunEvent{Type: "lease.created", CreatedAt: at(time.Second),
+		Apply: store.RunUpdate{LeaseID: "cbx_000000000009", Slug: "blue-crab", Provider: "aws", Target: "linux", Class: "beast", ServerType: "c7a.large"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Empty fields leave the run's as they are.
+	if _, err := s.AppendRunEvent(ctx, r.ID, store.RunEvent{Type: "phase", Phase: "sync", CreatedAt: at(2 * time.Second),
+		Apply: store.RunUpdate{ServerType: "c7a.xlarge"}}); err != nil {
+		t.Fatal(err)
+	}
+	code := 2
+	if _, err := s.AppendRunEvent(ctx, r.ID, store.RunEvent{Type: "run.failed", Message: "sync failed", CreatedAt: at(3 * time.Second),
+		Apply: store.RunUpdate{Fail: true, ExitCode: &code}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetRun(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := r
+	want.LeaseID, want.Slug, want.Provider, want.Target, want.Class, want.ServerType = "cbx_000000000009", "blue-crab", "aws", "linux", "beast", "c7a.xlarge"
+	want.State, want.ExitCode, want.EndedAt, want.DurationMs = store.RunFailed, &code, at(3*time.Second), 3000
+	want.Phase, want.EventCount, want.LastEventAt = "sync", 3, at(3*time.Second)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("run after its events (-want +got):\n%s", diff)
+	}
+	done, err := s.FinishRun(ctx, r.ID, store.RunFinish{ExitCode: 1, Log: []byte("log"), Now: at(4 * time.Second)})
+	if err != nil || done.State != store.RunFailed || *done.ExitCode != 1 || done.LogBytes != 3 || !done.EndedAt.Equal(at(4*time.Second)) {
+		t.Errorf("finish after run.failed: %+v, %v", done, err)
+	}
+	if _, err := s.FinishRun(ctx, r.ID, store.RunFinish{ExitCode: 0, Now: at(5 * time.Second)}); !errors.Is(err, store.ErrRunConflict) {
+		t.Errorf("second, different finish: %v", err)
+	}
+}
+
+// testRunTelemetry: the latest sample is kept on the run.
+func testRunTelemetry(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := testContext(t)
+	if _, err := s.CreateRun(ctx, run("run_000000000001", "alice")); err != nil {
+		t.Fatal(err)
+	}
+	for _, sample := range []string{`{"load1":0.5}`, `{"load1":1.5,"memUsedBytes":12}`} {
+		if err := s.SetRunTelemetry(ctx, "run_000000000001", []byte(sample)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.GetRun(ctx, "run_000000000001")
+	if err != nil || string(got.Telemetry) != `{"load1":1.5,"memUsedBytes":12}` {
+		t.Errorf("telemetry %s, %v", got.Telemetry, err)
+	}
+	wantErr(t, "unknown run", s.SetRunTelemetry(ctx, "run_00000000000f", []byte(`{}`)), store.ErrNotFound)
+	wantErr(t, "not JSON", s.SetRunTelemetry(ctx, "run_000000000001", []byte(`{`)), store.ErrInvalid)
+}
+
+// testServerKept: a release that keeps the server says so; one that
+// deletes it never does, also after the deletion finished.
+func testServerKept(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := testContext(t)
+	kept := create(t, s, lease("cbx_000000000001", "alice"), "cat_1")
+	deleted := create(t, s, lease("cbx_000000000002", "alice"), "cat_2")
+	if kept.ServerKept || deleted.ServerKept {
+		t.Fatalf("live leases with ServerKept: %v %v", kept.ServerKept, deleted.ServerKept)
+	}
+	got, err := s.Release(ctx, kept.ID, store.ReleaseRequest{Now: at(time.Minute)})
+	if err != nil || !got.ServerKept || !get(t, s, kept.ID).ServerKept {
+		t.Errorf("kept release: %+v, %v", got, err)
+	}
+	got, err = s.Release(ctx, deleted.ID, store.ReleaseRequest{DeleteServer: true, Now: at(time.Minute)})
+	if err != nil || got.ServerKept {
+		t.Errorf("deleting release: %+v, %v", got, err)
+	}
+	claimed, err := s.ClaimForCleanup(ctx, at(time.Minute), 10, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v, %v", ids(claimed), err)
+	}
+	done, err := s.FinishCleanup(ctx, deleted.ID, claimed[0].CleanupToken, at(time.Minute))
+	if err != nil || done.ServerKept || done.ReleaseDeletesServer {
+		t.Errorf("after deletion: %+v, %v", done, err)
+	}
+	l := lease("cbx_000000000003", "alice")
+	l.Slug = "slow-crab"
+	create(t, s, l, "cat_3")
+	found, err := s.ListLeases(ctx, store.LeaseFilter{Slug: "slow-crab"})
+	if err != nil || len(found) != 1 || found[0].ID != l.ID {
+		t.Errorf("list by slug: %v, %v", ids(found), err)
 	}
 }

@@ -394,12 +394,14 @@ func release(r *row, deleteServer bool, now time.Time) {
 		return
 	}
 	r.EndedAt = now
+	r.ServerKept = true
 	clearCleanup(r)
 }
 
 // queueDeletion asks maintenance to delete r's server as soon as possible.
 func queueDeletion(r *row, now time.Time) {
 	r.ReleaseDeletesServer = true
+	r.ServerKept = false
 	r.EndedAt = time.Time{}
 	if r.CleanupStartedAt.IsZero() {
 		r.CleanupStartedAt = now
@@ -537,6 +539,8 @@ func (s *Store) RegisterLease(ctx context.Context, l store.Lease, now time.Time)
 			return err
 		case existing.Owner != l.Owner || existing.Org != l.Org || existing.Lifecycle != store.LifecycleRegistered:
 			return fmt.Errorf("lease %q belongs to another owner or is managed: %w", l.ID, store.ErrLeaseIDConflict)
+		case existing.Provider != l.Provider:
+			return fmt.Errorf("lease %q is registered with provider %q, not %q: %w", l.ID, existing.Provider, l.Provider, store.ErrProviderMismatch)
 		default:
 			n.CreatedAt = existing.CreatedAt
 		}
@@ -598,6 +602,7 @@ func (s *Store) ListLeases(ctx context.Context, f store.LeaseFilter) ([]store.Le
 		"state", string(f.State),
 		"provider", f.Provider,
 		"owner", f.Owner,
+		"slug", f.Slug,
 		"org", f.Org,
 	)
 	args = append(args, limit)

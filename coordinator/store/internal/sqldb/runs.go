@@ -18,6 +18,7 @@ var runColumns = []string{
 	"id", "lease_id", "slug", "owner", "org", "provider", "target", "class", "server_type",
 	"command", "label", "state", "phase", "exit_code", "sync_ms", "command_ms", "duration_ms",
 	"log_bytes", "log_truncated", "results", "started_at", "last_event_at", "event_count", "ended_at",
+	"telemetry",
 }
 
 var runSelect = "SELECT " + strings.Join(runColumns, ", ") + " FROM runs"
@@ -26,12 +27,14 @@ func scanRun(sc scanner) (store.Run, error) {
 	var (
 		r                         store.Run
 		command, state, results   string
+		telemetry                 string
 		exit                      sql.NullInt64
 		started, lastEvent, ended sql.NullInt64
 	)
 	err := sc.Scan(&r.ID, &r.LeaseID, &r.Slug, &r.Owner, &r.Org, &r.Provider, &r.Target, &r.Class, &r.ServerType,
 		&command, &r.Label, &state, &r.Phase, &exit, &r.SyncMs, &r.CommandMs, &r.DurationMs,
-		&r.LogBytes, &r.LogTruncated, &results, &started, &lastEvent, &r.EventCount, &ended)
+		&r.LogBytes, &r.LogTruncated, &results, &started, &lastEvent, &r.EventCount, &ended,
+		&telemetry)
 	if err != nil {
 		return store.Run{}, err
 	}
@@ -42,6 +45,9 @@ func scanRun(sc scanner) (store.Run, error) {
 	}
 	if results != "" {
 		r.Results = json.RawMessage(results)
+	}
+	if telemetry != "" {
+		r.Telemetry = json.RawMessage(telemetry)
 	}
 	r.StartedAt, r.LastEventAt, r.EndedAt = fromTS(started), fromTS(lastEvent), fromTS(ended)
 	if err := json.Unmarshal([]byte(command), &r.Command); err != nil {
@@ -79,6 +85,8 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 		return store.Run{}, invalid("run %q: zero start time", r.ID)
 	case r.Results != nil && !json.Valid(r.Results):
 		return store.Run{}, invalid("run %q: results are not JSON", r.ID)
+	case r.Telemetry != nil && !json.Valid(r.Telemetry):
+		return store.Run{}, invalid("run %q: telemetry is not JSON", r.ID)
 	}
 	if r.State == "" {
 		r.State = store.RunRunning
@@ -95,11 +103,12 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 	err = s.tx(ctx, func(_ *sql.Tx, c q) error {
 		_, err := c.exec(ctx, `INSERT INTO runs (id, lease_id, slug, owner, org, provider, target, class, server_type,
 				command, label, state, phase, exit_code, sync_ms, command_ms, duration_ms,
-				log_bytes, log_truncated, results, started_at, last_event_at, event_count, ended_at, finish_hash)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, 0, $23, '')`,
+				log_bytes, log_truncated, results, started_at, last_event_at, event_count, ended_at, finish_hash, telemetry)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, 0, $23, '', $24)`,
 			r.ID, r.LeaseID, r.Slug, r.Owner, r.Org, r.Provider, r.Target, r.Class, r.ServerType,
 			string(command), r.Label, string(r.State), r.Phase, exit, r.SyncMs, r.CommandMs, r.DurationMs,
-			r.LogBytes, r.LogTruncated, string(r.Results), ts(r.StartedAt), ts(r.LastEventAt), ts(r.EndedAt))
+			r.LogBytes, r.LogTruncated, string(r.Results), ts(r.StartedAt), ts(r.LastEventAt), ts(r.EndedAt),
+			string(r.Telemetry))
 		if err != nil && s.d.UniqueViolation != nil && s.d.UniqueViolation(err) {
 			return fmt.Errorf("run %q: %w", r.ID, store.ErrRunExists)
 		}
@@ -163,20 +172,11 @@ func (s *Store) AppendRunEvent(ctx context.Context, runID string, ev store.RunEv
 	ev.RunID = runID
 	ev.CreatedAt = norm(ev.CreatedAt)
 	err := s.tx(ctx, func(_ *sql.Tx, c q) error {
-		var (
-			state string
-			count int64
-		)
-		err := c.row(ctx, `SELECT state, event_count FROM runs WHERE id = $1`+s.d.ForUpdate, runID).Scan(&state, &count)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("run %q: %w", runID, store.ErrNotFound)
-		}
+		r, err := s.getRun(ctx, c, runID, true)
 		if err != nil {
-			return fmt.Errorf("%s: read run %q: %w", s.d.Name, runID, err)
+			return err
 		}
-		if store.RunState(state) != store.RunRunning {
-			return fmt.Errorf("run %q is %s: %w", runID, state, store.ErrRunFinished)
-		}
+		count := r.EventCount
 		ev.Seq = count + 1
 		if _, err := c.exec(ctx, `INSERT INTO run_events (run_id, seq, type, phase, stream, message, data, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
@@ -188,12 +188,61 @@ func (s *Store) AppendRunEvent(ctx context.Context, runID string, ev store.RunEv
 			runID, ev.Seq, ts(ev.CreatedAt), ev.Phase); err != nil {
 			return fmt.Errorf("%s: update run %q: %w", s.d.Name, runID, err)
 		}
-		return nil
+		return s.applyEvent(ctx, c, r, ev)
 	})
 	if err != nil {
 		return store.RunEvent{}, err
 	}
 	return ev, nil
+}
+
+// applyEvent applies ev.Apply to run r (read before ev was appended).
+func (s *Store) applyEvent(ctx context.Context, c q, r store.Run, ev store.RunEvent) error {
+	u := ev.Apply
+	if u.LeaseID != "" || u.Slug != "" || u.Provider != "" || u.Target != "" || u.Class != "" || u.ServerType != "" {
+		if _, err := c.exec(ctx, `UPDATE runs SET
+				lease_id = CASE WHEN $2 = '' THEN lease_id ELSE $2 END,
+				slug = CASE WHEN $3 = '' THEN slug ELSE $3 END,
+				provider = CASE WHEN $4 = '' THEN provider ELSE $4 END,
+				target = CASE WHEN $5 = '' THEN target ELSE $5 END,
+				class = CASE WHEN $6 = '' THEN class ELSE $6 END,
+				server_type = CASE WHEN $7 = '' THEN server_type ELSE $7 END
+			WHERE id = $1`, r.ID, u.LeaseID, u.Slug, u.Provider, u.Target, u.Class, u.ServerType); err != nil {
+			return fmt.Errorf("%s: update run %q: %w", s.d.Name, r.ID, err)
+		}
+	}
+	if !u.Fail || r.State != store.RunRunning {
+		return nil
+	}
+	var exit any
+	if u.ExitCode != nil {
+		exit = int64(*u.ExitCode)
+	}
+	duration := max(0, ev.CreatedAt.Sub(r.StartedAt).Milliseconds())
+	if _, err := c.exec(ctx, `UPDATE runs SET state = $2, exit_code = $3, ended_at = $4, duration_ms = $5
+		WHERE id = $1`, r.ID, string(store.RunFailed), exit, ts(ev.CreatedAt), duration); err != nil {
+		return fmt.Errorf("%s: fail run %q: %w", s.d.Name, r.ID, err)
+	}
+	return nil
+}
+
+// SetRunTelemetry implements store.Store.
+func (s *Store) SetRunTelemetry(ctx context.Context, runID string, telemetry json.RawMessage) error {
+	if !json.Valid(telemetry) {
+		return invalid("run %q: telemetry is not JSON", runID)
+	}
+	return s.tx(ctx, func(_ *sql.Tx, c q) error {
+		res, err := c.exec(ctx, `UPDATE runs SET telemetry = $2 WHERE id = $1`, runID, string(telemetry))
+		if err != nil {
+			return fmt.Errorf("%s: store telemetry of run %q: %w", s.d.Name, runID, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("%s: store telemetry of run %q: %w", s.d.Name, runID, err)
+		} else if n == 0 {
+			return fmt.Errorf("run %q: %w", runID, store.ErrNotFound)
+		}
+		return nil
+	})
 }
 
 // ListRunEvents implements store.Store.
@@ -275,11 +324,13 @@ func (s *Store) FinishRun(ctx context.Context, runID string, f store.RunFinish) 
 		if err != nil {
 			return err
 		}
-		if r.State != store.RunRunning {
-			var prev string
-			if err := c.row(ctx, `SELECT finish_hash FROM runs WHERE id = $1`, runID).Scan(&prev); err != nil {
-				return fmt.Errorf("%s: read run %q: %w", s.d.Name, runID, err)
-			}
+		var prev string
+		if err := c.row(ctx, `SELECT finish_hash FROM runs WHERE id = $1`, runID).Scan(&prev); err != nil {
+			return fmt.Errorf("%s: read run %q: %w", s.d.Name, runID, err)
+		}
+		// A run a failing event ended has no finish yet (prev is
+		// empty): it takes this one.
+		if r.State != store.RunRunning && prev != "" {
 			if prev != hash {
 				return fmt.Errorf("run %q already finished differently: %w", runID, store.ErrRunConflict)
 			}

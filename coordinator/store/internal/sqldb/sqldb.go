@@ -18,6 +18,7 @@ import (
 	"strings"
 	gosync "sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 )
@@ -170,7 +171,22 @@ func (c q) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return c.tx.StmtContext(ctx, st), nil
 }
 
+// checkText refuses text arguments that one database would take and the
+// other would not: PostgreSQL rejects NUL bytes and invalid UTF-8 in text,
+// SQLite stores them. Both stores answer ErrInvalid instead.
+func checkText(args []any) error {
+	for i, a := range args {
+		if s, ok := a.(string); ok && (strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s)) {
+			return invalid("text argument %d holds a NUL byte or invalid UTF-8", i+1)
+		}
+	}
+	return nil
+}
+
 func (c q) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := checkText(args); err != nil {
+		return nil, err
+	}
 	query = c.d.rebind(query)
 	st, err := c.stmt(ctx, query)
 	if err != nil {
@@ -183,6 +199,9 @@ func (c q) exec(ctx context.Context, query string, args ...any) (sql.Result, err
 }
 
 func (c q) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := checkText(args); err != nil {
+		return nil, err
+	}
 	query = c.d.rebind(query)
 	st, err := c.stmt(ctx, query)
 	if err != nil {
@@ -197,6 +216,9 @@ func (c q) query(ctx context.Context, query string, args ...any) (*sql.Rows, err
 // row runs a query returning one row. A failure to prepare it is what
 // Scan returns.
 func (c q) row(ctx context.Context, query string, args ...any) oneRow {
+	if err := checkText(args); err != nil {
+		return oneRow{err: err}
+	}
 	query = c.d.rebind(query)
 	st, err := c.stmt(ctx, query)
 	switch {
