@@ -72,7 +72,7 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 			a.historyCmd(),
 			a.logsCmd(),
 			a.imageCmd(),
-			a.coordinatorCmd(), a.loginCmd(), a.logoutCmd(), a.whoamiCmd(), a.adminCmd(),
+			a.coordinatorCmd(), a.loginCmd(), a.logoutCmd(), a.whoamiCmd(), a.usageCmd(), a.adminCmd(),
 		},
 		Exec: func(context.Context, []string) error { return flag.ErrHelp },
 	}

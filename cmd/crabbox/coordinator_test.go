@@ -296,6 +296,17 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 		t.Errorf("runs after a run with the saved login = %d, %v; want %d", len(runs), err, len(before)+1)
 	}
 	cc.CloseIdleConnections()
+	r = crabboxCmd(t, loginEnv, "", "usage", "--json")
+	var usage api.UsageResponse
+	if err := json.Unmarshal([]byte(r.stdout), &usage); r.code != 0 || err != nil || usage.Usage.Owner != "alice" || usage.Usage.Leases == 0 {
+		t.Errorf("usage --json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := crabboxCmd(t, loginEnv, "", "usage", "--org"); r.code != 0 || !strings.HasPrefix(r.stdout, "org team, ") || !strings.Contains(r.stdout, "\nPROVIDER ") || !strings.Contains(r.stdout, "limits: ") {
+		t.Errorf("usage --org: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := crabboxCmd(t, loginEnv, "", "usage", "--month", "May"); r.code != 2 || !strings.Contains(r.stderr, "want YYYY-MM") {
+		t.Errorf("usage --month May: exit %d, stderr %q; want 2", r.code, r.stderr)
+	}
 	r = crabboxCmd(t, loginEnv, "", "config", "show")
 	if r.code != 0 || !regexp.MustCompile(`(?m)^coordinator-token\s+<redacted>\s+login \S+login\.json$`).MatchString(r.stdout) {
 		t.Errorf("config show after login: exit %d, stdout %q; want the token from the login file, redacted", r.code, r.stdout)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -300,4 +301,100 @@ deletes its box unless the lease is kept or registered.
 			return nil
 		}),
 	}
+}
+
+func (a *app) usageCmd() *ffcli.Command {
+	fs, lf := newLocalFlagSet("usage")
+	org := fs.Bool("org", false, "your org's usage instead of yours")
+	all := fs.Bool("all", false, "everyone's usage (admin token)")
+	month := fs.String("month", "", "month as YYYY-MM (default: this month)")
+	asJSON := fs.Bool("json", false, "print the coordinator's JSON")
+	return &ffcli.Command{
+		Name:       "usage",
+		ShortUsage: "crabbox usage [--org|--all] [--month YYYY-MM] [--json]",
+		ShortHelp:  "show a month's coordinator usage and spend against the limits",
+		LongHelp: `Show a month's leases, runtime and estimated spend at the coordinator (from
+crabbox login, or CRABBOX_COORDINATOR and CRABBOX_COORDINATOR_TOKEN): yours,
+your org's (--org) or everyone's (--all, admins), by provider and server type,
+with the configured limits.
+
+  crabbox usage --org --month 2026-11`,
+		FlagSet: fs,
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usagef("usage: takes no arguments, got %d", len(args))
+			}
+			if *org && *all {
+				return usagef("usage: --org and --all exclude each other")
+			}
+			if *month != "" {
+				if _, err := time.Parse("2006-01", *month); err != nil {
+					return usagef("usage: --month %q: want YYYY-MM", *month)
+				}
+			}
+			scope := api.ScopeUser
+			switch {
+			case *org:
+				scope = api.ScopeOrg
+			case *all:
+				scope = api.ScopeAll
+			}
+			cl, err := coordinatorOf(lf.settings)
+			if err != nil {
+				return err
+			}
+			defer cl.CloseIdleConnections()
+			u, err := cl.Usage(ctx, scope, *month)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(a.stdout, u)
+			}
+			return writeUsage(a.stdout, u)
+		}),
+	}
+}
+
+// writeUsage prints a usage response as totals, groups and limits.
+func writeUsage(w io.Writer, r api.UsageResponse) error {
+	u := r.Usage
+	who := map[string]string{api.ScopeUser: u.Owner, api.ScopeOrg: "org " + u.Org, api.ScopeAll: "everyone"}[u.Scope]
+	fmt.Fprintf(w, "%s, %s: %d leases (%d active), %s runtime, estimated $%.2f, reserved $%.2f\n",
+		who, u.Month, u.Leases, u.ActiveLeases, time.Duration(u.RuntimeSeconds)*time.Second, u.EstimatedUSD, u.ReservedUSD)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, g := range []struct {
+		name   string
+		groups []api.UsageGroup
+	}{{"OWNER", u.ByOwner}, {"PROVIDER", u.ByProvider}, {"SERVER TYPE", u.ByServerType}} {
+		if len(g.groups) == 0 || (g.name == "OWNER" && u.Scope == api.ScopeUser) {
+			continue
+		}
+		fmt.Fprintf(tw, "\n%s\tLEASES\tACTIVE\tRUNTIME\tESTIMATED\tRESERVED\n", g.name)
+		for _, x := range g.groups {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t$%.2f\t$%.2f\n", cmp.Or(x.Key, "-"), x.Leases, x.ActiveLeases, time.Duration(x.RuntimeSeconds)*time.Second, x.EstimatedUSD, x.ReservedUSD)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	l := r.Limits
+	fmt.Fprintf(w, "\nlimits: active leases %s per owner, %s per org, %s in all; monthly spend %s per owner, %s per org, %s in all\n",
+		limitCount(l.MaxActiveLeasesPerOwner), limitCount(l.MaxActiveLeasesPerOrg), limitCount(l.MaxActiveLeases),
+		limitUSD(l.MaxMonthlyUSDPerOwner), limitUSD(l.MaxMonthlyUSDPerOrg), limitUSD(l.MaxMonthlyUSD))
+	return nil
+}
+
+func limitCount(n int) string {
+	if n == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprint(n)
+}
+
+func limitUSD(v float64) string {
+	if v == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprintf("$%.2f", v)
 }
