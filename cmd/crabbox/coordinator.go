@@ -25,6 +25,7 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
+	"github.com/crabbox-dev/crabbox/coordinator/github"
 	"github.com/crabbox-dev/crabbox/coordinator/portal"
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 	"github.com/crabbox-dev/crabbox/coordinator/store/postgres"
@@ -43,6 +44,7 @@ const (
 	envAdminToken    = "CRABBOX_ADMIN_TOKEN"
 	envSharedToken   = "CRABBOX_SHARED_TOKEN"
 	envSessionSecret = "CRABBOX_SESSION_SECRET"
+	envGitHubSecret  = "CRABBOX_GITHUB_CLIENT_SECRET"
 )
 
 func (a *app) coordinatorCmd() *ffcli.Command {
@@ -133,6 +135,20 @@ type serverConfig struct {
 	// https://crabbox.example.com (behind a TLS-terminating proxy too):
 	// with https the portal's cookies are Secure.
 	PublicURL string `json:"publicURL"`
+	// GitHub, when set, lets people sign in to the portal with GitHub
+	// (the app's secret from CRABBOX_GITHUB_CLIENT_SECRET or its _FILE).
+	GitHub *serverGitHub `json:"github"`
+}
+
+// serverGitHub is the GitHub OAuth app and who may sign in with it.
+type serverGitHub struct {
+	ClientID string   `json:"clientID"`
+	Orgs     []string `json:"orgs"`
+	Teams    []string `json:"teams"`
+	// WebURL and APIURL default to github.com's; for GitHub Enterprise
+	// Server, https://HOST and https://HOST/api/v3.
+	WebURL string `json:"webURL"`
+	APIURL string `json:"apiURL"`
 }
 
 type serverPrice struct {
@@ -164,11 +180,33 @@ func loadServerConfig(path string) (serverConfig, error) {
 	return cfg, nil
 }
 
+// githubClient is the GitHub sign-in of the server config, or nil.
+func githubClient(cfg *serverGitHub) (*github.Client, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	secret, err := secretFromEnv(envGitHubSecret)
+	if err != nil {
+		return nil, err
+	}
+	if secret == "" {
+		return nil, fmt.Errorf("coordinator config: github sign-in needs the OAuth app's secret in %s or %s_FILE", envGitHubSecret, envGitHubSecret)
+	}
+	gh, err := github.New(github.Config{ClientID: cfg.ClientID, ClientSecret: secret, Orgs: cfg.Orgs, Teams: cfg.Teams, WebURL: cfg.WebURL, APIURL: cfg.APIURL})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator config: %w", err)
+	}
+	return gh, nil
+}
+
 // withPortal serves the browser portal under /portal beside the API, and
 // redirects / there. Without a session secret (no user tokens) there is no
 // portal: the API alone.
-func withPortal(apiHandler http.Handler, tokens auth.Config, publicURL string, log *slog.Logger) (http.Handler, error) {
+func withPortal(apiHandler http.Handler, tokens auth.Config, publicURL string, gh *github.Client, log *slog.Logger) (http.Handler, error) {
 	if tokens.SessionSecret == "" {
+		if gh != nil {
+			return nil, fmt.Errorf("coordinator config: github sign-in needs %s (it signs the tokens it issues)", envSessionSecret)
+		}
 		return apiHandler, nil
 	}
 	secure := false
@@ -179,7 +217,7 @@ func withPortal(apiHandler http.Handler, tokens auth.Config, publicURL string, l
 		}
 		secure = u.Scheme == "https"
 	}
-	p, err := portal.New(portal.Config{API: apiHandler, SessionSecret: []byte(tokens.SessionSecret), Secure: secure, Logger: log})
+	p, err := portal.New(portal.Config{API: apiHandler, SessionSecret: []byte(tokens.SessionSecret), Secure: secure, GitHub: gh, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +307,11 @@ func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgP
 		return err
 	}
 
-	handler, err := withPortal(srv, tokens, cfg.PublicURL, log)
+	gh, err := githubClient(cfg.GitHub)
+	if err != nil {
+		return err
+	}
+	handler, err := withPortal(srv, tokens, cfg.PublicURL, gh, log)
 	if err != nil {
 		return err
 	}

@@ -79,6 +79,10 @@ func TestCoordinatorServeRejectsBadSetup(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`{"providers":{"local":{}},"limitz":{}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	ghCfg := filepath.Join(t.TempDir(), "github.json")
+	if err := os.WriteFile(ghCfg, []byte(`{"providers":{"local":{}},"github":{"clientID":"Iv1.x","orgs":["acme"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		env      []string
 		args     []string
@@ -90,6 +94,8 @@ func TestCoordinatorServeRejectsBadSetup(t *testing.T) {
 		{[]string{"CRABBOX_ADMIN_TOKEN=a"}, []string{"--config", cfg}, 125, `unknown field "limitz"`},
 		{[]string{"CRABBOX_ADMIN_TOKEN=a"}, []string{"--db", "mysql://x"}, 125, "want sqlite:///path or postgres://"},
 		{[]string{"CRABBOX_ADMIN_TOKEN=a"}, []string{"--db", "postgres://u:hunter2@127.0.0.1/db"}, 2, "set CRABBOX_COORDINATOR_DB instead"},
+		{[]string{"CRABBOX_SESSION_SECRET=" + testSecret}, []string{"--config", ghCfg}, 125, "needs the OAuth app's secret in CRABBOX_GITHUB_CLIENT_SECRET"},
+		{[]string{"CRABBOX_ADMIN_TOKEN=a", "CRABBOX_GITHUB_CLIENT_SECRET=s"}, []string{"--config", ghCfg}, 125, "github sign-in needs CRABBOX_SESSION_SECRET"},
 	} {
 		r := crabboxCmd(t, append(stateEnv(t), tt.env...), "", append([]string{"coordinator", "serve", "--listen", "127.0.0.1:0"}, tt.args...)...)
 		if r.code != tt.code || !strings.Contains(r.stderr, tt.inStderr) {

@@ -96,11 +96,13 @@ func reloaded(err error) bool {
 	return strings.Contains(msg, "navigated or closed") || strings.Contains(msg, "context was destroyed") || strings.Contains(msg, "Cannot find context")
 }
 
-// A user signs in, sees a lease created through the API, follows a running
+// A user signs in with (a fake) GitHub, sees a lease created through the API, follows a running
 // run's output, releases the lease with its button and signs out.
 func TestPortalInBrowser(t *testing.T) {
 	ctx := headless(t)
-	s := newSite(t, false)
+	opt, gh, aliceGH, _ := withGitHub(t)
+	gh.ApproveAs(aliceGH)
+	s := newSite(t, false, opt)
 	alice := s.token("alice", "acme")
 	l := s.register(alice, "alice-box-1", "alice-box")
 	cl := s.api(alice)
@@ -114,9 +116,8 @@ func TestPortalInBrowser(t *testing.T) {
 
 	step(t, ctx, "sign in",
 		chromedp.Navigate(s.url+"/portal/"),
-		chromedp.WaitVisible("#token"),
-		chromedp.SendKeys("#token", alice),
-		chromedp.Click("#signin"),
+		chromedp.WaitVisible("#github"),
+		chromedp.Click("#github"),
 		chromedp.WaitVisible("#leases"),
 		textContains("#leases", "alice-box"),
 	)

@@ -30,6 +30,8 @@ func (p *Portal) routes() {
 	m.HandleFunc("POST "+Prefix+"/logout", p.logout)
 	m.HandleFunc("GET "+Prefix+"/login", p.loginPage)
 	m.HandleFunc("POST "+Prefix+"/login", p.login)
+	m.HandleFunc("GET "+Prefix+"/auth/github", p.githubStart)
+	m.HandleFunc("GET "+Prefix+"/auth/callback", p.githubCallback)
 	m.HandleFunc("GET "+Prefix+"/static/style.css", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
 		w.Header().Set("Cache-Control", "max-age=3600")
@@ -69,6 +71,11 @@ func (p *Portal) authed(h func(http.ResponseWriter, *http.Request, *view)) http.
 		s, ok := p.sessionOf(r)
 		if !ok {
 			p.toLogin(w, r, "")
+			return
+		}
+		if ok, why := p.recheck(w, r, &s); !ok {
+			p.clearSession(w)
+			p.toLogin(w, r, "Your GitHub access to this coordinator ended: "+why)
 			return
 		}
 		cl, err := p.client(s.Token)
@@ -318,7 +325,12 @@ func (p *Portal) usage(w http.ResponseWriter, r *http.Request, v *view) {
 
 type loginData struct {
 	Next, Message string
+	// GitHub offers "Sign in with GitHub".
+	GitHub bool
 }
+
+// GitHubURL is the GitHub sign-in link that returns to Next.
+func (d loginData) GitHubURL() string { return githubLoginURL(d.Next) }
 
 // safeNext keeps a post-login redirect inside the portal.
 func safeNext(next string) string {
@@ -330,7 +342,7 @@ func safeNext(next string) string {
 
 func (p *Portal) loginPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p.render(w, http.StatusOK, nil, "login", page{Title: "Sign in", Data: loginData{Next: safeNext(q.Get("next")), Message: q.Get("msg")}})
+	p.render(w, http.StatusOK, nil, "login", page{Title: "Sign in", Data: loginData{Next: safeNext(q.Get("next")), Message: q.Get("msg"), GitHub: p.cfg.GitHub != nil}})
 }
 
 // maxForm bounds a login form.
@@ -346,21 +358,25 @@ func (p *Portal) login(w http.ResponseWriter, r *http.Request) {
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	next := safeNext(r.PostFormValue("next"))
-	again := func(msg string) {
-		p.render(w, http.StatusUnauthorized, nil, "login", page{Title: "Sign in", Data: loginData{Next: next, Message: msg}})
-	}
+	again := func(msg string) { p.loginAgain(w, http.StatusUnauthorized, next, msg) }
 	if token == "" {
 		again("Paste a crabbox token.")
 		return
 	}
+	p.startSession(w, r, session{}, token, next)
+}
+
+// startSession checks token with the API and, when it is accepted, starts
+// the session s with it and sends the browser to next.
+func (p *Portal) startSession(w http.ResponseWriter, r *http.Request, s session, token, next string) {
 	cl, err := p.client(token)
 	if err != nil {
-		again("That is not a crabbox token.")
+		p.loginAgain(w, http.StatusUnauthorized, next, "That is not a crabbox token.")
 		return
 	}
 	if _, err := cl.Whoami(r.Context()); err != nil {
 		if status(err) == http.StatusUnauthorized {
-			again("The coordinator does not accept that token.")
+			p.loginAgain(w, http.StatusUnauthorized, next, "The coordinator does not accept that token.")
 			return
 		}
 		p.log.Error("portal login", "err", err)
@@ -372,7 +388,7 @@ func (p *Portal) login(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
 		return
 	}
-	s := session{Token: token, Nonce: fmt.Sprintf("%x", nonce), Expires: p.clock.Now().Add(p.cfg.SessionTTL)}
+	s.Token, s.Nonce, s.Expires = token, fmt.Sprintf("%x", nonce), p.clock.Now().Add(p.cfg.SessionTTL)
 	if err := p.setSession(w, s); err != nil {
 		p.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
 		return

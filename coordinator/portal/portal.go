@@ -44,6 +44,7 @@ import (
 	"golang.org/x/crypto/hkdf"
 
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+	"github.com/crabbox-dev/crabbox/coordinator/github"
 )
 
 // Prefix is where the portal is served.
@@ -79,7 +80,20 @@ type Config struct {
 	Clock clockwork.Clock
 	// Logger receives errors the pages do not show (default: discard).
 	Logger *slog.Logger
+
+	// GitHub, when set, offers "Sign in with GitHub" (the OAuth web
+	// flow): a user it allows gets a crabbox user token for the session,
+	// owner their GitHub login, org the allowed org they belong to, and
+	// is checked again every RecheckInterval.
+	GitHub *github.Client
+	// RecheckInterval is how often a GitHub session's membership is
+	// checked again (default DefaultRecheckInterval).
+	RecheckInterval time.Duration
 }
+
+// DefaultRecheckInterval is how often a GitHub session is checked again:
+// a user removed from the org loses the portal within this.
+const DefaultRecheckInterval = 10 * time.Minute
 
 // Portal serves the pages under Prefix.
 type Portal struct {
@@ -105,6 +119,9 @@ func New(cfg Config) (*Portal, error) {
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.RecheckInterval <= 0 {
+		cfg.RecheckInterval = DefaultRecheckInterval
 	}
 	p := &Portal{cfg: cfg, log: cfg.Logger, clock: cfg.Clock}
 	if p.log == nil {
@@ -202,10 +219,30 @@ type session struct {
 	Token   string    `json:"t"`
 	Nonce   string    `json:"n"` // binds CSRF tokens to this session
 	Expires time.Time `json:"e"`
+	// A GitHub sign-in's GitHub token, login and org, and when its
+	// membership was last checked.
+	GitHub    string    `json:"g,omitempty"`
+	Login     string    `json:"l,omitempty"`
+	Org       string    `json:"o,omitempty"`
+	CheckedAt time.Time `json:"c,omitzero"`
 }
 
-func (p *Portal) seal(s session) (string, error) {
-	plain, err := json.Marshal(s)
+func (p *Portal) seal(s session) (string, error) { return p.sealAs(CookieName, s) }
+
+// maxCookie bounds the cookie value the portal tries to open.
+const maxCookie = 8 << 10
+
+func (p *Portal) open(value string) (session, bool) {
+	var s session
+	if !p.openAs(CookieName, value, &s) || s.Token == "" || s.Nonce == "" || !p.clock.Now().Before(s.Expires) {
+		return session{}, false
+	}
+	return s, true
+}
+
+// sealAs seals v (JSON) for the cookie named purpose.
+func (p *Portal) sealAs(purpose string, v any) (string, error) {
+	plain, err := json.Marshal(v)
 	if err != nil {
 		return "", err
 	}
@@ -213,30 +250,20 @@ func (p *Portal) seal(s session) (string, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return "", err
 	}
-	sealed := p.aead.Seal(nonce, nonce, plain, []byte(CookieName))
-	return base64.RawURLEncoding.EncodeToString(sealed), nil
+	return base64.RawURLEncoding.EncodeToString(p.aead.Seal(nonce, nonce, plain, []byte(purpose))), nil
 }
 
-// maxCookie bounds the cookie value the portal tries to open.
-const maxCookie = 8 << 10
-
-func (p *Portal) open(value string) (session, bool) {
+// openAs opens a value sealAs sealed for purpose into v.
+func (p *Portal) openAs(purpose, value string, v any) bool {
 	if len(value) > maxCookie {
-		return session{}, false
+		return false
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(value)
 	if err != nil || len(raw) < p.aead.NonceSize() {
-		return session{}, false
+		return false
 	}
-	plain, err := p.aead.Open(nil, raw[:p.aead.NonceSize()], raw[p.aead.NonceSize():], []byte(CookieName))
-	if err != nil {
-		return session{}, false
-	}
-	var s session
-	if json.Unmarshal(plain, &s) != nil || s.Token == "" || s.Nonce == "" || !p.clock.Now().Before(s.Expires) {
-		return session{}, false
-	}
-	return s, true
+	plain, err := p.aead.Open(nil, raw[:p.aead.NonceSize()], raw[p.aead.NonceSize():], []byte(purpose))
+	return err == nil && json.Unmarshal(plain, v) == nil
 }
 
 // sessionOf returns the request's session; ok is false without a valid

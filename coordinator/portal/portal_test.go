@@ -43,7 +43,7 @@ type site struct {
 	srv   *httptest.Server
 }
 
-func newSite(t *testing.T, secure bool) *site {
+func newSite(t *testing.T, secure bool, opts ...func(*portal.Config)) *site {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "coordinator.db"))
 	if err != nil {
@@ -60,7 +60,11 @@ func newSite(t *testing.T, secure bool) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := portal.New(portal.Config{API: api, SessionSecret: []byte(sessionSecret), Secure: secure, Clock: clock})
+	cfg := portal.Config{API: api, SessionSecret: []byte(sessionSecret), Secure: secure, Clock: clock}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p, err := portal.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
