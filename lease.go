@@ -9,6 +9,7 @@ import (
 	"net"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	gosync "sync"
@@ -17,6 +18,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
@@ -194,6 +197,12 @@ type LeaseInfo struct {
 	// (with Coordinator, the coordinator's URL).
 	Route       string `json:"route,omitempty"`
 	Coordinator string `json:"coordinator,omitempty"`
+	// Elsewhere marks a coordinator lease this client has no claim for
+	// (made on another machine, in CI, or with another state directory):
+	// it is listed so that its owner finds it, but it cannot be used from
+	// here (no key); stop it from where it was made, or with crabbox admin
+	// release.
+	Elsewhere bool `json:"elsewhere,omitempty"`
 	// Error says why the state is unknown.
 	Error string `json:"error,omitempty"`
 }
@@ -238,7 +247,66 @@ func (c *Client) List(ctx context.Context) ([]LeaseInfo, error) {
 		}
 		out = append(out, info)
 	}
+	if c.broker == nil {
+		return out, nil
+	}
+	remote, err := c.coordinatorLeases(ctx, claims)
+	if err != nil {
+		return out, fmt.Errorf("%w: %w", ErrCoordinatorLeases, err)
+	}
+	return append(out, remote...), nil
+}
+
+// ErrCoordinatorLeases is wrapped by List's error when the coordinator
+// could not be asked for its leases: the local ones are still returned.
+var ErrCoordinatorLeases = errors.New("coordinator leases not listed")
+
+// coordinatorLeases are the user's live coordinator leases that have no
+// claim here, oldest first.
+func (c *Client) coordinatorLeases(ctx context.Context, claims []lease.Claim) ([]LeaseInfo, error) {
+	claimed := make(map[string]bool, len(claims))
+	for _, cl := range claims {
+		claimed[cl.ID] = true
+	}
+	var out []LeaseInfo
+	for _, state := range []api.LeaseState{api.LeaseProvisioning, api.LeaseActive} {
+		leases, err := c.broker.coord.ListLeases(ctx, coordclient.ListLeasesOptions{State: state})
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range leases {
+			if !claimed[l.ID] {
+				out = append(out, infoOfCoordinator(l, c.broker.coord.URL()))
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b LeaseInfo) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
+}
+
+// infoOfCoordinator describes a coordinator's lease record.
+func infoOfCoordinator(l api.Lease, url string) LeaseInfo {
+	info := LeaseInfo{
+		ID: l.ID, Slug: l.Slug, Provider: l.Provider, State: StateReady, Host: l.Host, WorkRoot: l.WorkRoot,
+		CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt, Keep: l.Keep, Labels: l.Labels,
+		Route: string(lease.RouteBrokered), Coordinator: url, Elsewhere: true,
+	}
+	if port, err := strconv.Atoi(l.SSHPort); err == nil {
+		info.Port = port
+	}
+	if l.Lifecycle == api.LifecycleRegistered {
+		info.Route = string(lease.RouteRegistered)
+	}
+	switch l.State {
+	case api.LeaseProvisioning:
+		info.State = StateAcquiring
+	case api.LeaseActive:
+	case api.LeaseExpired:
+		info.State = StateExpired
+	default:
+		info.State = StateGone
+	}
+	return info
 }
 
 // liveIDs are the IDs of the live leases of the backend that drives cl's
@@ -270,6 +338,16 @@ func (c *Client) liveIDs(ctx context.Context, cl lease.Claim, cache map[string]m
 // Status reports one lease by ID or slug.
 func (c *Client) Status(ctx context.Context, ref string) (LeaseInfo, error) {
 	claim, err := c.store.Find(ref)
+	if errors.Is(err, provider.ErrNotFound) && c.broker != nil {
+		// Perhaps a coordinator lease made elsewhere.
+		l, cerr := c.broker.coord.GetLease(ctx, ref)
+		if cerr == nil {
+			return infoOfCoordinator(l, c.broker.coord.URL()), nil
+		}
+		if !errors.Is(cerr, provider.ErrNotFound) {
+			return LeaseInfo{}, fmt.Errorf("%w (and the coordinator: %w)", err, cerr)
+		}
+	}
 	if err != nil {
 		return LeaseInfo{}, err
 	}

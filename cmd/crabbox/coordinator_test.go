@@ -224,6 +224,21 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 	if diff := cmp.Diff(want, states(clientEnv)); diff != "" {
 		t.Errorf("list with the coordinator set (-want +got):\n%s", diff)
 	}
+	// Another machine of the same user (its own state directory) finds the
+	// brokered lease through the coordinator, marked as made elsewhere.
+	otherEnv := append(stateEnv(t), "CRABBOX_COORDINATOR="+url, "CRABBOX_COORDINATOR_TOKEN="+token)
+	r = crabboxCmd(t, otherEnv, "", "list", "--json")
+	var elsewhere []crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &elsewhere); r.code != 0 || err != nil || len(elsewhere) != 1 ||
+		elsewhere[0].ID != brokeredInfo.ID || !elsewhere[0].Elsewhere || elsewhere[0].State != crabbox.StateReady {
+		t.Errorf("list on another machine: exit %d, stdout %q, stderr %q; want the brokered lease, elsewhere", r.code, r.stdout, r.stderr)
+	}
+	if r := crabboxCmd(t, otherEnv, "", "status", brokeredInfo.Slug); r.code != 0 || !strings.Contains(r.stdout, "made elsewhere") {
+		t.Errorf("status on another machine: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := crabboxCmd(t, append(stateEnv(t), "CRABBOX_COORDINATOR=http://127.0.0.1:1", "CRABBOX_COORDINATOR_TOKEN="+token), "", "list"); r.code != 0 || !strings.Contains(r.stderr, "coordinator leases not listed") {
+		t.Errorf("list with the coordinator down: exit %d, stderr %q; want 0 and a warning", r.code, r.stderr)
+	}
 	if r := crabboxCmd(t, clientEnv, repo, "run", "--id", direct.Slug, "--", "cat", "committed.txt"); r.code != 0 || r.stdout != "committed\n" {
 		t.Errorf("run --id on the direct lease with the coordinator set: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -48,6 +49,9 @@ func (a *app) listCmd() *ffcli.Command {
 		ShortHelp:  "list your leases",
 		LongHelp: `List the leases recorded in the state directory, oldest first, with their
 state checked against the provider ("gone" when the box no longer exists).
+With a coordinator, your live coordinator leases made elsewhere (another
+machine, CI) follow, marked "(elsewhere)": status shows them too, but they
+are used and stopped from where they were made (or with crabbox admin release).
 Leases whose claim file is damaged are named on stderr (crabbox doctor says
 more); they are not in the list.
 
@@ -59,7 +63,9 @@ more); they are not in the list.
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
 				infos, err := c.List(ctx)
-				if err != nil {
+				if errors.Is(err, crabbox.ErrCoordinatorLeases) {
+					fmt.Fprintf(a.stderr, "crabbox: warning: %s\n", oneLine(err))
+				} else if err != nil {
 					return err
 				}
 				a.noteDamaged(c)
@@ -69,7 +75,11 @@ more); they are not in the list.
 				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tSLUG\tPROVIDER\tSTATE\tEXPIRES")
 				for _, i := range infos {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Slug, i.Provider, i.State, i.ExpiresAt.Local().Format(time.DateTime))
+					state := string(i.State)
+					if i.Elsewhere {
+						state += " (elsewhere)"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Slug, i.Provider, state, i.ExpiresAt.Local().Format(time.DateTime))
 				}
 				return tw.Flush()
 			})
@@ -109,6 +119,9 @@ creation and expiry times.
 					{"created", info.CreatedAt.Local().Format(time.DateTime)}, {"expires", info.ExpiresAt.Local().Format(time.DateTime)},
 				} {
 					fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+				}
+				if info.Elsewhere {
+					fmt.Fprintf(tw, "note\tmade elsewhere: %s knows it, this machine has no claim for it\n", info.Coordinator)
 				}
 				return tw.Flush()
 			})
