@@ -275,7 +275,7 @@ func (r *runRecorder) leased(l *Lease) {
 	r.event(api.EventRequest{
 		Type: api.EventLease, Phase: api.PhaseLeasing,
 		Message: fmt.Sprintf("lease %s (%s) from %s", l.ID(), l.Slug(), l.Provider()),
-		Data:    mustJSON(map[string]string{"leaseID": l.ID(), "slug": l.Slug(), "provider": l.Provider()}),
+		Data:    mustJSON(map[string]string{"leaseID": l.ID(), "slug": l.Slug(), "provider": l.Provider(), "localRunID": r.req.RunID}),
 	})
 	if !r.req.NoSync {
 		r.event(api.EventRequest{Type: api.EventPhase, Phase: api.PhaseSync})
@@ -420,6 +420,13 @@ func (r *runRecorder) send() {
 }
 
 // finish records the run's outcome.
+// id is the coordinator's run ID, empty until the run was created there.
+func (r *runRecorder) id() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runID
+}
+
 func (r *runRecorder) finish(res RunResult, runErr error) {
 	defer r.stopSend()
 	prov := res.Provider

@@ -1,6 +1,7 @@
 package crabbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,11 +9,15 @@ import (
 	"io/fs"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	gosync "sync"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/history"
+	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run/junit"
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
@@ -116,10 +121,13 @@ type Timing struct {
 
 // RunResult is the outcome of Client.Run.
 type RunResult struct {
-	RunID    string
-	LeaseID  string
-	Slug     string
-	Provider string
+	RunID string
+	// CoordinatorRunID is the coordinator's ID of this run when a
+	// coordinator recorded it (crabbox history links the two).
+	CoordinatorRunID string
+	LeaseID          string
+	Slug             string
+	Provider         string
 	// StartedAt is when the run started.
 	StartedAt time.Time
 	// Kept is set when the lease is still held after the run.
@@ -224,10 +232,19 @@ func (c *Client) recorded(ctx context.Context, req RunRequest, fn func(RunReques
 	if req.RunID == "" {
 		req.RunID = lease.NewRunID()
 	}
+	var rec *runRecorder
 	if c.broker != nil {
-		var rec *runRecorder
 		req, rec = c.recordRun(ctx, req)
 		defer func() { rec.finish(res, err) }()
+	}
+	// The coordinator's run is created once the lease is known.
+	run := fn
+	fn = func(req RunRequest, co sync.Checkout, started RunResult) (RunResult, error) {
+		res, err := run(req, co, started)
+		if rec != nil {
+			res.CoordinatorRunID = rec.id()
+		}
+		return res, err
 	}
 	start := c.rt.Clock.Now()
 	res = RunResult{RunID: req.RunID, StartedAt: start}
@@ -288,7 +305,7 @@ func (req RunRequest) check() error {
 
 func historyEntry(req RunRequest, res RunResult, err error) history.Entry {
 	e := history.Entry{
-		RunID: req.RunID, LeaseID: res.LeaseID, Slug: res.Slug, Provider: res.Provider,
+		RunID: req.RunID, CoordinatorRunID: res.CoordinatorRunID, LeaseID: res.LeaseID, Slug: res.Slug, Provider: res.Provider,
 		Command: displayCommand(req), StartedAt: res.StartedAt, ExitCode: res.ExitCode,
 		LeaseMs: res.Timing.Lease.Milliseconds(), SyncMs: res.Timing.Sync.Milliseconds(),
 		SyncSkipped: res.SyncSkipped, CommandMs: res.Timing.Command.Milliseconds(),
@@ -596,3 +613,77 @@ func displayCommand(req RunRequest) string {
 
 // History is the run history in the client's state directory.
 func (c *Client) History() *history.History { return history.Open(c.store.Dir()) }
+
+// ErrCoordinatorRuns is wrapped by Runs's error when the coordinator could
+// not be asked for its runs: the local ones are still returned.
+var ErrCoordinatorRuns = errors.New("coordinator runs not listed")
+
+// Runs lists the recorded runs, newest first, at most limit of them (0:
+// all): the local history and, with a coordinator, the user's runs it
+// recorded that this state directory did not (Elsewhere; another machine,
+// CI). A local run the coordinator also recorded is listed once, with its
+// CoordinatorRunID.
+func (c *Client) Runs(ctx context.Context, limit int) ([]history.Entry, error) {
+	local, err := c.History().List(limit)
+	if err != nil || c.broker == nil {
+		return local, err
+	}
+	linked := map[string]bool{}
+	for _, e := range local {
+		linked[e.CoordinatorRunID] = true
+	}
+	remote, err := c.broker.coord.ListRuns(ctx, coordclient.ListRunsOptions{Limit: cmp.Or(limit, 500)})
+	if err != nil {
+		return local, fmt.Errorf("%w: %w", ErrCoordinatorRuns, err)
+	}
+	out := local
+	for _, r := range remote {
+		if !linked[r.ID] {
+			out = append(out, entryOfCoordinatorRun(r))
+		}
+	}
+	slices.SortStableFunc(out, func(a, b history.Entry) int { return b.StartedAt.Compare(a.StartedAt) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// RunLog is a recorded run's output: from the local history, else, with a
+// coordinator, the coordinator's copy (a run made elsewhere, or looked up
+// by its coordinator run ID).
+func (c *Client) RunLog(ctx context.Context, runID string) ([]byte, error) {
+	out, err := c.History().Log(runID)
+	if err == nil || c.broker == nil || !errors.Is(err, provider.ErrNotFound) {
+		return out, err
+	}
+	log, cerr := c.broker.coord.RunLog(ctx, runID)
+	if cerr != nil {
+		if errors.Is(cerr, provider.ErrNotFound) {
+			return nil, fmt.Errorf("run %s: not in the run history, nor at the coordinator: %w", runID, provider.ErrNotFound)
+		}
+		return nil, fmt.Errorf("%w (and the coordinator: %w)", err, cerr)
+	}
+	return []byte(log), nil
+}
+
+// entryOfCoordinatorRun describes a coordinator's run record as a history
+// entry.
+func entryOfCoordinatorRun(r api.Run) history.Entry {
+	e := history.Entry{
+		RunID: r.ID, CoordinatorRunID: r.ID, Elsewhere: true, LeaseID: r.LeaseID, Slug: r.Slug, Provider: r.Provider,
+		Command: run.QuoteCommand(r.Command), StartedAt: r.StartedAt, SyncMs: r.SyncMs, CommandMs: r.CommandMs, TotalMs: r.DurationMs,
+	}
+	switch {
+	case r.ExitCode != nil:
+		e.ExitCode = *r.ExitCode
+	case r.State == api.RunRunning:
+		e.Error = "still running"
+	default:
+		e.Error = "ended without an exit code"
+	}
+	if res := r.Results; res != nil {
+		e.JUnit = &junit.Counts{Tests: res.Tests, Failures: res.Failures, Errors: res.Errors, Skipped: res.Skipped}
+	}
+	return e
+}

@@ -30,7 +30,14 @@ const DefaultLogLimit = 1 << 20
 
 // Entry is one run as the history records it.
 type Entry struct {
-	RunID       string    `json:"runId"`
+	RunID string `json:"runId"`
+	// CoordinatorRunID is the coordinator's ID of the run, when one
+	// recorded it.
+	CoordinatorRunID string `json:"coordinatorRunId,omitempty"`
+	// Elsewhere marks a run the coordinator recorded that this state
+	// directory did not (another machine, CI): Client.Runs lists those
+	// after the local ones; they are never written here.
+	Elsewhere   bool      `json:"elsewhere,omitempty"`
 	LeaseID     string    `json:"leaseId,omitempty"`
 	Slug        string    `json:"slug,omitempty"`
 	Provider    string    `json:"provider,omitempty"`

@@ -227,6 +227,26 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 	// Another machine of the same user (its own state directory) finds the
 	// brokered lease through the coordinator, marked as made elsewhere.
 	otherEnv := append(stateEnv(t), "CRABBOX_COORDINATOR="+url, "CRABBOX_COORDINATOR_TOKEN="+token)
+
+	// The local history links the run to the coordinator's; the other
+	// machine lists it as made elsewhere and prints its output.
+	var hist []struct {
+		RunID            string `json:"runId"`
+		CoordinatorRunID string `json:"coordinatorRunId"`
+		Elsewhere        bool   `json:"elsewhere"`
+		ExitCode         int    `json:"exitCode"`
+	}
+	r = crabboxCmd(t, clientEnv, "", "history", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &hist); r.code != 0 || err != nil || len(hist) != 1 || hist[0].CoordinatorRunID != runs[0].ID || hist[0].Elsewhere {
+		t.Errorf("history: exit %d, stdout %q, stderr %q; want the run linked to %s", r.code, r.stdout, r.stderr, runs[0].ID)
+	}
+	r = crabboxCmd(t, otherEnv, "", "history", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &hist); r.code != 0 || err != nil || len(hist) != 1 || hist[0].RunID != runs[0].ID || !hist[0].Elsewhere || hist[0].ExitCode != 5 {
+		t.Errorf("history on another machine: exit %d, stdout %q, stderr %q; want the run, elsewhere", r.code, r.stdout, r.stderr)
+	}
+	if r := crabboxCmd(t, otherEnv, "", "logs", runs[0].ID); r.code != 0 || r.stdout != "committed\n" {
+		t.Errorf("logs on another machine: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
 	r = crabboxCmd(t, otherEnv, "", "list", "--json")
 	var elsewhere []crabbox.LeaseInfo
 	if err := json.Unmarshal([]byte(r.stdout), &elsewhere); r.code != 0 || err != nil || len(elsewhere) != 1 ||

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -20,8 +21,10 @@ func (a *app) historyCmd() *ffcli.Command {
 		ShortUsage: "crabbox history [--json] [--limit N]",
 		ShortHelp:  "list your recent runs, newest first",
 		LongHelp: `List the runs recorded in the local state directory, newest first: run ID,
-start, lease, exit code, timings and command. crabbox logs RUN_ID prints a
-run's output (its last 1 MiB).
+start, lease, exit code, timings and command. With a coordinator, your runs
+it recorded elsewhere (another machine, CI) are listed too, marked
+"(elsewhere)"; --json gives a local run's coordinatorRunId. crabbox logs
+RUN_ID prints a run's output (its last 1 MiB).
 
   crabbox history --limit 5`,
 		FlagSet: fs,
@@ -33,8 +36,10 @@ run's output (its last 1 MiB).
 				return usagef("history: --limit must not be negative")
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
-				entries, err := c.History().List(*limit)
-				if err != nil {
+				entries, err := c.Runs(ctx, *limit)
+				if errors.Is(err, crabbox.ErrCoordinatorRuns) {
+					fmt.Fprintf(a.stderr, "crabbox: warning: %s\n", oneLine(err))
+				} else if err != nil {
 					return err
 				}
 				if *asJSON {
@@ -46,6 +51,12 @@ run's output (its last 1 MiB).
 					exit := fmt.Sprint(e.ExitCode)
 					if e.Error != "" {
 						exit = "error"
+					}
+					if e.Error == "still running" {
+						exit = "running"
+					}
+					if e.Elsewhere {
+						exit += " (elsewhere)"
 					}
 					sync := human(time.Duration(e.SyncMs) * time.Millisecond)
 					if e.SyncSkipped {

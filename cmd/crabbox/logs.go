@@ -16,7 +16,8 @@ func (a *app) logsCmd() *ffcli.Command {
 		ShortUsage: "crabbox logs RUN_ID",
 		ShortHelp:  "print a recorded run's output (its last 1 MiB)",
 		LongHelp: `Print the stored output of a past run (the last MiB of it). Run IDs are
-listed by crabbox history.
+listed by crabbox history. With a coordinator, a run recorded there (made
+elsewhere, or named by its coordinator run ID) prints the coordinator's copy.
 
   crabbox logs run_0123456789ab`,
 		FlagSet: fs,
@@ -29,7 +30,7 @@ listed by crabbox history.
 				return usagef("logs: %q is not a run ID (run_ and 12 lowercase hex digits; see crabbox history)", id)
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
-				out, err := c.History().Log(id)
+				out, err := c.RunLog(ctx, id)
 				if err != nil {
 					return err
 				}
