@@ -420,7 +420,7 @@ func TestPushRemoteFailure(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	write(t, filepath.Dir(file), "file", "", 0o644)
 	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: file + "/repo"})
-	if err == nil || !strings.Contains(err.Error(), "Not a directory") {
+	if err == nil || !strings.Contains(err.Error(), "on the box") || !strings.Contains(err.Error(), file+"': File exists") {
 		t.Errorf("Push = %v, want an error with the box's reason", err)
 	}
 }
