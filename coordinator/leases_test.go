@@ -102,11 +102,14 @@ func TestLeaseLifecycle(t *testing.T) {
 		if hb.Lease.IdleTimeoutSeconds != 86400 {
 			t.Errorf("idle timeout = %d, want clamped 86400", hb.Lease.IdleTimeoutSeconds)
 		}
-		e.fake.mu.Lock()
-		touched := e.fake.touched[l.ID]
-		e.fake.mu.Unlock()
-		if touched == 0 {
-			t.Errorf("heartbeat did not touch the box")
+		if n := e.fake.touches(l.ID); n != 0 {
+			t.Errorf("heartbeat touched the box %d times on the request path, want it queued", n)
+		}
+		if _, err := e.srv.Maintain(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.fake.touches(l.ID); n != 1 {
+			t.Errorf("maintenance touched the box %d times after a heartbeat, want once", n)
 		}
 		e.fail("POST", leasePath(l.ID, "/heartbeat"), alice, `{"expectedProvider":"aws"}`, http.StatusConflict, api.CodeProviderIdentityMismatch)
 		e.fail("POST", leasePath(l.ID, "/release"), alice, `{"expectedProvider":"aws"}`, http.StatusConflict, api.CodeProviderIdentityMismatch)

@@ -38,6 +38,9 @@ func (s *Server) Run(ctx context.Context) error {
 		var wait time.Duration // a full batch: there may be more
 		if n < cleanupBatch {
 			wait = s.untilNextCleanup(ctx)
+			if due, ok := s.touches.due(s.touchInterval); ok {
+				wait = min(wait, max(due.Sub(s.clock.Now()), idleRetry))
+			}
 		}
 		timer := s.clock.NewTimer(wait)
 		select {
@@ -67,7 +70,9 @@ func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
 	return min(max(next.Sub(s.clock.Now()), idleRetry), s.interval)
 }
 
-// Maintain runs one maintenance pass: it claims up to one batch of leases
+// Maintain runs one maintenance pass: it sends the provider touches that
+// heartbeats queued, if a touch pass is due (see Config.TouchInterval),
+// and it claims up to one batch of leases
 // that need cleanup (expired, or with a server deletion queued), deletes
 // their servers through their providers outside any transaction, and
 // commits each with its claim's fencing token. A failed delete is recorded
@@ -75,6 +80,7 @@ func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
 // leases it claimed. Safe to call from several processes at once: a lease
 // is claimed by one of them at a time.
 func (s *Server) Maintain(ctx context.Context) (int, error) {
+	s.sendTouches(ctx)
 	claimed, err := s.store.ClaimForCleanup(ctx, s.clock.Now().UTC(), cleanupBatch, s.claimHold)
 	if err != nil {
 		return 0, fmt.Errorf("claim leases for cleanup: %w", err)

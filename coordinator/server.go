@@ -81,6 +81,13 @@ type Config struct {
 	// between failed deletes: 0 means 30 seconds and 30 minutes.
 	CleanupRetryBase time.Duration
 	CleanupRetryMax  time.Duration
+	// TouchInterval is the shortest time between two passes of provider
+	// touches (moving a box's labels after heartbeats), and TouchBudget
+	// how many touches one pass sends per provider at most; touches
+	// beyond it wait for the next pass. Only a lease's latest touch is
+	// sent. 0 means 1 minute and 20.
+	TouchInterval time.Duration
+	TouchBudget   int
 }
 
 // Server is the coordinator: an http.Handler for the API and a maintenance
@@ -103,7 +110,11 @@ type Server struct {
 	claimHold        time.Duration
 	retryBase        time.Duration
 	retryMax         time.Duration
+	touchInterval    time.Duration
+	touchBudget      int
 
+	// touches are the provider touches heartbeats queued.
+	touches touchQueue
 	// wake nudges the maintenance loop after a release queued a deletion.
 	wake chan struct{}
 }
@@ -133,6 +144,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("coordinator: provider %q has no backend", name)
 		}
 	}
+	if cfg.TouchInterval < 0 || cfg.TouchBudget < 0 {
+		return nil, errors.New("coordinator: touch interval and budget must not be negative")
+	}
 	if cfg.DefaultProvider != "" {
 		if _, ok := cfg.Providers[cfg.DefaultProvider]; !ok {
 			return nil, fmt.Errorf("coordinator: default provider %q is not configured", cfg.DefaultProvider)
@@ -153,6 +167,8 @@ func New(cfg Config) (*Server, error) {
 		claimHold:        cmp.Or(cfg.CleanupClaimHold, 10*time.Minute),
 		retryBase:        cmp.Or(cfg.CleanupRetryBase, 30*time.Second),
 		retryMax:         cmp.Or(cfg.CleanupRetryMax, 30*time.Minute),
+		touchInterval:    cmp.Or(cfg.TouchInterval, time.Minute),
+		touchBudget:      cmp.Or(cfg.TouchBudget, 20),
 		wake:             make(chan struct{}, 1),
 	}
 	if s.defProv == "" && len(s.providers) == 1 {

@@ -14,6 +14,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -426,6 +427,32 @@ func testHeartbeat(t *testing.T, open Opener) {
 	}
 	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{ExpectedProvider: "aws", Now: at(41 * time.Minute)})
 	wantErr(t, "provider mismatch", err, store.ErrProviderMismatch)
+	// Restricted to an owner: someone else's lease is not found.
+	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Owner: "bob", Org: "acme", Now: at(41 * time.Minute)})
+	wantErr(t, "other owner", err, store.ErrNotFound)
+	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Owner: "alice", Org: "other", Now: at(41 * time.Minute)})
+	wantErr(t, "other org", err, store.ErrNotFound)
+	// Telemetry is kept until the next sample replaces it.
+	sample := json.RawMessage(`{"load1":0.5,"memUsedPct":41}`)
+	got, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Owner: "alice", Org: "acme", Telemetry: sample, Now: at(42 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Telemetry) != string(sample) || !got.TelemetryAt.Equal(at(42*time.Minute)) {
+		t.Errorf("telemetry %s at %v, want %s at +42m", got.Telemetry, got.TelemetryAt, sample)
+	}
+	got, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Now: at(43 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, get(t, s, l.ID)); diff != "" {
+		t.Errorf("heartbeat result differs from the stored lease:\n%s", diff)
+	}
+	if string(got.Telemetry) != string(sample) || !got.TelemetryAt.Equal(at(42*time.Minute)) {
+		t.Errorf("telemetry after a heartbeat without one: %s at %v, want it kept", got.Telemetry, got.TelemetryAt)
+	}
+	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Telemetry: make(json.RawMessage, store.MaxTelemetryBytes+1), Now: at(44 * time.Minute)})
+	wantErr(t, "oversized telemetry", err, store.ErrInvalid)
 	// Expired: not revived, nothing changes.
 	before := get(t, s, l.ID)
 	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Now: at(90 * time.Minute)})
