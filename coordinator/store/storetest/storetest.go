@@ -53,6 +53,7 @@ func Run(t *testing.T, h Harness) {
 		{"Slugs", testSlugs},
 		{"FindAndList", testFindAndList},
 		{"Heartbeat", testHeartbeat},
+		{"HeartbeatsConcurrent", testConcurrentHeartbeats},
 		{"Release", testRelease},
 		{"ActivateAndFail", testActivateAndFail},
 		{"Register", testRegister},
@@ -483,6 +484,55 @@ func testHeartbeat(t *testing.T, open Opener) {
 	}
 	if !got.ExpiresAt.Equal(at(15 * time.Minute)) {
 		t.Errorf("registered expiry %v, want touched+min(ttl,idle)", got.ExpiresAt)
+	}
+}
+
+// Concurrent heartbeats (committed together where the store batches
+// them) each get their own outcome: one refused heartbeat fails no other.
+func testConcurrentHeartbeats(t *testing.T, open Opener) {
+	stores := []store.Store{open(t), open(t)}
+	ctx := testContext(t)
+	const n = 24
+	var ids []string
+	for i := range n {
+		l := create(t, stores[0], lease(fmt.Sprintf("cbx_%012x", 0x100+i), "alice"), fmt.Sprintf("cat_%d", i))
+		ids = append(ids, l.ID)
+		if i%4 == 0 {
+			if _, err := stores[0].Release(ctx, l.ID, store.ReleaseRequest{Now: at(time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	errs := make([]error, 3*n)
+	got := make([]store.Lease, 3*n)
+	var wg sync.WaitGroup
+	for k := range 3 * n {
+		wg.Go(func() {
+			id := ids[k%n]
+			req := store.HeartbeatRequest{Now: at(10 * time.Minute), Owner: "alice", Org: "acme"}
+			if k >= 2*n {
+				req.Owner = "mallory" // someone else's lease: not found
+			}
+			got[k], errs[k] = stores[k%2].Heartbeat(ctx, id, req)
+		})
+	}
+	wg.Wait()
+	for k, err := range errs {
+		i := k % n
+		switch {
+		case k >= 2*n:
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("heartbeat %d of %s by another owner: %v, want ErrNotFound", k, ids[i], err)
+			}
+		case i%4 == 0:
+			if !errors.Is(err, store.ErrLeaseEnded) {
+				t.Errorf("heartbeat %d of released %s: %v, want ErrLeaseEnded", k, ids[i], err)
+			}
+		case err != nil:
+			t.Errorf("heartbeat %d of %s: %v", k, ids[i], err)
+		case got[k].ID != ids[i] || !got[k].LastTouchedAt.Equal(at(10*time.Minute)):
+			t.Errorf("heartbeat %d of %s returned %s touched at %v", k, ids[i], got[k].ID, got[k].LastTouchedAt)
+		}
 	}
 }
 

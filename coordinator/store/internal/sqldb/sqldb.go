@@ -58,6 +58,8 @@ type Store struct {
 	// Statements are prepared once per pool and reused: parsing SQL
 	// again on every call was a quarter of SQLite's CPU under load.
 	wStmts, rStmts stmtCache
+	// heartbeats queues concurrent heartbeats for one group commit.
+	heartbeats heartbeatQueue
 }
 
 // stmtCache holds a pool's prepared statements by query text. Its lock is
