@@ -74,9 +74,12 @@ type Config struct {
 	// between passes (it wakes earlier for a known expiry); 0 means 30s.
 	MaintenanceInterval time.Duration
 	// CleanupClaimHold is how long a cleanup claim holds before another
-	// coordinator may take the lease over; provider deletes are bounded
-	// by half of it. 0 means 10 minutes.
+	// coordinator may take the lease over. The holder renews it every
+	// third of the hold while it deletes the server, so a coordinator
+	// killed mid-delete holds the lease only this long. 0 means 1 minute.
 	CleanupClaimHold time.Duration
+	// CleanupTimeout bounds one provider delete; 0 means 10 minutes.
+	CleanupTimeout time.Duration
 	// CleanupRetryBase and CleanupRetryMax bound the exponential backoff
 	// between failed deletes: 0 means 30 seconds and 30 minutes.
 	CleanupRetryBase time.Duration
@@ -108,6 +111,7 @@ type Server struct {
 	provisionTimeout time.Duration
 	interval         time.Duration
 	claimHold        time.Duration
+	cleanupTimeout   time.Duration
 	retryBase        time.Duration
 	retryMax         time.Duration
 	touchInterval    time.Duration
@@ -144,6 +148,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("coordinator: provider %q has no backend", name)
 		}
 	}
+	if cfg.CleanupClaimHold != 0 && cfg.CleanupClaimHold < 3*time.Second {
+		return nil, fmt.Errorf("coordinator: cleanup claim hold %s is shorter than 3s", cfg.CleanupClaimHold)
+	}
 	if cfg.TouchInterval < 0 || cfg.TouchBudget < 0 {
 		return nil, errors.New("coordinator: touch interval and budget must not be negative")
 	}
@@ -164,7 +171,8 @@ func New(cfg Config) (*Server, error) {
 		maxBody:          cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
 		provisionTimeout: cmp.Or(cfg.ProvisionTimeout, 30*time.Minute),
 		interval:         cmp.Or(cfg.MaintenanceInterval, 30*time.Second),
-		claimHold:        cmp.Or(cfg.CleanupClaimHold, 10*time.Minute),
+		claimHold:        cmp.Or(cfg.CleanupClaimHold, time.Minute),
+		cleanupTimeout:   cmp.Or(cfg.CleanupTimeout, 10*time.Minute),
 		retryBase:        cmp.Or(cfg.CleanupRetryBase, 30*time.Second),
 		retryMax:         cmp.Or(cfg.CleanupRetryMax, 30*time.Minute),
 		touchInterval:    cmp.Or(cfg.TouchInterval, time.Minute),

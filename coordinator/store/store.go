@@ -461,6 +461,12 @@ type Store interface {
 	// need their server deleted; live ones past expiry do too (managed).
 	ClaimForCleanup(ctx context.Context, now time.Time, limit int, hold time.Duration) ([]Lease, error)
 
+	// RenewCleanupClaim extends the claim token holds on lease id to
+	// now+hold, so a holder that is still working keeps a short claim
+	// alive while one that died loses it soon. A stale token is
+	// ErrClaimLost and changes nothing.
+	RenewCleanupClaim(ctx context.Context, id, token string, now time.Time, hold time.Duration) error
+
 	// FinishCleanup commits a cleanup if token still holds the claim: a
 	// live lease becomes expired, a queued deletion is done; EndedAt = now,
 	// cleanup fields and ReleaseDeletesServer are cleared (CleanupAttempts

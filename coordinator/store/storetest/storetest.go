@@ -907,6 +907,13 @@ func testCleanup(t *testing.T, open Opener) {
 	if got, err := s.ClaimForCleanup(ctx, at(35*time.Minute), 10, 5*time.Minute); err != nil || len(got) != 0 {
 		t.Errorf("claim while held: %v, %v", ids(got), err)
 	}
+	// A holder at work renews its claim: it holds past the first hold.
+	if err := s.RenewCleanupClaim(ctx, a.ID, claims[0].CleanupToken, at(35*time.Minute), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ClaimForCleanup(ctx, at(36*time.Minute-time.Microsecond), 10, 5*time.Minute); err != nil || len(got) != 0 {
+		t.Errorf("claim while renewed: %v, %v", ids(got), err)
+	}
 	// The holder died: after the hold lapses the lease is claimable again,
 	// and the old token is fenced off.
 	reclaim, err := s.ClaimForCleanup(ctx, at(36*time.Minute), 10, 5*time.Minute)
@@ -915,6 +922,8 @@ func testCleanup(t *testing.T, open Opener) {
 	}
 	_, err = s.FinishCleanup(ctx, a.ID, claims[0].CleanupToken, at(37*time.Minute))
 	wantErr(t, "finish with stale token", err, store.ErrClaimLost)
+	err = s.RenewCleanupClaim(ctx, a.ID, claims[0].CleanupToken, at(37*time.Minute), time.Minute)
+	wantErr(t, "renew with stale token", err, store.ErrClaimLost)
 	_, err = s.FailCleanup(ctx, a.ID, claims[0].CleanupToken, "boom", at(37*time.Minute), at(40*time.Minute))
 	wantErr(t, "fail with stale token", err, store.ErrClaimLost)
 
