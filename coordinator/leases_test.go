@@ -64,7 +64,8 @@ func TestHealthAndAuth(t *testing.T) {
 
 func TestLeaseLifecycle(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
-		e := simple(t, open, withPrices(coordinator.Price{Provider: "fake", ServerType: "cx22", HourlyUSD: 0.02}))
+		e := simple(t, open, withPrices(coordinator.Price{Provider: "fake", ServerType: "cx22", HourlyUSD: 0.02}),
+			withSizing(fakeProvider, coordinator.Sizing{Default: coordinator.Size{ServerTypes: []string{"cx22"}}}))
 		alice := e.token("alice", "acme")
 		req := leaseReq(t)
 		req.Labels = map[string]string{"team": "infra"}

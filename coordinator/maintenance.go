@@ -168,9 +168,9 @@ func (s *Server) deleteServer(ctx context.Context, l store.Lease) error {
 	if l.Lifecycle != store.LifecycleManaged {
 		return nil
 	}
-	b, ok := s.providers[l.Provider]
-	if !ok {
-		return fmt.Errorf("provider %q is not configured on this coordinator", l.Provider)
+	b, err := s.leaseBackend(l)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cleanupTimeout)
 	defer cancel()

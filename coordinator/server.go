@@ -59,6 +59,11 @@ type Config struct {
 	Limits api.Limits
 	// Prices are hourly prices by provider and server type.
 	Prices []Price
+	// Sizing, by provider name, lets leases of that provider ask for their
+	// own class, server type, image and location, and names the server
+	// types its backend asks for. A provider without one gets no per-lease
+	// size: a request's fields are recorded as the client's.
+	Sizing map[string]Sizing
 	// Clock is the time source; nil means the real clock.
 	Clock clockwork.Clock
 	// Logger receives structured logs; nil discards them.
@@ -102,6 +107,7 @@ type Server struct {
 	auth      *auth.Authenticator
 	limits    api.Limits
 	prices    []Price
+	sizing    map[string]Sizing
 	clock     clockwork.Clock
 	log       *slog.Logger
 	metrics   *metrics
@@ -154,6 +160,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TouchInterval < 0 || cfg.TouchBudget < 0 {
 		return nil, errors.New("coordinator: touch interval and budget must not be negative")
 	}
+	for name, z := range cfg.Sizing {
+		if _, ok := cfg.Providers[name]; !ok {
+			return nil, fmt.Errorf("coordinator: sizing for provider %q, which is not configured", name)
+		}
+		if err := z.check(name); err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
+	}
 	if cfg.DefaultProvider != "" {
 		if _, ok := cfg.Providers[cfg.DefaultProvider]; !ok {
 			return nil, fmt.Errorf("coordinator: default provider %q is not configured", cfg.DefaultProvider)
@@ -166,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 		auth:             a,
 		limits:           cfg.Limits,
 		prices:           cfg.Prices,
+		sizing:           cfg.Sizing,
 		clock:            cmp.Or[clockwork.Clock](cfg.Clock, clockwork.NewRealClock()),
 		log:              cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		maxBody:          cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),

@@ -127,8 +127,9 @@ func (s *Server) sendTouches(ctx context.Context) {
 
 // touchProvider sends one touch.
 func (s *Server) touchProvider(ctx context.Context, l store.Lease) {
-	b, ok := s.providers[l.Provider]
-	if !ok {
+	b, err := s.leaseBackend(l)
+	if err != nil {
+		s.log.Warn("provider touch skipped", slog.String("lease", l.ID), slog.String("error", err.Error()))
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, touchTimeout)

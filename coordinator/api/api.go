@@ -134,6 +134,10 @@ type Lease struct {
 	ReleaseDeletesServer bool              `json:"releaseDeletesServer"`
 	FailureError         string            `json:"failureError,omitempty"`
 	Labels               map[string]string `json:"labels,omitempty"`
+	// Image and Location are what the lease asked its provider for
+	// (empty: the provider's default).
+	Image    string `json:"image,omitempty"`
+	Location string `json:"location,omitempty"`
 	// Telemetry is the latest host sample a heartbeat carried (a JSON
 	// object), received at TelemetryAt.
 	Telemetry   json.RawMessage `json:"telemetry,omitempty"`

@@ -76,6 +76,8 @@ type Lease struct {
 	Target           string
 	Class            string
 	ServerType       string
+	Image            string
+	Location         string
 	CloudID          string
 	ServerName       string
 	Host             string

@@ -160,6 +160,7 @@ func testLeaseRoundTrip(t *testing.T, open Opener) {
 	in.Slug = "tidal-lobster"
 	in.Keep = true
 	in.Labels = map[string]string{"team": "infra"}
+	in.Image, in.Location = "ubuntu-24.04", "fsn1"
 	in.LastTouchedAt = at(time.Minute)
 	res, err := s.CreateLease(ctx, store.CreateRequest{Lease: in, AttemptID: "cat_a", Now: t0})
 	if err != nil {

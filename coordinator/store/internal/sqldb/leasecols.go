@@ -19,7 +19,7 @@ var leaseColumns = []string{
 	"created_at", "updated_at", "last_touched_at", "expires_at", "released_at", "ended_at",
 	"estimated_hourly_usd", "max_estimated_usd",
 	"cleanup_attempts", "cleanup_error", "cleanup_started_at", "cleanup_retry_at",
-	"release_deletes_server", "failure_error", "labels", "telemetry", "telemetry_at",
+	"release_deletes_server", "failure_error", "labels", "telemetry", "telemetry_at", "image", "location",
 	"create_attempt_id", "request_hash", "cleanup_token", "cleanup_claim_until",
 }
 
@@ -69,7 +69,7 @@ func leaseArgs(r row) ([]any, error) {
 		ts(l.CreatedAt), ts(l.UpdatedAt), ts(l.LastTouchedAt), ts(l.ExpiresAt), ts(l.ReleasedAt), ts(l.EndedAt),
 		l.EstimatedHourlyUSD, l.MaxEstimatedUSD,
 		l.CleanupAttempts, l.CleanupError, ts(l.CleanupStartedAt), ts(l.CleanupRetryAt),
-		l.ReleaseDeletesServer, l.FailureError, string(lab), string(l.Telemetry), ts(l.TelemetryAt),
+		l.ReleaseDeletesServer, l.FailureError, string(lab), string(l.Telemetry), ts(l.TelemetryAt), l.Image, l.Location,
 		l.CreateAttemptID, l.RequestHash, l.CleanupToken, r.claimUntil,
 	}, nil
 }
@@ -92,7 +92,7 @@ func scanLease(sc scanner) (row, error) {
 		&created, &updated, &touched, &expires, &released, &ended,
 		&l.EstimatedHourlyUSD, &l.MaxEstimatedUSD,
 		&l.CleanupAttempts, &l.CleanupError, &cleanupStarted, &cleanupRetry,
-		&l.ReleaseDeletesServer, &l.FailureError, &labels, &telemetry, &telemetryAt,
+		&l.ReleaseDeletesServer, &l.FailureError, &labels, &telemetry, &telemetryAt, &l.Image, &l.Location,
 		&l.CreateAttemptID, &l.RequestHash, &l.CleanupToken, &r.claimUntil,
 	)
 	if err != nil {
