@@ -141,6 +141,12 @@ type Result struct {
 	// Load1 is the 1-minute load average read at the start and end of
 	// each run (empty where the system does not tell).
 	Load1 Spread `json:"load1"`
+	// CPUMsPerOp is the CPU time of the whole process (coordinator, store
+	// driver and load generator; PostgreSQL's own processes not included)
+	// per operation of the run, over all operations ("all" only; zero
+	// where the system does not tell). Unlike throughput it hardly
+	// depends on what else the machine runs.
+	CPUMsPerOp Spread `json:"cpuMsPerOp"`
 }
 
 // Spread is the median and range of one number over several runs.
@@ -167,6 +173,7 @@ func spread(xs []float64) Spread {
 type sample struct {
 	count, errors       int
 	perSecond, p50, p99 float64
+	cpuMsPerOp          float64 // "all" only
 }
 
 // Operations measured, in report order.
@@ -248,14 +255,18 @@ func summarize(storeName string, clients int, samples map[string][]sample, loads
 	for _, op := range ops {
 		ss := samples[op]
 		res := Result{Store: storeName, Clients: clients, Op: op, Runs: len(ss), Load1: spread(loads)}
-		var rate, p50, p99 []float64
+		var rate, p50, p99, cpu []float64
 		for _, smp := range ss {
 			res.Count += smp.count
 			res.Errors += smp.errors
 			if smp.count > 0 {
 				rate, p50, p99 = append(rate, smp.perSecond), append(p50, smp.p50), append(p99, smp.p99)
 			}
+			if smp.cpuMsPerOp > 0 {
+				cpu = append(cpu, smp.cpuMsPerOp)
+			}
 		}
+		res.CPUMsPerOp = spread(cpu)
 		if res.Count == 0 && res.Errors == 0 {
 			continue // not part of this scenario
 		}
@@ -321,6 +332,7 @@ func level(ctx context.Context, cfg config, st store.Store, storeName string, cl
 	recs := make([]*recorder, clients)
 	var wg sync.WaitGroup
 	start := time.Now()
+	cpuStart, cpuOK := cpuTime()
 	for i, cl := range cls {
 		recs[i] = newRecorder()
 		wg.Go(func() {
@@ -338,6 +350,7 @@ func level(ctx context.Context, cfg config, st store.Store, storeName string, cl
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpuEnd, cpuOK2 := cpuTime()
 	for i, l := range held {
 		if l.ID != "" {
 			del := true
@@ -362,6 +375,9 @@ func level(ctx context.Context, cfg config, st store.Store, storeName string, cl
 			smp.perSecond = float64(len(ds)) / elapsed.Seconds()
 			smp.p50 = ms(percentile(ds, 0.50))
 			smp.p99 = ms(percentile(ds, 0.99))
+		}
+		if op == "all" && cpuOK && cpuOK2 && len(ds) > 0 {
+			smp.cpuMsPerOp = ms(cpuEnd-cpuStart) / float64(len(ds))
 		}
 		out[op] = smp
 	}
@@ -491,10 +507,14 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // runs.
 func printTable(w io.Writer, rs []Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "store\tclients\top\truns\tcount\terrors\tops/s\tp50 ms\tp99 ms\tload1\t")
+	fmt.Fprintln(tw, "store\tclients\top\truns\tcount\terrors\tops/s\tp50 ms\tp99 ms\tload1\tcpu ms/op\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", r.Store, r.Clients, r.Op, r.Runs, r.Count, r.Errors,
-			r.PerSecond.format("%.0f"), r.P50Ms.format("%.2f"), r.P99Ms.format("%.2f"), r.Load1.format("%.1f"))
+		cpu := "-"
+		if r.CPUMsPerOp.Median > 0 {
+			cpu = r.CPUMsPerOp.format("%.3f")
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.Store, r.Clients, r.Op, r.Runs, r.Count, r.Errors,
+			r.PerSecond.format("%.0f"), r.P50Ms.format("%.2f"), r.P99Ms.format("%.2f"), r.Load1.format("%.1f"), cpu)
 	}
 	tw.Flush()
 }

@@ -28,6 +28,13 @@ func TestLoadRunsEveryOperation(t *testing.T) {
 			t.Errorf("%+v: want %d operations in each of 2 runs without errors", r, want[r.Op])
 		}
 	}
+	if _, ok := cpuTime(); ok {
+		for _, r := range results {
+			if r.Op == "all" && r.CPUMsPerOp.Min <= 0 {
+				t.Errorf("%+v: no CPU time per operation", r)
+			}
+		}
+	}
 	var out bytes.Buffer
 	printTable(&out, results)
 	if !strings.Contains(out.String(), "p99 ms") || strings.Count(out.String(), "\n") != len(results)+1 {
