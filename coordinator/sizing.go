@@ -96,6 +96,21 @@ func (z Size) equal(o Size) bool {
 	return z.Class == o.Class && z.Image == o.Image && z.Location == o.Location && slices.Equal(z.ServerTypes, o.ServerTypes)
 }
 
+// governsClass reports whether the sizing decides a lease's class. A
+// class is a label of the client's unless the provider has classes of its
+// own (a default or allowed classes): then it is validated like the rest.
+func (z Sizing) governsClass() bool {
+	if z.Default.Class != "" || len(z.Allowed["class"]) > 0 {
+		return true
+	}
+	for _, m := range z.Orgs {
+		if _, ok := m["class"]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // allowed is the list of values org may ask for in field f.
 func (z Sizing) allowed(org, f string) []string {
 	if m, ok := z.Orgs[org]; ok {
@@ -124,6 +139,9 @@ func (s *Server) sized(spec leaseSpec, org string) (Size, bool, provider.SSHLeas
 	size.ServerTypes = slices.Clone(size.ServerTypes)
 	asked := map[string]string{"class": spec.Class, "serverType": spec.ServerType, "image": spec.Image, "location": spec.Location}
 	for _, f := range sizeFields {
+		if f == "class" && !z.governsClass() {
+			continue
+		}
 		v, def := asked[f], z.Default.field(f)
 		if v == "" || v == def {
 			continue
@@ -141,15 +159,18 @@ func (s *Server) sized(spec leaseSpec, org string) (Size, bool, provider.SSHLeas
 		}
 		size.set(f, v)
 	}
-	if size.equal(z.Default) {
-		return size, true, b, nil
+	if !size.equal(z.Default) {
+		sb, err := z.Configure(size)
+		if err != nil {
+			return Size{}, false, nil, errorf(http.StatusFailedDependency, api.CodeProviderNotConfigured,
+				"provider %q cannot be configured for this size: %v", spec.Provider, err)
+		}
+		b = sb
 	}
-	sb, err := z.Configure(size)
-	if err != nil {
-		return Size{}, false, nil, errorf(http.StatusFailedDependency, api.CodeProviderNotConfigured,
-			"provider %q cannot be configured for this size: %v", spec.Provider, err)
+	if !z.governsClass() {
+		size.Class = spec.Class // recorded as the client's
 	}
-	return size, true, sb, nil
+	return size, true, b, nil
 }
 
 // leaseBackend returns the backend that manages l's box: the provider's
@@ -163,12 +184,15 @@ func (s *Server) leaseBackend(l store.Lease) (provider.SSHLeaseBackend, error) {
 	if !ok {
 		return b, nil
 	}
-	def := z.Default
-	if l.Class == def.Class && l.Image == def.Image && l.Location == def.Location &&
+	def, class := z.Default, l.Class
+	if !z.governsClass() {
+		class = def.Class // the client's label, not a size
+	}
+	if class == def.Class && l.Image == def.Image && l.Location == def.Location &&
 		(l.ServerType == "" || slices.Contains(def.ServerTypes, l.ServerType)) {
 		return b, nil
 	}
-	size := Size{Class: l.Class, Image: l.Image, Location: l.Location}
+	size := Size{Class: class, Image: l.Image, Location: l.Location}
 	if l.ServerType != "" {
 		size.ServerTypes = []string{l.ServerType}
 	}

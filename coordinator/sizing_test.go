@@ -72,10 +72,10 @@ func TestPerLeaseSizing(t *testing.T) {
 		alice := e.token("alice", "acme")
 
 		req := leaseReq(t)
-		req.ServerType = ""
+		req.ServerType, req.Class = "", "beast" // no classes configured: the class is the client's label
 		def := e.create(alice, req)
-		if a, _ := e.fake.counts(); a[def.ID] != 1 || def.ServerType != "cx22" || def.Location != "fsn1" || def.EstimatedHourlyUSD != 0.01 {
-			t.Errorf("default lease %s/%s at %v, acquired %v: want the configured backend's cx22 in fsn1", def.ServerType, def.Location, def.EstimatedHourlyUSD, a)
+		if a, _ := e.fake.counts(); a[def.ID] != 1 || def.ServerType != "cx22" || def.Location != "fsn1" || def.Class != "beast" || def.EstimatedHourlyUSD != 0.01 {
+			t.Errorf("default lease %s/%s/%s at %v, acquired %v: want the configured backend's cx22 in fsn1, class beast", def.Class, def.ServerType, def.Location, def.EstimatedHourlyUSD, a)
 		}
 
 		req = leaseReq(t)
@@ -113,6 +113,7 @@ func TestPerLeaseSizing(t *testing.T) {
 			}
 		}
 
+		e.do("POST", leasePath(def.ID, "/release"), alice, nil, http.StatusOK, nil)
 		e.do("POST", leasePath(big.ID, "/heartbeat"), alice, nil, http.StatusOK, nil)
 		e.do("POST", leasePath(big.ID, "/release"), alice, nil, http.StatusOK, nil)
 		if _, err := e.srv.Maintain(t.Context()); err != nil {
@@ -121,6 +122,9 @@ func TestPerLeaseSizing(t *testing.T) {
 		_, rel := b.counts()
 		if diff := cmp.Diff(map[string]int{big.ID: 1}, rel); diff != "" {
 			t.Errorf("sized backend deletions (-want +got):\n%s", diff)
+		}
+		if _, rel := e.fake.counts(); rel[def.ID] != 1 {
+			t.Errorf("default backend deletions %v, want the default lease's", rel)
 		}
 		if n := b.touches(big.ID); n != 0 {
 			t.Errorf("released lease touched %d times", n) // its touch was dropped on release

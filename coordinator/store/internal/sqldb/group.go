@@ -82,7 +82,7 @@ func (s *Store) leadGroup(ctx context.Context, self *groupCall) {
 	batch := s.group.take()
 	// The group answers other callers too: it must not end with this
 	// caller's context.
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), heartbeatBatchTimeout)
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 	defer cancel()
 	err := s.commitGroup(gctx, batch)
 	for _, c := range batch {

@@ -38,8 +38,8 @@ var heartbeatUpdate = func() string {
 // maxHeartbeatBatch bounds how many heartbeats one transaction commits.
 const maxHeartbeatBatch = 128
 
-// heartbeatBatchTimeout bounds one group commit.
-const heartbeatBatchTimeout = 30 * time.Second
+// batchTimeout bounds one group commit (of heartbeats or transactions).
+const batchTimeout = 30 * time.Second
 
 // Heartbeat implements store.Store: one UPDATE ... RETURNING when the
 // heartbeat succeeds; only a refused one reads the lease again to say why.
@@ -130,7 +130,7 @@ func (s *Store) leadHeartbeats(ctx context.Context, self *heartbeatCall) {
 	batch := s.heartbeats.take()
 	// The batch answers other callers too: it must not end with this
 	// caller's context.
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), heartbeatBatchTimeout)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 	defer cancel()
 	s.commitHeartbeats(bctx, batch)
 	s.heartbeats.handOff()
