@@ -29,7 +29,8 @@ func toAPILease(l store.Lease) api.Lease {
 		CleanupAttempts: l.CleanupAttempts, CleanupError: l.CleanupError,
 		CleanupStartedAt: utc(l.CleanupStartedAt), CleanupRetryAt: utc(l.CleanupRetryAt),
 		ReleaseDeletesServer: releaseDeletesServer(l), FailureError: l.FailureError,
-		Labels: maps.Clone(l.Labels),
+		Labels: maps.Clone(l.Labels), Image: l.Image, Location: l.Location,
+		Telemetry: slices.Clone(l.Telemetry), TelemetryAt: utc(l.TelemetryAt),
 	}
 }
 

@@ -53,11 +53,11 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if spec.LeaseID == "" {
 		spec.LeaseID = lease.NewID()
 	}
-	backend, e := s.backend(spec.Provider)
+	size, backend, e := s.sizeAndPrice(spec, id)
 	if e != nil {
 		return e
 	}
-	res, err := s.insertLease(r.Context(), id, spec, func(ctx context.Context, cr store.CreateRequest) (store.CreateResult, error) {
+	res, err := s.insertLease(r.Context(), id, spec, size, func(ctx context.Context, cr store.CreateRequest) (store.CreateResult, error) {
 		cr.AttemptID = attempt
 		return s.store.CreateLease(ctx, cr)
 	})
@@ -99,12 +99,12 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request, id auth.Identi
 	if e != nil {
 		return e
 	}
-	backend, e := s.backend(spec.Provider)
+	size, backend, e := s.sizeAndPrice(spec, id)
 	if e != nil {
 		return e
 	}
 	hash := spec.hash()
-	res, err := s.insertLease(r.Context(), id, spec, func(ctx context.Context, cr store.CreateRequest) (store.CreateResult, error) {
+	res, err := s.insertLease(r.Context(), id, spec, size, func(ctx context.Context, cr store.CreateRequest) (store.CreateResult, error) {
 		cr.RequestHash = hash
 		return s.store.PutLease(ctx, cr)
 	})
@@ -145,18 +145,48 @@ func (s *Server) providerNames() string {
 	return strings.Join(names, ", ")
 }
 
+// leaseSize is what a new lease is created as: its size, whether the
+// coordinator decides it (a Sizing), and its hourly price estimate.
+type leaseSize struct {
+	Size
+	sized  bool
+	hourly float64
+}
+
+// sizeAndPrice picks a new lease's size, backend and price estimate.
+func (s *Server) sizeAndPrice(spec leaseSpec, id auth.Identity) (leaseSize, provider.SSHLeaseBackend, *apiError) {
+	size, sized, b, e := s.sized(spec, id.Org)
+	if e != nil {
+		return leaseSize{}, nil, e
+	}
+	hourly, e := s.estimate(spec.Provider, size, sized)
+	if e != nil {
+		return leaseSize{}, nil, e
+	}
+	return leaseSize{Size: size, sized: sized, hourly: hourly}, b, nil
+}
+
 // insertLease commits a new provisioning lease for spec through insert
 // (CreateLease or PutLease), picking a slug and retrying with a suffixed
 // one when the slug is taken.
-func (s *Server) insertLease(ctx context.Context, id auth.Identity, spec leaseSpec,
+func (s *Server) insertLease(ctx context.Context, id auth.Identity, spec leaseSpec, size leaseSize,
 	insert func(context.Context, store.CreateRequest) (store.CreateResult, error),
 ) (store.CreateResult, error) {
 	now := s.clock.Now().UTC()
-	hourly := s.price(spec.Provider, spec.ServerType)
+	hourly := size.hourly
+	if size.sized {
+		// Recorded is what the provider is asked for, not the client's
+		// claim (a provider may report the type it fell back to).
+		spec.Class, spec.Image, spec.Location, spec.ServerType = size.Class, size.Image, size.Location, ""
+		if len(size.ServerTypes) > 0 {
+			spec.ServerType = size.ServerTypes[0]
+		}
+	}
 	l := store.Lease{
 		ID: spec.LeaseID, Provider: spec.Provider, Lifecycle: store.LifecycleManaged,
 		State: store.StateProvisioning, Owner: id.Owner, Org: id.Org,
 		Target: spec.Target, Class: spec.Class, ServerType: spec.ServerType,
+		Image: spec.Image, Location: spec.Location,
 		SSHUser: spec.SSHUser, SSHPort: spec.SSHPort, SSHFallbackPorts: spec.SSHFallbackPorts,
 		WorkRoot: spec.WorkRoot, Keep: spec.Keep,
 		TTLSeconds: spec.TTLSeconds, IdleTimeoutSeconds: spec.IdleSeconds,
@@ -276,6 +306,9 @@ func applyTarget(l *store.Lease, t provider.LeaseTarget) {
 	}
 	if name := t.Labels["server_name"]; name != "" {
 		l.ServerName = name
+	}
+	if st := t.Labels["server_type"]; st != "" {
+		l.ServerType = st // the type the provider made, after any fallback
 	}
 }
 

@@ -118,18 +118,20 @@ func postgresSchema(t *testing.T, dsn string) string {
 
 // fakeBackend is a provider backend that records its calls.
 type fakeBackend struct {
-	mu         sync.Mutex
-	acquired   map[string]int
-	released   map[string]int
-	touched    map[string]int
-	acquireErr error
-	releaseErr error
+	mu       sync.Mutex
+	acquired map[string]int
+	released map[string]int
+	touched  map[string]int
+	// touchedUntil is the expiry of each lease's latest touch.
+	touchedUntil map[string]time.Time
+	acquireErr   error
+	releaseErr   error
 	// releasedCh, when set, receives every released lease ID.
 	releasedCh chan string
 }
 
 func newFake() *fakeBackend {
-	return &fakeBackend{acquired: map[string]int{}, released: map[string]int{}, touched: map[string]int{}}
+	return &fakeBackend{acquired: map[string]int{}, released: map[string]int{}, touched: map[string]int{}, touchedUntil: map[string]time.Time{}}
 }
 
 func (f *fakeBackend) Spec() provider.Spec {
@@ -161,6 +163,7 @@ func (f *fakeBackend) Touch(_ context.Context, req provider.TouchRequest) (provi
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.touched[req.Lease.LeaseID]++
+	f.touchedUntil[req.Lease.LeaseID] = req.ExpiresAt
 	return req.Lease, nil
 }
 
@@ -176,6 +179,13 @@ func (f *fakeBackend) ReleaseLease(_ context.Context, req provider.ReleaseReques
 		ch <- req.Lease.LeaseID
 	}
 	return err
+}
+
+// touches is how often lease id's box was touched.
+func (f *fakeBackend) touches(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.touched[id]
 }
 
 func (f *fakeBackend) setReleaseErr(err error) {

@@ -1,21 +1,19 @@
 package coordinator
 
 import (
-	"context"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
 	"github.com/crabbox-dev/crabbox/coordinator/store"
-	"github.com/crabbox-dev/crabbox/provider"
 )
-
-// touchTimeout bounds the provider Touch that follows a heartbeat.
-const touchTimeout = 20 * time.Second
 
 // findLease resolves ref (an ID or slug) among the caller's leases. An
 // admin may also address any lease by ID or slug. Someone else's lease is
@@ -134,6 +132,9 @@ func expectedProvider(v string) (string, *apiError) {
 	return p, nil
 }
 
+// heartbeat serves POST /v1/leases/{id}/heartbeat. Addressed by lease
+// ID it is one database statement; the provider touch that follows is
+// queued for the maintenance loop, off the request path.
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
 	var req api.HeartbeatRequest
 	if e := decodeBody(w, r, s.maxBody, true, &req); e != nil {
@@ -146,44 +147,60 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, id auth.Ident
 	if e != nil {
 		return e
 	}
-	l, e := s.findLease(r, id, r.PathValue("id"))
+	telemetry, e := telemetryField(req.Telemetry)
 	if e != nil {
 		return e
 	}
-	idle := int64(0)
+	hb := store.HeartbeatRequest{ExpectedProvider: want, Telemetry: telemetry, Now: s.clock.Now().UTC()}
 	if req.IdleTimeoutSeconds > 0 {
-		idle = int64(api.ClampSeconds(req.IdleTimeoutSeconds, api.DefaultIdleTimeoutSeconds))
+		hb.IdleTimeoutSeconds = int64(api.ClampSeconds(req.IdleTimeoutSeconds, api.DefaultIdleTimeoutSeconds))
 	}
-	leaseID := l.ID
-	l, err := s.store.Heartbeat(r.Context(), leaseID, store.HeartbeatRequest{
-		ExpectedProvider: want, IdleTimeoutSeconds: idle, Now: s.clock.Now().UTC(),
-	})
+	ref := r.PathValue("id")
+	if api.IsLeaseID(ref) {
+		// The store checks ownership in the same statement; an admin
+		// may touch anyone's lease.
+		if !id.Admin {
+			hb.Owner, hb.Org = id.Owner, id.Org
+		}
+	} else {
+		l, e := s.findLease(r, id, ref)
+		if e != nil {
+			return e
+		}
+		ref = l.ID
+	}
+	l, err := s.store.Heartbeat(r.Context(), ref, hb)
 	if err != nil {
-		return s.fromStore(r, err, "recording the heartbeat", "lease "+leaseID)
+		return s.fromStore(r, err, "recording the heartbeat", "lease "+ref)
 	}
-	s.touchProvider(r.Context(), l)
+	s.queueTouch(l)
 	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: toAPILease(l)})
 	return nil
 }
 
-// touchProvider moves a managed box's own expiry (its self-destruct timer
-// and labels) to the lease's new expiry. A failure is logged, not
-// returned: the coordinator's record is what counts.
-func (s *Server) touchProvider(ctx context.Context, l store.Lease) {
-	if l.Lifecycle != store.LifecycleManaged || l.State != store.StateActive {
-		return
+// telemetryField checks a heartbeat's telemetry sample: absent or null,
+// or a JSON object of at most api.MaxTelemetryBytes, kept compact.
+func telemetryField(raw json.RawMessage) (json.RawMessage, *apiError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
 	}
-	b, ok := s.providers[l.Provider]
-	if !ok {
-		return
+	if raw[0] != '{' {
+		return nil, invalid("field %q must be a JSON object", "telemetry")
 	}
-	ctx, cancel := context.WithTimeout(ctx, touchTimeout)
-	defer cancel()
-	req := provider.TouchRequest{Lease: target(l), Now: s.clock.Now().UTC(), ExpiresAt: l.ExpiresAt}
-	if _, err := b.Touch(ctx, req); err != nil {
-		s.metrics.touchFailures.WithLabelValues(l.Provider).Inc()
-		s.log.Warn("provider touch failed", slog.String("lease", l.ID), slog.String("provider", l.Provider), slog.String("error", err.Error()))
+	// Stored as text: the same rule as every other string (valid UTF-8,
+	// no NUL), so both stores take the same samples.
+	if !utf8.Valid(raw) || bytes.IndexByte(raw, 0) >= 0 || bytes.Contains(raw, []byte(`\u0000`)) {
+		return nil, invalid("field %q must be valid UTF-8 without NUL", "telemetry")
 	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, invalid("field %q is not valid JSON", "telemetry")
+	}
+	if buf.Len() > api.MaxTelemetryBytes {
+		return nil, invalid("field %q is %d bytes; at most %d are kept", "telemetry", buf.Len(), api.MaxTelemetryBytes)
+	}
+	return buf.Bytes(), nil
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
@@ -231,6 +248,7 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, l store.Le
 	if err != nil {
 		return s.fromStore(r, err, "releasing the lease", "lease "+leaseID)
 	}
+	s.touches.drop(l.ID)
 	if l.ReleaseDeletesServer {
 		s.wakeMaintenance()
 	}

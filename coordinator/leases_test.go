@@ -64,7 +64,8 @@ func TestHealthAndAuth(t *testing.T) {
 
 func TestLeaseLifecycle(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
-		e := simple(t, open, withPrices(coordinator.Price{Provider: "fake", ServerType: "cx22", HourlyUSD: 0.02}))
+		e := simple(t, open, withPrices(coordinator.Price{Provider: "fake", ServerType: "cx22", HourlyUSD: 0.02}),
+			withSizing(fakeProvider, coordinator.Sizing{Default: coordinator.Size{ServerTypes: []string{"cx22"}}}))
 		alice := e.token("alice", "acme")
 		req := leaseReq(t)
 		req.Labels = map[string]string{"team": "infra"}
@@ -102,11 +103,14 @@ func TestLeaseLifecycle(t *testing.T) {
 		if hb.Lease.IdleTimeoutSeconds != 86400 {
 			t.Errorf("idle timeout = %d, want clamped 86400", hb.Lease.IdleTimeoutSeconds)
 		}
-		e.fake.mu.Lock()
-		touched := e.fake.touched[l.ID]
-		e.fake.mu.Unlock()
-		if touched == 0 {
-			t.Errorf("heartbeat did not touch the box")
+		if n := e.fake.touches(l.ID); n != 0 {
+			t.Errorf("heartbeat touched the box %d times on the request path, want it queued", n)
+		}
+		if _, err := e.srv.Maintain(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.fake.touches(l.ID); n != 1 {
+			t.Errorf("maintenance touched the box %d times after a heartbeat, want once", n)
 		}
 		e.fail("POST", leasePath(l.ID, "/heartbeat"), alice, `{"expectedProvider":"aws"}`, http.StatusConflict, api.CodeProviderIdentityMismatch)
 		e.fail("POST", leasePath(l.ID, "/release"), alice, `{"expectedProvider":"aws"}`, http.StatusConflict, api.CodeProviderIdentityMismatch)

@@ -38,6 +38,9 @@ func (s *Server) Run(ctx context.Context) error {
 		var wait time.Duration // a full batch: there may be more
 		if n < cleanupBatch {
 			wait = s.untilNextCleanup(ctx)
+			if due, ok := s.touches.due(s.touchInterval); ok {
+				wait = min(wait, max(due.Sub(s.clock.Now()), idleRetry))
+			}
 		}
 		timer := s.clock.NewTimer(wait)
 		select {
@@ -67,7 +70,9 @@ func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
 	return min(max(next.Sub(s.clock.Now()), idleRetry), s.interval)
 }
 
-// Maintain runs one maintenance pass: it claims up to one batch of leases
+// Maintain runs one maintenance pass: it sends the provider touches that
+// heartbeats queued, if a touch pass is due (see Config.TouchInterval),
+// and it claims up to one batch of leases
 // that need cleanup (expired, or with a server deletion queued), deletes
 // their servers through their providers outside any transaction, and
 // commits each with its claim's fencing token. A failed delete is recorded
@@ -75,6 +80,7 @@ func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
 // leases it claimed. Safe to call from several processes at once: a lease
 // is claimed by one of them at a time.
 func (s *Server) Maintain(ctx context.Context) (int, error) {
+	s.sendTouches(ctx)
 	claimed, err := s.store.ClaimForCleanup(ctx, s.clock.Now().UTC(), cleanupBatch, s.claimHold)
 	if err != nil {
 		return 0, fmt.Errorf("claim leases for cleanup: %w", err)
@@ -87,15 +93,31 @@ func (s *Server) Maintain(ctx context.Context) (int, error) {
 	return len(claimed), nil
 }
 
-// cleanup deletes a claimed lease's server and commits the outcome.
+// cleanup deletes a claimed lease's server and commits the outcome. The
+// claim is renewed while the delete runs; if it is lost (this process
+// stalled past the hold and another took the lease over), the delete is
+// abandoned and nothing is committed.
 func (s *Server) cleanup(ctx context.Context, l store.Lease) {
 	log := s.log.With(slog.String("lease", l.ID), slog.String("provider", l.Provider), slog.String("owner", l.Owner))
-	err := s.deleteServer(ctx, l)
+	dctx, cancel := context.WithCancelCause(ctx)
+	renewing := make(chan struct{})
+	go func() {
+		defer close(renewing)
+		s.renewClaim(dctx, l, log, cancel)
+	}()
+	err := s.deleteServer(dctx, l)
+	lost := context.Cause(dctx)
+	cancel(nil)
+	<-renewing
+	if errors.Is(lost, store.ErrClaimLost) {
+		log.Warn("cleanup claim lost to another coordinator; its deletion result is not recorded here")
+		return
+	}
 	now := s.clock.Now().UTC()
 	// Commit even when ctx was canceled during the delete, so a deletion
 	// that happened is not repeated by the next claimant.
-	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.claimHold/4)
-	defer cancel()
+	commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancelCommit()
 	if err != nil {
 		s.metrics.cleanupFailures.WithLabelValues(l.Provider).Inc()
 		retry := now.Add(s.retryDelay(l.CleanupAttempts))
@@ -115,18 +137,42 @@ func (s *Server) cleanup(ctx context.Context, l store.Lease) {
 	log.Info("lease cleaned up", slog.String("state", string(done.State)))
 }
 
-// deleteServer deletes a managed lease's server, bounded so the call ends
-// well before the claim lapses. A registered lease is only recorded; no
+// renewClaim renews l's cleanup claim every third of the hold until ctx
+// ends. A lost claim cancels ctx with store.ErrClaimLost; other renewal
+// errors are logged and retried at the next tick (the claim still holds
+// for two more).
+func (s *Server) renewClaim(ctx context.Context, l store.Lease, log *slog.Logger, lost context.CancelCauseFunc) {
+	for {
+		t := s.clock.NewTimer(s.claimHold / 3)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+		}
+		err := s.store.RenewCleanupClaim(ctx, l.ID, l.CleanupToken, s.clock.Now().UTC(), s.claimHold)
+		switch {
+		case errors.Is(err, store.ErrClaimLost):
+			lost(err)
+			return
+		case err != nil && ctx.Err() == nil:
+			log.Warn("renew cleanup claim", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// deleteServer deletes a managed lease's server, bounded by the cleanup
+// timeout. A registered lease is only recorded; no
 // provider is called for it.
 func (s *Server) deleteServer(ctx context.Context, l store.Lease) error {
 	if l.Lifecycle != store.LifecycleManaged {
 		return nil
 	}
-	b, ok := s.providers[l.Provider]
-	if !ok {
-		return fmt.Errorf("provider %q is not configured on this coordinator", l.Provider)
+	b, err := s.leaseBackend(l)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.claimHold/2)
+	ctx, cancel := context.WithTimeout(ctx, s.cleanupTimeout)
 	defer cancel()
 	if err := b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: target(l)}); err != nil {
 		if errors.Is(err, provider.ErrNotFound) {

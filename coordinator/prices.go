@@ -52,17 +52,23 @@ func ParsePrices(s string) ([]Price, error) {
 // price is the hourly price of a provider's server type: an exact entry,
 // else the provider's catch-all entry, else 0.
 func (s *Server) price(providerName, serverType string) float64 {
-	fallback := 0.0
+	p, _ := s.priceOf(providerName, serverType)
+	return p
+}
+
+// priceOf is price, and whether an entry priced the type.
+func (s *Server) priceOf(providerName, serverType string) (float64, bool) {
+	fallback, found := 0.0, false
 	for _, p := range s.prices {
 		if p.Provider != providerName {
 			continue
 		}
 		if p.ServerType == serverType {
-			return p.HourlyUSD
+			return p.HourlyUSD, true
 		}
 		if p.ServerType == "" {
-			fallback = p.HourlyUSD
+			fallback, found = p.HourlyUSD, true
 		}
 	}
-	return fallback
+	return fallback, found
 }

@@ -61,6 +61,11 @@ type Config struct {
 	Limits api.Limits
 	// Prices are hourly prices by provider and server type.
 	Prices []Price
+	// Sizing, by provider name, lets leases of that provider ask for their
+	// own class, server type, image and location, and names the server
+	// types its backend asks for. A provider without one gets no per-lease
+	// size: a request's fields are recorded as the client's.
+	Sizing map[string]Sizing
 	// Clock is the time source; nil means the real clock.
 	Clock clockwork.Clock
 	// Logger receives structured logs; nil discards them.
@@ -76,9 +81,12 @@ type Config struct {
 	// between passes (it wakes earlier for a known expiry); 0 means 30s.
 	MaintenanceInterval time.Duration
 	// CleanupClaimHold is how long a cleanup claim holds before another
-	// coordinator may take the lease over; provider deletes are bounded
-	// by half of it. 0 means 10 minutes.
+	// coordinator may take the lease over. The holder renews it every
+	// third of the hold while it deletes the server, so a coordinator
+	// killed mid-delete holds the lease only this long. 0 means 1 minute.
 	CleanupClaimHold time.Duration
+	// CleanupTimeout bounds one provider delete; 0 means 10 minutes.
+	CleanupTimeout time.Duration
 	// CleanupRetryBase and CleanupRetryMax bound the exponential backoff
 	// between failed deletes: 0 means 30 seconds and 30 minutes.
 	CleanupRetryBase time.Duration
@@ -92,6 +100,13 @@ type Config struct {
 	// HTTPServer returns: 0 means 10 seconds and 2 minutes.
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	// TouchInterval is the shortest time between two passes of provider
+	// touches (moving a box's labels after heartbeats), and TouchBudget
+	// how many touches one pass sends per provider at most; touches
+	// beyond it wait for the next pass. Only a lease's latest touch is
+	// sent. 0 means 1 minute and 20.
+	TouchInterval time.Duration
+	TouchBudget   int
 }
 
 // Server is the coordinator: an http.Handler for the API and a maintenance
@@ -103,6 +118,7 @@ type Server struct {
 	auth      *auth.Authenticator
 	limits    api.Limits
 	prices    []Price
+	sizing    map[string]Sizing
 	clock     clockwork.Clock
 	log       *slog.Logger
 	metrics   *metrics
@@ -112,12 +128,17 @@ type Server struct {
 	provisionTimeout time.Duration
 	interval         time.Duration
 	claimHold        time.Duration
+	cleanupTimeout   time.Duration
 	retryBase        time.Duration
 	retryMax         time.Duration
 	bodyTimeout      time.Duration
 	headerTimeout    time.Duration
 	idleTimeout      time.Duration
+	touchInterval    time.Duration
+	touchBudget      int
 
+	// touches are the provider touches heartbeats queued.
+	touches touchQueue
 	// wake nudges the maintenance loop after a release queued a deletion.
 	wake chan struct{}
 }
@@ -147,6 +168,20 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("coordinator: provider %q has no backend", name)
 		}
 	}
+	if cfg.CleanupClaimHold != 0 && cfg.CleanupClaimHold < 3*time.Second {
+		return nil, fmt.Errorf("coordinator: cleanup claim hold %s is shorter than 3s", cfg.CleanupClaimHold)
+	}
+	if cfg.TouchInterval < 0 || cfg.TouchBudget < 0 {
+		return nil, errors.New("coordinator: touch interval and budget must not be negative")
+	}
+	for name, z := range cfg.Sizing {
+		if _, ok := cfg.Providers[name]; !ok {
+			return nil, fmt.Errorf("coordinator: sizing for provider %q, which is not configured", name)
+		}
+		if err := z.check(name); err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
+	}
 	if cfg.DefaultProvider != "" {
 		if _, ok := cfg.Providers[cfg.DefaultProvider]; !ok {
 			return nil, fmt.Errorf("coordinator: default provider %q is not configured", cfg.DefaultProvider)
@@ -159,17 +194,21 @@ func New(cfg Config) (*Server, error) {
 		auth:             a,
 		limits:           cfg.Limits,
 		prices:           cfg.Prices,
+		sizing:           cfg.Sizing,
 		clock:            cmp.Or[clockwork.Clock](cfg.Clock, clockwork.NewRealClock()),
 		log:              cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		maxBody:          cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
 		provisionTimeout: cmp.Or(cfg.ProvisionTimeout, 30*time.Minute),
 		interval:         cmp.Or(cfg.MaintenanceInterval, 30*time.Second),
-		claimHold:        cmp.Or(cfg.CleanupClaimHold, 10*time.Minute),
+		claimHold:        cmp.Or(cfg.CleanupClaimHold, time.Minute),
+		cleanupTimeout:   cmp.Or(cfg.CleanupTimeout, 10*time.Minute),
 		retryBase:        cmp.Or(cfg.CleanupRetryBase, 30*time.Second),
 		retryMax:         cmp.Or(cfg.CleanupRetryMax, 30*time.Minute),
 		bodyTimeout:      cmp.Or(cfg.BodyReadTimeout, 2*time.Minute),
 		headerTimeout:    cmp.Or(cfg.ReadHeaderTimeout, 10*time.Second),
 		idleTimeout:      cmp.Or(cfg.IdleTimeout, 2*time.Minute),
+		touchInterval:    cmp.Or(cfg.TouchInterval, time.Minute),
+		touchBudget:      cmp.Or(cfg.TouchBudget, 20),
 		wake:             make(chan struct{}, 1),
 	}
 	if s.defProv == "" && len(s.providers) == 1 {

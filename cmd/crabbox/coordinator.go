@@ -128,6 +128,9 @@ type serverConfig struct {
 	DefaultProvider string                     `json:"defaultProvider"`
 	Limits          api.Limits                 `json:"limits"`
 	Prices          []serverPrice              `json:"prices"`
+	// Sizing, by provider, lets leases ask for their own server type,
+	// image or location (see serverSizing).
+	Sizing map[string]serverSizing `json:"sizing"`
 	// MaintenanceInterval is the longest pause between maintenance passes
 	// (a Go duration, e.g. "30s").
 	MaintenanceInterval string `json:"maintenanceInterval"`
@@ -295,13 +298,19 @@ func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgP
 	if err != nil {
 		return err
 	}
+	made := &sizedBackends{rt: provider.Runtime{Logger: log, StateDir: stateDir}.WithDefaults()}
+	defer func() { err = errors.Join(err, made.Close()) }()
+	sizing, err := serverSizings(cfg.Providers, cfg.Sizing, made)
+	if err != nil {
+		return err
+	}
 	prices := make([]coordinator.Price, len(cfg.Prices))
 	for i, p := range cfg.Prices {
 		prices[i] = coordinator.Price{Provider: p.Provider, ServerType: p.ServerType, HourlyUSD: p.HourlyUSD}
 	}
 	srv, err := coordinator.New(coordinator.Config{
 		Store: st, Providers: backends, DefaultProvider: cfg.DefaultProvider, Tokens: tokens,
-		Limits: cfg.Limits, Prices: prices, Logger: log, MaintenanceInterval: interval,
+		Limits: cfg.Limits, Prices: prices, Sizing: sizing, Logger: log, MaintenanceInterval: interval,
 	})
 	if err != nil {
 		return err

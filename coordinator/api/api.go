@@ -138,6 +138,14 @@ type Lease struct {
 	ReleaseDeletesServer *bool             `json:"releaseDeletesServer,omitempty"`
 	FailureError         string            `json:"failureError,omitempty"`
 	Labels               map[string]string `json:"labels,omitempty"`
+	// Image and Location are what the lease asked its provider for
+	// (empty: the provider's default).
+	Image    string `json:"image,omitempty"`
+	Location string `json:"location,omitempty"`
+	// Telemetry is the latest host sample a heartbeat carried (a JSON
+	// object), received at TelemetryAt.
+	Telemetry   json.RawMessage `json:"telemetry,omitempty"`
+	TelemetryAt time.Time       `json:"telemetryAt,omitzero"`
 }
 
 // TTL is the lease's time to live.
@@ -213,14 +221,17 @@ type RegistrationRequest struct {
 	Labels             map[string]string `json:"labels,omitempty"`
 }
 
+// MaxTelemetryBytes bounds a heartbeat's telemetry sample.
+const MaxTelemetryBytes = 4 << 10
+
 // HeartbeatRequest is the body of POST /v1/leases/{id}/heartbeat.
 type HeartbeatRequest struct {
 	ExpectedProvider string `json:"expectedProvider,omitempty"`
 	// IdleTimeoutSeconds, when positive, replaces the lease's idle timeout
 	// (clamped to 86400).
 	IdleTimeoutSeconds int `json:"idleTimeoutSeconds,omitempty"`
-	// Telemetry is an optional host sample; the coordinator may store or
-	// ignore it.
+	// Telemetry is an optional host sample (a JSON object of at most
+	// MaxTelemetryBytes); the lease keeps the latest one.
 	Telemetry json.RawMessage `json:"telemetry,omitempty"`
 }
 

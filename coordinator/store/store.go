@@ -76,6 +76,8 @@ type Lease struct {
 	Target           string
 	Class            string
 	ServerType       string
+	Image            string
+	Location         string
 	CloudID          string
 	ServerName       string
 	Host             string
@@ -115,6 +117,11 @@ type Lease struct {
 	ServerKept   bool
 	FailureError string
 	Labels       map[string]string
+	// Telemetry is the latest host sample a heartbeat carried (a JSON
+	// object, at most MaxTelemetryBytes), received at TelemetryAt; nil
+	// when none came yet.
+	Telemetry   json.RawMessage
+	TelemetryAt time.Time
 
 	// Private fields: never serialise these into API responses.
 
@@ -212,14 +219,23 @@ type ReleaseRequest struct {
 	Now              time.Time
 }
 
+// MaxTelemetryBytes bounds the telemetry sample kept on a lease.
+const MaxTelemetryBytes = 4 << 10
+
 // HeartbeatRequest asks Heartbeat to touch a lease.
 type HeartbeatRequest struct {
+	// Owner and Org, when Owner is set, restrict the heartbeat to a lease
+	// of theirs: another owner's lease is ErrNotFound.
+	Owner, Org string
 	// ExpectedProvider, when set, must equal the lease's provider.
 	ExpectedProvider string
 	// IdleTimeoutSeconds, when positive, replaces the lease's idle timeout
 	// (the caller clamps it).
 	IdleTimeoutSeconds int64
-	Now                time.Time
+	// Telemetry, when set, replaces the lease's telemetry sample
+	// (TelemetryAt = Now). At most MaxTelemetryBytes.
+	Telemetry json.RawMessage
+	Now       time.Time
 }
 
 // LeaseFilter selects leases for ListLeases. Empty fields match anything.
@@ -446,7 +462,9 @@ type Store interface {
 	ListLeases(ctx context.Context, f LeaseFilter) ([]Lease, error)
 
 	// Heartbeat touches a live lease: LastTouchedAt = now, the idle timeout
-	// replaced when req.IdleTimeoutSeconds > 0, ExpiresAt recomputed.
+	// replaced when req.IdleTimeoutSeconds > 0, the telemetry sample
+	// replaced when req.Telemetry is set, ExpiresAt recomputed. A
+	// successful heartbeat is one database statement.
 	// Errors: ErrNotFound; ErrProviderMismatch; ErrLeaseEnded (not live);
 	// ErrLeaseExpired when now >= ExpiresAt or a cleanup claim holds the
 	// lease (an expired lease is never revived).
@@ -469,6 +487,12 @@ type Store interface {
 	// their cleanup calls no provider. Leases with ReleaseDeletesServer
 	// need their server deleted; live ones past expiry do too (managed).
 	ClaimForCleanup(ctx context.Context, now time.Time, limit int, hold time.Duration) ([]Lease, error)
+
+	// RenewCleanupClaim extends the claim token holds on lease id to
+	// now+hold, so a holder that is still working keeps a short claim
+	// alive while one that died loses it soon. A stale token is
+	// ErrClaimLost and changes nothing.
+	RenewCleanupClaim(ctx context.Context, id, token string, now time.Time, hold time.Duration) error
 
 	// FinishCleanup commits a cleanup if token still holds the claim: a
 	// live lease becomes expired, a queued deletion is done; EndedAt = now,

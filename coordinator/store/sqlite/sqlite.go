@@ -2,8 +2,9 @@
 // SQLite database file through the pure-Go driver modernc.org/sqlite (no
 // cgo). The database runs in WAL mode with a busy timeout; all writes go
 // through a single connection in immediate transactions (one writer), and
-// reads use a separate pool. Several Store instances, also in other
-// processes, may open the same file.
+// reads use a separate pool. Concurrent write transactions are committed
+// together (group commit), each in a savepoint of its own. Several Store
+// instances, also in other processes, may open the same file.
 package sqlite
 
 import (
@@ -74,6 +75,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 var dialect = sqldb.Dialect{
 	Name:                 "sqlite",
 	QuestionPlaceholders: true,
+	GroupCommit:          true,
 	Greatest:             "MAX",
 	Least:                "MIN",
 	Retryable: func(err error) bool {

@@ -14,6 +14,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -52,6 +53,7 @@ func Run(t *testing.T, h Harness) {
 		{"Slugs", testSlugs},
 		{"FindAndList", testFindAndList},
 		{"Heartbeat", testHeartbeat},
+		{"HeartbeatsConcurrent", testConcurrentHeartbeats},
 		{"Release", testRelease},
 		{"ActivateAndFail", testActivateAndFail},
 		{"Register", testRegister},
@@ -162,6 +164,7 @@ func testLeaseRoundTrip(t *testing.T, open Opener) {
 	in.Slug = "tidal-lobster"
 	in.Keep = true
 	in.Labels = map[string]string{"team": "infra"}
+	in.Image, in.Location = "ubuntu-24.04", "fsn1"
 	in.LastTouchedAt = at(time.Minute)
 	res, err := s.CreateLease(ctx, store.CreateRequest{Lease: in, AttemptID: "cat_a", Now: t0})
 	if err != nil {
@@ -430,6 +433,32 @@ func testHeartbeat(t *testing.T, open Opener) {
 	}
 	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{ExpectedProvider: "aws", Now: at(41 * time.Minute)})
 	wantErr(t, "provider mismatch", err, store.ErrProviderMismatch)
+	// Restricted to an owner: someone else's lease is not found.
+	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Owner: "bob", Org: "acme", Now: at(41 * time.Minute)})
+	wantErr(t, "other owner", err, store.ErrNotFound)
+	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Owner: "alice", Org: "other", Now: at(41 * time.Minute)})
+	wantErr(t, "other org", err, store.ErrNotFound)
+	// Telemetry is kept until the next sample replaces it.
+	sample := json.RawMessage(`{"load1":0.5,"memUsedPct":41}`)
+	got, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Owner: "alice", Org: "acme", Telemetry: sample, Now: at(42 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Telemetry) != string(sample) || !got.TelemetryAt.Equal(at(42*time.Minute)) {
+		t.Errorf("telemetry %s at %v, want %s at +42m", got.Telemetry, got.TelemetryAt, sample)
+	}
+	got, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Now: at(43 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, get(t, s, l.ID)); diff != "" {
+		t.Errorf("heartbeat result differs from the stored lease:\n%s", diff)
+	}
+	if string(got.Telemetry) != string(sample) || !got.TelemetryAt.Equal(at(42*time.Minute)) {
+		t.Errorf("telemetry after a heartbeat without one: %s at %v, want it kept", got.Telemetry, got.TelemetryAt)
+	}
+	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Telemetry: make(json.RawMessage, store.MaxTelemetryBytes+1), Now: at(44 * time.Minute)})
+	wantErr(t, "oversized telemetry", err, store.ErrInvalid)
 	// Expired: not revived, nothing changes.
 	before := get(t, s, l.ID)
 	_, err = s.Heartbeat(ctx, l.ID, store.HeartbeatRequest{Now: at(90 * time.Minute)})
@@ -460,6 +489,55 @@ func testHeartbeat(t *testing.T, open Opener) {
 	}
 	if !got.ExpiresAt.Equal(at(15 * time.Minute)) {
 		t.Errorf("registered expiry %v, want touched+min(ttl,idle)", got.ExpiresAt)
+	}
+}
+
+// Concurrent heartbeats (committed together where the store batches
+// them) each get their own outcome: one refused heartbeat fails no other.
+func testConcurrentHeartbeats(t *testing.T, open Opener) {
+	stores := []store.Store{open(t), open(t)}
+	ctx := testContext(t)
+	const n = 24
+	var ids []string
+	for i := range n {
+		l := create(t, stores[0], lease(fmt.Sprintf("cbx_%012x", 0x100+i), "alice"), fmt.Sprintf("cat_%d", i))
+		ids = append(ids, l.ID)
+		if i%4 == 0 {
+			if _, err := stores[0].Release(ctx, l.ID, store.ReleaseRequest{Now: at(time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	errs := make([]error, 3*n)
+	got := make([]store.Lease, 3*n)
+	var wg sync.WaitGroup
+	for k := range 3 * n {
+		wg.Go(func() {
+			id := ids[k%n]
+			req := store.HeartbeatRequest{Now: at(10 * time.Minute), Owner: "alice", Org: "acme"}
+			if k >= 2*n {
+				req.Owner = "mallory" // someone else's lease: not found
+			}
+			got[k], errs[k] = stores[k%2].Heartbeat(ctx, id, req)
+		})
+	}
+	wg.Wait()
+	for k, err := range errs {
+		i := k % n
+		switch {
+		case k >= 2*n:
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("heartbeat %d of %s by another owner: %v, want ErrNotFound", k, ids[i], err)
+			}
+		case i%4 == 0:
+			if !errors.Is(err, store.ErrLeaseEnded) {
+				t.Errorf("heartbeat %d of released %s: %v, want ErrLeaseEnded", k, ids[i], err)
+			}
+		case err != nil:
+			t.Errorf("heartbeat %d of %s: %v", k, ids[i], err)
+		case got[k].ID != ids[i] || !got[k].LastTouchedAt.Equal(at(10*time.Minute)):
+			t.Errorf("heartbeat %d of %s returned %s touched at %v", k, ids[i], got[k].ID, got[k].LastTouchedAt)
+		}
 	}
 }
 
@@ -838,6 +916,13 @@ func testCleanup(t *testing.T, open Opener) {
 	if got, err := s.ClaimForCleanup(ctx, at(35*time.Minute), 10, 5*time.Minute); err != nil || len(got) != 0 {
 		t.Errorf("claim while held: %v, %v", ids(got), err)
 	}
+	// A holder at work renews its claim: it holds past the first hold.
+	if err := s.RenewCleanupClaim(ctx, a.ID, claims[0].CleanupToken, at(35*time.Minute), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ClaimForCleanup(ctx, at(36*time.Minute-time.Microsecond), 10, 5*time.Minute); err != nil || len(got) != 0 {
+		t.Errorf("claim while renewed: %v, %v", ids(got), err)
+	}
 	// The holder died: after the hold lapses the lease is claimable again,
 	// and the old token is fenced off.
 	reclaim, err := s.ClaimForCleanup(ctx, at(36*time.Minute), 10, 5*time.Minute)
@@ -846,6 +931,8 @@ func testCleanup(t *testing.T, open Opener) {
 	}
 	_, err = s.FinishCleanup(ctx, a.ID, claims[0].CleanupToken, at(37*time.Minute))
 	wantErr(t, "finish with stale token", err, store.ErrClaimLost)
+	err = s.RenewCleanupClaim(ctx, a.ID, claims[0].CleanupToken, at(37*time.Minute), time.Minute)
+	wantErr(t, "renew with stale token", err, store.ErrClaimLost)
 	_, err = s.FailCleanup(ctx, a.ID, claims[0].CleanupToken, "boom", at(37*time.Minute), at(40*time.Minute))
 	wantErr(t, "fail with stale token", err, store.ErrClaimLost)
 

@@ -78,6 +78,17 @@ func (s *Store) fenced(ctx context.Context, id, token string, now time.Time, fn 
 	})
 }
 
+// RenewCleanupClaim implements store.Store.
+func (s *Store) RenewCleanupClaim(ctx context.Context, id, token string, now time.Time, hold time.Duration) error {
+	if hold <= 0 {
+		return invalid("renew cleanup claim: hold %s", hold)
+	}
+	_, err := s.fenced(ctx, id, token, now, func(r *row) {
+		r.claimUntil = nullTS(now.Add(hold))
+	})
+	return err
+}
+
 // FinishCleanup implements store.Store.
 func (s *Store) FinishCleanup(ctx context.Context, id, token string, now time.Time) (store.Lease, error) {
 	return s.fenced(ctx, id, token, now, func(r *row) {

@@ -19,7 +19,7 @@ var leaseColumns = []string{
 	"created_at", "updated_at", "last_touched_at", "expires_at", "released_at", "ended_at",
 	"estimated_hourly_usd", "max_estimated_usd",
 	"cleanup_attempts", "cleanup_error", "cleanup_started_at", "cleanup_retry_at",
-	"release_deletes_server", "failure_error", "labels", "server_kept",
+	"release_deletes_server", "failure_error", "labels", "server_kept", "telemetry", "telemetry_at", "image", "location",
 	"create_attempt_id", "request_hash", "cleanup_token", "cleanup_claim_until",
 }
 
@@ -69,7 +69,7 @@ func leaseArgs(r row) ([]any, error) {
 		ts(l.CreatedAt), ts(l.UpdatedAt), ts(l.LastTouchedAt), ts(l.ExpiresAt), ts(l.ReleasedAt), ts(l.EndedAt),
 		l.EstimatedHourlyUSD, l.MaxEstimatedUSD,
 		l.CleanupAttempts, l.CleanupError, ts(l.CleanupStartedAt), ts(l.CleanupRetryAt),
-		l.ReleaseDeletesServer, l.FailureError, string(lab), l.ServerKept,
+		l.ReleaseDeletesServer, l.FailureError, string(lab), l.ServerKept, string(l.Telemetry), ts(l.TelemetryAt), l.Image, l.Location,
 		l.CreateAttemptID, l.RequestHash, l.CleanupToken, r.claimUntil,
 	}, nil
 }
@@ -80,9 +80,9 @@ func scanLease(sc scanner) (row, error) {
 	var (
 		r                                                   row
 		l                                                   = &r.Lease
-		lifecycle, state, ports, labels                     string
+		lifecycle, state, ports, labels, telemetry          string
 		created, updated, touched, expires, released, ended sql.NullInt64
-		cleanupStarted, cleanupRetry                        sql.NullInt64
+		cleanupStarted, cleanupRetry, telemetryAt           sql.NullInt64
 	)
 	err := sc.Scan(
 		&l.ID, &l.Slug, &l.Provider, &lifecycle, &state, &l.Owner, &l.Org,
@@ -92,7 +92,7 @@ func scanLease(sc scanner) (row, error) {
 		&created, &updated, &touched, &expires, &released, &ended,
 		&l.EstimatedHourlyUSD, &l.MaxEstimatedUSD,
 		&l.CleanupAttempts, &l.CleanupError, &cleanupStarted, &cleanupRetry,
-		&l.ReleaseDeletesServer, &l.FailureError, &labels, &l.ServerKept,
+		&l.ReleaseDeletesServer, &l.FailureError, &labels, &l.ServerKept, &telemetry, &telemetryAt, &l.Image, &l.Location,
 		&l.CreateAttemptID, &l.RequestHash, &l.CleanupToken, &r.claimUntil,
 	)
 	if err != nil {
@@ -102,6 +102,9 @@ func scanLease(sc scanner) (row, error) {
 	l.CreatedAt, l.UpdatedAt, l.LastTouchedAt = fromTS(created), fromTS(updated), fromTS(touched)
 	l.ExpiresAt, l.ReleasedAt, l.EndedAt = fromTS(expires), fromTS(released), fromTS(ended)
 	l.CleanupStartedAt, l.CleanupRetryAt = fromTS(cleanupStarted), fromTS(cleanupRetry)
+	if telemetry != "" {
+		l.Telemetry, l.TelemetryAt = json.RawMessage(telemetry), fromTS(telemetryAt)
+	}
 	if err := json.Unmarshal([]byte(ports), &l.SSHFallbackPorts); err != nil {
 		return row{}, fmt.Errorf("lease %s: ssh_fallback_ports: %w", l.ID, err)
 	}

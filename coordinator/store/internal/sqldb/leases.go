@@ -64,7 +64,7 @@ func (s *Store) updateLease(ctx context.Context, c q, before, r row, now time.Ti
 // normLease returns l as it reads back from the database.
 func normLease(l store.Lease) store.Lease {
 	for _, t := range []*time.Time{&l.CreatedAt, &l.UpdatedAt, &l.LastTouchedAt, &l.ExpiresAt,
-		&l.ReleasedAt, &l.EndedAt, &l.CleanupStartedAt, &l.CleanupRetryAt} {
+		&l.ReleasedAt, &l.EndedAt, &l.CleanupStartedAt, &l.CleanupRetryAt, &l.TelemetryAt} {
 		*t = norm(*t)
 	}
 	if len(l.SSHFallbackPorts) == 0 {
@@ -72,6 +72,9 @@ func normLease(l store.Lease) store.Lease {
 	}
 	if len(l.Labels) == 0 {
 		l.Labels = nil
+	}
+	if len(l.Telemetry) == 0 {
+		l.Telemetry, l.TelemetryAt = nil, time.Time{}
 	}
 	return l
 }
@@ -474,33 +477,6 @@ func (s *Store) Release(ctx context.Context, id string, req store.ReleaseRequest
 		if r.State.Live() {
 			release(r, req.DeleteServer, req.Now)
 		}
-		return nil
-	})
-}
-
-// Heartbeat implements store.Store.
-func (s *Store) Heartbeat(ctx context.Context, id string, req store.HeartbeatRequest) (store.Lease, error) {
-	if req.IdleTimeoutSeconds < 0 {
-		return store.Lease{}, invalid("lease %q: negative idle timeout", id)
-	}
-	return s.withLease(ctx, id, req.Now, func(r *row) error {
-		switch {
-		case req.ExpectedProvider != "" && req.ExpectedProvider != r.Provider:
-			return fmt.Errorf("lease %q is provider %q, not %q: %w", id, r.Provider, req.ExpectedProvider, store.ErrProviderMismatch)
-		case !r.State.Live():
-			return fmt.Errorf("lease %q is %s: %w", id, r.State, store.ErrLeaseEnded)
-		case !req.Now.Before(r.ExpiresAt):
-			return fmt.Errorf("lease %q expired at %s: %w", id, r.ExpiresAt.Format(time.RFC3339), store.ErrLeaseExpired)
-		case r.CleanupToken != "":
-			// Another coordinator, whose clock may run ahead, is already
-			// deleting it.
-			return fmt.Errorf("lease %q is being cleaned up: %w", id, store.ErrLeaseExpired)
-		}
-		r.LastTouchedAt = req.Now
-		if req.IdleTimeoutSeconds > 0 {
-			r.IdleTimeoutSeconds = req.IdleTimeoutSeconds
-		}
-		r.ExpiresAt = store.ExpiresAt(r.Lifecycle, r.CreatedAt, r.LastTouchedAt, r.TTLSeconds, r.IdleTimeoutSeconds)
 		return nil
 	})
 }

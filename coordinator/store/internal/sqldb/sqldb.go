@@ -48,6 +48,10 @@ type Dialect struct {
 	Retryable func(error) bool
 	// UniqueViolation reports a unique-constraint error.
 	UniqueViolation func(error) bool
+	// GroupCommit commits concurrent write transactions together, each
+	// in a savepoint of one database transaction (for a database with
+	// one writer, where commits queue anyway).
+	GroupCommit bool
 }
 
 // Store implements store.Store on a write pool and a read pool (the same
@@ -59,6 +63,10 @@ type Store struct {
 	// Statements are prepared once per pool and reused: parsing SQL
 	// again on every call was a quarter of SQLite's CPU under load.
 	wStmts, rStmts stmtCache
+	// heartbeats queues concurrent heartbeats for one group commit.
+	heartbeats heartbeatQueue
+	// group queues write transactions for a group commit (GroupCommit).
+	group groupQueue
 }
 
 // stmtCache holds a pool's prepared statements by query text. Its lock is
@@ -256,6 +264,15 @@ func (s *Store) reader() q { return q{stmts: &s.rStmts, d: &s.d} }
 // tx runs fn in one write transaction, retrying the whole transaction after
 // retryable errors. fn must be safe to run again.
 func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx, c q) error) error {
+	if s.d.GroupCommit {
+		return s.groupTx(ctx, fn)
+	}
+	return s.retryTx(ctx, fn)
+}
+
+// retryTx runs fn in a transaction of its own, retrying it after
+// retryable errors.
+func (s *Store) retryTx(ctx context.Context, fn func(tx *sql.Tx, c q) error) error {
 	const attempts = 20
 	for i := 0; ; i++ {
 		err := s.txOnce(ctx, fn)
