@@ -8,6 +8,9 @@
 // content) with the one the box keeps from the last push and streams only
 // what changed as one tar archive into `tar -xf -` on the box, so any POSIX
 // box with sh and tar works and nothing but git is needed on the client.
+// A file with holes (1 MiB or more of them) is sent as a sparse entry in
+// the PAX format GNU tar and bsdtar extract with its holes (see
+// writeSparse); a box whose tar knows neither would extract it wrongly.
 //
 // The box keeps the manifest of what crabbox synced in
 // RemoteDir/.crabbox/manifest and its fingerprint in
@@ -910,7 +913,7 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 			return false, err
 		}
 		e := &final[i]
-		n, sum, st, ok, err := writeFile(tw, root, *e, buf, s.opts.opened)
+		n, sum, st, ok, err := writeFile(tw, bw, root, *e, buf, s.opts.opened)
 		if errors.Is(err, errShrank) {
 			clean = false
 			return true, nil
@@ -1036,9 +1039,11 @@ var errShrank = errors.New("shrank while it was sent")
 // their SHA-256 and the file's stamp when it was read. It reports false for
 // a file that vanished since it was listed. A file that shrinks while it is
 // read has its entry padded with zeros, to keep the archive whole, and
-// fails with errShrank: it must be sent again. buf is scratch space;
+// fails with errShrank: it must be sent again. A file with holes is sent
+// sparse (see writeSparse), written to w, the writer under tw. buf is
+// scratch space;
 // opened, if set, is called once the file is open (tests).
-func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte, opened func(string)) (int64, string, fileStamp, bool, error) {
+func writeFile(tw *tar.Writer, w io.Writer, root *rootDir, e Entry, buf []byte, opened func(string)) (int64, string, fileStamp, bool, error) {
 	if e.Link != "" {
 		fi, err := os.Lstat(filepath.Join(root.path, filepath.FromSlash(e.Path)))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -1069,6 +1074,12 @@ func writeFile(tw *tar.Writer, root *rootDir, e Entry, buf []byte, opened func(s
 		return 0, "", fileStamp{}, false, err
 	}
 	defer f.Close()
+	if regions := f.dataRegions(); regions != nil {
+		if opened != nil {
+			opened(e.Path)
+		}
+		return writeSparse(tw, w, f, e, regions, buf)
+	}
 	size := f.info.size
 	hdr := &tar.Header{
 		Typeflag: tar.TypeReg,
