@@ -377,23 +377,26 @@ func (b *bench) rsyncArgs(dest string) []string {
 type row struct {
 	scenario, baseline string
 	crabbox, base      []time.Duration
-	phases             []string // crabbox's timing report per run
-	rss                []int64  // crabbox's peak resident set size per run, bytes
-	target             float64  // minimum baseline/crabbox ratio; 0 for none
+	phases             []string        // crabbox's timing report per run
+	rss                []int64         // crabbox's peak resident set size per run, bytes
+	cpu                []time.Duration // crabbox's user and system CPU time per run
+	target             float64         // minimum baseline/crabbox ratio; 0 for none
 	note               string
 }
 
 // sample is one timed crabbox run.
 type sample struct {
 	d      time.Duration
-	phases string // crabbox's own timing report
-	rss    int64  // peak resident set size, bytes
+	phases string        // crabbox's own timing report
+	rss    int64         // peak resident set size, bytes
+	cpu    time.Duration // user and system CPU time
 }
 
 func (r *row) add(s sample) {
 	r.crabbox = append(r.crabbox, s.d)
 	r.phases = append(r.phases, s.phases)
 	r.rss = append(r.rss, s.rss)
+	r.cpu = append(r.cpu, s.cpu)
 }
 
 // alternate runs first and second, in that order on even runs i and the
@@ -605,7 +608,9 @@ func (b *bench) curvePoint(ctx context.Context, n int) (curvePoint, error) {
 func (b *bench) timedCrabEnv(ctx context.Context, state, workRoot string, args ...string) (sample, error) {
 	timing := filepath.Join(b.base, "timing.json")
 	os.Remove(timing)
-	args = append([]string{args[0], "--timing-json", timing}, args[1:]...)
+	// Past 150,000 files a sync needs --force-sync-large (the curve's
+	// 200,000-file checkout).
+	args = append([]string{args[0], "--timing-json", timing, "--force-sync-large"}, args[1:]...)
 	cmd := b.crab(ctx, state, workRoot, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -616,9 +621,9 @@ func (b *bench) timedCrabEnv(ctx context.Context, state, workRoot string, args .
 	if err != nil {
 		return sample{}, fmt.Errorf("crabbox %s: %v\n%s", strings.Join(args, " "), err, out.String())
 	}
-	s := sample{d: d, phases: phaseSummary(timing), rss: maxRSS(cmd.ProcessState)}
+	s := sample{d: d, phases: phaseSummary(timing), rss: maxRSS(cmd.ProcessState), cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	if b.cfg.verbose {
-		fmt.Fprintf(os.Stderr, "  %8v  %4d MB  crabbox %s  [%s]\n", d.Round(time.Millisecond), s.rss>>20, strings.Join(args[3:], " "), s.phases)
+		fmt.Fprintf(os.Stderr, "  %8v  %4d MB  crabbox %s  [%s]\n", d.Round(time.Millisecond), s.rss>>20, strings.Join(args[4:], " "), s.phases)
 	}
 	return s, nil
 }
@@ -755,16 +760,16 @@ func printCurve(w io.Writer, cfg config, points []curvePoint) {
 	if len(points) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\ntree-size curve: median (min-max) of %d runs; crabbox's peak memory (max RSS) in its no-op runs\n\n", cfg.runs)
+	fmt.Fprintf(w, "\ntree-size curve: median (min-max) of %d runs; crabbox's CPU time (user+system) and peak memory (max RSS) in its no-op runs\n\n", cfg.runs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FILES\tNO-OP RUN\trsync && ssh true\tRATIO\tINCREMENTAL\trsync -a --delete\tRATIO\tPEAK MEMORY")
+	fmt.Fprintln(tw, "FILES\tNO-OP RUN\trsync && ssh true\tRATIO\tINCREMENTAL\trsync -a --delete\tRATIO\tNO-OP CPU\tPEAK MEMORY")
 	byFiles := map[int]curvePoint{}
 	for _, p := range points {
 		byFiles[p.files] = p
 		ratio := func(r row) float64 { return float64(median(r.base)) / float64(median(r.crabbox)) }
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.2fx\t%s\t%s\t%.2fx\t%s\n", p.files,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.2fx\t%s\t%s\t%.2fx\t%s\t%s\n", p.files,
 			span(p.noopRun.crabbox), span(p.noopRun.base), ratio(p.noopRun),
-			span(p.incremental.crabbox), span(p.incremental.base), ratio(p.incremental), rssSpan(p.noopRun.rss))
+			span(p.incremental.crabbox), span(p.incremental.base), ratio(p.incremental), span(p.noopRun.cpu), rssSpan(p.noopRun.rss))
 	}
 	tw.Flush()
 	yes := func(ok bool) string {
