@@ -56,6 +56,8 @@ func (r *rootDir) lstat(rel string) (lstatInfo, error) {
 type regularFile struct {
 	fd   int
 	info lstatInfo
+	// blocks is the space allocated to the file, in 512-byte units.
+	blocks int64
 }
 
 // openFile opens rel, which must be a regular file: never a symlink (not
@@ -89,7 +91,7 @@ func (r *rootDir) openFile(rel string) (*regularFile, error) {
 		size:  st.Size,
 		mtime: st.Mtim.Nano(),
 		ino:   uint64(st.Ino), //nolint:unconvert // not uint64 everywhere
-	}}, nil
+	}, blocks: st.Blocks}, nil
 }
 
 func (f *regularFile) Read(p []byte) (int, error) {
@@ -108,6 +110,59 @@ func (f *regularFile) Read(p []byte) (int, error) {
 }
 
 func (f *regularFile) Close() error { return unix.Close(f.fd) }
+
+// ReadAt reads from off, without moving the file's offset.
+func (f *regularFile) ReadAt(p []byte, off int64) (int, error) {
+	var n int
+	err := retryEINTR(func() (err error) {
+		n, err = unix.Pread(f.fd, p, off)
+		return err
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// dataRegions returns where a file with holes keeps its data, sorted, when
+// the holes add up to at least minHoles: nil for a dense file, or when the
+// file system cannot tell.
+func (f *regularFile) dataRegions() []region {
+	size := f.info.size
+	if size-f.blocks*512 < minHoles {
+		return nil
+	}
+	regions := []region{} // none: a file that is all hole
+	var holes int64
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(f.fd, off, unix.SEEK_DATA)
+		if err == unix.ENXIO { // only a hole past off
+			holes += size - off
+			break
+		}
+		if err != nil || data < off {
+			return nil
+		}
+		hole, err := unix.Seek(f.fd, data, unix.SEEK_HOLE)
+		if err != nil || hole <= data {
+			return nil
+		}
+		hole = min(hole, size)
+		holes += min(data, size) - off
+		if data >= size {
+			break
+		}
+		regions = append(regions, region{data, hole - data})
+		off = hole
+	}
+	if holes < minHoles {
+		return nil
+	}
+	return regions
+}
 
 func retryEINTR(fn func() error) error {
 	for {

@@ -82,3 +82,7 @@ const untrackedCacheSupported = false
 func (r *rootDir) stampAt(string) (stamp, error) { return stamp{}, errors.ErrUnsupported }
 
 func stampFile(string) (stamp, error) { return stamp{}, errors.ErrUnsupported }
+
+// dataRegions is nil: holes are not looked for here, and a sparse file is
+// sent whole.
+func (f *regularFile) dataRegions() []region { return nil }

@@ -8,6 +8,9 @@
 // content) with the one the box keeps from the last push and streams only
 // what changed as one tar archive into `tar -xf -` on the box, so any POSIX
 // box with sh and tar works and nothing but git is needed on the client.
+// A file with holes (1 MiB or more of them) is sent as a sparse entry in
+// the PAX format GNU tar and bsdtar extract with its holes (see
+// writeSparse); a box whose tar knows neither would extract it wrongly.
 //
 // The box keeps the manifest of what crabbox synced and its fingerprint
 // beside RemoteDir, in StateDir(RemoteDir), where commands run in
@@ -892,7 +895,7 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	buf := make([]byte, copyBuffer)
 	bw := bufio.NewWriterSize(w, 256<<10)
 	_, base := splitRemoteDir(s.opts.RemoteDir)
-	tw := &archive{tw: tar.NewWriter(bw), base: base}
+	tw := &archive{tw: tar.NewWriter(bw), w: bw, base: base}
 	now := time.Now()
 	changes := make([]string, 0, len(send)+len(del))
 	for _, i := range send {
@@ -1023,14 +1026,25 @@ var unhashed = strings.Repeat("0", 64)
 // remote directory's parent: a file's entry is named BASE/PATH, a state
 // file's .crabbox/BASE/NAME (see StateDir).
 type archive struct {
-	tw   *tar.Writer
+	tw *tar.Writer
+	w  io.Writer // under tw, for what tar.Writer cannot write (writeSparse)
+	// base names the remote directory; empty, entries are named by path
+	// alone (tests).
 	base string
+}
+
+// name is the archive name of the file at p in the remote directory.
+func (a *archive) name(p string) string {
+	if a.base == "" {
+		return p
+	}
+	return a.base + "/" + p
 }
 
 // WriteHeader writes the header of the file at hdr.Name in the remote
 // directory.
 func (a *archive) WriteHeader(hdr *tar.Header) error {
-	hdr.Name = a.base + "/" + hdr.Name
+	hdr.Name = a.name(hdr.Name)
 	return a.tw.WriteHeader(hdr)
 }
 
@@ -1058,7 +1072,8 @@ var errShrank = errors.New("shrank while it was sent")
 // their SHA-256 and the file's stamp when it was read. It reports false for
 // a file that vanished since it was listed. A file that shrinks while it is
 // read has its entry padded with zeros, to keep the archive whole, and
-// fails with errShrank: it must be sent again. buf is scratch space;
+// fails with errShrank: it must be sent again. A file with holes is sent
+// sparse (see writeSparse). buf is scratch space;
 // opened, if set, is called once the file is open (tests).
 func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(string)) (int64, string, fileStamp, bool, error) {
 	if e.Link != "" {
@@ -1091,6 +1106,12 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 		return 0, "", fileStamp{}, false, err
 	}
 	defer f.Close()
+	if regions := f.dataRegions(); regions != nil {
+		if opened != nil {
+			opened(e.Path)
+		}
+		return writeSparse(tw.tw, tw.w, f, e, tw.name(e.Path), regions, buf)
+	}
 	size := f.info.size
 	hdr := &tar.Header{
 		Typeflag: tar.TypeReg,

@@ -3,12 +3,18 @@
 // Command syncbench measures crabbox's sync against rsync and tar over ssh,
 // side by side on one machine, as DESIGN.md's "Performance targets" ask.
 //
-//	go run ./bench/syncbench [-files 20000] [-runs 5] [-seed 1]
+//	go run ./bench/syncbench [-files 20000] [-runs 5] [-seed 1] [-curve 20000,100000,200000]
 //
 // It starts its own OpenSSH sshd on a free 127.0.0.1 port with generated
 // keys, builds a synthetic git checkout of -files files, builds crabbox and
-// times whole processes (median of -runs) for a first full
-// sync, a no-op resync, an incremental resync and a no-op run. Everything it
+// times whole processes (median and min–max of -runs, the tools taking
+// turns to go first) for a first full sync, a no-op resync, an incremental
+// resync (10 tracked files edited in place, 1 added, 1 deleted) and a
+// no-op run. Then, for each size of -curve, it makes a checkout of that
+// many files and times a no-op run and an incremental resync again, with
+// crabbox's peak memory (the child's maximum resident set size) in the
+// no-op runs: the cost of a sync should grow with what changed, not with
+// the tree. The machine's load average is printed before and after. Everything it
 // creates lives in one directory under os.TempDir (set TMPDIR=/dev/shm to put
 // it on tmpfs), removed with sshd killed on exit and on Ctrl-C. It installs
 // nothing: sshd, ssh, rsync, tar and git must be present. Only 127.0.0.1 is
@@ -29,6 +35,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -51,13 +58,18 @@ func main() {
 	flag.Uint64Var(&cfg.seed, "seed", 1, "seed of the synthetic checkout's layout and contents")
 	flag.BoolVar(&cfg.verbose, "v", false, "print every timed command and its duration")
 	flag.StringVar(&cfg.login, "login", "", "account every tool logs in as (default: crabbox-bench when run as root, else the current user)")
+	curve := flag.String("curve", "20000,100000,200000", "comma-separated checkout sizes of the tree-size curve (\"\" for none)")
 	flag.Parse()
-	if cfg.files < 20 || cfg.runs < 1 || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: syncbench [-files N>=20] [-runs N>=1] [-seed N] [-v]")
+	var err error
+	if cfg.curve, err = parseSizes(*curve); err != nil || cfg.files < 20 || cfg.runs < 1 || flag.NArg() != 0 {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "syncbench: -curve:", err)
+		}
+		fmt.Fprintln(os.Stderr, "usage: syncbench [-files N>=20] [-runs N>=1] [-seed N] [-curve N,N,...] [-v]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, cfg)
+	err = run(ctx, cfg)
 	interrupted := ctx.Err() != nil
 	stop()
 	if err != nil {
@@ -72,6 +84,7 @@ func main() {
 
 type config struct {
 	files, runs int
+	curve       []int // sizes of the tree-size curve
 	seed        uint64
 	verbose     bool
 	login       string
@@ -196,6 +209,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		"-i", b.srv.ClientKeyFile, "-p", strconv.Itoa(b.srv.Port)}
 	fmt.Fprintf(os.Stderr, "sshd on 127.0.0.1:%d for %s, work in %s\n", b.srv.Port, login, base)
 
+	loadBefore := loadAverage()
 	if err := b.makeCheckout(ctx); err != nil {
 		return err
 	}
@@ -203,8 +217,48 @@ func run(ctx context.Context, cfg config) (err error) {
 	if err != nil {
 		return err
 	}
+	var points []curvePoint
+	for _, n := range cfg.curve {
+		pt, err := b.curvePoint(ctx, n)
+		if err != nil {
+			return fmt.Errorf("curve at %d files: %w", n, err)
+		}
+		points = append(points, pt)
+	}
 	printTable(os.Stdout, cfg, rows)
+	printCurve(os.Stdout, cfg, points)
+	fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min): %s before, %s after\n", loadBefore, loadAverage())
 	return nil
+}
+
+// parseSizes parses -curve.
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 20 {
+			return nil, fmt.Errorf("%q is not a number of files >= 20", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// loadAverage is the machine's load average over 1, 5 and 15 minutes.
+func loadAverage() string {
+	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(data)); len(f) >= 3 {
+			return strings.Join(f[:3], " ")
+		}
+	}
+	// BSDs and macOS: "{ 1.23 1.10 0.98 }".
+	if out, err := exec.Command("sysctl", "-n", "vm.loadavg").Output(); err == nil {
+		return strings.Trim(strings.TrimSpace(string(out)), "{} ")
+	}
+	return "unknown"
 }
 
 // chownTree gives dir to login, so that every tool can write there as it.
@@ -323,14 +377,38 @@ func (b *bench) rsyncArgs(dest string) []string {
 type row struct {
 	scenario, baseline string
 	crabbox, base      []time.Duration
-	phases             []string // crabbox's timing report per run
-	target             float64  // minimum baseline/crabbox ratio; 0 for none
+	phases             []string        // crabbox's timing report per run
+	rss                []int64         // crabbox's peak resident set size per run, bytes
+	cpu                []time.Duration // crabbox's user and system CPU time per run
+	target             float64         // minimum baseline/crabbox ratio; 0 for none
 	note               string
 }
 
-func (r *row) add(d time.Duration, phases string) {
-	r.crabbox = append(r.crabbox, d)
-	r.phases = append(r.phases, phases)
+// sample is one timed crabbox run.
+type sample struct {
+	d      time.Duration
+	phases string        // crabbox's own timing report
+	rss    int64         // peak resident set size, bytes
+	cpu    time.Duration // user and system CPU time
+}
+
+func (r *row) add(s sample) {
+	r.crabbox = append(r.crabbox, s.d)
+	r.phases = append(r.phases, s.phases)
+	r.rss = append(r.rss, s.rss)
+	r.cpu = append(r.cpu, s.cpu)
+}
+
+// alternate runs first and second, in that order on even runs i and the
+// other way round on odd ones, so that neither tool always goes first.
+func alternate(i int, first, second func() error) error {
+	if i%2 == 1 {
+		first, second = second, first
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	return second()
 }
 
 // medianPhases is the timing report of the crabbox run with the median time.
@@ -347,10 +425,10 @@ func (r row) medianPhases() string {
 
 func (b *bench) measure(ctx context.Context) ([]row, error) {
 	full := row{scenario: "first full sync", baseline: "rsync -a"}
-	tar := row{scenario: "first full sync", baseline: "tar|ssh|tar", target: 1}
-	noop := row{scenario: "no-op resync", baseline: "rsync -a --delete", target: 5}
-	incr := row{scenario: "incremental (10 changed, 1 new, 1 deleted)", baseline: "rsync -a --delete", target: 3}
-	noopRun := row{scenario: "no-op run -- true", baseline: "rsync && ssh true", target: 8, note: "~100 ms floor"}
+	tar := row{scenario: "first full sync", baseline: "tar|ssh|tar", target: 1.25, note: "crabbox <= 0.8x"}
+	noop := row{scenario: "no-op resync", baseline: "rsync -a --delete", target: 6}
+	incr := row{scenario: incrementalScenario, baseline: "rsync -a --delete", target: 4}
+	noopRun := row{scenario: "no-op run -- true", baseline: "rsync && ssh true", target: 10}
 
 	var state, workRoot, rsyncDest, id string
 	fmt.Fprintln(os.Stderr, "first full sync")
@@ -365,9 +443,9 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 			shellQuote("mkdir -p "+shellQuote(tarDest)+" && tar -xf - -C "+shellQuote(tarDest))
 		tools := []func() error{
 			func() error {
-				d, ph, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--sync-only", "--keep", "--quiet")
-				full.add(d, ph)
-				tar.add(d, ph)
+				s, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--sync-only", "--keep", "--quiet")
+				full.add(s)
+				tar.add(s)
 				return err
 			},
 			func() error {
@@ -402,64 +480,137 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 	}
 
 	fmt.Fprintln(os.Stderr, "no-op resync")
-	for range b.cfg.runs {
-		d, ph, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--sync-only", "--quiet")
-		if err != nil {
-			return nil, err
-		}
-		noop.add(d, ph)
-		if d, err = b.timed(ctx, "rsync", b.rsyncArgs(rsyncDest)...); err != nil {
-			return nil, err
-		}
-		noop.base = append(noop.base, d)
+	if err := b.resyncs(ctx, &noop, state, workRoot, id, rsyncDest, false); err != nil {
+		return nil, err
 	}
-
 	fmt.Fprintln(os.Stderr, "incremental resync")
-	for range b.cfg.runs {
-		b.mutation++
-		var m mutation
-		m, b.specs = planMutation(b.specs, b.cfg.seed, b.mutation)
-		if err := m.apply(b.src, b.cfg.seed, b.mutation); err != nil {
-			return nil, err
-		}
-		d, ph, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--sync-only", "--quiet")
-		if err != nil {
-			return nil, err
-		}
-		incr.add(d, ph)
-		if d, err = b.timed(ctx, "rsync", b.rsyncArgs(rsyncDest)...); err != nil {
-			return nil, err
-		}
-		incr.base = append(incr.base, d)
+	if err := b.resyncs(ctx, &incr, state, workRoot, id, rsyncDest, true); err != nil {
+		return nil, err
 	}
-
 	fmt.Fprintln(os.Stderr, "no-op run")
-	both := shellJoin(append([]string{"rsync"}, b.rsyncArgs(rsyncDest)...)) + " && ssh " + shellJoin(b.sshArgs) + " " + shellQuote(b.login) + " true"
-	for range b.cfg.runs {
-		d, ph, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--quiet", "--", "true")
-		if err != nil {
-			return nil, err
-		}
-		noopRun.add(d, ph)
-		if d, err = b.timed(ctx, "sh", "-c", both); err != nil {
-			return nil, err
-		}
-		noopRun.base = append(noopRun.base, d)
+	if err := b.noopRuns(ctx, &noopRun, state, workRoot, id, rsyncDest); err != nil {
+		return nil, err
 	}
-
 	if err := b.verify(ctx, state, workRoot, id, rsyncDest); err != nil {
 		return nil, err
 	}
 	return []row{full, tar, noop, incr, noopRun}, nil
 }
 
+const incrementalScenario = "incremental (10 edited in place, 1 new, 1 deleted)"
+
+// resyncs times -runs crabbox syncs and rsyncs into the lease id and
+// rsyncDest, after applying a mutation to the checkout before each pair
+// when mutate is set.
+func (b *bench) resyncs(ctx context.Context, r *row, state, workRoot, id, rsyncDest string, mutate bool) error {
+	for i := range b.cfg.runs {
+		if mutate {
+			b.mutation++
+			var m mutation
+			m, b.specs = planMutation(b.specs, b.cfg.seed, b.mutation)
+			if err := m.apply(b.src, b.cfg.seed, b.mutation); err != nil {
+				return err
+			}
+		}
+		err := alternate(i, func() error {
+			s, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--sync-only", "--quiet")
+			r.add(s)
+			return err
+		}, func() error {
+			d, err := b.timed(ctx, "rsync", b.rsyncArgs(rsyncDest)...)
+			r.base = append(r.base, d)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// noopRuns times -runs crabbox runs of true and rsyncs followed by ssh
+// true.
+func (b *bench) noopRuns(ctx context.Context, r *row, state, workRoot, id, rsyncDest string) error {
+	both := shellJoin(append([]string{"rsync"}, b.rsyncArgs(rsyncDest)...)) + " && ssh " + shellJoin(b.sshArgs) + " " + shellQuote(b.login) + " true"
+	for i := range b.cfg.runs {
+		err := alternate(i, func() error {
+			s, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--quiet", "--", "true")
+			r.add(s)
+			return err
+		}, func() error {
+			d, err := b.timed(ctx, "sh", "-c", both)
+			r.base = append(r.base, d)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// curvePoint is the tree-size curve at one size.
+type curvePoint struct {
+	files       int
+	noopRun     row
+	incremental row
+}
+
+// curvePoint makes a checkout of n files, syncs it once with each tool,
+// untimed, and times no-op runs and incremental resyncs; everything it
+// made is removed afterwards.
+func (b *bench) curvePoint(ctx context.Context, n int) (curvePoint, error) {
+	fmt.Fprintf(os.Stderr, "tree-size curve: %d files\n", n)
+	pt := curvePoint{
+		files:       n,
+		noopRun:     row{scenario: "no-op run -- true", baseline: "rsync && ssh true"},
+		incremental: row{scenario: incrementalScenario, baseline: "rsync -a --delete"},
+	}
+	c := *b
+	c.cfg.files = n
+	c.mutation = 0
+	dir := filepath.Join(b.base, fmt.Sprintf("curve%d", n))
+	c.src = filepath.Join(dir, "checkout")
+	state := filepath.Join(dir, "state")
+	workRoot := filepath.Join(b.remote, fmt.Sprintf("curve%d-crabbox", n))
+	rsyncDest := filepath.Join(b.remote, fmt.Sprintf("curve%d-rsync", n))
+	defer func() {
+		os.RemoveAll(dir)
+		os.RemoveAll(workRoot)
+		os.RemoveAll(rsyncDest)
+	}()
+	if err := c.makeCheckout(ctx); err != nil {
+		return pt, err
+	}
+	if _, err := c.timedCrabEnv(ctx, state, workRoot, "run", "--sync-only", "--keep", "--quiet"); err != nil {
+		return pt, err
+	}
+	if _, err := c.timed(ctx, "rsync", c.rsyncArgs(rsyncDest)...); err != nil {
+		return pt, err
+	}
+	id, err := c.leaseID(ctx, state, workRoot)
+	if err != nil {
+		return pt, err
+	}
+	if err := c.noopRuns(ctx, &pt.noopRun, state, workRoot, id, rsyncDest); err != nil {
+		return pt, err
+	}
+	if err := c.resyncs(ctx, &pt.incremental, state, workRoot, id, rsyncDest, true); err != nil {
+		return pt, err
+	}
+	return pt, c.verify(ctx, state, workRoot, id, rsyncDest)
+}
+
 // timedCrabEnv times one crabbox invocation.
 // It also returns crabbox's own account of where the time went
 // (--timing-json), as a short "phase=ms" summary.
-func (b *bench) timedCrabEnv(ctx context.Context, state, workRoot string, args ...string) (time.Duration, string, error) {
+// Its peak memory is the child's maximum resident set size.
+func (b *bench) timedCrabEnv(ctx context.Context, state, workRoot string, args ...string) (sample, error) {
 	timing := filepath.Join(b.base, "timing.json")
 	os.Remove(timing)
-	args = append([]string{args[0], "--timing-json", timing}, args[1:]...)
+	// Past 150,000 files a sync needs --force-sync-large (the curve's
+	// 200,000-file checkout).
+	args = append([]string{args[0], "--timing-json", timing, "--force-sync-large"}, args[1:]...)
 	cmd := b.crab(ctx, state, workRoot, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -468,13 +619,13 @@ func (b *bench) timedCrabEnv(ctx context.Context, state, workRoot string, args .
 	err := cmd.Run()
 	d := time.Since(start)
 	if err != nil {
-		return 0, "", fmt.Errorf("crabbox %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		return sample{}, fmt.Errorf("crabbox %s: %v\n%s", strings.Join(args, " "), err, out.String())
 	}
-	phases := phaseSummary(timing)
+	s := sample{d: d, phases: phaseSummary(timing), rss: maxRSS(cmd.ProcessState), cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	if b.cfg.verbose {
-		fmt.Fprintf(os.Stderr, "  %8v  crabbox %s  [%s]\n", d.Round(time.Millisecond), strings.Join(args[3:], " "), phases)
+		fmt.Fprintf(os.Stderr, "  %8v  %4d MB  crabbox %s  [%s]\n", d.Round(time.Millisecond), s.rss>>20, strings.Join(args[4:], " "), s.phases)
 	}
-	return d, phases, nil
+	return s, nil
 }
 
 // phaseSummary reads crabbox's --timing-json report and lists its non-zero
@@ -542,8 +693,32 @@ func median(ds []time.Duration) time.Duration {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func printTable(w *os.File, cfg config, rows []row) {
-	fmt.Fprintf(w, "\nsyncbench: %d files, median of %d runs, OpenSSH sshd on 127.0.0.1\n\n", cfg.files, cfg.runs)
+// span is a median with the range it comes from: "84ms (79-92)".
+func span(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Round(time.Millisecond).Milliseconds(), 10) }
+	return fmt.Sprintf("%sms (%s-%s)", ms(median(ds)), ms(slices.Min(ds)), ms(slices.Max(ds)))
+}
+
+// rssSpan is the median and range of peak memory, in MB.
+func rssSpan(rss []int64) string {
+	if len(rss) == 0 {
+		return "-"
+	}
+	s := slices.Clone(rss)
+	slices.Sort(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	mb := func(n int64) string { return strconv.FormatInt((n+1<<19)>>20, 10) }
+	return fmt.Sprintf("%s MB (%s-%s)", mb(med), mb(s[0]), mb(s[len(s)-1]))
+}
+
+func printTable(w io.Writer, cfg config, rows []row) {
+	fmt.Fprintf(w, "\nsyncbench: %d files, median (min-max) of %d runs, OpenSSH sshd on 127.0.0.1\n\n", cfg.files, cfg.runs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tVS\tCRABBOX\tBASELINE\tRATIO\tTARGET\tMET")
 	for _, r := range rows {
@@ -560,7 +735,7 @@ func printTable(w *os.File, cfg config, rows []row) {
 		if r.note != "" {
 			target += " (" + r.note + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%.2fx\t%s\t%s\n", r.scenario, r.baseline, c.Round(time.Millisecond), bl.Round(time.Millisecond), ratio, target, met)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fx\t%s\t%s\n", r.scenario, r.baseline, span(r.crabbox), span(r.base), ratio, target, met)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\ncrabbox's own timing (--timing-json, ms) of its median run:\n")
@@ -568,7 +743,50 @@ func printTable(w *os.File, cfg config, rows []row) {
 		if i > 0 && rows[i-1].scenario == r.scenario {
 			continue
 		}
-		fmt.Fprintf(w, "  %-44s %s\n", r.scenario, r.medianPhases())
+		fmt.Fprintf(w, "  %-52s %s\n", r.scenario, r.medianPhases())
+	}
+}
+
+// Goals of the tree-size curve: a no-op run at curveLarge files costs
+// less than curveRatio times one at curveSmall, in less than curveMemory
+// bytes.
+const (
+	curveSmall, curveLarge = 20000, 200000
+	curveRatio             = 3
+	curveMemory            = 150 << 20
+)
+
+func printCurve(w io.Writer, cfg config, points []curvePoint) {
+	if len(points) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\ntree-size curve: median (min-max) of %d runs; crabbox's CPU time (user+system) and peak memory (max RSS) in its no-op runs\n\n", cfg.runs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FILES\tNO-OP RUN\trsync && ssh true\tRATIO\tINCREMENTAL\trsync -a --delete\tRATIO\tNO-OP CPU\tPEAK MEMORY")
+	byFiles := map[int]curvePoint{}
+	for _, p := range points {
+		byFiles[p.files] = p
+		ratio := func(r row) float64 { return float64(median(r.base)) / float64(median(r.crabbox)) }
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.2fx\t%s\t%s\t%.2fx\t%s\t%s\n", p.files,
+			span(p.noopRun.crabbox), span(p.noopRun.base), ratio(p.noopRun),
+			span(p.incremental.crabbox), span(p.incremental.base), ratio(p.incremental), span(p.noopRun.cpu), rssSpan(p.noopRun.rss))
+	}
+	tw.Flush()
+	yes := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "no"
+	}
+	small, okSmall := byFiles[curveSmall]
+	large, okLarge := byFiles[curveLarge]
+	if okSmall && okLarge {
+		growth := float64(median(large.noopRun.crabbox)) / float64(median(small.noopRun.crabbox))
+		fmt.Fprintf(w, "no-op run at %d files / at %d: %.2fx (target < %dx): %s\n", curveLarge, curveSmall, growth, curveRatio, yes(growth < curveRatio))
+	}
+	if okLarge {
+		peak := slices.Max(large.noopRun.rss)
+		fmt.Fprintf(w, "peak memory of a no-op run at %d files: %d MB at most (target < %d MB): %s\n", curveLarge, peak>>20, curveMemory>>20, yes(peak < curveMemory))
 	}
 }
 

@@ -109,13 +109,25 @@ func TestMutation(t *testing.T) {
 	if err := writeTree(t.Context(), root, 3, specs); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := os.ReadFile(filepath.Join(root, m.Changed[0].Path))
+	changed := filepath.Join(root, m.Changed[0].Path)
+	before, _ := os.ReadFile(changed)
+	fiBefore, err := os.Stat(changed)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := m.apply(root, 3, 1); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := os.ReadFile(filepath.Join(root, m.Changed[0].Path))
-	if bytes.Equal(before, after) {
-		t.Fatal("changed file has the same contents")
+	after, _ := os.ReadFile(changed)
+	if bytes.Equal(before, after) || len(after) != len(before) {
+		t.Fatalf("changed file: %d bytes, was %d, contents equal: %v; want new contents of the same size", len(after), len(before), bytes.Equal(before, after))
+	}
+	fiAfter, err := os.Stat(changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(fiBefore, fiAfter) {
+		t.Fatal("changed file was replaced, want it edited in place")
 	}
 	if _, err := os.Stat(filepath.Join(root, m.Deleted.Path)); !os.IsNotExist(err) {
 		t.Fatalf("deleted file still there: %v", err)
@@ -130,5 +142,41 @@ func TestShellQuote(t *testing.T) {
 		if got := shellQuote(in); got != want {
 			t.Errorf("shellQuote(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestParseSizes(t *testing.T) {
+	for in, want := range map[string][]int{"": nil, "20000,100000, 200000": {20000, 100000, 200000}, "50,": {50}} {
+		got, err := parseSizes(in)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("parseSizes(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"x", "10", "20000,-1"} {
+		if _, err := parseSizes(in); err == nil {
+			t.Errorf("parseSizes(%q) succeeded, want an error", in)
+		}
+	}
+}
+
+func TestSpan(t *testing.T) {
+	ds := []time.Duration{90 * time.Millisecond, 80 * time.Millisecond, 120 * time.Millisecond}
+	if got, want := span(ds), "90ms (80-120)"; got != want {
+		t.Errorf("span = %q, want %q", got, want)
+	}
+	if got, want := rssSpan([]int64{50 << 20, 40 << 20, 60 << 20, 70 << 20}), "55 MB (40-70)"; got != want {
+		t.Errorf("rssSpan = %q, want %q", got, want)
+	}
+}
+
+func TestAlternate(t *testing.T) {
+	var order []string
+	for i := range 3 {
+		if err := alternate(i, func() error { order = append(order, "a"); return nil }, func() error { order = append(order, "b"); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"a", "b", "b", "a", "a", "b"}; !slices.Equal(order, want) {
+		t.Errorf("order = %v, want %v", order, want)
 	}
 }

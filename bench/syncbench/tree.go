@@ -107,9 +107,12 @@ func planMutation(specs []fileSpec, seed uint64, iter int) (mutation, []fileSpec
 }
 
 // apply performs m under root; version distinguishes the new contents.
+// The changed files are edited in place, as an editor that saves by
+// rewriting the file does (VS Code; vim with backupcopy=yes): same inode,
+// same size, new content and mtime.
 func (m mutation) apply(root string, seed uint64, version int) error {
 	for _, s := range m.Changed {
-		if err := writeFile(root, seed, s, version); err != nil {
+		if err := editInPlace(root, seed, s, version); err != nil {
 			return err
 		}
 	}
@@ -128,4 +131,22 @@ func (m mutation) apply(root string, seed uint64, version int) error {
 		}
 	}
 	return nil
+}
+
+// editInPlace overwrites the file of spec under root with its version,
+// in place: the file is opened for writing, not replaced.
+func editInPlace(root string, seed uint64, s fileSpec, version int) error {
+	f, err := os.OpenFile(filepath.Join(root, filepath.FromSlash(s.Path)), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(content(seed, s.Path, version, s.Size), 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Truncate(int64(s.Size)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
