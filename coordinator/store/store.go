@@ -389,6 +389,37 @@ type Usage struct {
 	ByServerType []UsageGroup
 }
 
+// Token is one entry of the token registry: a user token the coordinator
+// issued (never the token itself, only its claims), or a tombstone that a
+// revocation of an ID the registry never saw wrote (Owner empty, times
+// other than RevokedAt zero).
+type Token struct {
+	// ID is the token's jti.
+	ID     string
+	Owner  string
+	Org    string
+	Login  string
+	Source string // how it was issued, for example "github"
+	// CreatedAt and ExpiresAt are the token's issue and expiry times.
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	// RevokedAt is zero while the token is not revoked; RevokedBy names
+	// who revoked it.
+	RevokedAt time.Time
+	RevokedBy string
+}
+
+// Revoked reports whether the token was revoked.
+func (t Token) Revoked() bool { return !t.RevokedAt.IsZero() }
+
+// TokenFilter selects tokens for ListTokens. Empty fields match anything.
+type TokenFilter struct {
+	Owner string
+	Org   string
+	// Limit caps the result; 0 means 200.
+	Limit int
+}
+
 // Store is the coordinator's durable state. All methods are safe for
 // concurrent use, also by several Store instances (processes) sharing one
 // database. Errors are (or wrap) the sentinel errors of this package where
@@ -552,6 +583,31 @@ type Store interface {
 	// Usage aggregates the managed leases that ran during q.Month.
 	Usage(ctx context.Context, q UsageQuery) (Usage, error)
 
+	// RecordToken records a token the coordinator issued (ID, Owner,
+	// CreatedAt and ExpiresAt required). An ID already recorded is
+	// ErrTokenExists; one revoked before it was recorded (a tombstone)
+	// is recorded as revoked.
+	RecordToken(ctx context.Context, t Token) (Token, error)
+
+	// ListTokens returns the tokens matching f, newest (CreatedAt, or
+	// RevokedAt for a tombstone) first; tombstones (no owner, no org) only
+	// when f names neither.
+	ListTokens(ctx context.Context, f TokenFilter) ([]Token, error)
+
+	// GetToken returns the registry entry of id, or ErrNotFound.
+	GetToken(ctx context.Context, id string) (Token, error)
+
+	// RevokeToken revokes token id (RevokedAt = now, RevokedBy = by) and
+	// returns its entry. Revoking a revoked token returns it unchanged. An
+	// ID the registry never saw (a token minted offline) gets a tombstone,
+	// so it is refused too.
+	RevokeToken(ctx context.Context, id, by string, now time.Time) (Token, error)
+
+	// RevokedTokenIDs returns the IDs of the revoked tokens that have not
+	// expired at now (tombstones always): the set a coordinator refuses.
+	// It reads one index and is cheap to call every second.
+	RevokedTokenIDs(ctx context.Context, now time.Time) ([]string, error)
+
 	// Close releases the database.
 	Close() error
 }
@@ -590,6 +646,8 @@ var (
 	ErrRunFinished = errors.New("run finished")
 	// ErrRunConflict: a finished run got a different finish.
 	ErrRunConflict = errors.New("run finish conflict")
+	// ErrTokenExists: a token with this ID is already recorded.
+	ErrTokenExists = errors.New("token exists")
 )
 
 // StateChangedError reports that a lease is no longer in the state the

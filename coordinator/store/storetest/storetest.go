@@ -71,6 +71,7 @@ func Run(t *testing.T, h Harness) {
 		{"RunEventUpdates", testRunEventUpdates},
 		{"RunTelemetry", testRunTelemetry},
 		{"ServerKept", testServerKept},
+		{"Tokens", testTokens},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

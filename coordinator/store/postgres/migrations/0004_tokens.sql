@@ -1,0 +1,19 @@
+-- The token registry: user tokens the coordinator issued (never the token
+-- itself) and revocations, including tombstones for IDs it never issued
+-- (owner ''). Times are Unix microseconds (UTC); NULL means unset.
+
+CREATE TABLE tokens (
+	id TEXT PRIMARY KEY,
+	owner TEXT NOT NULL DEFAULT '',
+	org TEXT NOT NULL DEFAULT '',
+	login TEXT NOT NULL DEFAULT '',
+	source TEXT NOT NULL DEFAULT '',
+	created_at BIGINT,
+	expires_at BIGINT,
+	revoked_at BIGINT,
+	revoked_by TEXT NOT NULL DEFAULT ''
+);
+
+CREATE INDEX tokens_owner_created ON tokens (owner, org, created_at);
+
+CREATE INDEX tokens_revoked ON tokens (expires_at) WHERE revoked_at IS NOT NULL;
