@@ -2,8 +2,8 @@ package storetest
 
 import (
 	"errors"
-	"testing"
 	"slices"
+	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
