@@ -141,6 +141,11 @@ type Server struct {
 	touches touchQueue
 	// wake nudges the maintenance loop after a release queued a deletion.
 	wake chan struct{}
+	// secret signs the user tokens IssueUserToken mints (nil: none).
+	secret     []byte
+	defaultOrg string
+	// revocations are the revoked token IDs, refreshed from the store.
+	revocations revocations
 }
 
 // New validates cfg and returns a Server. It does no I/O.
@@ -210,6 +215,10 @@ func New(cfg Config) (*Server, error) {
 		touchInterval:    cmp.Or(cfg.TouchInterval, time.Minute),
 		touchBudget:      cmp.Or(cfg.TouchBudget, 20),
 		wake:             make(chan struct{}, 1),
+		defaultOrg:       cfg.Tokens.DefaultOrg,
+	}
+	if cfg.Tokens.SessionSecret != "" {
+		s.secret = []byte(cfg.Tokens.SessionSecret)
 	}
 	if s.defProv == "" && len(s.providers) == 1 {
 		for name := range s.providers {
@@ -273,6 +282,10 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/runs/{id}/telemetry", s.authed(s.telemetry))
 
 	m.Handle("GET /v1/usage", s.authed(s.usage))
+
+	m.Handle("GET /v1/tokens", s.authed(s.listTokens))
+	m.Handle("POST /v1/tokens/{id}/revoke", s.authed(s.revokeToken))
+	m.Handle("GET /v1/admin/tokens", s.authed(s.adminOnly(s.adminListTokens)))
 
 	m.Handle("GET /v1/admin/leases", s.authed(s.adminOnly(s.adminListLeases)))
 	m.Handle("POST /v1/admin/leases/{id}/release", s.authed(s.adminOnly(s.adminRelease)))
@@ -341,7 +354,8 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
 // authed authenticates the request and runs h with its identity.
 func (s *Server) authed(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := s.auth.Authenticate(r, s.clock.Now())
+		now := s.clock.Now()
+		id, err := s.auth.Authenticate(r, now)
 		if err != nil {
 			if errors.Is(err, auth.ErrInvalidHeader) {
 				writeError(w, invalid("%v", err))
@@ -350,6 +364,18 @@ func (s *Server) authed(h handler) http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="crabbox"`)
 			writeError(w, errorf(http.StatusUnauthorized, api.CodeUnauthorized, "a valid bearer token is required"))
 			return
+		}
+		if id.TokenID != "" {
+			revoked, err := s.revoked(r.Context(), id.TokenID, now)
+			if err != nil {
+				writeError(w, s.internal(r, "reading revoked tokens", err))
+				return
+			}
+			if revoked {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="crabbox"`)
+				writeError(w, errorf(http.StatusUnauthorized, api.CodeUnauthorized, "this token was revoked"))
+				return
+			}
 		}
 		if sw, ok := w.(*statusWriter); ok {
 			sw.owner = id.Owner

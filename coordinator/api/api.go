@@ -520,6 +520,34 @@ type Whoami struct {
 	TokenExpiresAt time.Time `json:"tokenExpiresAt,omitzero"`
 }
 
+// Token is one entry of the coordinator's token registry: a user token
+// it issued (never the token itself), or, with no owner, a revoked ID it
+// never issued (a token minted offline).
+type Token struct {
+	ID        string    `json:"id"`
+	Owner     string    `json:"owner"`
+	Org       string    `json:"org"`
+	Login     string    `json:"login,omitempty"`
+	Source    string    `json:"source,omitempty"`
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	Revoked   bool      `json:"revoked"`
+	RevokedAt time.Time `json:"revokedAt,omitzero"`
+	RevokedBy string    `json:"revokedBy,omitempty"`
+	// Current is true for the token the request authenticated with.
+	Current bool `json:"current,omitempty"`
+}
+
+// TokensResponse answers GET /v1/tokens and GET /v1/admin/tokens.
+type TokensResponse struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// TokenResponse answers POST /v1/tokens/{id}/revoke.
+type TokenResponse struct {
+	Token Token `json:"token"`
+}
+
 // Health answers GET /v1/health.
 type Health struct {
 	OK      bool   `json:"ok"`

@@ -79,6 +79,8 @@ type Identity struct {
 	Method string
 	// TokenExpiresAt is a user token's expiry; zero for static tokens.
 	TokenExpiresAt time.Time
+	// TokenID is a user token's ID (its jti); empty for static tokens.
+	TokenID string
 }
 
 // Authenticator checks bearer tokens against a Config.
@@ -143,7 +145,7 @@ func (a *Authenticator) Authenticate(r *http.Request, now time.Time) (Identity, 
 		return Identity{
 			Owner: c.Owner, Org: org, Login: c.Login,
 			Admin:  slices.Contains(a.adminUser, c.Owner),
-			Method: MethodBearer, TokenExpiresAt: c.ExpiresAt,
+			Method: MethodBearer, TokenExpiresAt: c.ExpiresAt, TokenID: c.ID,
 		}, nil
 	}
 	return Identity{}, fmt.Errorf("%w: unknown token", ErrUnauthenticated)

@@ -661,3 +661,33 @@ func (c *Client) Usage(ctx context.Context, scope, month string) (api.UsageRespo
 	_, err := c.do(ctx, c.requestTimeout, http.MethodGet, "/v1/usage", q, nil, &out)
 	return out, err
 }
+
+// ListTokens lists the caller's own user tokens (GET /v1/tokens).
+func (c *Client) ListTokens(ctx context.Context) ([]api.Token, error) {
+	var out api.TokensResponse
+	_, err := c.do(ctx, c.requestTimeout, http.MethodGet, "/v1/tokens", nil, nil, &out)
+	return out.Tokens, err
+}
+
+// AdminListTokens lists every token, or those of owner and org when set
+// (admin only).
+func (c *Client) AdminListTokens(ctx context.Context, owner, org string) ([]api.Token, error) {
+	q := url.Values{}
+	if owner != "" {
+		q.Set("owner", owner)
+	}
+	if org != "" {
+		q.Set("org", org)
+	}
+	var out api.TokensResponse
+	_, err := c.do(ctx, c.requestTimeout, http.MethodGet, "/v1/admin/tokens", q, nil, &out)
+	return out.Tokens, err
+}
+
+// RevokeToken revokes the token with ID id: the caller's own, or any for
+// an admin.
+func (c *Client) RevokeToken(ctx context.Context, id string) (api.Token, error) {
+	var out api.TokenResponse
+	_, err := c.do(ctx, c.requestTimeout, http.MethodPost, "/v1/tokens/"+url.PathEscape(id)+"/revoke", nil, struct{}{}, &out)
+	return out.Token, err
+}
