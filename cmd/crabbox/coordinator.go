@@ -205,12 +205,12 @@ func githubClient(cfg *serverGitHub) (*github.Client, error) {
 // withPortal serves the browser portal under /portal beside the API, and
 // redirects / there. Without a session secret (no user tokens) there is no
 // portal: the API alone.
-func withPortal(apiHandler http.Handler, tokens auth.Config, publicURL string, gh *github.Client, log *slog.Logger) (http.Handler, error) {
+func withPortal(srv *coordinator.Server, tokens auth.Config, publicURL string, gh *github.Client, log *slog.Logger) (http.Handler, error) {
 	if tokens.SessionSecret == "" {
 		if gh != nil {
 			return nil, fmt.Errorf("coordinator config: github sign-in needs %s (it signs the tokens it issues)", envSessionSecret)
 		}
-		return apiHandler, nil
+		return srv, nil
 	}
 	secure := false
 	if publicURL != "" {
@@ -220,7 +220,7 @@ func withPortal(apiHandler http.Handler, tokens auth.Config, publicURL string, g
 		}
 		secure = u.Scheme == "https"
 	}
-	p, err := portal.New(portal.Config{API: apiHandler, SessionSecret: []byte(tokens.SessionSecret), Secure: secure, GitHub: gh, Logger: log})
+	p, err := portal.New(portal.Config{API: srv, Issuer: srv, SessionSecret: []byte(tokens.SessionSecret), Secure: secure, GitHub: gh, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +233,7 @@ func withPortal(apiHandler http.Handler, tokens auth.Config, publicURL string, g
 		case r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 			http.Redirect(w, r, portal.Prefix+"/", http.StatusSeeOther)
 		default:
-			apiHandler.ServeHTTP(w, r)
+			srv.ServeHTTP(w, r)
 		}
 	}), nil
 }

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/oauth2"
 
-	"github.com/crabbox-dev/crabbox/coordinator/auth"
+	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/github"
 )
 
@@ -79,7 +79,7 @@ func (p *Portal) githubStart(w http.ResponseWriter, r *http.Request) {
 
 // githubCallback finishes a GitHub sign-in: the state must be the one this
 // browser was sent with, the user one GitHub says may sign in; then the
-// session starts with a crabbox user token minted for them.
+// session starts with a crabbox user token issued (and recorded) for them.
 func (p *Portal) githubCallback(w http.ResponseWriter, r *http.Request) {
 	gh := p.cfg.GitHub
 	if gh == nil {
@@ -116,11 +116,9 @@ func (p *Portal) githubCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := p.clock.Now()
-	token, err := auth.MintUserToken(p.cfg.SessionSecret, auth.Claims{
-		Owner: user.Login, Org: user.Org, Login: user.Login, IssuedAt: now, ExpiresAt: now.Add(p.cfg.SessionTTL),
-	})
+	token, err := p.cfg.Issuer.IssueUserToken(r.Context(), user.Login, user.Org, user.Login, api.AuthGitHub, p.cfg.SessionTTL)
 	if err != nil {
-		p.log.Error("portal mint token", "err", err)
+		p.log.Error("portal issue token", "err", err)
 		p.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
 		return
 	}

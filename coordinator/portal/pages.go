@@ -26,6 +26,8 @@ func (p *Portal) routes() {
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/extend", p.authed(p.extend))
 	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
 	m.HandleFunc("GET "+Prefix+"/usage", p.authed(p.usage))
+	m.HandleFunc("GET "+Prefix+"/tokens", p.authed(p.tokens))
+	m.HandleFunc("POST "+Prefix+"/tokens/{id}/revoke", p.authed(p.revokeToken))
 	m.HandleFunc("GET "+Prefix+"/logout", p.authed(p.logoutPage))
 	m.HandleFunc("POST "+Prefix+"/logout", p.logout)
 	m.HandleFunc("GET "+Prefix+"/login", p.loginPage)
@@ -210,7 +212,9 @@ func (p *Portal) lease(w http.ResponseWriter, r *http.Request, v *view) {
 		return
 	}
 	pg := page{Title: "Lease " + cmpOr(l.Slug, l.ID), Data: leaseData{Lease: l, Runs: runs, Mine: l.Owner == v.who.Owner && l.Org == v.who.Org}}
-	pg.Flash = r.URL.Query().Get("done")
+	if done := r.URL.Query().Get("done"); done != "" {
+		pg.Flash = "Lease " + done + "."
+	}
 	p.render(w, http.StatusOK, v, "lease", pg)
 }
 
@@ -321,6 +325,38 @@ func (p *Portal) usage(w http.ResponseWriter, r *http.Request, v *view) {
 		d.Scopes = append(d.Scopes, usageScope{Name: name, Usage: u})
 	}
 	p.render(w, http.StatusOK, v, "usage", page{Title: "Usage", Data: d})
+}
+
+type tokensData struct {
+	Tokens []api.Token
+}
+
+// tokens lists the user's tokens with a button to revoke each live one.
+func (p *Portal) tokens(w http.ResponseWriter, r *http.Request, v *view) {
+	ts, err := v.cl.ListTokens(r.Context())
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	pg := page{Title: "Tokens", Data: tokensData{Tokens: ts}}
+	if r.URL.Query().Get("done") == "revoked" {
+		pg.Flash = "Token revoked."
+	}
+	p.render(w, http.StatusOK, v, "tokens", pg)
+}
+
+// revokeToken revokes one of the user's tokens. Revoking the session's
+// own token ends the session at the next request.
+func (p *Portal) revokeToken(w http.ResponseWriter, r *http.Request, v *view) {
+	if !p.checkPost(r, v.s) {
+		p.fail(w, r, v, http.StatusForbidden, "The form expired or came from another site; reload the page and try again.")
+		return
+	}
+	if _, err := v.cl.RevokeToken(r.Context(), r.PathValue("id")); err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tokens?done=revoked", http.StatusSeeOther)
 }
 
 type loginData struct {

@@ -21,6 +21,7 @@ package portal
 
 import (
 	"bytes"
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
@@ -82,13 +83,24 @@ type Config struct {
 	Logger *slog.Logger
 
 	// GitHub, when set, offers "Sign in with GitHub" (the OAuth web
-	// flow): a user it allows gets a crabbox user token for the session,
-	// owner their GitHub login, org the allowed org they belong to, and
-	// is checked again every RecheckInterval.
+	// flow): a user it allows gets a crabbox user token for the session
+	// from Issuer (required then), owner their GitHub login, org the
+	// allowed org they belong to, and is checked again every
+	// RecheckInterval.
 	GitHub *github.Client
+	// Issuer issues and records the user token of a GitHub sign-in (the
+	// coordinator's *coordinator.Server), so the user can list and revoke
+	// it on the tokens page.
+	Issuer TokenIssuer
 	// RecheckInterval is how often a GitHub session's membership is
 	// checked again (default DefaultRecheckInterval).
 	RecheckInterval time.Duration
+}
+
+// TokenIssuer issues a user token for owner, org and login, valid for
+// ttl, and records it with source (how the user signed in).
+type TokenIssuer interface {
+	IssueUserToken(ctx context.Context, owner, org, login, source string, ttl time.Duration) (string, error)
 }
 
 // DefaultRecheckInterval is how often a GitHub session is checked again:
@@ -113,6 +125,9 @@ var assets embed.FS
 func New(cfg Config) (*Portal, error) {
 	if cfg.API == nil {
 		return nil, errors.New("portal: no API handler")
+	}
+	if cfg.GitHub != nil && cfg.Issuer == nil {
+		return nil, errors.New("portal: GitHub sign-in needs a token issuer")
 	}
 	if len(cfg.SessionSecret) < MinSecretLen {
 		return nil, fmt.Errorf("portal: session secret shorter than %d bytes", MinSecretLen)

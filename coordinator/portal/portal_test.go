@@ -60,7 +60,7 @@ func newSite(t *testing.T, secure bool, opts ...func(*portal.Config)) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := portal.Config{API: api, SessionSecret: []byte(sessionSecret), Secure: secure, Clock: clock}
+	cfg := portal.Config{API: api, Issuer: api, SessionSecret: []byte(sessionSecret), Secure: secure, Clock: clock}
 	for _, o := range opts {
 		o(&cfg)
 	}
