@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
@@ -507,7 +508,8 @@ func (a *app) coordinatorTokenIssueCmd() *ffcli.Command {
 secret is the coordinator's session secret, from --secret-file or the
 environment (CRABBOX_SESSION_SECRET, or CRABBOX_SESSION_SECRET_FILE), never a
 flag. The token goes to stdout; give it to the user as
-CRABBOX_COORDINATOR_TOKEN.
+CRABBOX_COORDINATOR_TOKEN. With --json its ID is printed too: crabbox admin
+revoke-token ID revokes it.
 
   crabbox coordinator token issue --owner alice --org platform --ttl 720h --secret-file /etc/crabbox/session-secret`,
 		FlagSet: fs,
@@ -535,7 +537,7 @@ CRABBOX_COORDINATOR_TOKEN.
 				return err
 			}
 			now := time.Now().UTC().Truncate(time.Second)
-			claims := auth.Claims{Owner: *owner, Org: *org, Login: *login, IssuedAt: now, ExpiresAt: now.Add(*ttl)}
+			claims := auth.Claims{ID: uuid.NewString(), Owner: *owner, Org: *org, Login: *login, IssuedAt: now, ExpiresAt: now.Add(*ttl)}
 			token, err := auth.MintUserToken([]byte(secret), claims)
 			if err != nil {
 				return fmt.Errorf("issue token: %w", err)
@@ -543,12 +545,13 @@ CRABBOX_COORDINATOR_TOKEN.
 			if *asJSON {
 				return writeJSON(a.stdout, struct {
 					Token     string    `json:"token"`
+					ID        string    `json:"id"`
 					Owner     string    `json:"owner"`
 					Org       string    `json:"org"`
 					Login     string    `json:"login,omitempty"`
 					IssuedAt  time.Time `json:"issuedAt"`
 					ExpiresAt time.Time `json:"expiresAt"`
-				}{token, claims.Owner, claims.Org, claims.Login, claims.IssuedAt, claims.ExpiresAt})
+				}{token, claims.ID, claims.Owner, claims.Org, claims.Login, claims.IssuedAt, claims.ExpiresAt})
 			}
 			fmt.Fprintln(a.stdout, token)
 			return nil

@@ -383,3 +383,99 @@ func contains(s []string, v string) bool {
 	}
 	return false
 }
+
+// startCoordinator runs `crabbox coordinator serve` on SQLite with env
+// and returns its URL; it is killed when the test ends.
+func startCoordinator(t *testing.T, env []string) string {
+	t.Helper()
+	db := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "coordinator.db"))
+	cmd := exec.Command(os.Args[0], "coordinator", "serve", "--listen", "127.0.0.1:0", "--db", db)
+	cmd.Env = append(os.Environ(), append(stateEnv(t), env...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan map[string]any, 1000)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				select {
+				case lines <- m:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		for range lines {
+		}
+		cmd.Wait()
+	})
+	for m := range lines {
+		if m["msg"] == "coordinator listening" {
+			if addr, _ := m["addr"].(string); addr != "" {
+				return "http://" + addr
+			}
+		}
+	}
+	t.Fatal("server never said where it listens")
+	return ""
+}
+
+// An admin lists tokens and revokes one minted offline by its ID: the
+// token then gets 401 on whoami; a user token cannot use the admin
+// commands.
+func TestCoordinatorAdminTokens(t *testing.T) {
+	t.Parallel()
+	const adminToken = "admin-token-for-the-test-0123456789"
+	url := startCoordinator(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret, "CRABBOX_ADMIN_TOKEN=" + adminToken, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"})
+
+	r := crabboxCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "coordinator", "token", "issue", "--owner", "alice", "--org", "team", "--json")
+	var issued struct{ Token, ID string }
+	if err := json.Unmarshal([]byte(r.stdout), &issued); r.code != 0 || err != nil || issued.ID == "" {
+		t.Fatalf("token issue --json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	userEnv := append(stateEnv(t), "CRABBOX_COORDINATOR="+url, "CRABBOX_COORDINATOR_TOKEN="+issued.Token)
+	adminEnv := append(stateEnv(t), "CRABBOX_COORDINATOR="+url, "CRABBOX_COORDINATOR_TOKEN="+adminToken)
+	if r := crabboxCmd(t, userEnv, "", "whoami"); r.code != 0 {
+		t.Fatalf("whoami before revocation: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := crabboxCmd(t, userEnv, "", "admin", "tokens"); r.code == 0 || !strings.Contains(r.stderr, "403") {
+		t.Errorf("admin tokens with a user token: exit %d, stderr %q; want 403", r.code, r.stderr)
+	}
+	list := func() []api.Token {
+		t.Helper()
+		r := crabboxCmd(t, adminEnv, "", "admin", "tokens", "--json")
+		var out api.TokensResponse
+		if err := json.Unmarshal([]byte(r.stdout), &out); r.code != 0 || err != nil {
+			t.Fatalf("admin tokens --json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		return out.Tokens
+	}
+	if got := list(); len(got) != 0 {
+		t.Errorf("tokens before any sign-in or revocation: %+v, want none", got)
+	}
+	if r := crabboxCmd(t, adminEnv, "", "admin", "revoke-token", "not-a-token-id"); r.code == 0 || !strings.Contains(r.stderr, "not a UUID") {
+		t.Errorf("revoke-token with a bad ID: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = crabboxCmd(t, adminEnv, "", "admin", "revoke-token", issued.ID)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "revoked "+issued.ID) {
+		t.Fatalf("revoke-token: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if got := list(); len(got) != 1 || got[0].ID != issued.ID || !got[0].Revoked {
+		t.Errorf("tokens after the revocation: %+v, want the revoked ID", got)
+	}
+	if r := crabboxCmd(t, adminEnv, "", "admin", "tokens"); r.code != 0 || !strings.Contains(r.stdout, issued.ID) || !strings.HasPrefix(r.stdout, "ID ") {
+		t.Errorf("admin tokens: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := crabboxCmd(t, userEnv, "", "whoami"); r.code == 0 || !strings.Contains(r.stderr, "401") {
+		t.Errorf("whoami with the revoked token: exit %d, stderr %q; want 401", r.code, r.stderr)
+	}
+}

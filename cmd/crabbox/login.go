@@ -214,16 +214,18 @@ func (a *app) adminCmd() *ffcli.Command {
 	fs, _ := newLocalFlagSet("admin")
 	return &ffcli.Command{
 		Name:       "admin",
-		ShortUsage: "crabbox admin <leases|release> ...",
-		ShortHelp:  "see and release every owner's coordinator leases (admin token)",
+		ShortUsage: "crabbox admin <leases|release|tokens|revoke-token> ...",
+		ShortHelp:  "every owner's coordinator leases and tokens: list, release, revoke (admin token)",
 		LongHelp: `Commands for coordinator admins: they need an admin token (crabbox login,
 or CRABBOX_COORDINATOR and CRABBOX_COORDINATOR_TOKEN).
 
-  crabbox admin leases --state active`,
+  crabbox admin leases --state active
+  crabbox admin tokens --owner alice
+  crabbox admin revoke-token 3b241101-e2bb-4255-8caf-4136c566a962`,
 		FlagSet:     fs,
-		Subcommands: []*ffcli.Command{a.adminLeasesCmd(), a.adminReleaseCmd()},
+		Subcommands: []*ffcli.Command{a.adminLeasesCmd(), a.adminReleaseCmd(), a.adminTokensCmd(), a.adminRevokeTokenCmd()},
 		Exec: func(context.Context, []string) error {
-			return usagef("admin: want a subcommand: leases or release")
+			return usagef("admin: want a subcommand: leases, release, tokens or revoke-token")
 		},
 	}
 }
@@ -298,6 +300,89 @@ deletes its box unless the lease is kept or registered.
 				return err
 			}
 			fmt.Fprintf(a.stdout, "released %s (%s, owner %s): %s\n", l.ID, l.Slug, l.Owner, l.State)
+			return nil
+		}),
+	}
+}
+
+func (a *app) adminTokensCmd() *ffcli.Command {
+	fs, lf := newLocalFlagSet("admin tokens")
+	owner := fs.String("owner", "", "only this owner's tokens")
+	org := fs.String("org", "", "only tokens in this org")
+	asJSON := fs.Bool("json", false, "print JSON")
+	return &ffcli.Command{
+		Name:       "tokens",
+		ShortUsage: "crabbox admin tokens [--owner OWNER] [--org ORG] [--json]",
+		ShortHelp:  "list the user tokens the coordinator issued and the revoked ones",
+		LongHelp: `List the user tokens the coordinator issued (GitHub sign-ins), newest
+first, with the revocations; a revoked ID it never issued (a token minted
+offline with crabbox coordinator token issue) shows without an owner.
+Tokens themselves are never stored or shown, only their IDs.
+
+  crabbox admin tokens --owner alice`,
+		FlagSet: fs,
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usagef("admin tokens: takes no arguments, got %d", len(args))
+			}
+			cl, err := coordinatorOf(lf.settings)
+			if err != nil {
+				return err
+			}
+			defer cl.CloseIdleConnections()
+			tokens, err := cl.AdminListTokens(ctx, *owner, *org)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(a.stdout, api.TokensResponse{Tokens: tokens})
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tOWNER\tORG\tSOURCE\tCREATED\tEXPIRES\tREVOKED")
+			stamp := func(t time.Time) string {
+				if t.IsZero() {
+					return "-"
+				}
+				return t.UTC().Format(time.RFC3339)
+			}
+			for _, t := range tokens {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, cmp.Or(t.Owner, "-"), cmp.Or(t.Org, "-"), cmp.Or(t.Source, "-"),
+					stamp(t.CreatedAt), stamp(t.ExpiresAt), stamp(t.RevokedAt))
+			}
+			return tw.Flush()
+		}),
+	}
+}
+
+func (a *app) adminRevokeTokenCmd() *ffcli.Command {
+	fs, lf := newLocalFlagSet("admin revoke-token")
+	return &ffcli.Command{
+		Name:       "revoke-token",
+		ShortUsage: "crabbox admin revoke-token ID",
+		ShortHelp:  "revoke a user token by its ID; it is refused from its next request",
+		LongHelp: `Revoke a user token by its ID (the token's jti, as crabbox admin tokens
+lists it or crabbox coordinator token issue printed it). The token is
+refused from its next request (on other coordinator replicas within about a
+second). An ID the coordinator never issued is recorded as revoked too, so
+tokens minted offline can be revoked. Revoking again changes nothing.
+
+  crabbox admin revoke-token 3b241101-e2bb-4255-8caf-4136c566a962`,
+		FlagSet: fs,
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+			id, err := oneArg(args, "token ID")
+			if err != nil {
+				return err
+			}
+			cl, err := coordinatorOf(lf.settings)
+			if err != nil {
+				return err
+			}
+			defer cl.CloseIdleConnections()
+			t, err := cl.RevokeToken(ctx, id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "revoked %s (owner %s) at %s\n", t.ID, cmp.Or(t.Owner, "unknown"), t.RevokedAt.UTC().Format(time.RFC3339))
 			return nil
 		}),
 	}
