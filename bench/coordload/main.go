@@ -64,6 +64,7 @@ type config struct {
 	heartbeats  int
 	events      int
 	postgres    string
+	tokens      string
 	json        bool
 }
 
@@ -77,13 +78,15 @@ func main() {
 	flag.IntVar(&cfg.heartbeats, "heartbeats", 5, "heartbeats per lease")
 	flag.IntVar(&cfg.events, "events", 5, "run events per lease")
 	flag.StringVar(&cfg.postgres, "postgres", os.Getenv("CRABBOX_BENCH_POSTGRES"), "PostgreSQL DSN to measure too (default $CRABBOX_BENCH_POSTGRES; prefer the variable: a password in a flag shows in the process list)")
+	flag.StringVar(&cfg.tokens, "tokens", "admin", "how clients authenticate: admin (the admin token acting as each client) or user (a signed user token per client, checked against the revoked tokens on every request)")
 	flag.BoolVar(&cfg.json, "json", false, "print results as JSON")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	var err error
 	if cfg.clients, err = parseClients(*clients); err != nil || cfg.iterations < 1 || cfg.maxDuration <= 0 ||
-		cfg.heartbeats < 0 || cfg.events < 0 || cfg.runs < 1 || !slices.Contains(scenarios, cfg.scenario) || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: coordload [-scenario full|heartbeat|lease] [-clients 1,10,100] [-iterations N>=1] [-runs N>=1] [-max-duration D] [-heartbeats N] [-events N] [-postgres DSN] [-json]")
+		cfg.heartbeats < 0 || cfg.events < 0 || cfg.runs < 1 || !slices.Contains(scenarios, cfg.scenario) || flag.NArg() != 0 ||
+		(cfg.tokens != "admin" && cfg.tokens != "user") {
+		fmt.Fprintln(os.Stderr, "usage: coordload [-scenario full|heartbeat|lease] [-clients 1,10,100] [-iterations N>=1] [-runs N>=1] [-max-duration D] [-heartbeats N] [-events N] [-postgres DSN] [-tokens admin|user] [-json]")
 		os.Exit(2)
 	}
 	if *cpuProfile != "" {
@@ -278,10 +281,13 @@ func summarize(storeName string, clients int, samples map[string][]sample, loads
 
 // level runs one store at one number of clients once.
 func level(ctx context.Context, cfg config, st store.Store, storeName string, clients int) (map[string]sample, error) {
-	const adminToken = "coordload-admin-token"
+	const (
+		adminToken    = "coordload-admin-token"
+		sessionSecret = "coordload-session-secret-0123456789abcdef"
+	)
 	srv, err := coordinator.New(coordinator.Config{
 		Store: st, Providers: map[string]provider.SSHLeaseBackend{fakeName: newFakeBackend()},
-		Tokens: auth.Config{AdminToken: adminToken, DefaultOrg: "bench"},
+		Tokens: auth.Config{AdminToken: adminToken, SessionSecret: sessionSecret, DefaultOrg: "bench"},
 	})
 	if err != nil {
 		return nil, err
@@ -313,8 +319,18 @@ func level(ctx context.Context, cfg config, st store.Store, storeName string, cl
 	cls := make([]*coordclient.Client, clients)
 	held := make([]api.Lease, clients) // scenario heartbeat: each client's lease
 	for i := range clients {
-		cl, err := coordclient.New(base, adminToken, coordclient.WithHTTPClient(hc),
-			coordclient.WithActAs(fmt.Sprintf("bench-%03d", i), "bench"), coordclient.WithCreateRetry(1))
+		owner := fmt.Sprintf("bench-%03d", i)
+		opts := []coordclient.Option{coordclient.WithHTTPClient(hc), coordclient.WithCreateRetry(1)}
+		token := adminToken
+		if cfg.tokens == "user" {
+			now := time.Now()
+			if token, err = auth.MintUserToken([]byte(sessionSecret), auth.Claims{Owner: owner, Org: "bench", IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour)}); err != nil {
+				return nil, err
+			}
+		} else {
+			opts = append(opts, coordclient.WithActAs(owner, "bench"))
+		}
+		cl, err := coordclient.New(base, token, opts...)
 		if err != nil {
 			return nil, err
 		}

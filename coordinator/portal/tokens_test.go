@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/crabbox-dev/crabbox/coordinator/portal"
 )
 
 var tokenRow = regexp.MustCompile(`<tr class="token" data-id="([0-9a-f-]{36})">`)
@@ -83,5 +85,15 @@ func TestPortalTokens(t *testing.T) {
 	}
 	if r := b.get("/portal/"); !strings.HasPrefix(r.path, "/portal/login") {
 		t.Errorf("revoked session reached %s", r.path)
+	}
+}
+
+// GitHub sign-in needs an issuer that records the tokens it issues.
+func TestPortalGitHubNeedsIssuer(t *testing.T) {
+	opt, _, _, _ := withGitHub(t)
+	cfg := portal.Config{API: http.NotFoundHandler(), SessionSecret: []byte(sessionSecret)}
+	opt(&cfg)
+	if _, err := portal.New(cfg); err == nil || !strings.Contains(err.Error(), "token issuer") {
+		t.Errorf("New with GitHub and no issuer: %v, want an error naming the issuer", err)
 	}
 }
