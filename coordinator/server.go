@@ -36,6 +36,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
+	"github.com/crabbox-dev/crabbox/coordinator/github"
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -56,6 +57,12 @@ type Config struct {
 	// Tokens are the admin token, shared token, session secret and the
 	// identity settings. At least one credential is required.
 	Tokens auth.Config
+	// GitHub, when set with a session secret, serves GitHub sign-in for
+	// the CLI (the device flow: POST /v1/auth/device and
+	// /v1/auth/device/token), issuing each allowed user a recorded user
+	// token that lasts DeviceTokenTTL (default DefaultDeviceTokenTTL).
+	GitHub         *github.Client
+	DeviceTokenTTL time.Duration
 	// Limits are the active-lease and monthly reserved-USD maxima; zero
 	// fields are unlimited.
 	Limits api.Limits
@@ -143,6 +150,8 @@ type Server struct {
 	wake chan struct{}
 	// secret signs the user tokens IssueUserToken mints (nil: none).
 	secret     []byte
+	github     *github.Client
+	deviceTTL  time.Duration
 	defaultOrg string
 	// revocations are the revoked token IDs, refreshed from the store.
 	revocations revocations
@@ -216,6 +225,8 @@ func New(cfg Config) (*Server, error) {
 		touchBudget:      cmp.Or(cfg.TouchBudget, 20),
 		wake:             make(chan struct{}, 1),
 		defaultOrg:       cfg.Tokens.DefaultOrg,
+		github:           cfg.GitHub,
+		deviceTTL:        cmp.Or(cfg.DeviceTokenTTL, DefaultDeviceTokenTTL),
 	}
 	if cfg.Tokens.SessionSecret != "" {
 		s.secret = []byte(cfg.Tokens.SessionSecret)
@@ -282,6 +293,9 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/runs/{id}/telemetry", s.authed(s.telemetry))
 
 	m.Handle("GET /v1/usage", s.authed(s.usage))
+
+	m.Handle("POST /v1/auth/device", s.unauthed(s.deviceStart))
+	m.Handle("POST /v1/auth/device/token", s.unauthed(s.deviceToken))
 
 	m.Handle("GET /v1/tokens", s.authed(s.listTokens))
 	m.Handle("POST /v1/tokens/{id}/revoke", s.authed(s.revokeToken))

@@ -309,18 +309,22 @@ func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgP
 	for i, p := range cfg.Prices {
 		prices[i] = coordinator.Price{Provider: p.Provider, ServerType: p.ServerType, HourlyUSD: p.HourlyUSD}
 	}
+	gh, err := githubClient(cfg.GitHub)
+	if err != nil {
+		return err
+	}
+	if gh != nil && tokens.SessionSecret == "" {
+		return fmt.Errorf("coordinator config: github sign-in needs %s (it signs the tokens it issues)", envSessionSecret)
+	}
 	srv, err := coordinator.New(coordinator.Config{
 		Store: st, Providers: backends, DefaultProvider: cfg.DefaultProvider, Tokens: tokens,
 		Limits: cfg.Limits, Prices: prices, Sizing: sizing, Logger: log, MaintenanceInterval: interval,
+		GitHub: gh,
 	})
 	if err != nil {
 		return err
 	}
 
-	gh, err := githubClient(cfg.GitHub)
-	if err != nil {
-		return err
-	}
 	handler, err := withPortal(srv, tokens, cfg.PublicURL, gh, log)
 	if err != nil {
 		return err

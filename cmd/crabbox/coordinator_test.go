@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+	"github.com/crabbox-dev/crabbox/coordinator/github/githubtest"
 )
 
 var testSecret = strings.Repeat("k", 40)
@@ -385,11 +387,11 @@ func contains(s []string, v string) bool {
 }
 
 // startCoordinator runs `crabbox coordinator serve` on SQLite with env
-// and returns its URL; it is killed when the test ends.
-func startCoordinator(t *testing.T, env []string) string {
+// and args and returns its URL; it is killed when the test ends.
+func startCoordinator(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	db := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "coordinator.db"))
-	cmd := exec.Command(os.Args[0], "coordinator", "serve", "--listen", "127.0.0.1:0", "--db", db)
+	cmd := exec.Command(os.Args[0], append([]string{"coordinator", "serve", "--listen", "127.0.0.1:0", "--db", db}, args...)...)
 	cmd.Env = append(os.Environ(), append(stateEnv(t), env...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -477,5 +479,44 @@ func TestCoordinatorAdminTokens(t *testing.T) {
 	}
 	if r := crabboxCmd(t, userEnv, "", "whoami"); r.code == 0 || !strings.Contains(r.stderr, "401") {
 		t.Errorf("whoami with the revoked token: exit %d, stderr %q; want 401", r.code, r.stderr)
+	}
+}
+
+// crabbox login without --token signs in with GitHub's device flow
+// through the coordinator: it shows the code, waits, and saves the token
+// the coordinator issued; a user GitHub does not allow gets none.
+func TestLoginWithGitHub(t *testing.T) {
+	t.Parallel()
+	gh := githubtest.Start(t)
+	gh.DeviceInterval(1)
+	alice, bob := gh.AddUser("alice", 1), gh.AddUser("bob", 2)
+	gh.SetOrg("acme", "alice", "active")
+	cfg := filepath.Join(t.TempDir(), "coordinator.json")
+	body := fmt.Sprintf(`{"providers":{"local":{}},"github":{"clientID":%q,"orgs":["acme"],"webURL":%q,"apiURL":%q}}`, githubtest.ClientID, gh.URL, gh.APIURL)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := startCoordinator(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret, "CRABBOX_GITHUB_CLIENT_SECRET=" + githubtest.ClientSecret,
+		"CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}, "--config", cfg)
+
+	env := stateEnv(t)
+	gh.DevicePolls("pending", alice.Token)
+	r := crabboxCmd(t, env, "", "login", url)
+	if r.code != 0 || !strings.Contains(r.stderr, "enter the code ABCD-1234") || !strings.HasPrefix(r.stdout, "Logged in to "+url+" as alice (org acme") {
+		t.Fatalf("login with GitHub: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = crabboxCmd(t, env, "", "whoami", "--json")
+	var who struct{ Owner, Org string }
+	if err := json.Unmarshal([]byte(r.stdout), &who); r.code != 0 || err != nil || who.Owner != "alice" || who.Org != "acme" {
+		t.Errorf("whoami after GitHub login: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	other := stateEnv(t)
+	gh.DevicePolls(bob.Token)
+	if r := crabboxCmd(t, other, "", "login", url); r.code != 125 || !strings.Contains(r.stderr, "may not use this coordinator") {
+		t.Errorf("login of a user GitHub does not allow: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := crabboxCmd(t, other, "", "whoami"); r.code != 125 || !strings.Contains(r.stderr, "crabbox login") {
+		t.Errorf("whoami after a refused login: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

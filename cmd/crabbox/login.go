@@ -26,21 +26,24 @@ func (a *app) loginCmd() *ffcli.Command {
 	withToken := fs.Bool("token", false, "read a crabbox user token from stdin (a prompt without echo on a terminal) instead of signing in with GitHub")
 	return &ffcli.Command{
 		Name:       "login",
-		ShortUsage: "crabbox login --token [URL]",
+		ShortUsage: "crabbox login [--token] [URL]",
 		ShortHelp:  "sign in to a coordinator and save the sign-in for later commands",
 		LongHelp: `Sign in to the coordinator at URL (default $CRABBOX_COORDINATOR) and save its
 URL and your token in your config directory (crabbox/login.json, mode 0600),
 so that later commands broker leases through it without environment
 variables. CRABBOX_COORDINATOR and CRABBOX_COORDINATOR_TOKEN, when set, still
-win. The token is checked with the coordinator before it is saved, and is
-never taken from the command line: --token reads it from stdin.
+win.
 
-GitHub sign-in (the device flow) is not built yet: ask your admin for a token
-(crabbox coordinator token issue) and pass --token.
+By default you sign in with GitHub: crabbox prints a code to enter at
+GitHub's device page and waits; the coordinator then issues you a token if
+your GitHub account is in an org (or team) it allows. With --token, paste a
+token your admin issued instead (read from stdin, never from the command
+line); it is checked with the coordinator before it is saved.
 
+  crabbox login https://crabbox.example.com
   crabbox login --token https://crabbox.example.com < token.txt`,
 		FlagSet: fs,
-		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) (err error) {
 			if len(args) > 1 {
 				return usagef("login: want at most one coordinator URL, got %d arguments", len(args))
 			}
@@ -49,27 +52,32 @@ GitHub sign-in (the device flow) is not built yet: ask your admin for a token
 				url = args[0]
 			}
 			if url == "" {
-				return usagef("login: no coordinator URL: pass one (crabbox login --token https://crabbox.example.com) or set %s", config.EnvCoordinator)
+				return usagef("login: no coordinator URL: pass one (crabbox login https://crabbox.example.com) or set %s", config.EnvCoordinator)
 			}
-			if !*withToken {
-				return usagef("login: GitHub sign-in is not built yet; pass --token and paste a token your admin issued (crabbox coordinator token issue)")
-			}
-			token, err := a.readToken()
-			if err != nil {
-				return err
-			}
-			cl, err := coordclient.New(url, token)
-			if err != nil {
-				return fmt.Errorf("login: %w", err)
-			}
-			defer cl.CloseIdleConnections()
-			who, err := cl.Whoami(ctx)
-			var apiErr *coordclient.Error
-			if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized {
-				return fmt.Errorf("login: %s refused the token (%s); nothing was saved", cl.URL(), apiErr.Message)
-			}
-			if err != nil {
-				return fmt.Errorf("login: %w; nothing was saved", err)
+			var token string
+			var cl *coordclient.Client
+			var who api.Whoami
+			if *withToken {
+				if token, err = a.readToken(); err != nil {
+					return err
+				}
+				if cl, err = coordclient.New(url, token); err != nil {
+					return fmt.Errorf("login: %w", err)
+				}
+				defer cl.CloseIdleConnections()
+				who, err = cl.Whoami(ctx)
+				var apiErr *coordclient.Error
+				if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized {
+					return fmt.Errorf("login: %s refused the token (%s); nothing was saved", cl.URL(), apiErr.Message)
+				}
+				if err != nil {
+					return fmt.Errorf("login: %w; nothing was saved", err)
+				}
+			} else {
+				if cl, token, who, err = a.deviceLogin(ctx, url); err != nil {
+					return err
+				}
+				defer cl.CloseIdleConnections()
 			}
 			file := config.LoginFile(os.Environ())
 			if file == "" {
@@ -84,6 +92,60 @@ GitHub sign-in (the device flow) is not built yet: ask your admin for a token
 			}
 			return nil
 		}),
+	}
+}
+
+// deviceLogin signs in with GitHub's device flow through the coordinator
+// at url: it shows the code to enter, polls at the interval GitHub asks for,
+// and returns the token the coordinator issued.
+func (a *app) deviceLogin(ctx context.Context, url string) (*coordclient.Client, string, api.Whoami, error) {
+	anon, err := coordclient.New(url, "", coordclient.Anonymous())
+	if err != nil {
+		return nil, "", api.Whoami{}, fmt.Errorf("login: %w", err)
+	}
+	defer anon.CloseIdleConnections()
+	d, err := anon.StartDevice(ctx)
+	var apiErr *coordclient.Error
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
+		return nil, "", api.Whoami{}, fmt.Errorf("login: %s has no GitHub sign-in; ask your admin for a token and use crabbox login --token", anon.URL())
+	}
+	if err != nil {
+		return nil, "", api.Whoami{}, fmt.Errorf("login: %w", err)
+	}
+	fmt.Fprintf(a.stderr, "Open %s and enter the code %s", d.VerificationURI, d.UserCode)
+	if !d.ExpiresAt.IsZero() {
+		fmt.Fprintf(a.stderr, " (valid until %s)", d.ExpiresAt.Local().Format(time.TimeOnly))
+	}
+	fmt.Fprintln(a.stderr, ". Waiting for GitHub...")
+	interval := time.Duration(max(d.IntervalSeconds, 1)) * time.Second
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, "", api.Whoami{}, ctx.Err()
+		case <-timer.C:
+		}
+		tok, status, err := anon.PollDevice(ctx, d.DeviceCode)
+		switch {
+		case errors.As(err, &apiErr) && apiErr.Status == http.StatusForbidden:
+			return nil, "", api.Whoami{}, fmt.Errorf("login: %s; nothing was saved", apiErr.Message)
+		case errors.As(err, &apiErr) && apiErr.Status == http.StatusGone:
+			return nil, "", api.Whoami{}, errors.New("login: the code expired before the sign-in; run crabbox login again")
+		case err != nil:
+			return nil, "", api.Whoami{}, fmt.Errorf("login: %w", err)
+		case tok == nil:
+			if status == api.DeviceSlowDownStatus {
+				interval += 5 * time.Second
+			}
+			timer.Reset(interval)
+			continue
+		}
+		cl, err := coordclient.New(url, tok.Token)
+		if err != nil {
+			return nil, "", api.Whoami{}, fmt.Errorf("login: %w", err)
+		}
+		return cl, tok.Token, api.Whoami{Owner: tok.Owner, Org: tok.Org, Auth: api.AuthGitHub, TokenExpiresAt: tok.ExpiresAt}, nil
 	}
 }
 

@@ -520,6 +520,43 @@ type Whoami struct {
 	TokenExpiresAt time.Time `json:"tokenExpiresAt,omitzero"`
 }
 
+// DeviceStart answers POST /v1/auth/device: the user enters UserCode at
+// VerificationURI; the client polls POST /v1/auth/device/token with
+// DeviceCode every IntervalSeconds until ExpiresAt.
+type DeviceStart struct {
+	DeviceCode      string    `json:"deviceCode"`
+	UserCode        string    `json:"userCode"`
+	VerificationURI string    `json:"verificationURI"`
+	ExpiresAt       time.Time `json:"expiresAt,omitzero"`
+	IntervalSeconds int       `json:"interval"`
+}
+
+// DeviceTokenRequest is the body of POST /v1/auth/device/token.
+type DeviceTokenRequest struct {
+	DeviceCode string `json:"deviceCode"`
+}
+
+// Statuses of a device sign-in not finished yet (202 DevicePending).
+const (
+	DevicePendingStatus  = "pending"   // poll again after the interval
+	DeviceSlowDownStatus = "slow_down" // poll again, 5 s slower from now on
+)
+
+// DevicePending answers a device poll before the user finished (202).
+type DevicePending struct {
+	Status string `json:"status"`
+}
+
+// DeviceToken answers a device poll once the user signed in (200): a
+// crabbox user token for them.
+type DeviceToken struct {
+	Token     string    `json:"token"`
+	Owner     string    `json:"owner"`
+	Org       string    `json:"org"`
+	Login     string    `json:"login"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
 // Token is one entry of the coordinator's token registry: a user token
 // it issued (never the token itself), or, with no owner, a revoked ID it
 // never issued (a token minted offline).
@@ -584,6 +621,8 @@ const (
 	CodeLeaseEnded               = "lease_ended"                // 409
 	CodeProviderIdentityMismatch = "provider_identity_mismatch" // 409
 	CodeRunFinished              = "run_finished"               // 409
+	CodeDeviceExpired            = "device_code_expired"        // 410
+	CodeUpstream                 = "upstream_failed"            // 502, GitHub did not answer
 )
 
 // Error is the body of every error response. Lease is set where a code

@@ -66,6 +66,7 @@ type Client struct {
 	attempts       int
 	backoff        []time.Duration
 	insecure       bool
+	anonymous      bool
 	transport      http.RoundTripper
 }
 
@@ -81,6 +82,10 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 func WithTransport(rt http.RoundTripper) Option {
 	return func(c *Client) { c.transport = rt }
 }
+
+// Anonymous lets New take an empty token: a client without one can only
+// sign in (StartDevice, PollDevice).
+func Anonymous() Option { return func(c *Client) { c.anonymous = true } }
 
 // WithClock sets the clock used for retry backoff (default: real).
 func WithClock(clk clockwork.Clock) Option { return func(c *Client) { c.clock = clk } }
@@ -118,9 +123,6 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("coordinator URL %q: no user info, query or fragment allowed", u.Redacted())
 	}
-	if token == "" {
-		return nil, errors.New("coordinator token is empty (set CRABBOX_COORDINATOR_TOKEN)")
-	}
 	if strings.ContainsAny(token, " \t\r\n") {
 		return nil, errors.New("coordinator token contains whitespace")
 	}
@@ -138,6 +140,9 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if token == "" && !c.anonymous {
+		return nil, errors.New("coordinator token is empty (set CRABBOX_COORDINATOR_TOKEN)")
 	}
 	if c.transport != nil {
 		hc := *c.hc
@@ -282,7 +287,9 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 	if err != nil {
 		return 0, fmt.Errorf("coordinator: %s: %w", op, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.userAgent)
 	if in != nil {
@@ -690,4 +697,35 @@ func (c *Client) RevokeToken(ctx context.Context, id string) (api.Token, error) 
 	var out api.TokenResponse
 	_, err := c.do(ctx, c.requestTimeout, http.MethodPost, "/v1/tokens/"+url.PathEscape(id)+"/revoke", nil, struct{}{}, &out)
 	return out.Token, err
+}
+
+// StartDevice starts a GitHub device-flow sign-in at the coordinator
+// (POST /v1/auth/device); it needs no token (see Anonymous).
+func (c *Client) StartDevice(ctx context.Context) (api.DeviceStart, error) {
+	var out api.DeviceStart
+	_, err := c.do(ctx, c.requestTimeout, http.MethodPost, "/v1/auth/device", nil, struct{}{}, &out)
+	return out, err
+}
+
+// PollDevice asks once whether the device sign-in of deviceCode is done
+// (POST /v1/auth/device/token): the new token when it is, else nil and the
+// pending status (api.DevicePendingStatus or api.DeviceSlowDownStatus).
+func (c *Client) PollDevice(ctx context.Context, deviceCode string) (*api.DeviceToken, string, error) {
+	var raw json.RawMessage
+	status, err := c.do(ctx, c.requestTimeout, http.MethodPost, "/v1/auth/device/token", nil, api.DeviceTokenRequest{DeviceCode: deviceCode}, &raw)
+	if err != nil {
+		return nil, "", err
+	}
+	if status == http.StatusAccepted {
+		var p api.DevicePending
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, "", fmt.Errorf("coordinator: POST /v1/auth/device/token: %w", err)
+		}
+		return nil, p.Status, nil
+	}
+	var tok api.DeviceToken
+	if err := json.Unmarshal(raw, &tok); err != nil || tok.Token == "" {
+		return nil, "", fmt.Errorf("coordinator: POST /v1/auth/device/token: no token in the answer")
+	}
+	return &tok, "", nil
 }

@@ -269,6 +269,16 @@ type User struct {
 // member of an allowed org, or of an allowed team.
 var ErrDenied = errors.New("github: not allowed")
 
+// DeniedReason is what an ErrDenied error says after its prefix (why the
+// user is not allowed), fit to show them.
+func DeniedReason(err error) string {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, ErrDenied.Error()+": "); ok {
+		return rest
+	}
+	return msg
+}
+
 // Authorize looks up the user a GitHub token belongs to and checks that
 // they may use the coordinator. A user who may not gets an error wrapping
 // ErrDenied that says why.

@@ -107,7 +107,7 @@ func (p *Portal) githubCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	user, err := gh.Authorize(r.Context(), tok)
 	if errors.Is(err, github.ErrDenied) {
-		p.loginAgain(w, http.StatusForbidden, st.Next, "This GitHub account may not use this coordinator: "+deniedReason(err))
+		p.loginAgain(w, http.StatusForbidden, st.Next, "This GitHub account may not use this coordinator: "+github.DeniedReason(err))
 		return
 	}
 	if err != nil {
@@ -126,16 +126,6 @@ func (p *Portal) githubCallback(w http.ResponseWriter, r *http.Request) {
 	p.startSession(w, r, s, token, st.Next)
 }
 
-// deniedReason is the part of a github.ErrDenied error after its prefix.
-func deniedReason(err error) string {
-	msg := err.Error()
-	const prefix = "github: not allowed: "
-	if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
-		return msg[len(prefix):]
-	}
-	return msg
-}
-
 // recheck checks a GitHub session's membership again when it is due. It
 // reports false when the user lost access (the session then ends); a
 // GitHub that does not answer leaves the session as it is, to be checked
@@ -147,7 +137,7 @@ func (p *Portal) recheck(w http.ResponseWriter, r *http.Request, s *session) (ok
 	err := p.cfg.GitHub.Check(r.Context(), &oauth2.Token{AccessToken: s.GitHub}, s.Login, s.Org)
 	switch {
 	case errors.Is(err, github.ErrDenied):
-		return false, deniedReason(err)
+		return false, github.DeniedReason(err)
 	case err != nil:
 		p.log.Warn("portal GitHub recheck", "login", s.Login, "err", err)
 		return true, ""

@@ -48,6 +48,8 @@ type Server struct {
 	// user's token.
 	devicePolls []string
 	n           int
+	// interval is the device flow's polling interval in seconds.
+	interval int
 }
 
 type grant struct {
@@ -58,7 +60,7 @@ type grant struct {
 func Start(t testing.TB) *Server {
 	s := &Server{
 		users: map[string]User{}, orgs: map[string]map[string]string{},
-		teams: map[string]map[string]string{}, codes: map[string]grant{},
+		teams: map[string]map[string]string{}, codes: map[string]grant{}, interval: 5,
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.srv.Close)
@@ -112,6 +114,14 @@ func (s *Server) ApproveAs(u User) {
 	s.approveAs = u.Token
 }
 
+// DeviceInterval sets the polling interval the device flow asks for
+// (default 5 s, GitHub's).
+func (s *Server) DeviceInterval(seconds int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.interval = seconds
+}
+
 // DevicePolls sets the answers to the next device polls.
 func (s *Server) DevicePolls(answers ...string) {
 	s.mu.Lock()
@@ -153,7 +163,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(200, map[string]any{"device_code": "dev-123", "user_code": "ABCD-1234",
-			"verification_uri": s.URL + "/login/device", "expires_in": 900, "interval": 5})
+			"verification_uri": s.URL + "/login/device", "expires_in": 900, "interval": s.interval})
 	case r.Method == http.MethodPost && r.URL.Path == "/login/oauth/access_token":
 		s.token(w, r, writeJSON)
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/api/v3/"):

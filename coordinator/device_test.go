@@ -1,0 +1,85 @@
+package coordinator_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/crabbox-dev/crabbox/coordinator"
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	"github.com/crabbox-dev/crabbox/coordinator/github"
+	"github.com/crabbox-dev/crabbox/coordinator/github/githubtest"
+)
+
+// withGitHub serves the device flow against a fake GitHub where alice is
+// an active member of acme and bob only invited.
+func withGitHub(t *testing.T) (option, *githubtest.Server, githubtest.User, githubtest.User) {
+	gh := githubtest.Start(t)
+	alice, bob := gh.AddUser("alice", 1), gh.AddUser("bob", 2)
+	gh.SetOrg("acme", "alice", "active")
+	gh.SetOrg("acme", "bob", "pending")
+	client, err := github.New(github.Config{
+		ClientID: githubtest.ClientID, ClientSecret: githubtest.ClientSecret,
+		WebURL: gh.URL, APIURL: gh.APIURL, Orgs: []string{"acme"}, HTTPClient: gh.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(c *coordinator.Config) { c.GitHub = client }, gh, alice, bob
+}
+
+// crabbox login's device flow: the coordinator starts the sign-in at
+// GitHub, answers each poll with one question to GitHub, and issues an
+// allowed user a recorded token; a denied user, an expired code and a
+// declined sign-in get no token.
+func TestDeviceFlow(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		opt, gh, alice, bob := withGitHub(t)
+		e := simple(t, open, opt)
+
+		var start api.DeviceStart
+		e.do("POST", "/v1/auth/device", "", nil, http.StatusOK, &start)
+		if start.DeviceCode == "" || start.UserCode != "ABCD-1234" || start.VerificationURI != gh.URL+"/login/device" || start.IntervalSeconds != 5 {
+			t.Fatalf("device start = %+v", start)
+		}
+		poll := api.DeviceTokenRequest{DeviceCode: start.DeviceCode}
+		gh.DevicePolls("pending", "slow_down", alice.Token, bob.Token, "expired", "denied")
+		for _, want := range []string{api.DevicePendingStatus, api.DeviceSlowDownStatus} {
+			var p api.DevicePending
+			e.do("POST", "/v1/auth/device/token", "", poll, http.StatusAccepted, &p)
+			if p.Status != want {
+				t.Errorf("poll = %q, want %q", p.Status, want)
+			}
+		}
+		var tok api.DeviceToken
+		e.do("POST", "/v1/auth/device/token", "", poll, http.StatusOK, &tok)
+		if tok.Owner != "alice" || tok.Org != "acme" || tok.Login != "alice" || !tok.ExpiresAt.Equal(e.clock.Now().Add(coordinator.DefaultDeviceTokenTTL)) {
+			t.Fatalf("device token = %+v", tok)
+		}
+		var who api.Whoami
+		e.do("GET", "/v1/whoami", tok.Token, nil, http.StatusOK, &who)
+		if who.Owner != "alice" || who.Org != "acme" {
+			t.Errorf("whoami with the new token = %+v", who)
+		}
+		var tokens struct{ Tokens []api.Token }
+		e.do("GET", "/v1/tokens", tok.Token, nil, http.StatusOK, &tokens)
+		if len(tokens.Tokens) != 1 || tokens.Tokens[0].Source != coordinator.TokenSourceDevice || !tokens.Tokens[0].Current {
+			t.Errorf("tokens after the device sign-in = %+v", tokens.Tokens)
+		}
+
+		if ae := e.fail("POST", "/v1/auth/device/token", "", poll, http.StatusForbidden, api.CodeForbidden); ae.Message == "" {
+			t.Error("denied user: empty message")
+		}
+		e.fail("POST", "/v1/auth/device/token", "", poll, http.StatusGone, api.CodeDeviceExpired)
+		e.fail("POST", "/v1/auth/device/token", "", poll, http.StatusForbidden, api.CodeForbidden)
+		e.fail("POST", "/v1/auth/device/token", "", api.DeviceTokenRequest{}, http.StatusBadRequest, api.CodeInvalidRequest)
+	})
+}
+
+// Without GitHub configured there is no device flow.
+func TestDeviceFlowNotConfigured(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e := simple(t, open)
+		e.fail("POST", "/v1/auth/device", "", nil, http.StatusNotFound, api.CodeNotFound)
+		e.fail("POST", "/v1/auth/device/token", "", api.DeviceTokenRequest{DeviceCode: "x"}, http.StatusNotFound, api.CodeNotFound)
+	})
+}
