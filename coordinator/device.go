@@ -1,12 +1,22 @@
 package coordinator
 
 import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/github"
+	"golang.org/x/crypto/hkdf"
+	"golang.org/x/oauth2"
 )
 
 // DefaultDeviceTokenTTL is the lifetime of a user token issued through the
@@ -85,7 +95,7 @@ func (s *Server) deviceToken(w http.ResponseWriter, r *http.Request) *apiError {
 		s.log.Warn("GitHub authorize", "err", err)
 		return errorf(http.StatusBadGateway, api.CodeUpstream, "GitHub did not answer; try again")
 	}
-	token, err := s.IssueUserToken(r.Context(), user.Login, user.Org, user.Login, TokenSourceDevice, s.deviceTTL)
+	token, err := s.issueUserToken(r.Context(), user.Login, user.Org, user.Login, TokenSourceDevice, s.deviceTTL, tok.AccessToken)
 	if err != nil {
 		return s.internal(r, "issuing a token", err)
 	}
@@ -94,4 +104,88 @@ func (s *Server) deviceToken(w http.ResponseWriter, r *http.Request) *apiError {
 		ExpiresAt: s.clock.Now().Truncate(time.Second).Add(s.deviceTTL).UTC(),
 	})
 	return nil
+}
+
+// DefaultTokenRecheckInterval is how often the user of a token from a
+// GitHub sign-in is checked again, unless Config.TokenRecheckInterval says
+// otherwise: a user removed from the org, or whose GitHub credential was
+// revoked, loses the token within about this (plus a maintenance pass).
+const DefaultTokenRecheckInterval = 10 * time.Minute
+
+// tokenCheckBatch bounds the tokens one maintenance pass checks.
+const tokenCheckBatch = 50
+
+// credentialSealer seals GitHub credentials kept in the token registry
+// with a key derived from the session secret, so the database alone does
+// not give them away.
+func newCredentialSealer(secret []byte) (cipher.AEAD, error) {
+	key := make([]byte, 32)
+	if _, err := io.ReadFull(hkdf.New(sha256.New, secret, nil, []byte("crabbox github credential v1")), key); err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// sealCredential seals the GitHub credential of token id.
+func (s *Server) sealCredential(id, credential string) (string, error) {
+	nonce := make([]byte, s.sealer.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(nonce, nonce, []byte(credential), []byte(id))), nil
+}
+
+// openCredential opens what sealCredential sealed for token id.
+func (s *Server) openCredential(id, sealed string) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(sealed)
+	if err != nil || len(raw) < s.sealer.NonceSize() {
+		return "", errors.New("sealed credential is malformed")
+	}
+	plain, err := s.sealer.Open(nil, raw[:s.sealer.NonceSize()], raw[s.sealer.NonceSize():], []byte(id))
+	if err != nil {
+		return "", errors.New("sealed credential does not open (another session secret?)")
+	}
+	return string(plain), nil
+}
+
+// recheckTokens checks again the users of the tokens from GitHub sign-ins
+// whose last check is older than the recheck interval, and revokes the
+// tokens of those GitHub no longer allows. A GitHub that does not answer
+// leaves a token as it is, to be checked at the next pass.
+func (s *Server) recheckTokens(ctx context.Context) {
+	if s.github == nil || s.sealer == nil {
+		return
+	}
+	now := s.clock.Now().UTC()
+	due, err := s.store.DueTokenChecks(ctx, now.Add(-s.recheckInterval), now, tokenCheckBatch)
+	if err != nil {
+		s.log.Warn("token checks", "err", err)
+		return
+	}
+	for _, t := range due {
+		log := s.log.With(slog.String("token", t.ID), slog.String("owner", t.Owner))
+		credential, err := s.openCredential(t.ID, t.GitHub)
+		if err == nil {
+			err = s.github.Check(ctx, &oauth2.Token{AccessToken: credential}, t.Login, t.Org)
+		}
+		switch {
+		case errors.Is(err, github.ErrDenied):
+			if _, err := s.store.RevokeToken(ctx, t.ID, "github: "+github.DeniedReason(err), now); err != nil {
+				log.Warn("revoke token after GitHub check", "err", err)
+				continue
+			}
+			s.addRevoked(t.ID)
+			log.Info("token revoked: GitHub no longer allows its user", "reason", github.DeniedReason(err))
+		case err != nil:
+			log.Warn("GitHub check of a token's user", "err", err)
+		default:
+			if err := s.store.MarkTokenChecked(ctx, t.ID, now); err != nil {
+				log.Warn("mark token checked", "err", err)
+			}
+		}
+	}
 }

@@ -2,7 +2,9 @@ package coordinator_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/crabbox-dev/crabbox/coordinator"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
@@ -81,5 +83,52 @@ func TestDeviceFlowNotConfigured(t *testing.T) {
 		e := simple(t, open)
 		e.fail("POST", "/v1/auth/device", "", nil, http.StatusNotFound, api.CodeNotFound)
 		e.fail("POST", "/v1/auth/device/token", "", api.DeviceTokenRequest{DeviceCode: "x"}, http.StatusNotFound, api.CodeNotFound)
+	})
+}
+
+// A device-flow token's user is checked with GitHub again by the
+// maintenance loop once the recheck interval passed: removed from the org,
+// the token is revoked and refused.
+func TestDeviceTokenRecheck(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		opt, gh, alice, _ := withGitHub(t)
+		e := simple(t, open, opt)
+		signIn := func() string {
+			t.Helper()
+			var start api.DeviceStart
+			e.do("POST", "/v1/auth/device", "", nil, http.StatusOK, &start)
+			gh.DevicePolls(alice.Token)
+			var tok api.DeviceToken
+			e.do("POST", "/v1/auth/device/token", "", api.DeviceTokenRequest{DeviceCode: start.DeviceCode}, http.StatusOK, &tok)
+			return tok.Token
+		}
+		maintain := func() {
+			t.Helper()
+			if _, err := e.srv.Maintain(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		token := signIn()
+		gh.SetOrg("acme", "alice", "")
+		maintain() // not due yet
+		e.do("GET", "/v1/whoami", token, nil, http.StatusOK, nil)
+
+		e.clock.Advance(coordinator.DefaultTokenRecheckInterval + time.Second)
+		maintain()
+		e.fail("GET", "/v1/whoami", token, nil, http.StatusUnauthorized, api.CodeUnauthorized)
+		var tokens struct{ Tokens []api.Token }
+		e.do("GET", "/v1/admin/tokens", adminToken, nil, http.StatusOK, &tokens)
+		if len(tokens.Tokens) != 1 || !tokens.Tokens[0].Revoked || !strings.HasPrefix(tokens.Tokens[0].RevokedBy, "github: ") {
+			t.Errorf("tokens after the recheck = %+v", tokens.Tokens)
+		}
+
+		// Back in the org, a GitHub that revoked its own credential gets
+		// the same.
+		gh.SetOrg("acme", "alice", "active")
+		token = signIn()
+		gh.RevokeToken(alice)
+		e.clock.Advance(coordinator.DefaultTokenRecheckInterval + time.Second)
+		maintain()
+		e.fail("GET", "/v1/whoami", token, nil, http.StatusUnauthorized, api.CodeUnauthorized)
 	})
 }

@@ -81,6 +81,7 @@ func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
 // is claimed by one of them at a time.
 func (s *Server) Maintain(ctx context.Context) (int, error) {
 	s.sendTouches(ctx)
+	s.recheckTokens(ctx)
 	claimed, err := s.store.ClaimForCleanup(ctx, s.clock.Now().UTC(), cleanupBatch, s.claimHold)
 	if err != nil {
 		return 0, fmt.Errorf("claim leases for cleanup: %w", err)

@@ -23,6 +23,7 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"crypto/cipher"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,6 +64,11 @@ type Config struct {
 	// token that lasts DeviceTokenTTL (default DefaultDeviceTokenTTL).
 	GitHub         *github.Client
 	DeviceTokenTTL time.Duration
+	// TokenRecheckInterval is how often the maintenance loop checks the
+	// user of a device-flow token with GitHub again (default
+	// DefaultTokenRecheckInterval); a user GitHub no longer allows has
+	// the token revoked.
+	TokenRecheckInterval time.Duration
 	// Limits are the active-lease and monthly reserved-USD maxima; zero
 	// fields are unlimited.
 	Limits api.Limits
@@ -149,9 +155,12 @@ type Server struct {
 	// wake nudges the maintenance loop after a release queued a deletion.
 	wake chan struct{}
 	// secret signs the user tokens IssueUserToken mints (nil: none).
-	secret     []byte
-	github     *github.Client
-	deviceTTL  time.Duration
+	secret          []byte
+	github          *github.Client
+	deviceTTL       time.Duration
+	recheckInterval time.Duration
+	// sealer seals the GitHub credentials kept with device-flow tokens.
+	sealer     cipher.AEAD
 	defaultOrg string
 	// revocations are the revoked token IDs, refreshed from the store.
 	revocations revocations
@@ -227,9 +236,13 @@ func New(cfg Config) (*Server, error) {
 		defaultOrg:       cfg.Tokens.DefaultOrg,
 		github:           cfg.GitHub,
 		deviceTTL:        cmp.Or(cfg.DeviceTokenTTL, DefaultDeviceTokenTTL),
+		recheckInterval:  cmp.Or(cfg.TokenRecheckInterval, DefaultTokenRecheckInterval),
 	}
 	if cfg.Tokens.SessionSecret != "" {
 		s.secret = []byte(cfg.Tokens.SessionSecret)
+		if s.sealer, err = newCredentialSealer(s.secret); err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
 	}
 	if s.defProv == "" && len(s.providers) == 1 {
 		for name := range s.providers {

@@ -105,6 +105,13 @@ func (s *Server) addRevoked(id string) {
 // owner and admins can list and revoke it. The portal calls it after a
 // GitHub sign-in.
 func (s *Server) IssueUserToken(ctx context.Context, owner, org, login, source string, ttl time.Duration) (string, error) {
+	return s.issueUserToken(ctx, owner, org, login, source, ttl, "")
+}
+
+// issueUserToken is IssueUserToken that also keeps the user's GitHub
+// credential, sealed, when one is given, so that recheckTokens can check
+// the user again.
+func (s *Server) issueUserToken(ctx context.Context, owner, org, login, source string, ttl time.Duration, githubCredential string) (string, error) {
 	if s.secret == nil {
 		return "", errors.New("coordinator: no session secret configured")
 	}
@@ -120,10 +127,17 @@ func (s *Server) IssueUserToken(ctx context.Context, owner, org, login, source s
 	if org == "" {
 		org = s.defaultOrg
 	}
-	if _, err := s.store.RecordToken(ctx, store.Token{
+	rec := store.Token{
 		ID: c.ID, Owner: owner, Org: org, Login: login, Source: source,
 		CreatedAt: c.IssuedAt, ExpiresAt: c.ExpiresAt,
-	}); err != nil {
+	}
+	if githubCredential != "" {
+		if rec.GitHub, err = s.sealCredential(c.ID, githubCredential); err != nil {
+			return "", fmt.Errorf("coordinator: seal credential: %w", err)
+		}
+		rec.CheckedAt = now
+	}
+	if _, err := s.store.RecordToken(ctx, rec); err != nil {
 		return "", fmt.Errorf("coordinator: record token: %w", err)
 	}
 	return token, nil

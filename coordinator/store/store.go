@@ -407,6 +407,11 @@ type Token struct {
 	// who revoked it.
 	RevokedAt time.Time
 	RevokedBy string
+	// GitHub is the GitHub credential of a GitHub sign-in, sealed by the
+	// coordinator, to check the user's membership again (private: never in
+	// a response); CheckedAt is when that was last done.
+	GitHub    string
+	CheckedAt time.Time
 }
 
 // Revoked reports whether the token was revoked.
@@ -607,6 +612,14 @@ type Store interface {
 	// expired at now (tombstones always): the set a coordinator refuses.
 	// It reads one index and is cheap to call every second.
 	RevokedTokenIDs(ctx context.Context, now time.Time) ([]string, error)
+
+	// DueTokenChecks returns up to limit live tokens with a GitHub
+	// credential (not revoked, not expired at now) last checked before
+	// checkedBefore, the longest unchecked first.
+	DueTokenChecks(ctx context.Context, checkedBefore, now time.Time, limit int) ([]Token, error)
+
+	// MarkTokenChecked records that token id's user was checked at now.
+	MarkTokenChecked(ctx context.Context, id string, now time.Time) error
 
 	// Close releases the database.
 	Close() error

@@ -72,6 +72,7 @@ func Run(t *testing.T, h Harness) {
 		{"RunTelemetry", testRunTelemetry},
 		{"ServerKept", testServerKept},
 		{"Tokens", testTokens},
+		{"TokenChecks", testTokenChecks},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

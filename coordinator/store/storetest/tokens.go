@@ -147,3 +147,64 @@ func sortedIDs(ids []string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// testTokenChecks: tokens of a GitHub sign-in come due for a membership
+// check in the order they were last checked; revoked, expired and
+// credential-less tokens never do.
+func testTokenChecks(t *testing.T, open Opener) {
+	ctx := testContext(t)
+	s, other := open(t), open(t)
+	tok := func(id string, checked time.Time, github string) store.Token {
+		return store.Token{
+			ID: id, Owner: "alice", Org: "acme", Login: "alice", Source: "github-device",
+			CreatedAt: t0, ExpiresAt: t0.Add(24 * time.Hour), GitHub: github, CheckedAt: checked,
+		}
+	}
+	old := tok("00000000-0000-4000-8000-00000000000a", t0, "sealed-a")
+	newer := tok("00000000-0000-4000-8000-00000000000b", t0.Add(5*time.Minute), "sealed-b")
+	none := tok("00000000-0000-4000-8000-00000000000c", t0, "")
+	revoked := tok("00000000-0000-4000-8000-00000000000d", t0, "sealed-d")
+	for _, tk := range []store.Token{old, newer, none, revoked} {
+		got, err := s.RecordToken(ctx, tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tk, got); diff != "" {
+			t.Errorf("RecordToken with a credential (-want +got):\n%s", diff)
+		}
+	}
+	if _, err := s.RevokeToken(ctx, revoked.ID, "test", t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	due := func(before, now time.Time) []string {
+		t.Helper()
+		got, err := other.DueTokenChecks(ctx, before, now, 10)
+		if err != nil {
+			t.Fatalf("DueTokenChecks: %v", err)
+		}
+		ids := []string{}
+		for _, tk := range got {
+			ids = append(ids, tk.ID)
+		}
+		return ids
+	}
+	now := t0.Add(20 * time.Minute)
+	if diff := cmp.Diff([]string{old.ID, newer.ID}, due(t0.Add(10*time.Minute), now)); diff != "" {
+		t.Errorf("due checks (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{old.ID}, due(t0.Add(time.Minute), now)); diff != "" {
+		t.Errorf("due checks before a minute (-want +got):\n%s", diff)
+	}
+	if err := other.MarkTokenChecked(ctx, old.ID, now); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{newer.ID}, due(t0.Add(10*time.Minute), now)); diff != "" {
+		t.Errorf("due checks after marking (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{}, due(now.Add(time.Hour), t0.Add(25*time.Hour))); diff != "" {
+		t.Errorf("due checks after expiry (-want +got):\n%s", diff)
+	}
+	if err := s.MarkTokenChecked(ctx, "00000000-0000-4000-8000-0000000000ff", now); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("MarkTokenChecked of an unknown ID: %v, want ErrNotFound", err)
+	}
+}

@@ -11,17 +11,18 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 )
 
-const tokenSelect = `SELECT id, owner, org, login, source, created_at, expires_at, revoked_at, revoked_by FROM tokens`
+const tokenSelect = `SELECT id, owner, org, login, source, created_at, expires_at, revoked_at, revoked_by, github, checked_at FROM tokens`
 
 func scanToken(sc interface{ Scan(...any) error }) (store.Token, error) {
 	var (
 		t                         store.Token
 		created, expires, revoked sql.NullInt64
+		checked                   sql.NullInt64
 	)
-	if err := sc.Scan(&t.ID, &t.Owner, &t.Org, &t.Login, &t.Source, &created, &expires, &revoked, &t.RevokedBy); err != nil {
+	if err := sc.Scan(&t.ID, &t.Owner, &t.Org, &t.Login, &t.Source, &created, &expires, &revoked, &t.RevokedBy, &t.GitHub, &checked); err != nil {
 		return store.Token{}, err
 	}
-	t.CreatedAt, t.ExpiresAt, t.RevokedAt = fromTS(created), fromTS(expires), fromTS(revoked)
+	t.CreatedAt, t.ExpiresAt, t.RevokedAt, t.CheckedAt = fromTS(created), fromTS(expires), fromTS(revoked), fromTS(checked)
 	return t, nil
 }
 
@@ -51,12 +52,13 @@ func (s *Store) RecordToken(ctx context.Context, t store.Token) (store.Token, er
 	var out store.Token
 	err := s.tx(ctx, func(_ *sql.Tx, c q) error {
 		// A tombstone (no owner) takes the token's claims and stays revoked.
-		res, err := c.exec(ctx, `INSERT INTO tokens (id, owner, org, login, source, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
+		res, err := c.exec(ctx, `INSERT INTO tokens (id, owner, org, login, source, created_at, expires_at, github, checked_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, org = excluded.org, login = excluded.login,
-				source = excluded.source, created_at = excluded.created_at, expires_at = excluded.expires_at
+				source = excluded.source, created_at = excluded.created_at, expires_at = excluded.expires_at,
+				github = excluded.github, checked_at = excluded.checked_at
 			WHERE tokens.owner = ''`,
-			t.ID, t.Owner, t.Org, t.Login, t.Source, ts(t.CreatedAt), ts(t.ExpiresAt))
+			t.ID, t.Owner, t.Org, t.Login, t.Source, ts(t.CreatedAt), ts(t.ExpiresAt), t.GitHub, ts(t.CheckedAt))
 		if err != nil {
 			return fmt.Errorf("%s: record token: %w", s.d.Name, err)
 		}
@@ -147,4 +149,48 @@ func (s *Store) RevokedTokenIDs(ctx context.Context, now time.Time) ([]string, e
 		return nil, fmt.Errorf("%s: revoked tokens: %w", s.d.Name, err)
 	}
 	return out, nil
+}
+
+// DueTokenChecks implements store.Store.
+func (s *Store) DueTokenChecks(ctx context.Context, checkedBefore, now time.Time, limit int) ([]store.Token, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.reader().query(ctx, tokenSelect+` WHERE github <> '' AND revoked_at IS NULL AND expires_at > $1
+		AND (checked_at IS NULL OR checked_at < $2) ORDER BY COALESCE(checked_at, 0), id LIMIT $3`, ts(now), ts(checkedBefore), limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: due token checks: %w", s.d.Name, err)
+	}
+	defer rows.Close()
+	var out []store.Token
+	for rows.Next() {
+		t, err := scanToken(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: due token checks: %w", s.d.Name, err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: due token checks: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+// MarkTokenChecked implements store.Store.
+func (s *Store) MarkTokenChecked(ctx context.Context, id string, now time.Time) error {
+	if now.IsZero() {
+		return invalid("mark token checked: zero time")
+	}
+	return s.tx(ctx, func(_ *sql.Tx, c q) error {
+		res, err := c.exec(ctx, `UPDATE tokens SET checked_at = $2 WHERE id = $1`, id, ts(now))
+		if err != nil {
+			return fmt.Errorf("%s: mark token checked: %w", s.d.Name, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("%s: mark token checked: %w", s.d.Name, err)
+		} else if n == 0 {
+			return fmt.Errorf("token %q: %w", id, store.ErrNotFound)
+		}
+		return nil
+	})
 }

@@ -11,9 +11,15 @@ CREATE TABLE tokens (
 	created_at BIGINT,
 	expires_at BIGINT,
 	revoked_at BIGINT,
-	revoked_by TEXT NOT NULL DEFAULT ''
+	revoked_by TEXT NOT NULL DEFAULT '',
+	-- A GitHub sign-in's GitHub credential, sealed by the coordinator, for
+	-- checking the user's membership again; when that was last done.
+	github TEXT NOT NULL DEFAULT '',
+	checked_at BIGINT
 );
 
 CREATE INDEX tokens_owner_created ON tokens (owner, org, created_at);
 
 CREATE INDEX tokens_revoked ON tokens (expires_at) WHERE revoked_at IS NOT NULL;
+
+CREATE INDEX tokens_check ON tokens (checked_at) WHERE github <> '' AND revoked_at IS NULL;
