@@ -2,6 +2,7 @@ package portal_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -217,8 +218,11 @@ func TestPortalSession(t *testing.T) {
 		t.Errorf("another user's lease: status %d, body %q; want 404 without its details", r.status, r.body)
 	}
 
+	if _, err := s.api(alice).Heartbeat(t.Context(), mine.ID, api.HeartbeatRequest{Telemetry: json.RawMessage(`{"load1":0.42}`)}); err != nil {
+		t.Fatal(err)
+	}
 	r = b.get("/portal/leases/" + mine.Slug)
-	if r.status != http.StatusOK || !strings.Contains(r.body, "team") || !strings.Contains(r.body, "infra") {
+	if r.status != http.StatusOK || !strings.Contains(r.body, "team") || !strings.Contains(r.body, "infra") || !strings.Contains(r.body, "load1") {
 		t.Fatalf("lease page: status %d:\n%s", r.status, r.body)
 	}
 	csrf := csrfOf(t, r.body)
