@@ -8,24 +8,13 @@ import (
 
 	"github.com/crabbox-dev/crabbox/coordinator"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
-	"github.com/crabbox-dev/crabbox/coordinator/github"
 	"github.com/crabbox-dev/crabbox/coordinator/github/githubtest"
 )
 
 // withGitHub serves the device flow against a fake GitHub where alice is
 // an active member of acme and bob only invited.
 func withGitHub(t *testing.T) (option, *githubtest.Server, githubtest.User, githubtest.User) {
-	gh := githubtest.Start(t)
-	alice, bob := gh.AddUser("alice", 1), gh.AddUser("bob", 2)
-	gh.SetOrg("acme", "alice", "active")
-	gh.SetOrg("acme", "bob", "pending")
-	client, err := github.New(github.Config{
-		ClientID: githubtest.ClientID, ClientSecret: githubtest.ClientSecret,
-		WebURL: gh.URL, APIURL: gh.APIURL, Orgs: []string{"acme"}, HTTPClient: gh.Client(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, client, alice, bob := githubtest.Acme(t)
 	return func(c *coordinator.Config) { c.GitHub = client }, gh, alice, bob
 }
 

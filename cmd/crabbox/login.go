@@ -224,7 +224,18 @@ itself stays valid until it expires or an admin revokes it.
 	}
 }
 
-// coordinator returns a client of the coordinator the settings name, or
+// withCoordinator runs fn with a client of the coordinator the settings
+// name (see coordinatorOf).
+func withCoordinator(s config.Settings, fn func(*coordclient.Client) error) error {
+	cl, err := coordinatorOf(s)
+	if err != nil {
+		return err
+	}
+	defer cl.CloseIdleConnections()
+	return fn(cl)
+}
+
+// coordinatorOf returns a client of the coordinator the settings name, or
 // an error saying how to name one.
 func coordinatorOf(s config.Settings) (*coordclient.Client, error) {
 	c := s.Coordinator
@@ -251,23 +262,20 @@ is an admin, and when the token expires.
 			if len(args) > 0 {
 				return usagef("whoami: takes no arguments, got %d", len(args))
 			}
-			cl, err := coordinatorOf(lf.settings)
-			if err != nil {
-				return err
-			}
-			defer cl.CloseIdleConnections()
-			who, err := cl.Whoami(ctx)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return writeJSON(a.stdout, struct {
-					Coordinator string `json:"coordinator"`
-					api.Whoami
-				}{cl.URL(), who})
-			}
-			fmt.Fprintf(a.stdout, "%s at %s\n", describeWho(who), cl.URL())
-			return nil
+			return withCoordinator(lf.settings, func(cl *coordclient.Client) error {
+				who, err := cl.Whoami(ctx)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, struct {
+						Coordinator string `json:"coordinator"`
+						api.Whoami
+					}{cl.URL(), who})
+				}
+				fmt.Fprintf(a.stdout, "%s at %s\n", describeWho(who), cl.URL())
+				return nil
+			})
 		}),
 	}
 }
@@ -308,30 +316,27 @@ func (a *app) adminLeasesCmd() *ffcli.Command {
 			if len(args) > 0 {
 				return usagef("admin leases: takes no arguments, got %d", len(args))
 			}
-			cl, err := coordinatorOf(lf.settings)
-			if err != nil {
-				return err
-			}
-			defer cl.CloseIdleConnections()
-			leases, err := cl.AdminListLeases(ctx)
-			if err != nil {
-				return err
-			}
-			shown := leases[:0]
-			for _, l := range leases {
-				if *state == "" || string(l.State) == *state {
-					shown = append(shown, l)
+			return withCoordinator(lf.settings, func(cl *coordclient.Client) error {
+				leases, err := cl.AdminListLeases(ctx)
+				if err != nil {
+					return err
 				}
-			}
-			if *asJSON {
-				return writeJSON(a.stdout, map[string]any{"leases": shown})
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSLUG\tOWNER\tORG\tPROVIDER\tSTATE\tEXPIRES")
-			for _, l := range shown {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, l.Slug, l.Owner, l.Org, l.Provider, l.State, l.ExpiresAt.UTC().Format(time.RFC3339))
-			}
-			return tw.Flush()
+				shown := leases[:0]
+				for _, l := range leases {
+					if *state == "" || string(l.State) == *state {
+						shown = append(shown, l)
+					}
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, map[string]any{"leases": shown})
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSLUG\tOWNER\tORG\tPROVIDER\tSTATE\tEXPIRES")
+				for _, l := range shown {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, l.Slug, l.Owner, l.Org, l.Provider, l.State, l.ExpiresAt.UTC().Format(time.RFC3339))
+				}
+				return tw.Flush()
+			})
 		}),
 	}
 }
@@ -352,17 +357,14 @@ deletes its box unless the lease is kept or registered.
 			if err != nil {
 				return err
 			}
-			cl, err := coordinatorOf(lf.settings)
-			if err != nil {
-				return err
-			}
-			defer cl.CloseIdleConnections()
-			l, err := cl.AdminRelease(ctx, ref)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "released %s (%s, owner %s): %s\n", l.ID, l.Slug, l.Owner, l.State)
-			return nil
+			return withCoordinator(lf.settings, func(cl *coordclient.Client) error {
+				l, err := cl.AdminRelease(ctx, ref)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "released %s (%s, owner %s): %s\n", l.ID, l.Slug, l.Owner, l.State)
+				return nil
+			})
 		}),
 	}
 }
@@ -387,31 +389,28 @@ Tokens themselves are never stored or shown, only their IDs.
 			if len(args) > 0 {
 				return usagef("admin tokens: takes no arguments, got %d", len(args))
 			}
-			cl, err := coordinatorOf(lf.settings)
-			if err != nil {
-				return err
-			}
-			defer cl.CloseIdleConnections()
-			tokens, err := cl.AdminListTokens(ctx, *owner, *org)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return writeJSON(a.stdout, api.TokensResponse{Tokens: tokens})
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tOWNER\tORG\tSOURCE\tCREATED\tEXPIRES\tREVOKED")
-			stamp := func(t time.Time) string {
-				if t.IsZero() {
-					return "-"
+			return withCoordinator(lf.settings, func(cl *coordclient.Client) error {
+				tokens, err := cl.AdminListTokens(ctx, *owner, *org)
+				if err != nil {
+					return err
 				}
-				return t.UTC().Format(time.RFC3339)
-			}
-			for _, t := range tokens {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, cmp.Or(t.Owner, "-"), cmp.Or(t.Org, "-"), cmp.Or(t.Source, "-"),
-					stamp(t.CreatedAt), stamp(t.ExpiresAt), stamp(t.RevokedAt))
-			}
-			return tw.Flush()
+				if *asJSON {
+					return writeJSON(a.stdout, api.TokensResponse{Tokens: tokens})
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tOWNER\tORG\tSOURCE\tCREATED\tEXPIRES\tREVOKED")
+				stamp := func(t time.Time) string {
+					if t.IsZero() {
+						return "-"
+					}
+					return t.UTC().Format(time.RFC3339)
+				}
+				for _, t := range tokens {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, cmp.Or(t.Owner, "-"), cmp.Or(t.Org, "-"), cmp.Or(t.Source, "-"),
+						stamp(t.CreatedAt), stamp(t.ExpiresAt), stamp(t.RevokedAt))
+				}
+				return tw.Flush()
+			})
 		}),
 	}
 }
@@ -435,17 +434,14 @@ tokens minted offline can be revoked. Revoking again changes nothing.
 			if err != nil {
 				return err
 			}
-			cl, err := coordinatorOf(lf.settings)
-			if err != nil {
-				return err
-			}
-			defer cl.CloseIdleConnections()
-			t, err := cl.RevokeToken(ctx, id)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "revoked %s (owner %s) at %s\n", t.ID, cmp.Or(t.Owner, "unknown"), t.RevokedAt.UTC().Format(time.RFC3339))
-			return nil
+			return withCoordinator(lf.settings, func(cl *coordclient.Client) error {
+				t, err := cl.RevokeToken(ctx, id)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "revoked %s (owner %s) at %s\n", t.ID, cmp.Or(t.Owner, "unknown"), t.RevokedAt.UTC().Format(time.RFC3339))
+				return nil
+			})
 		}),
 	}
 }
@@ -486,19 +482,16 @@ with the configured limits.
 			case *all:
 				scope = api.ScopeAll
 			}
-			cl, err := coordinatorOf(lf.settings)
-			if err != nil {
-				return err
-			}
-			defer cl.CloseIdleConnections()
-			u, err := cl.Usage(ctx, scope, *month)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return writeJSON(a.stdout, u)
-			}
-			return writeUsage(a.stdout, u)
+			return withCoordinator(lf.settings, func(cl *coordclient.Client) error {
+				u, err := cl.Usage(ctx, scope, *month)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(a.stdout, u)
+				}
+				return writeUsage(a.stdout, u)
+			})
 		}),
 	}
 }

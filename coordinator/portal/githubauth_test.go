@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crabbox-dev/crabbox/coordinator/github"
 	"github.com/crabbox-dev/crabbox/coordinator/github/githubtest"
 	"github.com/crabbox-dev/crabbox/coordinator/portal"
 )
@@ -15,17 +14,7 @@ import (
 // withGitHub makes a site offer GitHub sign-in against a fake GitHub where
 // alice is an active member of acme and bob only invited.
 func withGitHub(t *testing.T) (opt func(*portal.Config), gh *githubtest.Server, alice, bob githubtest.User) {
-	gh = githubtest.Start(t)
-	alice, bob = gh.AddUser("alice", 1), gh.AddUser("bob", 2)
-	gh.SetOrg("acme", "alice", "active")
-	gh.SetOrg("acme", "bob", "pending")
-	client, err := github.New(github.Config{
-		ClientID: githubtest.ClientID, ClientSecret: githubtest.ClientSecret,
-		WebURL: gh.URL, APIURL: gh.APIURL, Orgs: []string{"acme"}, HTTPClient: gh.Client(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, client, alice, bob := githubtest.Acme(t)
 	return func(c *portal.Config) { c.GitHub = client }, gh, alice, bob
 }
 

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/crabbox-dev/crabbox/coordinator/github"
 )
 
 // ClientID and ClientSecret are the OAuth app the fake knows.
@@ -66,6 +68,24 @@ func Start(t testing.TB) *Server {
 	t.Cleanup(s.srv.Close)
 	s.URL, s.APIURL = s.srv.URL, s.srv.URL+"/api/v3"
 	return s
+}
+
+// Acme is a fake GitHub where alice is an active member of the org acme and
+// bob only invited to it (a pending membership), and a client of its OAuth
+// app that lets in acme's members: the usual cast of sign-in tests.
+func Acme(t testing.TB) (s *Server, client *github.Client, alice, bob User) {
+	s = Start(t)
+	alice, bob = s.AddUser("alice", 1), s.AddUser("bob", 2)
+	s.SetOrg("acme", "alice", "active")
+	s.SetOrg("acme", "bob", "pending")
+	client, err := github.New(github.Config{
+		ClientID: ClientID, ClientSecret: ClientSecret,
+		WebURL: s.URL, APIURL: s.APIURL, Orgs: []string{"acme"}, HTTPClient: s.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, client, alice, bob
 }
 
 // Client is an HTTP client for the fake.
