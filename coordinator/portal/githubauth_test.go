@@ -62,6 +62,31 @@ func TestPortalGitHubSignIn(t *testing.T) {
 		t.Errorf("after GitHub revoked the token: at %s", r.path)
 	}
 
+	// Signing out revokes the token the sign-in issued.
+	gh.SetOrg("acme", "alice", "active")
+	gh.AddUser("alice", 1) // a new GitHub token for alice
+	gh.ApproveAs(alice)
+	r = b.get("/portal/tokens")
+	if !strings.HasPrefix(r.path, "/portal/login") {
+		t.Fatalf("tokens page after the revoked GitHub token: at %s", r.path)
+	}
+	r = b.get("/portal/auth/github")
+	if r.path != "/portal/" {
+		t.Fatalf("third sign-in: at %s", r.path)
+	}
+	if r := b.post("/portal/logout", url.Values{"csrf": {csrfOf(t, r.body)}}, ""); !strings.HasPrefix(r.path, "/portal/login") {
+		t.Fatalf("sign-out: at %s", r.path)
+	}
+	live, err := s.api(adminToken).AdminListTokens(t.Context(), "alice", "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range live {
+		if !tk.Revoked {
+			t.Errorf("token %s of a GitHub session still live after sign-out", tk.ID)
+		}
+	}
+
 	// bob's invitation is pending: no session.
 	other := s.browser()
 	gh.ApproveAs(bob)

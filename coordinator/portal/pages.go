@@ -76,6 +76,7 @@ func (p *Portal) authed(h func(http.ResponseWriter, *http.Request, *view)) http.
 			return
 		}
 		if ok, why := p.recheck(w, r, &s); !ok {
+			p.revokeSessionToken(r, s)
 			p.clearSession(w)
 			p.toLogin(w, r, "Your GitHub access to this coordinator ended: "+why)
 			return
@@ -437,15 +438,39 @@ func (p *Portal) logoutPage(w http.ResponseWriter, r *http.Request, v *view) {
 }
 
 // logout ends the session: a same-origin POST with the session's CSRF
-// token (a cross-site page cannot sign a user out).
+// token (a cross-site page cannot sign a user out). The token a GitHub
+// sign-in issued for the session is revoked with it; a token the user
+// pasted is theirs, and stays valid.
 func (p *Portal) logout(w http.ResponseWriter, r *http.Request) {
 	s, ok := p.sessionOf(r)
 	if ok && !p.checkPost(r, s) {
 		p.fail(w, r, nil, http.StatusForbidden, "The form expired or came from another site; reload the page and try again.")
 		return
 	}
+	if ok && s.GitHub != "" {
+		p.revokeSessionToken(r, s)
+	}
 	p.clearSession(w)
 	http.Redirect(w, r, Prefix+"/login?msg="+url.QueryEscape("Signed out."), http.StatusSeeOther)
+}
+
+// revokeSessionToken revokes the token of session s, the one the API marks
+// current; a failure is logged (the session ends anyway, and the token
+// with it when it expires).
+func (p *Portal) revokeSessionToken(r *http.Request, s session) {
+	cl, err := p.client(s.Token)
+	if err != nil {
+		return
+	}
+	tokens, err := cl.ListTokens(r.Context())
+	for _, t := range tokens {
+		if t.Current && err == nil {
+			_, err = cl.RevokeToken(r.Context(), t.ID)
+		}
+	}
+	if err != nil && status(err) != http.StatusUnauthorized {
+		p.log.Warn("portal sign-out: revoke the session's token", "err", err)
+	}
 }
 
 func cmpOr(a, b string) string {
