@@ -26,6 +26,27 @@ const DefaultDeviceTokenTTL = 30 * 24 * time.Hour
 // TokenSourceDevice is the source of tokens issued through the device flow.
 const TokenSourceDevice = "github-device"
 
+// DefaultMaxDeviceSignIns bounds the device-flow requests (which need no
+// token and each ask GitHub) that a Server works on at once, unless
+// Config.MaxDeviceSignIns says otherwise.
+const DefaultMaxDeviceSignIns = 8
+
+// deviceSlot takes one of the device flow's slots; ok is false when all
+// are taken (the caller answers 429). release gives it back.
+func (s *Server) deviceSlot() (release func(), ok bool) {
+	select {
+	case s.deviceSlots <- struct{}{}:
+		return func() { <-s.deviceSlots }, true
+	default:
+		return nil, false
+	}
+}
+
+// busy is the answer to a device-flow request while every slot is taken.
+func busy() *apiError {
+	return errorf(http.StatusTooManyRequests, api.CodeTooManyRequests, "too many GitHub sign-ins in progress; try again in a few seconds")
+}
+
 // unauthed wraps a route that needs no bearer token (the device flow's
 // sign-in itself).
 func (s *Server) unauthed(h func(http.ResponseWriter, *http.Request) *apiError) http.Handler {
@@ -45,6 +66,11 @@ func (s *Server) deviceStart(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := decodeBody(w, r, s.maxBody, true, &struct{}{}); e != nil {
 		return e
 	}
+	release, ok := s.deviceSlot()
+	if !ok {
+		return busy()
+	}
+	defer release()
 	d, err := s.github.StartDevice(r.Context())
 	if err != nil {
 		s.log.Warn("GitHub device sign-in", "err", err)
@@ -71,6 +97,11 @@ func (s *Server) deviceToken(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.DeviceCode == "" || len(req.DeviceCode) > 256 {
 		return invalid("field %q is required (at most 256 bytes)", "deviceCode")
 	}
+	release, ok := s.deviceSlot()
+	if !ok {
+		return busy()
+	}
+	defer release()
 	tok, err := s.github.PollDevice(r.Context(), req.DeviceCode)
 	switch {
 	case errors.Is(err, github.ErrPending):

@@ -8,6 +8,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/coordinator"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
+	"github.com/crabbox-dev/crabbox/coordinator/github"
 	"github.com/crabbox-dev/crabbox/coordinator/github/githubtest"
 )
 
@@ -119,5 +120,50 @@ func TestDeviceTokenRecheck(t *testing.T) {
 		e.clock.Advance(coordinator.DefaultTokenRecheckInterval + time.Second)
 		maintain()
 		e.fail("GET", "/v1/whoami", token, nil, http.StatusUnauthorized, api.CodeUnauthorized)
+	})
+}
+
+// roundTripFunc is an http.RoundTripper made of a func.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Device-flow requests need no token and each ask GitHub: beyond
+// MaxDeviceSignIns at once, more get 429 instead of piling up.
+func TestDeviceFlowBusy(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		gh, _, _, _ := githubtest.Acme(t)
+		entered, release := make(chan struct{}, 1), make(chan struct{})
+		slow := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			entered <- struct{}{}
+			<-release
+			return gh.Client().Transport.RoundTrip(r)
+		})}
+		client, err := github.New(github.Config{
+			ClientID: githubtest.ClientID, ClientSecret: githubtest.ClientSecret,
+			WebURL: gh.URL, APIURL: gh.APIURL, Orgs: []string{"acme"}, HTTPClient: slow,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := simple(t, open, func(c *coordinator.Config) { c.GitHub, c.MaxDeviceSignIns = client, 1 })
+
+		first := make(chan int, 1)
+		go func() {
+			resp, err := http.Post(e.url+"/v1/auth/device", "application/json", nil)
+			if err != nil {
+				first <- 0
+				return
+			}
+			resp.Body.Close()
+			first <- resp.StatusCode
+		}()
+		<-entered // the first request is asking GitHub
+		e.fail("POST", "/v1/auth/device", "", nil, http.StatusTooManyRequests, api.CodeTooManyRequests)
+		e.fail("POST", "/v1/auth/device/token", "", api.DeviceTokenRequest{DeviceCode: "dev-123"}, http.StatusTooManyRequests, api.CodeTooManyRequests)
+		close(release)
+		if got := <-first; got != http.StatusOK {
+			t.Errorf("the first device sign-in: status %d, want 200", got)
+		}
 	})
 }

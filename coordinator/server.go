@@ -69,6 +69,10 @@ type Config struct {
 	// DefaultTokenRecheckInterval); a user GitHub no longer allows has
 	// the token revoked.
 	TokenRecheckInterval time.Duration
+	// MaxDeviceSignIns bounds the device-flow requests worked on at once
+	// (they need no token and each ask GitHub); more get 429. 0 means
+	// DefaultMaxDeviceSignIns.
+	MaxDeviceSignIns int
 	// Limits are the active-lease and monthly reserved-USD maxima; zero
 	// fields are unlimited.
 	Limits api.Limits
@@ -160,8 +164,10 @@ type Server struct {
 	deviceTTL       time.Duration
 	recheckInterval time.Duration
 	// sealer seals the GitHub credentials kept with device-flow tokens.
-	sealer     cipher.AEAD
-	defaultOrg string
+	sealer cipher.AEAD
+	// deviceSlots holds a token per device-flow request in progress.
+	deviceSlots chan struct{}
+	defaultOrg  string
 	// revocations are the revoked token IDs, refreshed from the store.
 	revocations revocations
 }
@@ -237,6 +243,7 @@ func New(cfg Config) (*Server, error) {
 		github:           cfg.GitHub,
 		deviceTTL:        cmp.Or(cfg.DeviceTokenTTL, DefaultDeviceTokenTTL),
 		recheckInterval:  cmp.Or(cfg.TokenRecheckInterval, DefaultTokenRecheckInterval),
+		deviceSlots:      make(chan struct{}, max(cmp.Or(cfg.MaxDeviceSignIns, DefaultMaxDeviceSignIns), 1)),
 	}
 	if cfg.Tokens.SessionSecret != "" {
 		s.secret = []byte(cfg.Tokens.SessionSecret)

@@ -610,6 +610,7 @@ const (
 	CodeRequestTooLarge          = "request_too_large"          // 413
 	CodeProviderNotConfigured    = "provider_not_configured"    // 424
 	CodeCostLimitExceeded        = "cost_limit_exceeded"        // 429
+	CodeTooManyRequests          = "too_many_requests"          // 429, a busy unauthenticated route
 	CodeInternal                 = "internal_error"             // 500
 	CodeProviderFailed           = "provider_failed"            // 502
 	CodeUnavailable              = "unavailable"                // 503
