@@ -20,42 +20,49 @@ type groupCall struct {
 	retry bool
 }
 
-// groupQueue collects transactions while a group commits; whoever finds
-// no group running leads, like heartbeatQueue.
-type groupQueue struct {
+func (c *groupCall) leadChan() chan bool { return c.done }
+
+// leaderQueue collects calls while a batch of them runs (heartbeats,
+// grouped transactions). Whoever finds no batch running leads: it runs
+// what is queued, answers those calls, and hands the lead to the first
+// call queued meanwhile, through that call's lead channel.
+type leaderQueue[C interface{ leadChan() chan bool }] struct {
 	mu      gosync.Mutex
-	queue   []*groupCall
+	queue   []C
 	running bool
 }
 
-func (g *groupQueue) enqueue(c *groupCall) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.queue = append(g.queue, c)
-	if g.running {
+// enqueue queues c and reports whether c must lead now.
+func (q *leaderQueue[C]) enqueue(c C) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.queue = append(q.queue, c)
+	if q.running {
 		return false
 	}
-	g.running = true
+	q.running = true
 	return true
 }
 
-func (g *groupQueue) take() []*groupCall {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := min(len(g.queue), maxGroup)
-	batch := slices.Clone(g.queue[:n])
-	g.queue = slices.Delete(g.queue, 0, n)
+// take removes up to max queued calls.
+func (q *leaderQueue[C]) take(max int) []C {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.queue), max)
+	batch := slices.Clone(q.queue[:n])
+	q.queue = slices.Delete(q.queue, 0, n)
 	return batch
 }
 
-func (g *groupQueue) handOff() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.queue) == 0 {
-		g.running = false
+// handOff passes the lead to the next queued call, or ends the run.
+func (q *leaderQueue[C]) handOff() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.queue) == 0 {
+		q.running = false
 		return
 	}
-	g.queue[0].done <- true
+	q.queue[0].leadChan() <- true
 }
 
 // groupTx runs fn in a transaction committed together with the
@@ -79,7 +86,7 @@ func (s *Store) groupTx(ctx context.Context, fn func(tx *sql.Tx, c q) error) err
 }
 
 func (s *Store) leadGroup(ctx context.Context, self *groupCall) {
-	batch := s.group.take()
+	batch := s.group.take(maxGroup)
 	// The group answers other callers too: it must not end with this
 	// caller's context.
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)

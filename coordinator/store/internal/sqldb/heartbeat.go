@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	gosync "sync"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/coordinator/store"
@@ -83,51 +82,11 @@ type heartbeatCall struct {
 	err   error
 }
 
-// heartbeatQueue collects heartbeats while a batch commits. Whoever
-// finds no batch running leads: it commits what is queued, answers those
-// calls, and hands the lead to the first call queued meanwhile.
-type heartbeatQueue struct {
-	mu      gosync.Mutex
-	queue   []*heartbeatCall
-	running bool
-}
-
-// enqueue queues c and reports whether c must lead now.
-func (q *heartbeatQueue) enqueue(c *heartbeatCall) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.queue = append(q.queue, c)
-	if q.running {
-		return false
-	}
-	q.running = true
-	return true
-}
-
-// take removes up to maxHeartbeatBatch queued calls.
-func (q *heartbeatQueue) take() []*heartbeatCall {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := min(len(q.queue), maxHeartbeatBatch)
-	batch := slices.Clone(q.queue[:n])
-	q.queue = slices.Delete(q.queue, 0, n)
-	return batch
-}
-
-// handOff passes the lead to the next queued call, or ends the run.
-func (q *heartbeatQueue) handOff() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.queue) == 0 {
-		q.running = false
-		return
-	}
-	q.queue[0].done <- true
-}
+func (c *heartbeatCall) leadChan() chan bool { return c.done }
 
 // leadHeartbeats commits one batch (which includes self) and answers it.
 func (s *Store) leadHeartbeats(ctx context.Context, self *heartbeatCall) {
-	batch := s.heartbeats.take()
+	batch := s.heartbeats.take(maxHeartbeatBatch)
 	// The batch answers other callers too: it must not end with this
 	// caller's context.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)

@@ -64,9 +64,9 @@ type Store struct {
 	// again on every call was a quarter of SQLite's CPU under load.
 	wStmts, rStmts stmtCache
 	// heartbeats queues concurrent heartbeats for one group commit.
-	heartbeats heartbeatQueue
+	heartbeats leaderQueue[*heartbeatCall]
 	// group queues write transactions for a group commit (GroupCommit).
-	group groupQueue
+	group leaderQueue[*groupCall]
 }
 
 // stmtCache holds a pool's prepared statements by query text. Its lock is
