@@ -116,49 +116,8 @@ func TestCoordinatorServeRejectsBadSetup(t *testing.T) {
 func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 	t.Parallel()
 	const adminToken = "admin-token-for-the-test-0123456789"
-	serverEnv := append(stateEnv(t), "CRABBOX_SESSION_SECRET="+testSecret, "CRABBOX_ADMIN_TOKEN="+adminToken, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0")
-	db := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "coordinator.db"))
-	cmd := exec.Command(os.Args[0], "coordinator", "serve", "--listen", "127.0.0.1:0", "--db", db)
-	cmd.Env = append(os.Environ(), serverEnv...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan map[string]any, 1000)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) != nil {
-				m = map[string]any{"msg": "unparsed: " + sc.Text()}
-			}
-			lines <- m
-		}
-	}()
-	stopped := false
-	defer func() {
-		if !stopped {
-			cmd.Process.Kill()
-			for range lines {
-			}
-			cmd.Wait()
-		}
-	}()
-	var addr string
-	for m := range lines {
-		if m["msg"] == "coordinator listening" {
-			addr, _ = m["addr"].(string)
-			break
-		}
-	}
-	if addr == "" {
-		t.Fatal("server never said where it listens")
-	}
-	url := "http://" + addr
+	server := startCoordinator(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret, "CRABBOX_ADMIN_TOKEN=" + adminToken, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"})
+	url := server.url
 
 	tok := crabboxCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "coordinator", "token", "issue", "--owner", "alice", "--org", "team")
 	if tok.code != 0 {
@@ -361,17 +320,7 @@ func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 		t.Errorf("whoami after logout: exit %d, stderr %q; want a hint to log in", r.code, r.stderr)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	var msgs []string
-	for m := range lines {
-		msgs = append(msgs, m["msg"].(string))
-	}
-	stopped = true
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("server exit: %v; log %q", err, msgs)
-	}
+	msgs := server.stop(t)
 	if !contains(msgs, "coordinator shutting down: finishing requests in flight") || !contains(msgs, "coordinator stopped") {
 		t.Errorf("server log %q lacks the graceful shutdown", msgs)
 	}
@@ -386,9 +335,18 @@ func contains(s []string, v string) bool {
 	return false
 }
 
+// served is a `crabbox coordinator serve` process.
+type served struct {
+	url  string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when its stderr ended
+	msgs []string      // its log messages, complete once done is closed
+}
+
 // startCoordinator runs `crabbox coordinator serve` on SQLite with env
-// and args and returns its URL; it is killed when the test ends.
-func startCoordinator(t *testing.T, env []string, args ...string) string {
+// and args, and returns it once it listens; it is killed when the test
+// ends unless stop stopped it.
+func startCoordinator(t *testing.T, env []string, args ...string) *served {
 	t.Helper()
 	db := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "coordinator.db"))
 	cmd := exec.Command(os.Args[0], append([]string{"coordinator", "serve", "--listen", "127.0.0.1:0", "--db", db}, args...)...)
@@ -400,35 +358,51 @@ func startCoordinator(t *testing.T, env []string, args ...string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := make(chan map[string]any, 1000)
+	s := &served{cmd: cmd, done: make(chan struct{})}
+	listening := make(chan string, 1)
 	go func() {
-		defer close(lines)
+		defer close(s.done)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				select {
-				case lines <- m:
-				default:
-				}
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				m = map[string]any{"msg": "unparsed: " + sc.Text()}
+			}
+			msg, _ := m["msg"].(string)
+			s.msgs = append(s.msgs, msg)
+			if addr, _ := m["addr"].(string); msg == "coordinator listening" && addr != "" {
+				listening <- "http://" + addr
 			}
 		}
 	}()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		for range lines {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-s.done
+			cmd.Wait()
 		}
-		cmd.Wait()
 	})
-	for m := range lines {
-		if m["msg"] == "coordinator listening" {
-			if addr, _ := m["addr"].(string); addr != "" {
-				return "http://" + addr
-			}
-		}
+	select {
+	case s.url = <-listening:
+		return s
+	case <-s.done:
+		t.Fatalf("server never said where it listens; log %q", s.msgs)
+		return nil
 	}
-	t.Fatal("server never said where it listens")
-	return ""
+}
+
+// stop sends the server SIGTERM and returns its log messages once it
+// exited.
+func (s *served) stop(t *testing.T) []string {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-s.done
+	if err := s.cmd.Wait(); err != nil {
+		t.Errorf("server exit: %v; log %q", err, s.msgs)
+	}
+	return s.msgs
 }
 
 // An admin lists tokens and revokes one minted offline by its ID: the
@@ -437,7 +411,7 @@ func startCoordinator(t *testing.T, env []string, args ...string) string {
 func TestCoordinatorAdminTokens(t *testing.T) {
 	t.Parallel()
 	const adminToken = "admin-token-for-the-test-0123456789"
-	url := startCoordinator(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret, "CRABBOX_ADMIN_TOKEN=" + adminToken, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"})
+	url := startCoordinator(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret, "CRABBOX_ADMIN_TOKEN=" + adminToken, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}).url
 
 	r := crabboxCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "coordinator", "token", "issue", "--owner", "alice", "--org", "team", "--json")
 	var issued struct{ Token, ID string }
@@ -497,7 +471,7 @@ func TestLoginWithGitHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := startCoordinator(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret, "CRABBOX_GITHUB_CLIENT_SECRET=" + githubtest.ClientSecret,
-		"CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}, "--config", cfg)
+		"CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}, "--config", cfg).url
 
 	env := stateEnv(t)
 	gh.DevicePolls("pending", alice.Token)
