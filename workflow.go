@@ -237,14 +237,15 @@ func (c *Client) recorded(ctx context.Context, req RunRequest, fn func(RunReques
 		req, rec = c.recordRun(ctx, req)
 		defer func() { rec.finish(res, err) }()
 	}
-	// The coordinator's run is created once the lease is known.
-	run := fn
-	fn = func(req RunRequest, co sync.Checkout, started RunResult) (RunResult, error) {
-		res, err := run(req, co, started)
-		if rec != nil {
+	if rec != nil {
+		// The coordinator's run is created once the lease is known:
+		// its ID is there when fn returns.
+		inner := fn
+		fn = func(req RunRequest, co sync.Checkout, started RunResult) (RunResult, error) {
+			res, err := inner(req, co, started)
 			res.CoordinatorRunID = rec.id()
+			return res, err
 		}
-		return res, err
 	}
 	start := c.rt.Clock.Now()
 	res = RunResult{RunID: req.RunID, StartedAt: start}

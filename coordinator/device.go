@@ -126,13 +126,12 @@ func (s *Server) deviceToken(w http.ResponseWriter, r *http.Request) *apiError {
 		s.log.Warn("GitHub authorize", "err", err)
 		return errorf(http.StatusBadGateway, api.CodeUpstream, "GitHub did not answer; try again")
 	}
-	token, err := s.issueUserToken(r.Context(), user.Login, user.Org, user.Login, TokenSourceDevice, s.deviceTTL, tok.AccessToken)
+	token, expires, err := s.issueUserToken(r.Context(), user.Login, user.Org, user.Login, TokenSourceDevice, s.deviceTTL, tok.AccessToken)
 	if err != nil {
 		return s.internal(r, "issuing a token", err)
 	}
 	writeJSON(w, http.StatusOK, api.DeviceToken{
-		Token: token, Owner: user.Login, Org: user.Org, Login: user.Login,
-		ExpiresAt: s.clock.Now().Truncate(time.Second).Add(s.deviceTTL).UTC(),
+		Token: token, Owner: user.Login, Org: user.Org, Login: user.Login, ExpiresAt: expires.UTC(),
 	})
 	return nil
 }

@@ -105,24 +105,25 @@ func (s *Server) addRevoked(id string) {
 // owner and admins can list and revoke it. The portal calls it after a
 // GitHub sign-in.
 func (s *Server) IssueUserToken(ctx context.Context, owner, org, login, source string, ttl time.Duration) (string, error) {
-	return s.issueUserToken(ctx, owner, org, login, source, ttl, "")
+	token, _, err := s.issueUserToken(ctx, owner, org, login, source, ttl, "")
+	return token, err
 }
 
 // issueUserToken is IssueUserToken that also keeps the user's GitHub
 // credential, sealed, when one is given, so that recheckTokens can check
-// the user again.
-func (s *Server) issueUserToken(ctx context.Context, owner, org, login, source string, ttl time.Duration, githubCredential string) (string, error) {
+// the user again. It also returns the token's expiry.
+func (s *Server) issueUserToken(ctx context.Context, owner, org, login, source string, ttl time.Duration, githubCredential string) (string, time.Time, error) {
 	if s.secret == nil {
-		return "", errors.New("coordinator: no session secret configured")
+		return "", time.Time{}, errors.New("coordinator: no session secret configured")
 	}
 	if ttl <= 0 {
-		return "", errors.New("coordinator: token lifetime must be positive")
+		return "", time.Time{}, errors.New("coordinator: token lifetime must be positive")
 	}
 	now := s.clock.Now().Truncate(time.Second)
 	c := auth.Claims{ID: uuid.NewString(), Owner: owner, Org: org, Login: login, IssuedAt: now, ExpiresAt: now.Add(ttl)}
 	token, err := auth.MintUserToken(s.secret, c)
 	if err != nil {
-		return "", fmt.Errorf("coordinator: mint token: %w", err)
+		return "", time.Time{}, fmt.Errorf("coordinator: mint token: %w", err)
 	}
 	if org == "" {
 		org = s.defaultOrg
@@ -133,14 +134,14 @@ func (s *Server) issueUserToken(ctx context.Context, owner, org, login, source s
 	}
 	if githubCredential != "" {
 		if rec.GitHub, err = s.sealCredential(c.ID, githubCredential); err != nil {
-			return "", fmt.Errorf("coordinator: seal credential: %w", err)
+			return "", time.Time{}, fmt.Errorf("coordinator: seal credential: %w", err)
 		}
 		rec.CheckedAt = now
 	}
 	if _, err := s.store.RecordToken(ctx, rec); err != nil {
-		return "", fmt.Errorf("coordinator: record token: %w", err)
+		return "", time.Time{}, fmt.Errorf("coordinator: record token: %w", err)
 	}
-	return token, nil
+	return token, c.ExpiresAt, nil
 }
 
 func toAPIToken(t store.Token, current string) api.Token {

@@ -2,6 +2,7 @@ package portal
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -212,7 +213,7 @@ func (p *Portal) lease(w http.ResponseWriter, r *http.Request, v *view) {
 		p.apiFail(w, r, v, err)
 		return
 	}
-	pg := page{Title: "Lease " + cmpOr(l.Slug, l.ID), Data: leaseData{Lease: l, Runs: runs, Mine: l.Owner == v.who.Owner && l.Org == v.who.Org}}
+	pg := page{Title: "Lease " + cmp.Or(l.Slug, l.ID), Data: leaseData{Lease: l, Runs: runs, Mine: l.Owner == v.who.Owner && l.Org == v.who.Org}}
 	if done := r.URL.Query().Get("done"); done != "" {
 		pg.Flash = "Lease " + done + "."
 	}
@@ -471,13 +472,6 @@ func (p *Portal) revokeSessionToken(r *http.Request, s session) {
 	if err != nil && status(err) != http.StatusUnauthorized {
 		p.log.Warn("portal sign-out: revoke the session's token", "err", err)
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // ago says how long before now t was, coarsely.
