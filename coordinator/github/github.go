@@ -29,10 +29,10 @@ const (
 	DefaultAPIURL = "https://api.github.com"
 )
 
-// Scopes are the OAuth scopes a sign-in asks for: read:org lets the
+// Scope is the OAuth scope a sign-in asks for: read:org lets the
 // coordinator read the user's org and team memberships (GET /user needs
 // none).
-var Scopes = []string{"read:org"}
+const Scope = "read:org"
 
 // Config says which GitHub OAuth app signs users in and who may.
 type Config struct {
@@ -107,7 +107,7 @@ func New(cfg Config) (*Client, error) {
 		oauth: &oauth2.Config{
 			ClientID:     cfg.ClientID,
 			ClientSecret: cfg.ClientSecret,
-			Scopes:       Scopes,
+			Scopes:       []string{Scope},
 			Endpoint: oauth2.Endpoint{
 				AuthURL:       w + "/login/oauth/authorize",
 				TokenURL:      w + "/login/oauth/access_token",
