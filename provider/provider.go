@@ -17,6 +17,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,10 @@ const (
 	FeatureDoctor Feature = "doctor"
 	// FeaturePTY: interactive shells with a terminal.
 	FeaturePTY Feature = "pty"
+	// FeatureFiles: a delegated backend that writes and reads files in its
+	// sandboxes (a DelegatedFileBackend), so the library syncs into them
+	// and sends only what changed on reuse.
+	FeatureFiles Feature = "files"
 )
 
 // CoordinatorSupport says whether a coordinator can broker the provider's leases.
@@ -263,15 +268,60 @@ type SSHLeaseBackend interface {
 	ReleaseLease(ctx context.Context, req ReleaseRequest) error
 }
 
-// DelegatedRunBackend owns execution: the provider syncs and runs itself.
+// DelegatedRunBackend owns a sandbox service's lease lifecycle and runs
+// commands in its sandboxes; there is no SSH. What is synced and how stays
+// with the library: a backend that also implements DelegatedFileBackend
+// receives the checkout from the library through its file API, one that
+// does not syncs req.Root itself on each run.
+//
 // The io.Closer duty of Backend applies to it too.
+//
+// Errors: Status of an unknown or ended lease must return an error for
+// which errors.Is(err, ErrNotFound) holds. Stop of a lease that is already
+// gone must succeed.
 type DelegatedRunBackend interface {
 	Backend
+	// Warmup creates a sandbox for req.LeaseID, marked with the lease ID,
+	// slug and labels (the provider's metadata or labels), expiring at the
+	// provider where it can (req.TTL, req.IdleTimeout). The returned view's
+	// ID is req.LeaseID. On error it removes whatever it created.
 	Warmup(ctx context.Context, req WarmupRequest) (LeaseView, error)
+	// Run runs one command in the lease's sandbox, copies its output to
+	// req.Stdout and req.Stderr as it arrives, and returns its exit code
+	// exactly (a command ended by signal N reports 128+N). When ctx ends,
+	// Run ends the remote command (and what it started) before returning
+	// ctx's error. A non-nil error means the command's outcome is unknown.
 	Run(ctx context.Context, req DelegatedRunRequest) (DelegatedRunResult, error)
+	// List returns the provider's crabbox leases (those it marked at
+	// Warmup), whoever made them.
 	List(ctx context.Context, req ListRequest) ([]LeaseView, error)
 	Status(ctx context.Context, req StatusRequest) (LeaseView, error)
+	// Stop ends the lease's sandbox and everything in it.
 	Stop(ctx context.Context, req StopRequest) error
+}
+
+// DelegatedFileBackend is a delegated backend whose sandboxes take and give
+// files: the library syncs the checkout through it (an archive and a
+// manifest it keeps in the sandbox) and brings files home through it.
+// Backends that implement it declare FeatureFiles.
+type DelegatedFileBackend interface {
+	DelegatedRunBackend
+	// WriteFile creates or replaces req.Path with req.Body, creating its
+	// parent directories; req.Mode's permission bits apply.
+	WriteFile(ctx context.Context, req WriteFileRequest) error
+	// ReadFile opens req.Path for reading; the caller closes it. A path that
+	// does not exist returns an error for which errors.Is(err, ErrNotFound)
+	// holds.
+	ReadFile(ctx context.Context, req ReadFileRequest) (io.ReadCloser, error)
+}
+
+// DelegatedTouchBackend moves a delegated lease's expiry at the provider
+// (a sandbox timeout) when the library records activity on it.
+type DelegatedTouchBackend interface {
+	DelegatedRunBackend
+	// Touch makes the sandbox live until at least req.ExpiresAt and returns
+	// the lease as the provider now sees it.
+	Touch(ctx context.Context, req DelegatedTouchRequest) (LeaseView, error)
 }
 
 // CleanupBackend removes expired boxes that provably belong to the caller.

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"io"
+	"io/fs"
 	"time"
 )
 
@@ -109,6 +110,12 @@ type LeaseView struct {
 	Labels    map[string]string
 	CreatedAt time.Time
 	ExpiresAt time.Time
+	// WorkRoot is, for a delegated backend with files, the absolute
+	// slash-separated directory in the sandbox under which the library
+	// keeps checkouts (<WorkRoot>/<repo>) and its sync state. Empty means
+	// the provider's default is unknown; the library then uses "crabbox"
+	// under the sandbox user's home, which Run's Dir makes absolute.
+	WorkRoot string
 }
 
 // WarmupRequest prepares a delegated lease.
@@ -117,7 +124,10 @@ type WarmupRequest struct {
 	Slug        string
 	TTL         time.Duration
 	IdleTimeout time.Duration
-	Labels      map[string]string
+	// ExpiresAt is min(now+TTL, now+IdleTimeout): when the sandbox should
+	// end by itself unless it is touched.
+	ExpiresAt time.Time
+	Labels    map[string]string
 }
 
 // DelegatedRunRequest runs a command on a delegated backend.
@@ -125,8 +135,14 @@ type DelegatedRunRequest struct {
 	LeaseID string
 	Command []string
 	Env     map[string]string
+	// Dir is the absolute slash-separated directory in the sandbox to run
+	// in, set when the library synced the checkout there (a
+	// DelegatedFileBackend). Empty means the backend syncs Root itself and
+	// runs in Workdir, relative to its copy of the checkout.
+	Dir string
 	// Workdir is the slash-separated directory, relative to the checkout,
-	// to run in; Root is the local checkout the provider syncs first.
+	// to run in; Root is the local checkout. Both are set only for backends
+	// without files, which sync Root themselves.
 	Workdir string
 	Root    string
 	Stdout  io.Writer
@@ -136,6 +152,31 @@ type DelegatedRunRequest struct {
 // DelegatedRunResult is the outcome of a delegated run.
 type DelegatedRunResult struct {
 	ExitCode int
+}
+
+// WriteFileRequest writes one file into a delegated lease's sandbox.
+type WriteFileRequest struct {
+	LeaseID string
+	// Path is absolute and slash-separated.
+	Path string
+	Mode fs.FileMode
+	Body io.Reader
+	// Size is Body's length in bytes, or -1 when unknown.
+	Size int64
+}
+
+// ReadFileRequest reads one file from a delegated lease's sandbox.
+type ReadFileRequest struct {
+	LeaseID string
+	// Path is absolute and slash-separated.
+	Path string
+}
+
+// DelegatedTouchRequest extends a delegated lease at the provider.
+type DelegatedTouchRequest struct {
+	ID        string
+	Now       time.Time
+	ExpiresAt time.Time
 }
 
 // StatusRequest asks for one delegated lease.
