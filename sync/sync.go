@@ -103,6 +103,13 @@ type Options struct {
 	// files of initialised submodules are synced. See FileSet.
 	RefuseOutsideLinks bool
 	SkipSubmodules     bool
+	// Changes, if set with a CacheFile, is asked before the checkout is
+	// listed. When its token is the one the last listing was made under
+	// (and nothing else that decides the file set changed), Prepare takes
+	// that listing's fingerprint and lists nothing: an untouched checkout
+	// costs the same whatever its size. Checksum and FullResync list
+	// always.
+	Changes ChangeClock
 
 	// lockTries bounds the waits for another push's lock on the box; zero
 	// means defaultLockTries (tests shorten it).
@@ -197,6 +204,13 @@ type Prepared struct {
 	// the session: from the listing file, or from local once every
 	// hash is known. Empty means the box's state decides what to send.
 	fp string
+	// clock is the change clock's state to save once fp is known;
+	// unlisted is set when fp came from the clock file and the checkout
+	// was not listed (files stays nil until list), total is then the
+	// number of files.
+	clock    *clockState
+	unlisted bool
+	total    int
 	// local is the manifest, nil when fp came from the listing file;
 	// misses are the indexes of its regular files whose hash is not
 	// known yet.
@@ -238,24 +252,25 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 			return fail(err)
 		}
 	}
-	setOpts := FileSetOptions{Exclude: opts.Exclude, RefuseOutsideLinks: opts.RefuseOutsideLinks, Warn: opts.Warn, SkipSubmodules: opts.SkipSubmodules}
-	if opts.CacheFile != "" {
-		setOpts.untrackedCache = opts.CacheFile + untrackedSuffix
+	if opts.Changes != nil && opts.CacheFile != "" && !opts.Checksum && !opts.FullResync {
+		if st, ok := p.unchanged(ctx); ok {
+			p.fp, p.total, p.unlisted = st.fp, st.files, true
+			if st.warning != "" && opts.Warn != nil {
+				opts.Warn(st.warning)
+			}
+			return p, nil
+		}
 	}
-	files, stamps, _, err := listFiles(ctx, opts.Root, runtime.GOOS == "windows", setOpts)
-	if err != nil {
-		return fail(fmt.Errorf("list files of %s: %w", opts.Root, err))
-	}
-	if err := checkLimits(opts, files); err != nil {
+	if err := p.list(ctx); err != nil {
 		return fail(err)
 	}
-	p.files, p.listed = files, stamps
 	if opts.CacheFile != "" {
-		p.digest = listingDigest(files, stamps)
+		p.digest = listingDigest(p.files, p.listed)
 		// Checksum compares content: neither the listing nor the hash
 		// cache, which trust the files' stamps, may vouch for it.
 		if !opts.Checksum {
 			if p.fp = readListing(opts.CacheFile, p.digest); p.fp != "" {
+				p.saveClock()
 				return p, nil
 			}
 		}
@@ -271,8 +286,77 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 		}
 		// Saved by Push, once the box has answered.
 		p.fp = fingerprint(p.local)
+		p.saveClock()
 	}
 	return p, nil
+}
+
+// list lists the file set and checks it against the guardrails.
+func (p *Prepared) list(ctx context.Context) error {
+	opts := p.opts
+	setOpts := FileSetOptions{Exclude: opts.Exclude, RefuseOutsideLinks: opts.RefuseOutsideLinks, SkipSubmodules: opts.SkipSubmodules}
+	setOpts.Warn = func(s string) {
+		if p.clock != nil {
+			p.clock.warning = s
+		}
+		if opts.Warn != nil {
+			opts.Warn(s)
+		}
+	}
+	if opts.CacheFile != "" {
+		setOpts.untrackedCache = opts.CacheFile + untrackedSuffix
+	}
+	files, stamps, _, err := listFiles(ctx, opts.Root, runtime.GOOS == "windows", setOpts)
+	if err != nil {
+		return fmt.Errorf("list files of %s: %w", opts.Root, err)
+	}
+	if err := checkLimits(opts, files); err != nil {
+		return err
+	}
+	p.files, p.listed, p.total, p.unlisted = files, stamps, len(files), false
+	return nil
+}
+
+// unchanged asks the change clock and returns what the last listing found
+// when nothing changed since it was made. Otherwise it keeps the token
+// for saveClock.
+func (p *Prepared) unchanged(ctx context.Context) (clockState, bool) {
+	token, err := p.opts.Changes.Clock(ctx)
+	if err != nil || token == "" || strings.ContainsAny(token, " \t\n") {
+		return clockState{}, false
+	}
+	m, err := newMatcher(p.opts.Root, p.opts.Exclude)
+	if err != nil {
+		return clockState{}, false
+	}
+	saved, ok := readClock(p.opts.CacheFile)
+	excludesFile := saved.excludesFile
+	if !ok {
+		if excludesFile, err = resolveExcludesFile(ctx, p.opts.Root); err != nil {
+			return clockState{}, false
+		}
+	}
+	key, ok := clockKey(p.opts.Root, excludesFile, p.opts, m.source)
+	if !ok {
+		return clockState{}, false
+	}
+	if saved.token == token && saved.key == key {
+		return saved, true
+	}
+	p.clock = &clockState{token: token, key: key, excludesFile: excludesFile}
+	return clockState{}, false
+}
+
+// saveClock saves the change clock's token with the fingerprint of the
+// listing made after it, once.
+func (p *Prepared) saveClock() {
+	if p.clock == nil || p.fp == "" || p.unlisted {
+		return
+	}
+	st := *p.clock
+	st.fp, st.files = p.fp, len(p.files)
+	p.clock = nil
+	p.warn(writeClock(p.opts.CacheFile, st))
 }
 
 func checkRemoteDir(dir string) error {
@@ -358,6 +442,9 @@ func (p *Prepared) Holds(dir string) bool {
 	if dir == "." || dir == "" {
 		return true
 	}
+	if p.unlisted && p.list(context.Background()) != nil {
+		return true // unknown: do not claim the sync left dir out
+	}
 	for _, f := range p.files {
 		if strings.HasPrefix(f.Path, dir+"/") {
 			return true
@@ -369,7 +456,7 @@ func (p *Prepared) Holds(dir string) bool {
 // Unchanged returns the Stats of a push that found the box up to date,
 // for a caller whose UnchangedCheck held on the box.
 func (p *Prepared) Unchanged() Stats {
-	return Stats{Total: len(p.files), Hashed: p.hashed, Skipped: true, Plan: p.took, Duration: p.took}
+	return Stats{Total: p.total, Hashed: p.hashed, Skipped: true, Plan: p.took, Duration: p.took}
 }
 
 // hash reads and hashes the manifest's entries idx, which must be misses.
@@ -426,6 +513,10 @@ func (p *Prepared) remember(fp string) {
 	if p.digest != "" && !p.cache.racyIn(p.stamps) {
 		p.warn(writeListing(p.opts.CacheFile, p.digest, fp))
 	}
+	if p.fp == "" {
+		p.fp = fp
+		p.saveClock()
+	}
 }
 
 // warn reports a failure to save one of the local caches, which only
@@ -440,10 +531,17 @@ func (p *Prepared) warn(err error) {
 // Push.
 func (p *Prepared) Push(ctx context.Context, client *ssh.Client) (Stats, error) {
 	start := time.Now()
-	stats := Stats{Total: len(p.files)}
 	if err := checkRemoteDir(p.opts.RemoteDir); err != nil {
-		return stats, fmt.Errorf("sync %s: %w", p.opts.Root, err)
+		return Stats{Total: p.total}, fmt.Errorf("sync %s: %w", p.opts.Root, err)
 	}
+	if p.unlisted {
+		// The change clock vouched for the fingerprint, but the box
+		// differs: what to send needs the listing after all.
+		if err := p.list(ctx); err != nil {
+			return Stats{Total: p.total}, fmt.Errorf("sync %s to %s: %w", p.opts.Root, p.opts.RemoteDir, err)
+		}
+	}
+	stats := Stats{Total: len(p.files)}
 	s := &session{prep: p, opts: p.opts, stats: &stats, planStart: start, prepared: p.took}
 	err := s.run(ctx, client)
 	if err == nil && stats.Skipped && p.local != nil {

@@ -1,0 +1,133 @@
+// Package watch keeps a change clock for a git checkout, so that a sync
+// of a checkout nobody touched costs neither a git listing nor a stat per
+// file.
+//
+// A watcher (Serve, a long-lived process of its own) watches every
+// directory of the checkout and the few files of its .git directory that
+// decide what a sync lists (the index, the config, info/exclude). Its
+// clock is a token that changes whenever any of them may have changed.
+// A caller asks for the clock (Client.Clock) before it lists the
+// checkout and keeps the token with what it learned from the listing (a
+// fingerprint, say); when a later ask returns the same token, nothing
+// changed since, and what it learned still holds.
+//
+// An answer is exact, not eventual: before it answers, the watcher writes
+// a cookie file into .git and waits until the kernel tells it of that
+// file, so every change made before the question was asked has been seen.
+//
+// The clock is coarse on purpose: any change anywhere in the checkout,
+// ignored files included, moves it. It never says "unchanged" wrongly;
+// at worst a caller lists the checkout as it would without a watcher.
+//
+// Watching needs Linux's inotify; elsewhere Serve returns
+// ErrUnsupported and callers keep listing. Checkouts whose .git is not a
+// directory (worktrees) and checkouts with submodules are not watched
+// either.
+package watch
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ErrUnsupported is returned by Serve for a checkout or a platform it
+// cannot watch.
+var ErrUnsupported = errors.New("cannot watch")
+
+// ErrNoWatcher is returned by Client.Clock when no watcher answers on the
+// socket.
+var ErrNoWatcher = errors.New("no watcher")
+
+// ServeOptions adjust Serve.
+type ServeOptions struct {
+	// Idle ends Serve after this long without a question; zero means
+	// DefaultIdle.
+	Idle time.Duration
+	// MaxDirs bounds the directories watched (each costs one of the
+	// user's inotify watches); zero means DefaultMaxDirs. A checkout with
+	// more is not watched.
+	MaxDirs int
+	// Check is how often Serve makes sure its socket is still its own
+	// (a removed or replaced socket ends it); zero means 10 seconds.
+	Check time.Duration
+}
+
+const (
+	// DefaultIdle is how long a watcher lives without a question.
+	DefaultIdle = 30 * time.Minute
+	// DefaultMaxDirs is the default bound of watched directories.
+	DefaultMaxDirs = 100_000
+)
+
+// SocketPath is where the watcher of root listens: a name under dir
+// derived from root, short enough for a Unix socket's address.
+func SocketPath(dir, root string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(root)))
+	return filepath.Join(dir, hex.EncodeToString(sum[:8])+".sock")
+}
+
+// Client asks the watcher listening on Socket.
+type Client struct {
+	Socket string
+	// Timeout bounds one question; zero means 2 seconds.
+	Timeout time.Duration
+}
+
+// Clock returns the watcher's current token. An error for which
+// errors.Is(err, ErrNoWatcher) holds means nobody listens on the socket.
+func (c Client) Clock(ctx context.Context) (string, error) {
+	reply, err := c.ask(ctx, "clock")
+	if err != nil {
+		return "", err
+	}
+	if reply == "" || strings.ContainsAny(reply, " \t") {
+		return "", fmt.Errorf("watcher on %s: malformed clock %q", c.Socket, reply)
+	}
+	return reply, nil
+}
+
+// Stop asks the watcher to end.
+func (c Client) Stop(ctx context.Context) error {
+	_, err := c.ask(ctx, "stop")
+	return err
+}
+
+// ask sends one question and reads the one-line answer: "ok REPLY" or
+// "err MESSAGE".
+func (c Client) ask(ctx context.Context, question string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(c.Timeout, 2*time.Second))
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.Socket)
+	if err != nil {
+		return "", fmt.Errorf("%w on %s: %w", ErrNoWatcher, c.Socket, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := conn.Write([]byte(question + "\n")); err != nil {
+		return "", fmt.Errorf("watcher on %s: %w", c.Socket, err)
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("watcher on %s: no answer: %w", c.Socket, err)
+	}
+	status, reply, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+	switch status {
+	case "ok":
+		return reply, nil
+	case "err":
+		return "", fmt.Errorf("watcher on %s: %s", c.Socket, reply)
+	}
+	return "", fmt.Errorf("watcher on %s: malformed answer %q", c.Socket, line)
+}
