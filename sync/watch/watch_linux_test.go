@@ -178,6 +178,7 @@ func TestServeEnds(t *testing.T) {
 	})
 	t.Run("socket removed", func(t *testing.T) {
 		c, wait := serve(t, checkout(t), ServeOptions{Check: time.Millisecond})
+		clock(t, c) // serving
 		if err := os.Remove(c.Socket); err != nil {
 			t.Fatal(err)
 		}
