@@ -120,9 +120,9 @@ func Serve(ctx context.Context, root string, ln net.Listener, opts ServeOptions)
 			}
 			for _, name := range cookies {
 				if c, ok := pending[name]; ok {
-					reply(c, "ok "+w.id+":"+strconv.FormatUint(w.gen, 10))
-					delete(pending, name)
 					os.Remove(filepath.Join(git, name))
+					delete(pending, name)
+					reply(c, "ok "+w.id+":"+strconv.FormatUint(w.gen, 10))
 				}
 			}
 		}
