@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	gosync "sync"
 	"time"
 	"unsafe"
 
@@ -56,21 +57,30 @@ func Serve(ctx context.Context, root string, ln net.Listener, opts ServeOptions)
 	if _, err := os.Lstat(filepath.Join(root, ".gitmodules")); err == nil {
 		return fmt.Errorf("%w %s: it has submodules", ErrUnsupported, root)
 	}
-	w, err := newWatcher(root, cmp.Or(opts.MaxDirs, DefaultMaxDirs))
-	if err != nil {
-		return err
-	}
-	defer w.close()
 	sock, err := socketStamp(ln)
 	if err != nil {
 		return err
 	}
+	w, err := newWatcher(root, cmp.Or(opts.MaxDirs, DefaultMaxDirs))
+	if err != nil {
+		return err
+	}
 
+	// The reader and the connections' goroutines end with quit, and
+	// Serve returns only once they have.
+	quit, stop := context.WithCancel(context.Background())
+	var wg gosync.WaitGroup
+	defer func() {
+		stop()
+		w.close()
+		ln.Close()
+		wg.Wait()
+	}()
 	events := make(chan []byte)
 	readErr := make(chan error, 1)
-	go func() { readErr <- w.read(events) }()
+	wg.Go(func() { readErr <- w.read(quit, events) })
 	questions := make(chan question)
-	go accept(ln, questions)
+	wg.Go(func() { accept(quit, &wg, ln, questions) })
 
 	idle := time.NewTimer(cmp.Or(opts.Idle, DefaultIdle))
 	defer idle.Stop()
@@ -138,21 +148,26 @@ type question struct {
 }
 
 // accept reads one question from each connection until ln is closed.
-func accept(ln net.Listener, questions chan<- question) {
+func accept(quit context.Context, wg *gosync.WaitGroup, ln net.Listener, questions chan<- question) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		go func() {
+		wg.Go(func() {
+			defer context.AfterFunc(quit, func() { c.Close() })()
 			c.SetDeadline(time.Now().Add(5 * time.Second))
 			line, err := bufio.NewReader(c).ReadString('\n')
 			if err != nil {
 				c.Close()
 				return
 			}
-			questions <- question{c, strings.TrimSpace(line)}
-		}()
+			select {
+			case questions <- question{c, strings.TrimSpace(line)}:
+			case <-quit.Done():
+				c.Close()
+			}
+		})
 	}
 }
 
@@ -271,8 +286,8 @@ func (w *watcher) dropTree(dir string) {
 }
 
 // read sends each buffer of events it reads until the instance is
-// closed.
-func (w *watcher) read(events chan<- []byte) error {
+// closed or quit ends.
+func (w *watcher) read(quit context.Context, events chan<- []byte) error {
 	for {
 		buf := make([]byte, 64<<10)
 		n, err := w.file.Read(buf)
@@ -282,7 +297,11 @@ func (w *watcher) read(events chan<- []byte) error {
 			}
 			return fmt.Errorf("watch %s: read events: %w", w.root, err)
 		}
-		events <- buf[:n]
+		select {
+		case events <- buf[:n]:
+		case <-quit.Done():
+			return nil
+		}
 	}
 }
 
