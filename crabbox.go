@@ -18,6 +18,7 @@
 package crabbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -70,6 +71,8 @@ type Client struct {
 
 	// syncLimits, if set, replaces the sync guardrails' defaults (tests).
 	syncLimits *sync.Limits
+	// startWatch starts a checkout's change watcher (WithChangeWatch).
+	startWatch func(ctx context.Context, root, socket string) error
 }
 
 // Option configures a Client.
@@ -84,6 +87,7 @@ type options struct {
 	provider    string
 	configs     map[string]provider.Config
 	broker      brokerOptions
+	startWatch  func(ctx context.Context, root, socket string) error
 }
 
 // WithProvider selects the provider for new leases (default "local").
@@ -135,6 +139,20 @@ func WithRegistry(r *provider.Registry) Option {
 // and logging; unset fields get real defaults.
 func WithRuntime(rt provider.Runtime) Option { return func(o *options) { o.rt = rt } }
 
+// WithChangeWatch lets a sync of a checkout nobody touched skip listing it,
+// whatever its size (see sync.Options.Changes and package sync/watch). A
+// sync asks the checkout's watcher, listening on a Unix socket under the
+// state directory; when none answers (and the checkout was not refused
+// within watch.RetryRefused), start(ctx, root, socket) is called to start
+// one, for instance by running watch.ListenAndServe in a process or
+// goroutine that outlives the sync. start must not wait for the watcher:
+// that sync lists the checkout as usual, and the next one asks. Only
+// Linux has watchers (watch.Supported); elsewhere the option does
+// nothing. The crabbox command starts `crabbox watch` processes.
+func WithChangeWatch(start func(ctx context.Context, root, socket string) error) Option {
+	return func(o *options) { o.startWatch = start }
+}
+
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.rt.Logger = l } }
 
@@ -171,7 +189,7 @@ func New(opts ...Option) (*Client, error) {
 	c := &Client{
 		registry: o.registry, ownRegistry: o.ownRegistry, store: store, rt: rt, log: rt.Logger,
 		provider: o.provider, configs: o.configs, backends: map[string]provider.Backend{},
-		held: map[*Lease]struct{}{},
+		held: map[*Lease]struct{}{}, startWatch: o.startWatch,
 	}
 	if err := c.setupBroker(o.broker); err != nil {
 		return nil, err

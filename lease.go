@@ -25,6 +25,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run"
 	"github.com/crabbox-dev/crabbox/sync"
+	"github.com/crabbox-dev/crabbox/sync/watch"
 )
 
 // AcquireOptions shape a new lease.
@@ -543,7 +544,7 @@ func (c *Client) prepareSync(ctx context.Context, root string, opts SyncOptions)
 		return nil, fmt.Errorf("sync %s: %w", root, err)
 	}
 	return sync.Prepare(ctx, sync.Options{
-		Root: abs, Progress: opts.Progress,
+		Root: abs, Progress: opts.Progress, Changes: c.changeClock(abs),
 		Checksum: opts.Checksum, FullResync: opts.FullResync, Force: opts.ForceLarge, Warn: opts.Warn,
 		CacheFile: c.hashCache(abs), Exclude: opts.Exclude, Limits: c.syncLimits,
 		RefuseOutsideLinks: opts.RefuseOutsideLinks, SkipSubmodules: opts.SkipSubmodules,
@@ -595,6 +596,33 @@ func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 		_ = l.keep.UsedSync(ctx) // a failure is logged; the result stands
 	}
 	return res, nil
+}
+
+// changeClock is the change clock of the checkout at root, or nil without
+// WithChangeWatch.
+func (c *Client) changeClock(root string) sync.ChangeClock {
+	if c.startWatch == nil || !watch.Supported() {
+		return nil
+	}
+	return &watchClock{c: c, root: root, client: watch.Client{Socket: watch.SocketPath(filepath.Join(c.store.Dir(), "watch"), root)}}
+}
+
+// watchClock asks a checkout's watcher, and starts one when none answers.
+type watchClock struct {
+	c      *Client
+	root   string
+	client watch.Client
+}
+
+func (w *watchClock) Clock(ctx context.Context) (string, error) {
+	token, err := w.client.Clock(ctx)
+	if !errors.Is(err, watch.ErrNoWatcher) || watch.Refused(w.client.Socket, w.c.rt.Clock.Now()) != "" {
+		return token, err
+	}
+	if serr := w.c.startWatch(ctx, w.root, w.client.Socket); serr != nil {
+		w.c.log.Debug("start change watcher", "root", w.root, "err", serr)
+	}
+	return "", err
 }
 
 // hashCache is the file caching content hashes of the checkout at root, so

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 		registerTestProviders()
 		main() // exits
 	}
+	// No test starts a change watcher unless it asks for one: in-process
+	// runs would start this test binary as one.
+	os.Setenv(envSyncWatch, "0")
 	testenv.Main(m, nil, testsshd.Tests)
 }
 

@@ -33,10 +33,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/crabbox-dev/crabbox/internal/atomicfile"
 )
 
 // ErrUnsupported is returned by Serve for a checkout or a platform it
@@ -59,6 +66,9 @@ type ServeOptions struct {
 	// Check is how often Serve makes sure its socket is still its own
 	// (a removed or replaced socket ends it); zero means 10 seconds.
 	Check time.Duration
+	// Ready, if set, is called once the checkout is watched and questions
+	// are answered.
+	Ready func()
 }
 
 const (
@@ -130,4 +140,62 @@ func (c Client) ask(ctx context.Context, question string) (string, error) {
 		return "", fmt.Errorf("watcher on %s: %s", c.Socket, reply)
 	}
 	return "", fmt.Errorf("watcher on %s: malformed answer %q", c.Socket, line)
+}
+
+// Supported reports whether Serve can watch checkouts on this platform.
+func Supported() bool { return runtime.GOOS == "linux" }
+
+// refusedSuffix names the file, next to a socket, in which ListenAndServe
+// notes why it does not watch a checkout.
+const refusedSuffix = ".refused"
+
+// RetryRefused is how long a checkout that could not be watched is not
+// tried again.
+const RetryRefused = time.Hour
+
+// Refused reports why the watcher of socket's checkout refused to watch
+// it within RetryRefused of now, or "" when a watcher may be started.
+func Refused(socket string, now time.Time) string {
+	fi, err := os.Stat(socket + refusedSuffix)
+	if err != nil || now.Sub(fi.ModTime()) > RetryRefused {
+		return ""
+	}
+	data, err := os.ReadFile(socket + refusedSuffix)
+	if err != nil || len(data) == 0 {
+		return "unknown reason"
+	}
+	return string(data)
+}
+
+// ListenAndServe serves the checkout at root on the Unix socket (see
+// Serve), unless another watcher already serves it there: a lock next to
+// the socket decides, and a stale socket left by a watcher that died is
+// replaced. When the checkout cannot be watched (ErrUnsupported), the
+// reason is noted for Refused and the error returned.
+func ListenAndServe(ctx context.Context, root, socket string, opts ServeOptions) error {
+	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+		return fmt.Errorf("watch %s: %w", root, err)
+	}
+	lock := flock.New(socket + ".lock")
+	locked, err := lock.TryLock()
+	if err != nil {
+		return fmt.Errorf("watch %s: lock: %w", root, err)
+	}
+	if !locked {
+		return nil // another watcher serves it
+	}
+	defer lock.Unlock()
+	if err := os.Remove(socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("watch %s: remove stale socket: %w", root, err)
+	}
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", root, err)
+	}
+	err = Serve(ctx, root, ln, opts)
+	os.Remove(socket)
+	if errors.Is(err, ErrUnsupported) {
+		atomicfile.WriteCache(socket+refusedSuffix, []byte(err.Error()))
+	}
+	return err
 }
