@@ -69,8 +69,8 @@ func TestPrepareChangeClock(t *testing.T) {
 	if !p.Holds("src") || p.Holds("missing") {
 		t.Error("Holds of an unlisted Prepare: wrong answer")
 	}
-	if st := push(t, client, opts); !st.Skipped || st.Total != 4 {
-		t.Errorf("push under an unmoved clock: %+v, want skipped, total 4", st)
+	if st := push(t, client, opts); !st.Skipped || !st.Unlisted || st.Total != 4 {
+		t.Errorf("push under an unmoved clock: %+v, want skipped and unlisted, total 4", st)
 	}
 
 	// An edit moves the clock: it is listed and sent.
@@ -139,8 +139,8 @@ func TestPushUnlistedToADifferentBox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Skipped || st.Sent != 4 {
-		t.Errorf("push to an empty box: %+v, want 4 files sent", st)
+	if st.Skipped || st.Unlisted || st.Sent != 4 {
+		t.Errorf("push to an empty box: %+v, want 4 files listed and sent", st)
 	}
 	sameTree(t, root, other.RemoteDir)
 }

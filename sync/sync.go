@@ -149,6 +149,9 @@ type Stats struct {
 	// Skipped reports that the box already held the file set (equal
 	// fingerprints) and nothing was transferred.
 	Skipped bool
+	// Unlisted reports that the change clock (Options.Changes) vouched
+	// for the file set, so the checkout was not listed.
+	Unlisted bool
 	// Plan is the time to list and hash the file set, read the box's
 	// state (waiting for another push's lock) and decide what to send; Transfer the time to stream the
 	// archive; Apply the time the box took after the stream to finish
@@ -456,7 +459,7 @@ func (p *Prepared) Holds(dir string) bool {
 // Unchanged returns the Stats of a push that found the box up to date,
 // for a caller whose UnchangedCheck held on the box.
 func (p *Prepared) Unchanged() Stats {
-	return Stats{Total: p.total, Hashed: p.hashed, Skipped: true, Plan: p.took, Duration: p.took}
+	return Stats{Total: p.total, Hashed: p.hashed, Skipped: true, Unlisted: p.unlisted, Plan: p.took, Duration: p.took}
 }
 
 // hash reads and hashes the manifest's entries idx, which must be misses.
@@ -478,6 +481,13 @@ func (p *Prepared) hash(ctx context.Context, idx []int) error {
 // be equal to its trusted entry on the box; the others, which are sent,
 // are hashed as they are sent.
 func (p *Prepared) manifest(ctx context.Context, box *boxState) ([]Entry, error) {
+	if p.unlisted {
+		// The change clock vouched for the fingerprint, but the box
+		// differs: what to send needs the listing after all.
+		if err := p.list(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if p.local == nil {
 		// Only the fingerprint was known, and the box differs.
 		p.loadCache()
@@ -534,14 +544,7 @@ func (p *Prepared) Push(ctx context.Context, client *ssh.Client) (Stats, error) 
 	if err := checkRemoteDir(p.opts.RemoteDir); err != nil {
 		return Stats{Total: p.total}, fmt.Errorf("sync %s: %w", p.opts.Root, err)
 	}
-	if p.unlisted {
-		// The change clock vouched for the fingerprint, but the box
-		// differs: what to send needs the listing after all.
-		if err := p.list(ctx); err != nil {
-			return Stats{Total: p.total}, fmt.Errorf("sync %s to %s: %w", p.opts.Root, p.opts.RemoteDir, err)
-		}
-	}
-	stats := Stats{Total: len(p.files)}
+	stats := Stats{Total: p.total}
 	s := &session{prep: p, opts: p.opts, stats: &stats, planStart: start, prepared: p.took}
 	err := s.run(ctx, client)
 	if err == nil && stats.Skipped && p.local != nil {
@@ -549,7 +552,7 @@ func (p *Prepared) Push(ctx context.Context, client *ssh.Client) (Stats, error) 
 		// manifest: remember what was hashed to learn that.
 		p.remember(p.fp)
 	}
-	stats.Hashed = p.hashed
+	stats.Hashed, stats.Unlisted, stats.Total = p.hashed, p.unlisted, p.total
 	stats.Duration = s.prepared + time.Since(start)
 	if err != nil {
 		return stats, fmt.Errorf("sync %s to %s: %w", p.opts.Root, p.opts.RemoteDir, err)
