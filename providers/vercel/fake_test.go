@@ -56,6 +56,7 @@ type fault struct {
 	status int    // HTTP status of the failure; 500 when zero
 	after  bool   // do the operation first, then fail (the answer is lost)
 	drop   bool   // do the operation, then cut the connection without an answer
+	cut    bool   // cut the connection without doing the operation (a broken stream)
 	hang   bool   // do the operation, then block until the client gives up
 	onHang func() // called when a hang starts
 	times  int    // 0: every time
@@ -272,6 +273,10 @@ func (f *fakeVercel) wrap(op string, h func(http.ResponseWriter, *http.Request))
 			h(w, r)
 			return
 		}
+		if ft.cut {
+			hangUp(w)
+			return
+		}
 		if !ft.after && !ft.drop && !ft.hang {
 			apiError(w, cmpOr(ft.status, http.StatusInternalServerError), "injected", "injected failure of "+op)
 			return
@@ -279,11 +284,7 @@ func (f *fakeVercel) wrap(op string, h func(http.ResponseWriter, *http.Request))
 		h(discard{}, r) // the operation happens, its answer is lost
 		switch {
 		case ft.drop:
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				conn.(*net.TCPConn).SetLinger(0)
-				conn.Close()
-			}
+			hangUp(w)
 		case ft.hang:
 			if ft.onHang != nil {
 				ft.onHang()
@@ -295,6 +296,15 @@ func (f *fakeVercel) wrap(op string, h func(http.ResponseWriter, *http.Request))
 		default:
 			apiError(w, cmpOr(ft.status, http.StatusInternalServerError), "injected", "injected failure after "+op)
 		}
+	}
+}
+
+// hangUp closes the connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		_ = conn.(*net.TCPConn).SetLinger(0)
+		_ = conn.Close()
 	}
 }
 
