@@ -293,3 +293,23 @@ func TestListPages(t *testing.T) {
 		t.Errorf("List = %d leases, %v; want the 105 crabbox made", len(list), err)
 	}
 }
+
+func TestDoctor(t *testing.T) {
+	e := newEnv(t)
+	checks, err := e.b.Doctor(context.Background())
+	if err != nil || len(checks) != 1 || !checks[0].OK || !strings.Contains(checks[0].Detail, testProject) {
+		t.Errorf("Doctor = %+v, %v; want the API check passing for %s", checks, err, testProject)
+	}
+	bad := e.backend(vercel.Config{Token: "not-the-token"})
+	checks, err = bad.Doctor(context.Background())
+	if err != nil || len(checks) != 1 || checks[0].OK || !strings.Contains(checks[0].Detail, "403") {
+		t.Errorf("Doctor with a rejected token = %+v, %v; want a failed check naming 403", checks, err)
+	}
+	checkNoToken(t, "doctor detail", checks[0].Detail)
+	if _, err := bad.List(context.Background(), provider.ListRequest{}); !errors.Is(err, provider.ErrUnauthenticated) {
+		t.Errorf("List with a rejected token: %v, want ErrUnauthenticated", err)
+	}
+	if got := e.fake.Events(); len(got) != 0 {
+		t.Errorf("Doctor changed something: %v", got)
+	}
+}
