@@ -238,8 +238,9 @@ func (b *Backend) Status(ctx context.Context, req provider.StatusRequest) (provi
 	return b.view(got.Sandbox, &got.Session), nil
 }
 
-// List returns every crabbox sandbox of the project, ended ones too (their
-// State says so) until they are stopped or cleaned up.
+// List returns the crabbox sandboxes of the project whose session has not
+// ended (ended ones are gone for Status too; Stop and Cleanup still find
+// them).
 func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.LeaseView, error) {
 	all, err := b.list(ctx)
 	if err != nil {
@@ -247,7 +248,9 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 	}
 	out := make([]provider.LeaseView, 0, len(all))
 	for _, s := range all {
-		out = append(out, b.view(s, nil))
+		if !ended(s.Status) {
+			out = append(out, b.view(s, nil))
+		}
 	}
 	return out, nil
 }

@@ -44,15 +44,18 @@ func (b *Backend) WriteFile(ctx context.Context, req provider.WriteFileRequest) 
 		packed <- err
 	}()
 	err = b.api.writeFiles(ctx, got.Session.ID, pr)
-	pr.CloseWithError(errors.New("request ended")) // unblocks pack if the request stopped reading
-	if perr := <-packed; err == nil && perr != nil {
-		err = perr
+	pr.CloseWithError(errRequestEnded) // unblocks pack if the request stopped reading
+	if perr := <-packed; perr != nil && !errors.Is(perr, errRequestEnded) {
+		err = perr // the body was at fault, not the API
 	}
 	if err != nil {
 		return fmt.Errorf("vercel: write %s on %s: %w", req.Path, req.LeaseID, err)
 	}
 	return nil
 }
+
+// errRequestEnded ends a pack whose request stopped reading its body.
+var errRequestEnded = errors.New("the write request ended")
 
 // pack writes a gzipped tar holding one file.
 func pack(w io.Writer, name string, mode, size int64, body io.Reader) error {
