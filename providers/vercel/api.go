@@ -141,7 +141,6 @@ type (
 	runCommandBody struct {
 		Command string            `json:"command"`
 		Args    []string          `json:"args"`
-		Cwd     string            `json:"cwd,omitempty"`
 		Env     map[string]string `json:"env"`
 		Sudo    bool              `json:"sudo"`
 	}

@@ -37,20 +37,28 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// backend returns a backend for the fake; fields set in c win.
+// backend returns a backend for the fake, logging to the test and e.log.
 func (e *env) backend(c vercel.Config) *vercel.Backend {
 	e.t.Helper()
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(e.t.Output(), e.log), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return newBackend(e.t, e.fake, c, provider.Runtime{Clock: e.clock, Logger: log})
+}
+
+// newBackend returns a backend speaking to the fake; fields set in c win
+// over the fake's token, team, project, endpoint and work root.
+func newBackend(t *testing.T, f *fakeVercel, c vercel.Config, rt provider.Runtime) *vercel.Backend {
+	t.Helper()
 	c.Token = cmpOrString(c.Token, testToken)
 	c.Team = cmpOrString(c.Team, testTeam)
 	c.Project = cmpOrString(c.Project, testProject)
-	c.Endpoint = cmpOrString(c.Endpoint, e.fake.URL)
-	c.WorkRoot = cmpOrString(c.WorkRoot, e.fake.dir+"/work")
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(e.t.Output(), e.log), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	client := e.fake.srv.Client()
+	c.Endpoint = cmpOrString(c.Endpoint, f.URL)
+	c.WorkRoot = cmpOrString(c.WorkRoot, f.dir+"/work")
+	client := *f.srv.Client()
 	client.Timeout = 30 * time.Second
-	b, err := vercel.New(c, provider.Runtime{Clock: e.clock, HTTPClient: client, Logger: log})
+	rt.HTTPClient = &client
+	b, err := vercel.New(c, rt)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return b
 }

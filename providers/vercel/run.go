@@ -10,6 +10,11 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
+// inDirScript runs "$@" in the directory "$1", creating it first: the
+// API's cwd must exist already, Run's Dir need not. exec keeps the
+// command's exit code and signals its own.
+const inDirScript = `mkdir -p -- "$1" && cd -- "$1" && shift && exec "$@"`
+
 // Signal numbers sent by the kill endpoint.
 const (
 	sigTERM = 15
@@ -18,9 +23,10 @@ const (
 
 // Run starts req.Command detached in the lease's sandbox, copies its log
 // stream to req.Stdout and req.Stderr as it arrives and returns the exit
-// code the API reports once the command ends. It runs in req.Dir, or the sandbox's
-// working directory when Dir is empty; the checkout arrives through the
-// file API, so a local Root without Dir is refused. When ctx ends, or the
+// code the API reports once the command ends. It runs in req.Dir (made
+// if missing, through the sandbox's sh), or the sandbox's working
+// directory when Dir is empty; the checkout arrives through the file API,
+// so a local Root without Dir is refused. When ctx ends, or the
 // stream fails, it kills the command (SIGTERM, then SIGKILL after
 // Config.KillGrace) before returning the error.
 func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (provider.DelegatedRunResult, error) {
@@ -45,9 +51,11 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 		env = map[string]string{}
 	}
 	session := got.Session.ID
-	cmd, err := b.api.runCommand(ctx, session, runCommandBody{
-		Command: req.Command[0], Args: req.Command[1:], Cwd: req.Dir, Env: env,
-	})
+	name, args := req.Command[0], req.Command[1:]
+	if req.Dir != "" {
+		name, args = "sh", append([]string{"-c", inDirScript, "crabbox", req.Dir}, req.Command...)
+	}
+	cmd, err := b.api.runCommand(ctx, session, runCommandBody{Command: name, Args: args, Env: env})
 	if err == nil && cmd.ID == "" {
 		err = fmt.Errorf("start command %s: the answer has no command ID", req.Command[0])
 	}

@@ -119,7 +119,7 @@ func TestLifecycle(t *testing.T) {
 	wantEvents := []string{
 		"create " + v.CloudID,
 		"write " + dir + "/bin/hello.sh", "write " + dir + "/note.txt",
-		"cmd " + v.CloudID + " ./bin/hello.sh", "cmd " + v.CloudID + " sh",
+		"cmd " + v.CloudID + " sh", "cmd " + v.CloudID + " sh",
 		"extend " + v.CloudID + " by 1200000ms",
 		"stop " + v.CloudID, "delete " + v.CloudID,
 	}
