@@ -4,6 +4,7 @@ package vercel_test
 
 import (
 	"archive/tar"
+	"cmp"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -278,7 +279,7 @@ func (f *fakeVercel) wrap(op string, h func(http.ResponseWriter, *http.Request))
 			return
 		}
 		if !ft.after && !ft.drop && !ft.hang {
-			apiError(w, cmpOr(ft.status, http.StatusInternalServerError), "injected", "injected failure of "+op)
+			apiError(w, cmp.Or(ft.status, http.StatusInternalServerError), "injected", "injected failure of "+op)
 			return
 		}
 		h(discard{}, r) // the operation happens, its answer is lost
@@ -294,7 +295,7 @@ func (f *fakeVercel) wrap(op string, h func(http.ResponseWriter, *http.Request))
 			case <-f.closing:
 			}
 		default:
-			apiError(w, cmpOr(ft.status, http.StatusInternalServerError), "injected", "injected failure after "+op)
+			apiError(w, cmp.Or(ft.status, http.StatusInternalServerError), "injected", "injected failure after "+op)
 		}
 	}
 }
@@ -306,13 +307,6 @@ func hangUp(w http.ResponseWriter) {
 		_ = conn.(*net.TCPConn).SetLinger(0)
 		_ = conn.Close()
 	}
-}
-
-func cmpOr(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 // discard is a ResponseWriter that drops the answer.
@@ -568,7 +562,7 @@ func (f *fakeVercel) startCmd(w http.ResponseWriter, r *http.Request) {
 	if s == nil {
 		return
 	}
-	cwd := cmpOrString(body.Cwd, s.session.cwd)
+	cwd := cmp.Or(body.Cwd, s.session.cwd)
 	if _, err := f.confine(cwd); err != nil {
 		apiError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
@@ -607,13 +601,6 @@ func (f *fakeVercel) startCmd(w http.ResponseWriter, r *http.Request) {
 	}
 	f.event("cmd %s %s", s.name, body.Command)
 	reply(w, map[string]any{"command": c.json()})
-}
-
-func cmpOrString(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 type logWriter struct {

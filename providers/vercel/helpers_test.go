@@ -4,6 +4,7 @@ package vercel_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -48,11 +49,11 @@ func (e *env) backend(c vercel.Config) *vercel.Backend {
 // over the fake's token, team, project, endpoint and work root.
 func newBackend(t *testing.T, f *fakeVercel, c vercel.Config, rt provider.Runtime) *vercel.Backend {
 	t.Helper()
-	c.Token = cmpOrString(c.Token, testToken)
-	c.Team = cmpOrString(c.Team, testTeam)
-	c.Project = cmpOrString(c.Project, testProject)
-	c.Endpoint = cmpOrString(c.Endpoint, f.URL)
-	c.WorkRoot = cmpOrString(c.WorkRoot, f.dir+"/work")
+	c.Token = cmp.Or(c.Token, testToken)
+	c.Team = cmp.Or(c.Team, testTeam)
+	c.Project = cmp.Or(c.Project, testProject)
+	c.Endpoint = cmp.Or(c.Endpoint, f.URL)
+	c.WorkRoot = cmp.Or(c.WorkRoot, f.dir+"/work")
 	client := *f.srv.Client()
 	client.Timeout = 30 * time.Second
 	rt.HTTPClient = &client
