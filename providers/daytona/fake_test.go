@@ -33,6 +33,7 @@ const (
 	failFirst       // answer 500 without doing anything
 	loseReply       // do it, then answer 500 (the answer is lost)
 	hang            // block until the client gives up, doing nothing
+	stall           // do it, then block until the client gives up
 )
 
 // fakeDaytona is a local Daytona: its REST API under /api and its toolbox
@@ -158,6 +159,13 @@ func (f *fakeDaytona) serve(op string, h http.HandlerFunc, w http.ResponseWriter
 	case failFirst:
 		apiErr(w, http.StatusInternalServerError, "injected failure")
 	case hang:
+		// The server notices the client going away only once the body
+		// has been read.
+		_, _ = io.Copy(io.Discard, r.Body)
+		f.hung <- op
+		<-r.Context().Done()
+	case stall:
+		h(&discard{header: http.Header{}}, r)
 		f.hung <- op
 		<-r.Context().Done()
 	case loseReply:

@@ -78,22 +78,26 @@ func (b *Backend) run(ctx context.Context, req provider.DelegatedRunRequest) (co
 		return 0, err
 	}
 	session := sessions + "/" + sessionID
-	if err := b.api.json(ctx, "create a toolbox session", jsonBody(http.MethodPost, sessions, map[string]string{"sessionId": sessionID}), nil); err != nil {
-		return 0, err
-	}
+	// The deletion is deferred before the create call, so a session whose
+	// creation answer was lost goes too. Deleting the session ends its
+	// process group, whether the command ended or ctx did; it happens after
+	// ctx has ended too. A failed deletion after a finished command is only
+	// logged: the outcome is known, and the sandbox's end removes the rest.
 	defer func() {
-		// Deleting the session ends its process group, whether the command
-		// ended or ctx did; it must happen after ctx has ended too.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionDeleteTimeout)
 		defer cancel()
 		derr := b.api.json(dctx, "delete toolbox session "+sessionID, request{method: http.MethodDelete, url: session}, nil)
-		if derr != nil && !isNotFound(derr) {
-			b.rt.Logger.Warn("daytona session not deleted", "sandbox", s.ID, "session", sessionID, "err", derr)
-			if err == nil {
-				err = derr
-			}
+		if derr == nil || isNotFound(derr) {
+			return
+		}
+		b.rt.Logger.Warn("daytona session not deleted", "sandbox", s.ID, "session", sessionID, "err", derr)
+		if err != nil {
+			err = errors.Join(err, derr)
 		}
 	}()
+	if err := b.api.json(ctx, "create a toolbox session", jsonBody(http.MethodPost, sessions, map[string]string{"sessionId": sessionID}), nil); err != nil {
+		return 0, err
+	}
 	var started sessionCommand
 	if err := b.api.json(ctx, "start the command", jsonBody(http.MethodPost, session+"/exec", sessionExec{Command: line, RunAsync: true}), &started); err != nil {
 		return 0, err
