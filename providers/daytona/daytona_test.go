@@ -359,3 +359,37 @@ func TestAPIKeyStaysSecret(t *testing.T) {
 		t.Errorf("the error shows the key: %v", err)
 	}
 }
+
+func TestDoctor(t *testing.T) {
+	ctx := testContext(t)
+	f := newFakeDaytona(t)
+	for _, tc := range []struct {
+		name string
+		edit func(*daytona.Config)
+		want []provider.Check
+	}{
+		{"default", func(*daytona.Config) {}, []provider.Check{{Name: "daytona API " + f.server.URL + "/api", OK: true, Detail: "key accepted"}}},
+		{"snapshot", func(c *daytona.Config) { c.Snapshot = "crabbox-base" }, []provider.Check{
+			{Name: "daytona API " + f.server.URL + "/api", OK: true, Detail: "key accepted"},
+			{Name: "snapshot crabbox-base", OK: true, Detail: "state active"}}},
+		{"missing snapshot", func(c *daytona.Config) { c.Snapshot = "nope" }, []provider.Check{
+			{Name: "daytona API " + f.server.URL + "/api", OK: true, Detail: "key accepted"},
+			{Name: "snapshot nope", Detail: "look up the snapshot: not found: HTTP 404: Snapshot not found"}}},
+		{"wrong key", func(c *daytona.Config) { c.APIKey = "dtn_wrong" }, []provider.Check{
+			{Name: "daytona API " + f.server.URL + "/api", Detail: "list sandboxes: unauthenticated: HTTP 401: Invalid API key"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := f.sandboxCount()
+			got, err := newBackend(t, f, tc.edit).Doctor(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("checks (-want +got):\n%s", diff)
+			}
+			if f.sandboxCount() != before {
+				t.Error("doctor changed the sandboxes")
+			}
+		})
+	}
+}
