@@ -36,6 +36,7 @@ type sandbox struct {
 	AutoStopInterval   float64           `json:"autoStopInterval"`
 	AutoDeleteInterval float64           `json:"autoDeleteInterval"`
 	CreatedAt          string            `json:"createdAt"`
+	LastActivityAt     string            `json:"lastActivityAt"`
 	ToolboxProxyURL    string            `json:"toolboxProxyUrl"`
 }
 

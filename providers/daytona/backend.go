@@ -375,9 +375,11 @@ func (b *Backend) stop(ctx context.Context, ref string) error {
 	return errors.Join(errs...)
 }
 
-// Touch makes the sandbox live until at least req.ExpiresAt: its
-// auto-stop interval becomes the time left (Daytona counts it from the
-// last activity, which this call is), and its labels record the activity.
+// Touch makes the sandbox live until at least req.ExpiresAt: Daytona stops
+// a sandbox once its auto-stop interval has passed since its last
+// activity, so the interval becomes the time from that activity (req.Now
+// when Daytona reports none) to req.ExpiresAt; its labels record the
+// activity and the new expiry.
 func (b *Backend) Touch(ctx context.Context, req provider.DelegatedTouchRequest) (provider.LeaseView, error) {
 	v, err := b.touch(ctx, req)
 	if err != nil {
@@ -394,7 +396,11 @@ func (b *Backend) touch(ctx context.Context, req provider.DelegatedTouchRequest)
 	if err != nil {
 		return provider.LeaseView{}, err
 	}
-	minutes := strconv.Itoa(minutesUntil(req.Now, req.ExpiresAt))
+	since := req.Now
+	if t, err := time.Parse(time.RFC3339Nano, s.LastActivityAt); err == nil {
+		since = t
+	}
+	minutes := strconv.Itoa(minutesUntil(since, req.ExpiresAt))
 	if err := b.api.json(ctx, "set the auto-stop interval", request{method: http.MethodPost, url: b.api.api("sandbox", s.ID, "autostop", minutes)}, nil); err != nil {
 		return provider.LeaseView{}, err
 	}

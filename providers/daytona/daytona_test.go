@@ -89,8 +89,11 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !touched.ExpiresAt.Equal(now.Add(2*time.Hour).Truncate(time.Second)) || f.lookupCopy(v.CloudID).AutoStop != 120 {
-		t.Errorf("touch: expiry %s and auto-stop %d, want %s and 120", touched.ExpiresAt, f.lookupCopy(v.CloudID).AutoStop, now.Add(2*time.Hour))
+	// Daytona counts auto-stop from the last activity (the creation here).
+	sb := f.lookupCopy(v.CloudID)
+	wantStop := int((now.Add(2*time.Hour).Sub(sb.CreatedAt) + time.Minute - 1) / time.Minute)
+	if !touched.ExpiresAt.Equal(now.Add(2*time.Hour).Truncate(time.Second)) || sb.AutoStop != wantStop {
+		t.Errorf("touch: expiry %s and auto-stop %d, want %s and %d", touched.ExpiresAt, sb.AutoStop, now.Add(2*time.Hour), wantStop)
 	}
 
 	if err := b.Stop(ctx, provider.StopRequest{ID: v.ID}); err != nil {

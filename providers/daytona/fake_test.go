@@ -203,6 +203,7 @@ func (f *fakeDaytona) sandboxJSON(s *fakeSandbox) map[string]any {
 		"target": s.Target, "cpu": 1, "gpu": 0, "memory": 1, "disk": 3, "state": s.State, "desiredState": "started",
 		"autoStopInterval": s.AutoStop, "autoArchiveInterval": 10080, "autoDeleteInterval": s.AutoDelete,
 		"createdAt": s.CreatedAt.Format(time.RFC3339Nano), "updatedAt": s.CreatedAt.Format(time.RFC3339Nano),
+		"lastActivityAt":  s.CreatedAt.Format(time.RFC3339Nano),
 		"toolboxProxyUrl": f.server.URL + "/toolbox",
 	}
 }
