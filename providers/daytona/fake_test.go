@@ -491,6 +491,7 @@ func (f *fakeDaytona) exec(w http.ResponseWriter, r *http.Request) {
 	c := &fakeCommand{line: req.Command, done: make(chan struct{})}
 	c.cmd = exec.Command("/bin/sh", "-c", req.Command)
 	c.cmd.Dir = filepath.Join(s.dir, "home", "daytona")
+	c.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.cmd.Dir}
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, _ := c.cmd.StdoutPipe()
 	stderr, _ := c.cmd.StderrPipe()

@@ -211,7 +211,7 @@ func nextMarker(b []byte) int {
 }
 
 // commandLine is the shell line the session runs: a subshell that changes
-// to req.Dir, exports req.Env and execs the command, so that the
+// to req.Dir (creating it), exports req.Env and execs the command, so that the
 // command's exit (or signal, as 128+N) is the line's status and an exit
 // never ends the session's shell.
 func commandLine(req provider.DelegatedRunRequest) (string, error) {
@@ -226,7 +226,8 @@ func commandLine(req provider.DelegatedRunRequest) (string, error) {
 		if err := checkSandboxPath(req.Dir); err != nil {
 			return "", fmt.Errorf("directory: %w", err)
 		}
-		parts = append(parts, "cd "+remote.Quote(path.Clean(req.Dir)))
+		dir := remote.Quote(path.Clean(req.Dir))
+		parts = append(parts, "mkdir -p "+dir, "cd "+dir)
 	}
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		if !envName(k) {
