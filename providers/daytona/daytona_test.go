@@ -183,7 +183,7 @@ func TestRun(t *testing.T) {
 		{"exit ends only the command", []string{"sh", "-c", "exit 0"}, nil, "", "", 0},
 		{"signal is 128+n", []string{"sh", "-c", "kill -TERM $$"}, nil, "", anyStderr, 143},
 		{"quoting and env", []string{"sh", "-c", `printf '%s|%s|%s' "$1" "$GREETING" "$(pwd)"`, "x", "it's a 'test'"},
-			map[string]string{"GREETING": "hi $HOME `x`"}, "it's a 'test'|hi $HOME `x`|" + dir + "\n", "", 0},
+			map[string]string{"GREETING": "hi $HOME `x`"}, "it's a 'test'|hi $HOME `x`|" + dir, "", 0},
 		{"reserved word", []string{"if"}, nil, "", anyStderr, 127},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

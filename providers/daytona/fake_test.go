@@ -685,8 +685,33 @@ func (f *fakeDaytona) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer in.Close()
+	// The daemon serves the file with gin's c.File, which honours ranges.
 	w.Header().Set("Content-Type", "application/octet-stream")
-	_, _ = io.Copy(w, in)
+	http.ServeContent(w, r, filepath.Base(p), fi.ModTime(), in)
+}
+
+func (f *fakeDaytona) deleteFile(w http.ResponseWriter, r *http.Request) {
+	s := f.started(w, r)
+	if s == nil {
+		return
+	}
+	p, ok := f.path(w, r, s)
+	if !ok {
+		return
+	}
+	if _, err := os.Lstat(p); err != nil {
+		apiErr(w, http.StatusNotFound, err.Error())
+		return
+	}
+	remove := os.Remove
+	if r.URL.Query().Get("recursive") == "true" {
+		remove = os.RemoveAll
+	}
+	if err := remove(p); err != nil {
+		apiErr(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // sandboxCount is how many sandboxes exist.

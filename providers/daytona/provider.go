@@ -13,13 +13,14 @@
 // checkout into the sandbox and sends only what changed on reuse.
 //
 // Run executes a command in a fresh toolbox session: the command runs
-// asynchronously and crabbox polls its log and exit code, so output arrives
-// in slices of the poll interval rather than byte by byte (the toolbox
+// asynchronously with its stdout and stderr redirected to files in the
+// sandbox, and crabbox polls the exit code and reads the files' new bytes
+// (HTTP ranges of the file download), so output is exact but arrives in
+// slices of the poll interval rather than as it is written (the toolbox
 // streams live only over WebSocket, which this provider does not speak).
-// The toolbox logs output line by line: a last line without a newline gets
-// one. Ending the run deletes the session, which terminates the session's
-// process group (SIGTERM, then SIGKILL); the API has no way to send another
-// signal to a command.
+// Ending the run deletes the session, which terminates the session's
+// process group (SIGTERM, then SIGKILL), then the output files; the API has
+// no way to send another signal to a command.
 //
 // The API key comes only from the DAYTONA_API_KEY environment variable (or
 // Config.APIKey for Go callers); it is never a flag, an argument or logged.

@@ -1,7 +1,6 @@
 package daytona
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -22,13 +22,6 @@ import (
 // sessionDeleteTimeout bounds the deletion of a run's session, which
 // happens even after the run's context has ended.
 const sessionDeleteTimeout = 30 * time.Second
-
-// The markers the toolbox puts before each line of a command's log (see
-// the daemon's session command wrapper).
-var (
-	stdoutMarker = []byte{1, 1, 1}
-	stderrMarker = []byte{2, 2, 2}
-)
 
 // sessionExec is the toolbox's SessionExecuteRequest.
 type sessionExec struct {
@@ -78,26 +71,42 @@ func (b *Backend) run(ctx context.Context, req provider.DelegatedRunRequest) (co
 		return 0, err
 	}
 	session := sessions + "/" + sessionID
+	files, err := b.api.toolboxURL(s, "files")
+	if err != nil {
+		return 0, err
+	}
+	// The command writes its output to files the run reads back byte for
+	// byte; the session's own log would add a newline to a last line.
+	outDir := path.Join(s.Labels[LabelWorkRoot], runsDir, sessionID)
+	if err := checkSandboxPath(outDir); err != nil {
+		return 0, fmt.Errorf("sandbox %s has no usable %s label: %w", s.ID, LabelWorkRoot, err)
+	}
 	// The deletion is deferred before the create call, so a session whose
 	// creation answer was lost goes too. Deleting the session ends its
 	// process group, whether the command ended or ctx did; it happens after
-	// ctx has ended too. A failed deletion after a finished command is only
-	// logged: the outcome is known, and the sandbox's end removes the rest.
+	// ctx has ended too, and then the output files go. A failed deletion
+	// after a finished command is only logged: the outcome is known, and
+	// the sandbox's end removes the rest.
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionDeleteTimeout)
 		defer cancel()
 		derr := b.api.json(dctx, "delete toolbox session "+sessionID, request{method: http.MethodDelete, url: session}, nil)
-		if derr == nil || isNotFound(derr) {
-			return
+		if derr != nil && !isNotFound(derr) {
+			b.rt.Logger.Warn("daytona session not deleted", "sandbox", s.ID, "session", sessionID, "err", derr)
+			if err != nil {
+				err = errors.Join(err, derr)
+			}
 		}
-		b.rt.Logger.Warn("daytona session not deleted", "sandbox", s.ID, "session", sessionID, "err", derr)
-		if err != nil {
-			err = errors.Join(err, derr)
+		q := url.Values{"path": {outDir}, "recursive": {"true"}}
+		if ferr := b.api.json(dctx, "remove the command's output", request{method: http.MethodDelete, url: withQuery(files, q)}, nil); ferr != nil && !isNotFound(ferr) {
+			b.rt.Logger.Warn("daytona run output not removed", "sandbox", s.ID, "dir", outDir, "err", ferr)
 		}
 	}()
 	if err := b.api.json(ctx, "create a toolbox session", jsonBody(http.MethodPost, sessions, map[string]string{"sessionId": sessionID}), nil); err != nil {
 		return 0, err
 	}
+	out := remote.Quote(outDir)
+	line = "mkdir -p " + out + " && " + line + " >" + out + "/stdout 2>" + out + "/stderr"
 	var started sessionCommand
 	if err := b.api.json(ctx, "start the command", jsonBody(http.MethodPost, session+"/exec", sessionExec{Command: line, RunAsync: true}), &started); err != nil {
 		return 0, err
@@ -105,27 +114,33 @@ func (b *Backend) run(ctx context.Context, req provider.DelegatedRunRequest) (co
 	if started.CmdID == "" {
 		return 0, errors.New("start the command: the answer has no command ID")
 	}
-	return b.follow(ctx, session+"/command/"+started.CmdID, req)
+	return b.follow(ctx, session+"/command/"+started.CmdID, files, outDir, req)
 }
 
-// follow polls the command at cmd until it has an exit code, copying new
-// log output as it appears.
-func (b *Backend) follow(ctx context.Context, cmd string, req provider.DelegatedRunRequest) (int, error) {
-	out := &demux{stdout: orDiscard(req.Stdout), stderr: orDiscard(req.Stderr)}
-	logs := request{method: http.MethodGet, url: cmd + "/logs", header: http.Header{"X-Daytona-Split-Output": {"true"}}}
+// runsDir is the directory in the work root under which runs keep their
+// output files (one directory per run, named after its session, removed
+// after it).
+const runsDir = ".crabbox-runs"
+
+// follow polls the command at cmd until it has an exit code, copying what
+// it has written to its output files (outDir/stdout and outDir/stderr in
+// files) as it appears.
+func (b *Backend) follow(ctx context.Context, cmd, files, outDir string, req provider.DelegatedRunRequest) (int, error) {
+	streams := []*tail{
+		{url: withQuery(files+"/download", url.Values{"path": {outDir + "/stdout"}}), w: orDiscard(req.Stdout)},
+		{url: withQuery(files+"/download", url.Values{"path": {outDir + "/stderr"}}), w: orDiscard(req.Stderr)},
+	}
 	for {
 		var c sessionCommand
 		if err := b.api.json(ctx, "read the command's status", request{method: http.MethodGet, url: cmd}, &c); err != nil {
 			return 0, err
 		}
-		// The exit code is written only after the log is complete, so the
-		// log read after seeing it holds all the output.
-		log, err := b.readLog(ctx, logs)
-		if err != nil {
-			return 0, err
-		}
-		if err := out.write(log, c.ExitCode != nil); err != nil {
-			return 0, err
+		// Read after the status: once the command has an exit code, its
+		// output files are complete.
+		for _, st := range streams {
+			if err := b.copyNew(ctx, st); err != nil {
+				return 0, err
+			}
 		}
 		if c.ExitCode != nil {
 			return *c.ExitCode, nil
@@ -138,76 +153,39 @@ func (b *Backend) follow(ctx context.Context, cmd string, req provider.Delegated
 	}
 }
 
-func (b *Backend) readLog(ctx context.Context, logs request) ([]byte, error) {
-	resp, err := b.api.do(ctx, "read the command's log", logs)
+// tail is one output file of a command and how much of it was copied.
+type tail struct {
+	url  string
+	w    io.Writer
+	done int64
+}
+
+// copyNew copies the bytes of st's file past st.done to st.w, asking only
+// for them (an HTTP range). A file that does not exist yet has no output.
+func (b *Backend) copyNew(ctx context.Context, st *tail) error {
+	r := request{method: http.MethodGet, url: st.url, header: http.Header{"Range": {fmt.Sprintf("bytes=%d-", st.done)}}}
+	resp, err := b.api.do(ctx, "read the command's output", r)
+	var ae *apiError
+	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusRequestedRangeNotSatisfiable) {
+		return nil
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
-	log, err := io.ReadAll(resp.Body)
+	body := io.Reader(resp.Body)
+	if resp.StatusCode != http.StatusPartialContent {
+		// The whole file: skip what was copied before.
+		if _, err := io.CopyN(io.Discard, body, st.done); err != nil {
+			return nil // the file is not longer than before
+		}
+	}
+	n, err := io.Copy(st.w, body)
+	st.done += n
 	if err != nil {
-		return nil, fmt.Errorf("read the command's log: %w", err)
-	}
-	return log, nil
-}
-
-// demux turns the toolbox's multiplexed log (each line preceded by a
-// stdout or stderr marker) into writes to two writers, remembering how
-// much of the growing log it has written.
-type demux struct {
-	stdout, stderr io.Writer
-	done           int       // bytes of the log already handled
-	cur            io.Writer // where bytes after the last marker go
-}
-
-// write handles log[d.done:]. Unless final, up to two trailing bytes that
-// may begin a marker are left for the next call.
-func (d *demux) write(log []byte, final bool) error {
-	if len(log) < d.done {
-		return fmt.Errorf("the command's log shrank from %d to %d bytes", d.done, len(log))
-	}
-	rest := log[d.done:]
-	if !final {
-		for k := min(len(stdoutMarker)-1, len(rest)); k > 0; k-- {
-			if tail := rest[len(rest)-k:]; bytes.HasPrefix(stdoutMarker, tail) || bytes.HasPrefix(stderrMarker, tail) {
-				rest = rest[:len(rest)-k]
-				break
-			}
-		}
-	}
-	d.done += len(rest)
-	for len(rest) > 0 {
-		switch {
-		case bytes.HasPrefix(rest, stdoutMarker):
-			d.cur, rest = d.stdout, rest[len(stdoutMarker):]
-			continue
-		case bytes.HasPrefix(rest, stderrMarker):
-			d.cur, rest = d.stderr, rest[len(stderrMarker):]
-			continue
-		}
-		n := nextMarker(rest)
-		if d.cur != nil {
-			if _, err := d.cur.Write(rest[:n]); err != nil {
-				return fmt.Errorf("write output: %w", err)
-			}
-		}
-		rest = rest[n:]
+		return fmt.Errorf("copy the command's output: %w", err)
 	}
 	return nil
-}
-
-// nextMarker is the index of the first marker in b, or len(b).
-func nextMarker(b []byte) int {
-	i, j := bytes.Index(b, stdoutMarker), bytes.Index(b, stderrMarker)
-	switch {
-	case i < 0 && j < 0:
-		return len(b)
-	case i < 0:
-		return j
-	case j < 0:
-		return i
-	}
-	return min(i, j)
 }
 
 // commandLine is the shell line the session runs: a subshell that changes
