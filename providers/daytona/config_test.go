@@ -1,0 +1,80 @@
+package daytona_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/daytona"
+)
+
+func TestSpec(t *testing.T) {
+	s := daytona.Provider{}.Spec()
+	if s.Kind != provider.KindDelegatedRun || !s.Has(provider.FeatureFiles) || !s.Has(provider.FeatureCleanup) || s.Has(provider.FeatureSSH) {
+		t.Errorf("spec %+v: want a delegated-run provider with files and cleanup, without ssh", s)
+	}
+	p, err := provider.Default().Lookup("daytona")
+	if err != nil || p.Spec().Name != daytona.Name {
+		t.Errorf("lookup daytona: %v", err)
+	}
+	for _, name := range []string{"api-url", "toolbox-url", "target", "snapshot", "image", "user", "work-root", "start-timeout"} {
+		if _, ok := s.Option(name); !ok {
+			t.Errorf("no option %q", name)
+		}
+	}
+}
+
+func TestConfigure(t *testing.T) {
+	p := daytona.Provider{}
+	configure := func(cfg provider.Config) (provider.Backend, error) {
+		t.Helper()
+		resolved, err := p.Spec().Resolve(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Configure(resolved, provider.Runtime{})
+	}
+
+	t.Setenv(daytona.APIKeyEnv, "")
+	if _, err := configure(nil); !errors.Is(err, provider.ErrUnauthenticated) || !strings.Contains(err.Error(), daytona.APIKeyEnv) {
+		t.Errorf("without a key: %v, want ErrUnauthenticated naming %s", err, daytona.APIKeyEnv)
+	}
+
+	t.Setenv(daytona.APIKeyEnv, "dtn_secret")
+	b, err := configure(provider.Config{"api-url": "http://127.0.0.1:1/api/", "work-root": "/work/crabbox", "snapshot": "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.(provider.DelegatedFileBackend); !ok {
+		t.Errorf("backend %T is not a DelegatedFileBackend", b)
+	}
+	if _, ok := b.(provider.SSHLeaseBackend); ok {
+		t.Errorf("backend %T is an SSH-lease backend", b)
+	}
+
+	for _, tc := range []struct {
+		cfg  provider.Config
+		want string
+	}{
+		{provider.Config{"api-url": "ftp://example.invalid"}, "api-url"},
+		{provider.Config{"api-url": "https://x.invalid/api?x=1"}, "api-url"},
+		{provider.Config{"toolbox-url": "not a url"}, "toolbox-url"},
+		{provider.Config{"work-root": "relative"}, "work-root"},
+		{provider.Config{"work-root": "/a/../b"}, "work-root"},
+		{provider.Config{"snapshot": "s", "image": "debian:12"}, "both set"},
+		{provider.Config{"start-timeout": "soon"}, "start-timeout"},
+		{provider.Config{"start-timeout": "-1m"}, "negative"},
+	} {
+		_, err := configure(tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("configure %v: %v, want an error naming %q", tc.cfg, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "dtn_secret") {
+			t.Errorf("configure %v: the error shows the key: %v", tc.cfg, err)
+		}
+	}
+	if _, err := p.Spec().Resolve(provider.Config{"api-key": "x"}); err == nil {
+		t.Error("an api-key option exists: the key must come only from the environment")
+	}
+}
