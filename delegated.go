@@ -45,7 +45,9 @@ func (c *Client) delegatedFor(req RunRequest) (provider.DelegatedRunBackend, boo
 
 // unsupportedDelegated lists the options of req that a delegated backend
 // cannot honour: the provider syncs and runs by itself, so crabbox's sync
-// options, JUnit collection and warm leases have no meaning there.
+// options, JUnit collection, artifacts and downloads (no files come back
+// from it) and warm leases have no meaning there. Captured streams are
+// local and work.
 func unsupportedDelegated(req RunRequest) []string {
 	var out []string
 	for _, o := range []struct {
@@ -63,6 +65,8 @@ func unsupportedDelegated(req RunRequest) []string {
 		{req.RefuseOutsideLinks, "RefuseOutsideLinks (--refuse-outside-links)"},
 		{req.SkipSubmodules, "SkipSubmodules (--skip-submodules)"},
 		{req.JUnit != "", "JUnit (--junit)"},
+		{len(req.Artifacts) > 0, "Artifacts (--artifacts)"},
+		{len(req.Downloads) > 0, "Downloads (--download)"},
 	} {
 		if o.set {
 			out = append(out, o.name)
