@@ -78,10 +78,11 @@ func checkLocalText(s string) error {
 	return nil
 }
 
-// isAbsolute reports whether p is absolute on the box or on this machine
-// (C:\x, \x included).
+// isAbsolute reports whether p is absolute on the box or on this machine,
+// or names a Windows drive (C:\x, C:x) or root (\x) on any of them.
 func isAbsolute(p string) bool {
-	return path.IsAbs(p) || filepath.IsAbs(p) || filepath.VolumeName(p) != "" || strings.HasPrefix(p, `\`)
+	drive := len(p) >= 2 && p[1] == ':' && 'a' <= p[0]|0x20 && p[0]|0x20 <= 'z'
+	return drive || path.IsAbs(p) || filepath.IsAbs(p) || filepath.VolumeName(p) != "" || strings.HasPrefix(p, `\`)
 }
 
 // match reports whether the glob takes the file at p (a clean relative
