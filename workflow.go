@@ -242,7 +242,8 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 
 // Run runs req on the held lease: sync the checkout holding req.Root (unless
 // NoSync), run the command in the matching directory, with req.Timeout
-// (exit 124), JUnit counting, and the run recorded in the client's history
+// (exit 124), JUnit counting, artifacts, downloads and captured streams
+// brought home, and the run recorded in the client's history
 // (RecordHistory) and with its coordinator, exactly as Client.Run does.
 // The lease is kept: req.Lease, Acquire, Keep and KeepOnFailure, which
 // choose and release a lease, apply to Client.Run only and are ignored.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -174,7 +175,8 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 	case f.captureOnFail && f.captureStdout == "" && f.captureStderr == "":
 		return req, usagef("run: --capture-on-fail needs --capture-stdout or --capture-stderr")
 	}
-	if err := (run.Fetch{Globs: req.Artifacts, Downloads: req.Downloads}).Check(); err != nil {
+	globs := append(slices.Clone(req.Artifacts), strings.Fields(f.junit)...) // JUnit files come home too
+	if err := (run.Fetch{Globs: globs, Downloads: req.Downloads}).Check(); err != nil {
 		return req, usagef("run: %s", oneLine(err))
 	}
 	if f.script != "" {
