@@ -91,7 +91,7 @@ func TestByteSizeFlag(t *testing.T) {
 			t.Errorf("Set(%q) = %d, want an error", in, b)
 		}
 	}
-	if got := (&byteSize{}).String(); got != run.FormatBytes(0) {
+	if got := new(byteSize).String(); got != run.FormatBytes(0) {
 		t.Errorf("String() = %q", got)
 	}
 }
