@@ -80,7 +80,8 @@ func checkDelegated(b provider.DelegatedRunBackend, req RunRequest) error {
 }
 
 // unsupportedDelegated lists the options of req that a delegated backend
-// cannot honour: JUnit collection reads reports over SSH; and a backend
+// cannot honour: JUnit collection, artifacts and downloads read files over
+// SSH (captured streams are local and work); and a backend
 // without files syncs by itself, so crabbox's sync options have no meaning
 // there.
 func unsupportedDelegated(req RunRequest, files bool) []string {
@@ -98,6 +99,8 @@ func unsupportedDelegated(req RunRequest, files bool) []string {
 		{req.RefuseOutsideLinks, true, "RefuseOutsideLinks (--refuse-outside-links)"},
 		{req.SkipSubmodules, true, "SkipSubmodules (--skip-submodules)"},
 		{req.JUnit != "", false, "JUnit (--junit)"},
+		{len(req.Artifacts) > 0, false, "Artifacts (--artifacts)"},
+		{len(req.Downloads) > 0, false, "Downloads (--download)"},
 	} {
 		if o.set && (!o.syncOpt || !files) {
 			out = append(out, o.name)

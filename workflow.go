@@ -83,6 +83,38 @@ type RunRequest struct {
 	// the history and the coordinator's record all say 1 (and
 	// KeepOnFailure applies). It needs JUnit.
 	FailOnTestFailures bool
+	// Artifacts are globs of files to bring home after the command,
+	// relative to its workdir on the box (path.Match elements, ** for any
+	// number of directories; a matched directory takes the files below
+	// it; see run.Fetch). They are fetched also when the command fails or
+	// times out, before a one-shot lease is released, in one tar stream
+	// over the lease's connection, into ArtifactsDir keeping their paths.
+	// The files of the JUnit globs come home with them. A glob that
+	// matches nothing is reported in RunResult.ArtifactsUnmatched.
+	Artifacts []string
+	// ArtifactsDir is where artifacts go (default: the run's directory in
+	// the state directory, <state>/artifacts/<run ID>).
+	ArtifactsDir string
+	// ArtifactsMaxBytes bounds the total size of the artifacts and
+	// downloads (0: run.DefaultMaxFetchBytes); a run whose files exceed
+	// it brings none of them home and fails with run.ErrFetchTooLarge.
+	ArtifactsMaxBytes int64
+	// ArtifactsOverwrite lets artifacts, downloads and captured streams
+	// replace existing local files; without it a run that would replace
+	// one fails (run.ErrFileExists) and changes nothing.
+	ArtifactsOverwrite bool
+	// Downloads are single files to bring home with the artifacts, each
+	// from its path relative to the workdir on the box to its path
+	// relative to DownloadDir (default: the current directory).
+	Downloads   []run.Download
+	DownloadDir string
+	// CaptureStdout and CaptureStderr are local files the command's
+	// stdout and stderr are also written to (they still reach Stdout and
+	// Stderr). With CaptureOnFail they are kept only when the run fails
+	// (a non-zero exit or an error).
+	CaptureStdout string
+	CaptureStderr string
+	CaptureOnFail bool
 	// RunID identifies the run (default: a new lease.NewRunID()).
 	RunID string
 	// RecordHistory records the run and its output (the last
@@ -147,8 +179,15 @@ type RunResult struct {
 	// on the box was already up to date.
 	SyncSkipped bool
 	// JUnit is set when RunRequest.JUnit was.
-	JUnit  *junit.Report
-	Timing Timing
+	JUnit *junit.Report
+	// Artifacts are the files the run brought home: artifacts,
+	// downloads and the captured streams.
+	Artifacts []run.Artifact
+	// ArtifactsDir is where the artifacts went, when the run had globs
+	// to fetch; ArtifactsUnmatched are those that matched nothing.
+	ArtifactsDir       string
+	ArtifactsUnmatched []string
+	Timing             Timing
 	// ReleaseErr is set when the run's own lease could not be released
 	// after the run: its claim stays in the lease store, marked failed,
 	// and Client.Cleanup (or Stop) releases it later. It does not make
@@ -205,7 +244,8 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 
 // Run runs req on the held lease: sync the checkout holding req.Root (unless
 // NoSync), run the command in the matching directory, with req.Timeout
-// (exit 124), JUnit counting, and the run recorded in the client's history
+// (exit 124), JUnit counting, artifacts, downloads and captured streams
+// brought home, and the run recorded in the client's history
 // (RecordHistory) and with its coordinator, exactly as Client.Run does.
 // The lease is kept: req.Lease, Acquire, Keep and KeepOnFailure, which
 // choose and release a lease, apply to Client.Run only and are ignored.
@@ -249,27 +289,35 @@ func (c *Client) recorded(ctx context.Context, req RunRequest, fn func(RunReques
 			return res, err
 		}
 	}
+	if req.ArtifactsDir == "" && len(req.fetchGlobs()) > 0 {
+		req.ArtifactsDir = filepath.Join(c.StateDir(), "artifacts", req.RunID)
+	}
 	start := c.rt.Clock.Now()
 	res = RunResult{RunID: req.RunID, StartedAt: start}
-	if !req.RecordHistory {
-		res, err = fn(req, co, res)
-		res.Timing.Total = c.rt.Clock.Since(start)
-		return res, err
-	}
-	h := c.History()
-	log, err := h.CreateLog(req.RunID)
+	caps, err := openCaptures(req)
 	if err != nil {
 		return res, err
 	}
-	var mu gosync.Mutex
-	req.Stdout = teeWriter{mu: &mu, w: req.Stdout, log: log}
-	req.Stderr = teeWriter{mu: &mu, w: req.Stderr, log: log}
+	var log *history.Log
+	if req.RecordHistory {
+		if log, err = c.History().CreateLog(req.RunID); err != nil {
+			caps.discard()
+			return res, err
+		}
+	}
+	req.Stdout, req.Stderr = teeStreams(req.Stdout, req.Stderr, log, caps)
 	res, err = fn(req, co, res)
+	captured, cerr := caps.finish(!req.CaptureOnFail || err != nil || res.ExitCode != 0)
+	res.Artifacts = append(res.Artifacts, captured...)
+	err = errors.Join(err, cerr)
 	res.Timing.Total = c.rt.Clock.Since(start)
+	if log == nil {
+		return res, err
+	}
 	if lerr := log.Close(); lerr != nil {
 		c.log.Warn("run log incomplete", "run", req.RunID, "err", lerr)
 	}
-	if herr := h.Append(historyEntry(req, res, err)); herr != nil {
+	if herr := c.History().Append(historyEntry(req, res, err)); herr != nil {
 		c.log.Warn("run not recorded in history", "run", req.RunID, "err", herr)
 	}
 	return res, err
@@ -301,9 +349,38 @@ func (req RunRequest) check() error {
 		return errors.New("run: failing on test failures needs JUnit reports to count")
 	}
 	if req.JUnit != "" {
-		return junit.CheckGlob(req.JUnit)
+		if err := junit.CheckGlob(req.JUnit); err != nil {
+			return err
+		}
 	}
-	return nil
+	switch {
+	case req.ArtifactsMaxBytes < 0:
+		return fmt.Errorf("run: negative artifacts size limit %d", req.ArtifactsMaxBytes)
+	case req.CaptureOnFail && req.CaptureStdout == "" && req.CaptureStderr == "":
+		return errors.New("run: capturing on failure needs a stream to capture (CaptureStdout or CaptureStderr)")
+	case req.CaptureStdout != "" && req.CaptureStdout == req.CaptureStderr:
+		return fmt.Errorf("run: stdout and stderr are both captured to %s; give them a file each", req.CaptureStdout)
+	}
+	return req.fetch("").Check()
+}
+
+// fetchGlobs are the globs whose files come home after the command: the
+// artifacts and the JUnit reports.
+func (req RunRequest) fetchGlobs() []string {
+	globs := slices.Clone(req.Artifacts)
+	if req.JUnit != "" {
+		globs = append(globs, strings.Fields(req.JUnit)...)
+	}
+	return globs
+}
+
+// fetch is what req brings home from workdir on the box.
+func (req RunRequest) fetch(workdir string) run.Fetch {
+	return run.Fetch{
+		Dir: workdir, Globs: req.fetchGlobs(), ArtifactsDir: req.ArtifactsDir,
+		Downloads: req.Downloads, DownloadDir: req.DownloadDir,
+		MaxBytes: req.ArtifactsMaxBytes, Overwrite: req.ArtifactsOverwrite,
+	}
 }
 
 func historyEntry(req RunRequest, res RunResult, err error) history.Entry {
@@ -321,6 +398,7 @@ func historyEntry(req RunRequest, res RunResult, err error) history.Entry {
 		counts := res.JUnit.Counts
 		e.JUnit = &counts
 	}
+	e.ArtifactsDir, e.Artifacts = res.ArtifactsDir, res.Artifacts
 	return e
 }
 
@@ -443,6 +521,11 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 	if err != nil {
 		return res, missingRunDir(err, req, co, prepared)
 	}
+	if f := req.fetch(workdir); len(f.Globs)+len(f.Downloads) > 0 {
+		if err := l.fetch(ctx, f, &res); err != nil {
+			return res, err
+		}
+	}
 	if req.JUnit != "" {
 		conn, err := l.SSH(ctx)
 		if err != nil {
@@ -458,6 +541,24 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 		}
 	}
 	return res, nil
+}
+
+// fetch brings f's files home into res (see RunRequest.Artifacts).
+func (l *Lease) fetch(ctx context.Context, f run.Fetch, res *RunResult) error {
+	l.keep.Used()
+	conn, err := l.SSH(ctx)
+	if err != nil {
+		return err
+	}
+	got, err := run.FetchFiles(ctx, conn, f)
+	if err != nil {
+		return fmt.Errorf("bring files home from %s (the command exited %d): %w", l.ID(), res.ExitCode, err)
+	}
+	if len(f.Globs) > 0 {
+		res.ArtifactsDir = f.ArtifactsDir
+	}
+	res.Artifacts, res.ArtifactsUnmatched = got.Files, got.Unmatched
+	return nil
 }
 
 // missingRunDir explains a run whose directory is missing on the box
@@ -563,20 +664,42 @@ func (l *Lease) ensureDir(ctx context.Context, dir string) error {
 	return nil
 }
 
-// teeWriter copies what is written to w into log as well, ignoring the
-// log's errors (a full disk must not stop the command). Both tees of a run
+// teeStreams returns stdout and stderr copied to the run's log and
+// captures, when it has them.
+func teeStreams(stdout, stderr io.Writer, log *history.Log, caps captures) (io.Writer, io.Writer) {
+	var toOut, toErr []io.Writer
+	if log != nil {
+		toOut, toErr = append(toOut, log), append(toErr, log)
+	}
+	if caps.stdout != nil {
+		toOut = append(toOut, caps.stdout)
+	}
+	if caps.stderr != nil {
+		toErr = append(toErr, caps.stderr)
+	}
+	if len(toOut)+len(toErr) == 0 {
+		return stdout, stderr
+	}
+	var mu gosync.Mutex
+	return &teeWriter{mu: &mu, w: stdout, copies: toOut}, &teeWriter{mu: &mu, w: stderr, copies: toErr}
+}
+
+// teeWriter copies what is written to w into copies as well, ignoring
+// their errors (a full disk must not stop the command). Both tees of a run
 // share mu, so a writer given as both stdout and stderr still sees one
 // write at a time.
 type teeWriter struct {
-	mu  *gosync.Mutex
-	w   io.Writer
-	log io.Writer
+	mu     *gosync.Mutex
+	w      io.Writer
+	copies []io.Writer
 }
 
-func (t teeWriter) Write(p []byte) (int, error) {
+func (t *teeWriter) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, _ = t.log.Write(p)
+	for _, c := range t.copies {
+		_, _ = c.Write(p)
+	}
 	if t.w == nil {
 		return len(p), nil
 	}
@@ -698,3 +821,47 @@ func entryOfCoordinatorRun(r api.Run) history.Entry {
 	}
 	return e
 }
+
+// captures are a run's captured streams (RunRequest.CaptureStdout and
+// CaptureStderr); either may be nil.
+type captures struct{ stdout, stderr *run.Capture }
+
+// openCaptures starts req's captures. A capture that cannot start (its
+// file exists, its directory is missing) fails the run before anything
+// happens.
+func openCaptures(req RunRequest) (captures, error) {
+	var c captures
+	var err error
+	if req.CaptureStdout != "" {
+		if c.stdout, err = run.CreateCapture(run.KindStdout, req.CaptureStdout, req.ArtifactsOverwrite); err != nil {
+			return captures{}, fmt.Errorf("run: %w", err)
+		}
+	}
+	if req.CaptureStderr != "" {
+		if c.stderr, err = run.CreateCapture(run.KindStderr, req.CaptureStderr, req.ArtifactsOverwrite); err != nil {
+			c.discard()
+			return captures{}, fmt.Errorf("run: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// finish keeps the captured files (or removes them) and returns those kept.
+func (c captures) finish(keep bool) ([]run.Artifact, error) {
+	var out []run.Artifact
+	var errs []error
+	for _, cp := range []*run.Capture{c.stdout, c.stderr} {
+		if cp == nil {
+			continue
+		}
+		a, kept, err := cp.Finish(keep)
+		if kept {
+			out = append(out, a)
+		}
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+// discard removes the captured files.
+func (c captures) discard() { _, _ = c.finish(false) }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/run"
 	"github.com/crabbox-dev/crabbox/run/junit"
 )
 
@@ -54,6 +55,10 @@ type Entry struct {
 	// Error is crabbox's own failure, if the run had one.
 	Error string        `json:"error,omitempty"`
 	JUnit *junit.Counts `json:"junit,omitempty"`
+	// ArtifactsDir is where the run's artifacts went, and Artifacts are
+	// the files it brought home (artifacts, downloads, captured streams).
+	ArtifactsDir string         `json:"artifactsDir,omitempty"`
+	Artifacts    []run.Artifact `json:"artifacts,omitempty"`
 }
 
 // History is the record of runs in one state directory.

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
@@ -31,6 +34,11 @@ type runFlags struct {
 	refuseOutsideLinks, skipSubmodules    bool
 	ttl, idle, timeout                    time.Duration
 	env, syncExclude                      stringList
+	artifacts, downloads                  stringList
+	artifactsDir                          string
+	artifactsMaxSize                      byteSize
+	artifactsOverwrite, captureOnFail     bool
+	captureStdout, captureStderr          string
 }
 
 func (a *app) runCmd() *ffcli.Command {
@@ -57,6 +65,15 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.StringVar(&f.junit, "junit", "", "after the run, count the JUnit XML files matching this glob (relative to the workdir on the box)")
 	fs.BoolVar(&f.failOnTestFailures, "fail-on-test-failures", false, "exit 1 when JUnit reports failures or errors and the command exited 0")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not print the summary line after the run")
+	fs.Var(&f.artifacts, "artifacts", "after the command (also a failed or timed-out one) bring the files matching `GLOB` home (repeatable; relative to the workdir on the box; ** for any directories)")
+	fs.StringVar(&f.artifactsDir, "artifacts-dir", "", "copy artifacts into this `DIR` (default: the run's directory in the state directory, <state>/artifacts/RUN_ID)")
+	f.artifactsMaxSize = run.DefaultMaxFetchBytes
+	fs.Var(&f.artifactsMaxSize, "artifacts-max-size", "bring nothing home when artifacts and downloads together exceed this `SIZE` (such as 500MiB or 2GiB)")
+	fs.BoolVar(&f.artifactsOverwrite, "artifacts-overwrite", false, "let artifacts, downloads and captures replace existing local files")
+	fs.Var(&f.downloads, "download", "after the command bring one file home: `REMOTE[=LOCAL]`, REMOTE relative to the workdir on the box, LOCAL to the current directory (default: REMOTE's base name; repeatable)")
+	fs.StringVar(&f.captureStdout, "capture-stdout", "", "also write the command's stdout to this local `FILE`")
+	fs.StringVar(&f.captureStderr, "capture-stderr", "", "also write the command's stderr to this local `FILE`")
+	fs.BoolVar(&f.captureOnFail, "capture-on-fail", false, "keep the --capture-stdout/--capture-stderr files only when the run fails")
 	fs.Var(&f.env, "env", "forward the environment variable `NAME` to the box (repeatable; CI is always forwarded)")
 	return &ffcli.Command{
 		Name:       "run",
@@ -95,6 +112,12 @@ the first word that is not a flag) is the command, flags included.
 			return a.withClient(lf, f.keep || f.keepOnFailure, func(c *crabbox.Client) error {
 				res, err := c.Run(ctx, req)
 				status.clear()
+				if errors.Is(err, run.ErrFetchTooLarge) {
+					return fmt.Errorf("%w; raise --artifacts-max-size or match fewer files", err)
+				}
+				if errors.Is(err, run.ErrFileExists) {
+					return fmt.Errorf("%w; --artifacts-overwrite replaces it", err)
+				}
 				if err != nil {
 					// Main turns an interrupted run into exit 128+signal.
 					return syncDirError(err, "to sync a directory outside git on purpose name it with --sync-dir DIR, or sync nothing with --no-sync")
@@ -116,6 +139,13 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		JUnit: f.junit, FailOnTestFailures: f.failOnTestFailures, RecordHistory: true,
 		Checksum: f.checksum, FullResync: f.fullResync, ForceSyncLarge: f.forceSyncLarge, SyncExclude: f.syncExclude,
 		RefuseOutsideLinks: f.refuseOutsideLinks, SkipSubmodules: f.skipSubmodules,
+		Artifacts: f.artifacts, ArtifactsDir: f.artifactsDir, ArtifactsMaxBytes: int64(f.artifactsMaxSize),
+		ArtifactsOverwrite: f.artifactsOverwrite, CaptureStdout: f.captureStdout, CaptureStderr: f.captureStderr,
+		CaptureOnFail: f.captureOnFail,
+	}
+	for _, d := range f.downloads {
+		remote, local, _ := strings.Cut(d, "=")
+		req.Downloads = append(req.Downloads, run.Download{Remote: remote, Local: local})
 	}
 	if f.script != "" {
 		// After --, a script's arguments ($1, $2, ...), not a command.
@@ -142,6 +172,12 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		return req, usagef("run: --timeout must not be negative")
 	case f.failOnTestFailures && f.junit == "":
 		return req, usagef("run: --fail-on-test-failures needs --junit")
+	case f.captureOnFail && f.captureStdout == "" && f.captureStderr == "":
+		return req, usagef("run: --capture-on-fail needs --capture-stdout or --capture-stderr")
+	}
+	globs := append(slices.Clone(req.Artifacts), strings.Fields(f.junit)...) // JUnit files come home too
+	if err := (run.Fetch{Globs: globs, Downloads: req.Downloads}).Check(); err != nil {
+		return req, usagef("run: %s", oneLine(err))
 	}
 	if f.script != "" {
 		body, err := os.ReadFile(f.script)
@@ -162,6 +198,7 @@ func (a *app) report(f runFlags, res crabbox.RunResult) error {
 	if res.JUnit != nil {
 		a.printJUnit(*res.JUnit, f.quiet)
 	}
+	a.printArtifacts(res, f.quiet)
 	if !f.quiet {
 		fmt.Fprintln(a.stderr, summaryLine(res))
 	}
@@ -195,4 +232,48 @@ func syncDirError(err error, hint string) error {
 		return usagef("%s", oneLine(err))
 	}
 	return err
+}
+
+// printArtifacts reports what the run brought home on stderr: globs that
+// matched nothing (always), the artifacts directory and each download
+// (unless quiet).
+func (a *app) printArtifacts(res crabbox.RunResult, quiet bool) {
+	for _, g := range res.ArtifactsUnmatched {
+		fmt.Fprintf(a.stderr, "crabbox: artifacts: nothing matched %s\n", run.Quote(g))
+	}
+	if quiet {
+		return
+	}
+	n, size := 0, int64(0)
+	for _, art := range res.Artifacts {
+		switch art.Kind {
+		case run.KindArtifact:
+			n, size = n+1, size+art.Size
+		case run.KindDownload:
+			fmt.Fprintf(a.stderr, "crabbox: downloaded %s to %s (%s)\n", art.Remote, art.Local, run.FormatBytes(art.Size))
+		}
+	}
+	if res.ArtifactsDir != "" {
+		fmt.Fprintf(a.stderr, "crabbox: artifacts: %d files (%s) in %s\n", n, run.FormatBytes(size), res.ArtifactsDir)
+	}
+}
+
+// byteSize is a size flag: bytes, or a number with a unit (KiB, MiB,
+// GiB, TiB, or K, M, G, T, KB, MB, GB, TB, all powers of 1024).
+type byteSize int64
+
+func (b *byteSize) String() string { return run.FormatBytes(int64(*b)) }
+
+func (b *byteSize) Set(v string) error {
+	s := strings.TrimSpace(v)
+	num := strings.TrimRight(s, "KMGTiBkmgtb ")
+	unit := strings.ToUpper(strings.TrimSpace(s[len(num):]))
+	shift, ok := map[string]uint{"": 0, "B": 0, "K": 10, "KB": 10, "KIB": 10, "M": 20, "MB": 20, "MIB": 20,
+		"G": 30, "GB": 30, "GIB": 30, "T": 40, "TB": 40, "TIB": 40}[unit]
+	n, err := strconv.ParseFloat(num, 64)
+	if !ok || err != nil || n <= 0 || n*float64(uint64(1)<<shift) >= 1<<62 {
+		return fmt.Errorf("%q is not a size (such as 500MiB, 2GiB or 1048576)", v)
+	}
+	*b = byteSize(n * float64(uint64(1)<<shift))
+	return nil
 }
