@@ -29,6 +29,7 @@ var sizeOptions = map[string]map[string]string{
 	"aws":     {"serverType": "instance-type", "location": "regions", "image": "image"},
 	"gcp":     {"serverType": "machine-type", "location": "zones", "image": "image"},
 	"azure":   {"serverType": "vm-size", "location": "location", "image": "image"},
+	"vultr":   {"serverType": "plan", "location": "region", "image": "os-id"},
 }
 
 // sizedBackends configures and keeps one backend per lease size.

@@ -11,4 +11,5 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/hetzner"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
+	_ "github.com/crabbox-dev/crabbox/providers/vultr"
 )
