@@ -10,6 +10,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/gcp"
 	_ "github.com/crabbox-dev/crabbox/providers/hetzner"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
+	_ "github.com/crabbox-dev/crabbox/providers/scaleway"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
 	_ "github.com/crabbox-dev/crabbox/providers/vultr"
 )
