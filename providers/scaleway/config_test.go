@@ -242,3 +242,24 @@ func TestDoctor(t *testing.T) {
 		})
 	}
 }
+
+// TestEndpointOption: the endpoint option (--scaleway-endpoint,
+// CRABBOX_SCALEWAY_ENDPOINT) points a configured backend at another API.
+func TestEndpointOption(t *testing.T) {
+	e := newEnv(t)
+	t.Setenv(scaleway.AccessKeyEnv, testAccessKey)
+	t.Setenv(scaleway.SecretKeyEnv, testSecretKey)
+	t.Setenv(scaleway.ProjectEnv, testProject)
+	cfg, err := scaleway.Provider{}.Spec().Resolve(provider.Config{"endpoint": e.api.URL, "zone": "fr-par-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := scaleway.Provider{}.Configure(cfg, e.rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks, err := b.(provider.DoctorBackend).Doctor(context.Background())
+	if err != nil || len(checks) == 0 || !checks[0].OK {
+		t.Errorf("Doctor through the endpoint option = %+v, %v; want the fake API reached", checks, err)
+	}
+}

@@ -88,6 +88,7 @@ func TestConfigure(t *testing.T) {
 		{"bad region", provider.Config{"region": "fra,Zürich"}, `"Zürich"`},
 		{"bad os", provider.Config{"os-id": "debian"}, `"os-id": "debian"`},
 		{"bad endpoint", provider.Config{"endpoint": "api.vultr.test"}, `option endpoint: endpoint "api.vultr.test" is not an http or https URL`},
+		{"endpoint with a path", provider.Config{"endpoint": "https://proxy.test/vultr"}, `"https://proxy.test/vultr" has a path`},
 		{"relative work root", provider.Config{"work-root": "work"}, `work root "work"`},
 		{"negative timeout", provider.Config{"boot-timeout": "-1m"}, "negative boot timeout"},
 	}
@@ -227,5 +228,24 @@ func TestDoctor(t *testing.T) {
 				t.Errorf("Doctor changed the account: %v", e.api.log())
 			}
 		})
+	}
+}
+
+// TestEndpointOption: the endpoint option (--vultr-endpoint,
+// CRABBOX_VULTR_ENDPOINT) points a configured backend at another API.
+func TestEndpointOption(t *testing.T) {
+	e := newEnv(t)
+	t.Setenv(vultr.APIKeyEnv, testKey)
+	cfg, err := vultr.Provider{}.Spec().Resolve(provider.Config{"endpoint": e.api.URL, "region": "fra"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := vultr.Provider{}.Configure(cfg, e.rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks, err := b.(provider.DoctorBackend).Doctor(context.Background())
+	if err != nil || len(checks) == 0 || !checks[0].OK {
+		t.Errorf("Doctor through the endpoint option = %+v, %v; want the fake API reached", checks, err)
 	}
 }

@@ -24,6 +24,7 @@ package vultr
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -214,6 +215,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Endpoint != "" {
 		if err := cloud.CheckEndpoint(c.Endpoint); err != nil {
 			return c, fmt.Errorf("vultr provider: option endpoint: %w", err)
+		}
+		// govultr resolves its absolute API paths against the endpoint,
+		// which would drop a path silently.
+		if u, _ := url.Parse(c.Endpoint); strings.Trim(u.Path, "/") != "" {
+			return c, fmt.Errorf("vultr provider: option endpoint: %q has a path; the Vultr SDK takes only a scheme and host (and port)", c.Endpoint)
 		}
 	}
 	// The bootstrap checks the work root and ports; render once to fail at
