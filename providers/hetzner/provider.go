@@ -107,6 +107,7 @@ var spec = provider.Spec{
 		{Name: "owner", Flag: "hetzner-owner", Help: "owner label on servers (default: the OS user)"},
 		{Name: "boot-timeout", Flag: "hetzner-boot-timeout", Default: DefaultBootTimeout.String(),
 			Help: "how long to wait for a new server's address and SSH"},
+		cloud.EndpointOption(Name, "Hetzner Cloud", ""),
 	},
 }
 
@@ -141,6 +142,7 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
 		ServerTypes: list(cfg["server-type"]), Locations: list(cfg["location"]),
 		Image: strings.TrimSpace(cfg["image"]), WorkRoot: cfg["work-root"], Owner: cfg["owner"],
+		Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
 	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
@@ -196,6 +198,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hetzner provider: no API token (set %s): %w", TokenEnv, provider.ErrUnauthenticated)
 	case c.BootTimeout < 0 || c.PollInterval < 0:
 		return c, fmt.Errorf("hetzner provider: negative boot timeout %s or poll interval %s", c.BootTimeout, c.PollInterval)
+	}
+	if c.Endpoint != "" {
+		if err := cloud.CheckEndpoint(c.Endpoint); err != nil {
+			return c, fmt.Errorf("hetzner provider: option endpoint: %w", err)
+		}
 	}
 	for _, name := range append(slices.Clone(c.ServerTypes), c.Locations...) {
 		if !validName(name) {

@@ -67,7 +67,7 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
 	clock, log := b.rt.Clock, b.rt.Logger.With("lease", req.LeaseID)
-	if err := cloud.CheckRequest(req, clock.Now()); err != nil {
+	if err := cloud.CheckAcquire(req, clock.Now()); err != nil {
 		return target, err
 	}
 	hostKey, err := cloud.NewHostKey()
@@ -103,9 +103,13 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 	_, err = cloud.FirstWithCapacity(ctx, log, b.cfg.candidates(), func(ctx context.Context, p placement) error {
 		l := maps.Clone(labels)
 		l[cloud.LabelServerType] = p.Type
+		tags, err := tagCodec.Tags(l)
+		if err != nil {
+			return err
+		}
 		res, err := b.api.CreateServer(&instance.CreateServerRequest{
 			Zone: p.Zone, Name: name, CommercialType: p.Type, Image: scw.StringPtr(b.cfg.Image), Project: scw.StringPtr(b.cfg.ProjectID),
-			Tags: cloud.Tags(l), DynamicIPRequired: scw.BoolPtr(true),
+			Tags: tags, DynamicIPRequired: scw.BoolPtr(true),
 			Volumes: map[string]*instance.VolumeServerTemplate{"0": {
 				Boot: scw.BoolPtr(true), VolumeType: instance.VolumeVolumeTypeLSSD, Size: scw.SizePtr(scw.Size(b.cfg.DiskGB) * scw.GB),
 			}},
@@ -140,7 +144,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 		return target, cloud.Failed(cloud.StepSSH, err)
 	}
 
-	ready := cloud.WithSSHPort(cloud.WithState(cloud.TagLabels(srv.Tags), cloud.StateReady), port)
+	ready := cloud.WithSSHPort(cloud.WithState(tagCodec.Labels(srv.Tags), cloud.StateReady), port)
 	updated, err := b.retag(ctx, srv, ready)
 	if err != nil {
 		return target, cloud.Failed(cloud.StepLabel, fmt.Errorf("tag the server ready: %w", err))
@@ -212,7 +216,10 @@ func (b *Backend) get(ctx context.Context, zone scw.Zone, id string) (*instance.
 
 // retag replaces the server's tags with labels.
 func (b *Backend) retag(ctx context.Context, srv *instance.Server, labels map[string]string) (*instance.Server, error) {
-	tags := cloud.Tags(labels)
+	tags, err := tagCodec.Tags(labels)
+	if err != nil {
+		return nil, fmt.Errorf("tag server %s: %w", srv.ID, err)
+	}
 	res, err := b.api.UpdateServer(&instance.UpdateServerRequest{Zone: srv.Zone, ServerID: srv.ID, Tags: &tags}, scw.WithContext(ctx))
 	if err != nil {
 		return nil, apiError(ctx, "tag server "+srv.ID, err)
@@ -228,7 +235,7 @@ func cloudID(s *instance.Server) string { return string(s.Zone) + "/" + s.ID }
 
 // target describes the box of server s from its tags.
 func (b *Backend) target(s *instance.Server) (provider.LeaseTarget, error) {
-	info, err := cloud.ParseLabels(cloud.TagLabels(s.Tags))
+	info, err := cloud.ParseLabels(tagCodec.Labels(s.Tags))
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("server %s: %w", s.ID, err)
 	}
@@ -251,16 +258,20 @@ func (b *Backend) target(s *instance.Server) (provider.LeaseTarget, error) {
 func (b *Backend) servers(ctx context.Context, leaseID string, extra map[string]string) ([]*instance.Server, error) {
 	want := cloud.Ownership(Name, leaseID)
 	maps.Copy(want, extra)
+	var filter []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		filter = append(filter, tagCodec.Tag(k, want[k]))
+	}
 	var out []*instance.Server
 	for _, zone := range b.cfg.Zones {
 		res, err := b.api.ListServers(&instance.ListServersRequest{
-			Zone: scw.Zone(zone), Project: scw.StringPtr(b.cfg.ProjectID), Tags: cloud.Tags(want),
+			Zone: scw.Zone(zone), Project: scw.StringPtr(b.cfg.ProjectID), Tags: filter,
 		}, scw.WithContext(ctx), scw.WithAllPages())
 		if err != nil {
 			return nil, apiError(ctx, "list servers in "+zone, err)
 		}
 		for _, s := range res.Servers {
-			if matches(cloud.TagLabels(s.Tags), want) {
+			if matches(tagCodec.Labels(s.Tags), want) {
 				out = append(out, s)
 			}
 		}
@@ -313,7 +324,7 @@ func (b *Backend) resolve(ctx context.Context, ref string) (provider.LeaseTarget
 
 // live reports whether s is a running box of a lease that is ready.
 func live(s *instance.Server) bool {
-	st := cloud.TagLabels(s.Tags)[cloud.LabelState]
+	st := tagCodec.Labels(s.Tags)[cloud.LabelState]
 	return s.State == instance.ServerStateRunning && (st == cloud.StateReady || st == cloud.StateRunning)
 }
 
@@ -354,7 +365,7 @@ func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provide
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
-	updated, err := b.retag(ctx, srv, cloud.Touch(cloud.TagLabels(srv.Tags), req.Now, req.ExpiresAt))
+	updated, err := b.retag(ctx, srv, cloud.Touch(tagCodec.Labels(srv.Tags), req.Now, req.ExpiresAt))
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
@@ -383,7 +394,7 @@ func (b *Backend) leaseServer(ctx context.Context, l provider.LeaseTarget) (*ins
 	if err != nil {
 		return nil, err
 	}
-	labels := cloud.TagLabels(srv.Tags)
+	labels := tagCodec.Labels(srv.Tags)
 	if labels[cloud.LabelLease] != l.LeaseID || labels[cloud.LabelProvider] != Name || !live(srv) {
 		return nil, fmt.Errorf("server %s is not this lease's running server: %w", id, provider.ErrNotFound)
 	}
@@ -418,7 +429,7 @@ func (b *Backend) deleteServers(ctx context.Context, leaseID, orphan string) err
 	for _, s := range found {
 		if err := b.deleteServer(ctx, s); err != nil {
 			errs = append(errs, err)
-			if _, lerr := b.retag(ctx, s, cloud.WithState(cloud.TagLabels(s.Tags), orphan)); lerr != nil {
+			if _, lerr := b.retag(ctx, s, cloud.WithState(tagCodec.Labels(s.Tags), orphan)); lerr != nil {
 				b.rt.Logger.Warn("scaleway server left behind, untagged", "server", s.ID, "lease", leaseID, "err", lerr)
 			} else {
 				b.rt.Logger.Warn("scaleway server left behind for cleanup", "server", s.ID, "lease", leaseID, "state", orphan)
@@ -454,7 +465,7 @@ func (b *Backend) deleteServer(ctx context.Context, s *instance.Server) error {
 			return err
 		}
 	}
-	b.rt.Logger.Info("scaleway server deleted", "server", s.ID, "lease", cloud.TagLabels(s.Tags)[cloud.LabelLease])
+	b.rt.Logger.Info("scaleway server deleted", "server", s.ID, "lease", tagCodec.Labels(s.Tags)[cloud.LabelLease])
 	return nil
 }
 

@@ -28,7 +28,7 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		labels := cloud.TagLabels(s.Tags)
+		labels := tagCodec.Labels(s.Tags)
 		leaseID := labels[cloud.LabelLease]
 		d := cloud.DecideCleanup(cloud.CleanupInput{Labels: labels, Provider: Name, Record: cloud.Record{Found: claimed(leaseID)}, Now: req.Now})
 		dec := provider.CleanupDecision{LeaseID: leaseID, Slug: labels[cloud.LabelSlug], CloudID: cloudID(s), Delete: d.Delete, Reason: d.Reason}
@@ -52,7 +52,7 @@ func (b *Backend) deleteDecided(ctx context.Context, s *instance.Server, now tim
 		dec.Err = fmt.Errorf("re-read: %w", err)
 		return
 	}
-	labels := cloud.TagLabels(fresh.Tags)
+	labels := tagCodec.Labels(fresh.Tags)
 	leaseID := labels[cloud.LabelLease]
 	again := cloud.DecideCleanup(cloud.CleanupInput{Labels: labels, Provider: Name, Record: cloud.Record{Found: claimed(leaseID)}, Now: now})
 	if !again.Delete || leaseID != dec.LeaseID {

@@ -72,7 +72,7 @@ func TestCleanupOwnership(t *testing.T) {
 		if inst.ID == renewedID {
 			l := labelsOf(*inst)
 			l["expires_at"] = strconv.FormatInt(now.Add(time.Hour).Unix(), 10)
-			inst.Tags = cloud.Tags(l)
+			inst.Tags = mustTags(l)
 		}
 	}
 

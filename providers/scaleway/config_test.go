@@ -100,7 +100,7 @@ func TestConfigure(t *testing.T) {
 		{"bad zone", provider.Config{"zone": "fr-par-1,Paris"}, `option zone: "Paris"`},
 		{"bad image", provider.Config{"image": "Debian 12"}, `option image: "Debian 12"`},
 		{"bad disk", provider.Config{"disk-gb": "5"}, `option disk-gb: 5 is outside`},
-		{"bad endpoint", provider.Config{"endpoint": "api.scaleway.test"}, `option endpoint: endpoint "api.scaleway.test" is not an http or https URL`},
+		{"bad endpoint", provider.Config{"endpoint": "api.scaleway.test"}, `option endpoint: "api.scaleway.test" is not an http or https URL`},
 		{"relative work root", provider.Config{"work-root": "work"}, `work root "work"`},
 		{"negative timeout", provider.Config{"boot-timeout": "-1m"}, "negative boot timeout"},
 	}

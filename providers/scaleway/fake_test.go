@@ -150,7 +150,20 @@ func (f *fakeAPI) userData(id string) string {
 	return f.servers[id].userData
 }
 
-func labelsOf(s instance.Server) map[string]string { return cloud.TagLabels(s.Tags) }
+// codec reads and writes tags as the provider does.
+var codec = cloud.TagCodec{MaxLen: 64}
+
+// mustTags writes labels as tags.
+func mustTags(labels map[string]string) []string {
+	tags, err := codec.Tags(labels)
+	if err != nil {
+		panic(err)
+	}
+	return tags
+}
+
+// labelsOf reads a server's tags as labels.
+func labelsOf(s instance.Server) map[string]string { return codec.Labels(s.Tags) }
 
 // addServer puts a running server into the fake directly (one made by
 // someone else), without a box.
@@ -159,7 +172,7 @@ func (f *fakeAPI) addServer(name string, labels map[string]string) string {
 	defer f.mu.Unlock()
 	id := f.newIDLocked()
 	ip := f.fleet.NewAddress()
-	s := instance.Server{ID: id, Name: name, State: instance.ServerStateRunning, Zone: scw.ZoneFrPar1, Tags: cloud.Tags(labels), Project: testProject}
+	s := instance.Server{ID: id, Name: name, State: instance.ServerStateRunning, Zone: scw.ZoneFrPar1, Tags: mustTags(labels), Project: testProject}
 	s.PublicIPs = []*instance.ServerIP{{ID: id, Address: net.ParseIP(ip), Family: instance.ServerIPIPFamilyInet, Dynamic: true}}
 	f.servers[id] = &fakeServer{s: s, ip: ip}
 	f.order = append(f.order, id)

@@ -119,7 +119,7 @@ var spec = provider.Spec{
 		{Name: "owner", Flag: "scaleway-owner", Help: "owner tag on servers (default: the OS user)"},
 		{Name: "boot-timeout", Flag: "scaleway-boot-timeout", Default: DefaultBootTimeout.String(),
 			Help: "how long to wait for a new server's address and SSH"},
-		{Name: "endpoint", Flag: "scaleway-endpoint", Help: "API base URL (default: Scaleway's), for a proxy or an API-compatible service", Locates: true},
+		cloud.EndpointOption(Name, "Scaleway", ""),
 	},
 }
 
@@ -194,9 +194,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Image == "" {
 		c.Image = DefaultImage
 	}
-	if c.DiskGB == 0 {
-		c.DiskGB = DefaultDiskGB
-	}
 	if c.WorkRoot == "" {
 		c.WorkRoot = cloud.DefaultWorkRoot
 	}
@@ -224,10 +221,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("scaleway provider: the project ID (%s) %q is not a UUID", ProjectEnv, c.ProjectID)
 	case c.BootTimeout < 0 || c.PollInterval < 0:
 		return c, fmt.Errorf("scaleway provider: negative boot timeout %s or poll interval %s", c.BootTimeout, c.PollInterval)
-	case c.DiskGB < 10 || c.DiskGB > 10000:
-		return c, fmt.Errorf("scaleway provider: option disk-gb: %d is outside 10 to 10000 GB", c.DiskGB)
 	case !imagePattern.MatchString(c.Image):
 		return c, fmt.Errorf("scaleway provider: option image: %q is not an image label or ID", c.Image)
+	}
+	var err error
+	if c.DiskGB, err = cloud.DiskSize(c.DiskGB, DefaultDiskGB, 10, 10000, "GB"); err != nil {
+		return c, fmt.Errorf("scaleway provider: option disk-gb: %w", err)
 	}
 	for _, t := range c.CommercialTypes {
 		if !typePattern.MatchString(t) {
@@ -269,6 +268,10 @@ func (c Config) candidates() []placement {
 	}
 	return out
 }
+
+// tagCodec writes the labels as Scaleway tags ("key:value", split past 64
+// characters).
+var tagCodec = cloud.TagCodec{MaxLen: 64}
 
 // serverName is the server's name.
 func serverName(leaseID string) string { return "crabbox-" + strings.ReplaceAll(leaseID, "_", "-") }

@@ -120,7 +120,7 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
 	clock, log := b.rt.Clock, b.rt.Logger.With("lease", req.LeaseID)
-	if err := cloud.CheckRequest(req, clock.Now()); err != nil {
+	if err := cloud.CheckAcquire(req, clock.Now()); err != nil {
 		return target, err
 	}
 	hostKey, err := cloud.NewHostKey()
@@ -159,9 +159,13 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 		}
 		l := maps.Clone(labels)
 		l[cloud.LabelServerType] = p.Plan
+		tags, err := tagCodec.Tags(l)
+		if err != nil {
+			return err
+		}
 		return b.call(ctx, "create instance ("+p.String()+")", func(ctx context.Context) error {
 			got, _, err := b.client.Instance.Create(ctx, &govultr.InstanceCreateReq{
-				Region: p.Region, Plan: p.Plan, OsID: b.cfg.OSID, Label: name, Hostname: name, Tags: cloud.Tags(l),
+				Region: p.Region, Plan: p.Plan, OsID: b.cfg.OSID, Label: name, Hostname: name, Tags: tags,
 				UserData: base64.StdEncoding.EncodeToString([]byte(userData)), EnableIPv6: govultr.BoolToBoolPtr(true),
 				ActivationEmail: govultr.BoolToBoolPtr(false),
 			})
@@ -192,7 +196,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 		return target, cloud.Failed(cloud.StepSSH, err)
 	}
 
-	ready := cloud.WithSSHPort(cloud.WithState(cloud.TagLabels(inst.Tags), cloud.StateReady), port)
+	ready := cloud.WithSSHPort(cloud.WithState(tagCodec.Labels(inst.Tags), cloud.StateReady), port)
 	updated, err := b.retag(ctx, inst.ID, ready)
 	if err != nil {
 		return target, cloud.Failed(cloud.StepLabel, fmt.Errorf("tag the instance ready: %w", err))
@@ -272,9 +276,13 @@ func (b *Backend) get(ctx context.Context, id string) (*govultr.Instance, error)
 
 // retag replaces the instance's tags with labels.
 func (b *Backend) retag(ctx context.Context, id string, labels map[string]string) (*govultr.Instance, error) {
+	tags, err := tagCodec.Tags(labels)
+	if err != nil {
+		return nil, fmt.Errorf("tag instance %s: %w", id, err)
+	}
 	var inst *govultr.Instance
-	err := b.call(ctx, "tag instance "+id, func(ctx context.Context) (err error) {
-		inst, _, err = b.client.Instance.Update(ctx, id, &govultr.InstanceUpdateReq{Tags: cloud.Tags(labels)})
+	err = b.call(ctx, "tag instance "+id, func(ctx context.Context) (err error) {
+		inst, _, err = b.client.Instance.Update(ctx, id, &govultr.InstanceUpdateReq{Tags: tags})
 		return err
 	})
 	if err == nil && inst == nil {
@@ -285,7 +293,7 @@ func (b *Backend) retag(ctx context.Context, id string, labels map[string]string
 
 // target describes the box of instance inst from its tags.
 func (b *Backend) target(inst *govultr.Instance) (provider.LeaseTarget, error) {
-	info, err := cloud.ParseLabels(cloud.TagLabels(inst.Tags))
+	info, err := cloud.ParseLabels(tagCodec.Labels(inst.Tags))
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("instance %s: %w", inst.ID, err)
 	}
@@ -312,9 +320,9 @@ func (b *Backend) target(inst *govultr.Instance) (provider.LeaseTarget, error) {
 func (b *Backend) instances(ctx context.Context, leaseID string, extra map[string]string) ([]govultr.Instance, error) {
 	want := cloud.Ownership(Name, leaseID)
 	maps.Copy(want, extra)
-	filter := cloud.Tag(cloud.LabelProvider, Name)
+	filter := tagCodec.Tag(cloud.LabelProvider, Name)
 	if leaseID != "" {
-		filter = cloud.Tag(cloud.LabelLease, leaseID)
+		filter = tagCodec.Tag(cloud.LabelLease, leaseID)
 	}
 	var out []govultr.Instance
 	opts := &govultr.ListOptions{PerPage: 100, Tag: filter}
@@ -329,7 +337,7 @@ func (b *Backend) instances(ctx context.Context, leaseID string, extra map[strin
 			return nil, err
 		}
 		for _, inst := range page {
-			if matches(cloud.TagLabels(inst.Tags), want) {
+			if matches(tagCodec.Labels(inst.Tags), want) {
 				out = append(out, inst)
 			}
 		}
@@ -385,7 +393,7 @@ func (b *Backend) resolve(ctx context.Context, ref string) (provider.LeaseTarget
 
 // live reports whether inst is a running box of a lease that is ready.
 func live(inst *govultr.Instance) bool {
-	st := cloud.TagLabels(inst.Tags)[cloud.LabelState]
+	st := tagCodec.Labels(inst.Tags)[cloud.LabelState]
 	return inst.Status == statusActive && inst.PowerStatus == powerRunning && (st == cloud.StateReady || st == cloud.StateRunning)
 }
 
@@ -426,7 +434,7 @@ func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provide
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
-	updated, err := b.retag(ctx, inst.ID, cloud.Touch(cloud.TagLabels(inst.Tags), req.Now, req.ExpiresAt))
+	updated, err := b.retag(ctx, inst.ID, cloud.Touch(tagCodec.Labels(inst.Tags), req.Now, req.ExpiresAt))
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
@@ -451,7 +459,7 @@ func (b *Backend) leaseInstance(ctx context.Context, l provider.LeaseTarget) (*g
 	if err != nil {
 		return nil, err
 	}
-	labels := cloud.TagLabels(inst.Tags)
+	labels := tagCodec.Labels(inst.Tags)
 	if labels[cloud.LabelLease] != l.LeaseID || labels[cloud.LabelProvider] != Name || !live(inst) {
 		return nil, fmt.Errorf("instance %s is not this lease's running instance: %w", id, provider.ErrNotFound)
 	}
@@ -485,7 +493,7 @@ func (b *Backend) deleteInstances(ctx context.Context, leaseID, orphan string) e
 	for _, inst := range found {
 		if err := b.deleteInstance(ctx, inst.ID, leaseID); err != nil {
 			errs = append(errs, err)
-			if _, lerr := b.retag(ctx, inst.ID, cloud.WithState(cloud.TagLabels(inst.Tags), orphan)); lerr != nil {
+			if _, lerr := b.retag(ctx, inst.ID, cloud.WithState(tagCodec.Labels(inst.Tags), orphan)); lerr != nil {
 				b.rt.Logger.Warn("vultr instance left behind, untagged", "instance", inst.ID, "lease", leaseID, "err", lerr)
 			} else {
 				b.rt.Logger.Warn("vultr instance left behind for cleanup", "instance", inst.ID, "lease", leaseID, "state", orphan)

@@ -26,7 +26,7 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		labels := cloud.TagLabels(inst.Tags)
+		labels := tagCodec.Labels(inst.Tags)
 		leaseID := labels[cloud.LabelLease]
 		d := cloud.DecideCleanup(cloud.CleanupInput{Labels: labels, Provider: Name, Record: cloud.Record{Found: claimed(leaseID)}, Now: req.Now})
 		dec := provider.CleanupDecision{LeaseID: leaseID, Slug: labels[cloud.LabelSlug], CloudID: inst.ID, Delete: d.Delete, Reason: d.Reason}
@@ -50,7 +50,7 @@ func (b *Backend) deleteDecided(ctx context.Context, id string, now time.Time, c
 		dec.Err = fmt.Errorf("re-read: %w", err)
 		return
 	}
-	labels := cloud.TagLabels(fresh.Tags)
+	labels := tagCodec.Labels(fresh.Tags)
 	leaseID := labels[cloud.LabelLease]
 	again := cloud.DecideCleanup(cloud.CleanupInput{Labels: labels, Provider: Name, Record: cloud.Record{Found: claimed(leaseID)}, Now: now})
 	if !again.Delete || leaseID != dec.LeaseID {

@@ -87,7 +87,7 @@ func TestConfigure(t *testing.T) {
 		{"bad plan", provider.Config{"plan": "VC2 2c"}, `plan or region "VC2 2c"`},
 		{"bad region", provider.Config{"region": "fra,Zürich"}, `"Zürich"`},
 		{"bad os", provider.Config{"os-id": "debian"}, `"os-id": "debian"`},
-		{"bad endpoint", provider.Config{"endpoint": "api.vultr.test"}, `option endpoint: endpoint "api.vultr.test" is not an http or https URL`},
+		{"bad endpoint", provider.Config{"endpoint": "api.vultr.test"}, `option endpoint: "api.vultr.test" is not an http or https URL`},
 		{"endpoint with a path", provider.Config{"endpoint": "https://proxy.test/vultr"}, `"https://proxy.test/vultr" has a path`},
 		{"relative work root", provider.Config{"work-root": "work"}, `work root "work"`},
 		{"negative timeout", provider.Config{"boot-timeout": "-1m"}, "negative boot timeout"},

@@ -132,8 +132,20 @@ func (f *fakeAPI) userData(id string) string {
 	return f.instances[id].userData
 }
 
-// labels are an instance's tags read as labels.
-func labelsOf(inst govultr.Instance) map[string]string { return cloud.TagLabels(inst.Tags) }
+// codec reads and writes tags as the provider does.
+var codec = cloud.TagCodec{MaxLen: 64}
+
+// mustTags writes labels as tags.
+func mustTags(labels map[string]string) []string {
+	tags, err := codec.Tags(labels)
+	if err != nil {
+		panic(err)
+	}
+	return tags
+}
+
+// labelsOf reads an instance's tags as labels.
+func labelsOf(inst govultr.Instance) map[string]string { return codec.Labels(inst.Tags) }
 
 // addInstance puts an instance into the fake directly (one made by
 // someone else), running and without a box.
@@ -143,7 +155,7 @@ func (f *fakeAPI) addInstance(name string, labels map[string]string) string {
 	id := f.newIDLocked()
 	ip := f.fleet.NewAddress()
 	f.instances[id] = &fakeInstance{ip: ip, inst: govultr.Instance{
-		ID: id, Label: name, Status: "active", PowerStatus: "running", MainIP: ip, Tags: cloud.Tags(labels),
+		ID: id, Label: name, Status: "active", PowerStatus: "running", MainIP: ip, Tags: mustTags(labels),
 	}}
 	f.order = append(f.order, id)
 	return id

@@ -110,7 +110,7 @@ var spec = provider.Spec{
 		{Name: "owner", Flag: "vultr-owner", Help: "owner tag on instances (default: the OS user)"},
 		{Name: "boot-timeout", Flag: "vultr-boot-timeout", Default: DefaultBootTimeout.String(),
 			Help: "how long to wait for a new instance's address and SSH"},
-		{Name: "endpoint", Flag: "vultr-endpoint", Help: "API base URL (default: Vultr's), for a proxy or an API-compatible service", Locates: true},
+		cloud.EndpointOption(Name, "Vultr", "scheme, host and port only"),
 	},
 }
 
@@ -246,6 +246,10 @@ func (c Config) candidates() []placement {
 	}
 	return out
 }
+
+// tagCodec writes the labels as Vultr tags ("key:value", split past 64
+// characters).
+var tagCodec = cloud.TagCodec{MaxLen: 64}
 
 // instanceName is the instance's label and hostname.
 func instanceName(leaseID string) string { return "crabbox-" + strings.ReplaceAll(leaseID, "_", "-") }

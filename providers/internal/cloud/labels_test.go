@@ -224,15 +224,3 @@ func FuzzParseLabels(f *testing.F) {
 		}
 	})
 }
-
-func TestTags(t *testing.T) {
-	labels := map[string]string{"crabbox": "true", "lease": "cbx_0123456789ab", "owner": ""}
-	tags := cloud.Tags(labels)
-	if diff := cmp.Diff([]string{"crabbox=true", "lease=cbx_0123456789ab", "owner="}, tags); diff != "" {
-		t.Errorf("Tags (-want +got):\n%s", diff)
-	}
-	back := cloud.TagLabels(append(tags, "production", "=x", "bad key=1"))
-	if diff := cmp.Diff(labels, back); diff != "" {
-		t.Errorf("TagLabels (-want +got):\n%s", diff)
-	}
-}
