@@ -267,14 +267,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("azure provider: option endpoint: %w", err)
 		}
 	}
-	probe, err := cloud.NewHostKey()
-	if err != nil {
-		return c, err
-	}
-	if _, err := (cloud.Bootstrap{
-		AuthorizedKey: probe.AuthorizedKey(), HostKey: probe, SelfDestructAfter: time.Hour,
-		WorkRoot: c.WorkRoot, Ports: c.Ports, Prepared: c.Prepared,
-	}).Script(); err != nil {
+	if err := cloud.CheckBootstrap(c.WorkRoot, c.Ports, c.Prepared); err != nil {
 		return c, fmt.Errorf("azure provider: %w", err)
 	}
 	return c, nil

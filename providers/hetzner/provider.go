@@ -209,16 +209,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("hetzner provider: server type or location %q: want lowercase letters, digits and '-'", name)
 		}
 	}
-	// The bootstrap checks the work root and ports; render once to fail at
-	// configuration time rather than at the first acquire.
-	probe, err := cloud.NewHostKey()
-	if err != nil {
-		return c, err
-	}
-	if _, err := (cloud.Bootstrap{
-		AuthorizedKey: probe.AuthorizedKey(), HostKey: probe, SelfDestructAfter: time.Hour,
-		WorkRoot: c.WorkRoot, Ports: c.Ports, Prepared: c.Prepared,
-	}).Script(); err != nil {
+	if err := cloud.CheckBootstrap(c.WorkRoot, c.Ports, c.Prepared); err != nil {
 		return c, fmt.Errorf("hetzner provider: %w", err)
 	}
 	return c, nil
