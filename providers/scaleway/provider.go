@@ -3,7 +3,7 @@
 // API.
 //
 // Acquire creates a stopped server tagged with crabbox's ownership labels
-// (as "key=value" tags), trying commercial types and zones in order when
+// (as "key:value" tags), trying commercial types and zones in order when
 // one is out of stock or over quota, sets its cloud-init user data (the
 // bootstrap of providers/internal/cloud) and powers it on, waits for its
 // public address and for sshd to answer with the host key the client

@@ -2,7 +2,7 @@
 // cloud compute instance, made through the official govultr SDK.
 //
 // Acquire creates an instance tagged with crabbox's ownership labels (as
-// "key=value" tags) and bootstrapped by cloud-init user data (see
+// "key:value" tags) and bootstrapped by cloud-init user data (see
 // providers/internal/cloud), trying plans and regions in order and moving
 // on when the region's availability list says the plan is sold out there,
 // waits for the instance's address and for sshd to answer with the host
