@@ -87,7 +87,7 @@ func TestCloudEndpointFromCLI(t *testing.T) {
 		{"hetzner", []string{"HCLOUD_TOKEN=test-only"}, nil, "config", "/server_types"},
 		{"aws", awsEnv, nil, "flag", "/"},
 		{"gcp", nil, []string{"--gcp-project", "my-project-1"}, "env", "/compute/v1/projects/my-project-1/zones/us-central1-a/instances"},
-		{"scaleway", []string{"SCW_ACCESS_KEY=SCWTESTONLY0000000000", "SCW_SECRET_KEY=00000000-0000-4000-8000-000000000000",
+		{"scaleway", []string{"SCW_ACCESS_KEY=SCWTESTONLY000000000", "SCW_SECRET_KEY=00000000-0000-4000-8000-000000000000",
 			"SCW_DEFAULT_PROJECT_ID=00000000-0000-4000-8000-000000000001"}, nil, "flag", "/instance/v1/zones/fr-par-1/servers"},
 		{"vultr", []string{"VULTR_API_KEY=test-only"}, nil, "env", "/v2/account"},
 	}
