@@ -25,10 +25,12 @@ type serverSizing struct {
 // sizeOptions maps, per provider, the lease request fields a lease may
 // size to the provider's own options that carry them.
 var sizeOptions = map[string]map[string]string{
-	"hetzner": {"serverType": "server-type", "location": "location", "image": "image"},
-	"aws":     {"serverType": "instance-type", "location": "regions", "image": "image"},
-	"gcp":     {"serverType": "machine-type", "location": "zones", "image": "image"},
-	"azure":   {"serverType": "vm-size", "location": "location", "image": "image"},
+	"hetzner":  {"serverType": "server-type", "location": "location", "image": "image"},
+	"aws":      {"serverType": "instance-type", "location": "regions", "image": "image"},
+	"gcp":      {"serverType": "machine-type", "location": "zones", "image": "image"},
+	"azure":    {"serverType": "vm-size", "location": "location", "image": "image"},
+	"scaleway": {"serverType": "commercial-type", "location": "zone", "image": "image"},
+	"vultr":    {"serverType": "plan", "location": "region", "image": "os-id"},
 }
 
 // sizedBackends configures and keeps one backend per lease size.

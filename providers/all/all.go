@@ -11,6 +11,8 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/gcp"
 	_ "github.com/crabbox-dev/crabbox/providers/hetzner"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
+	_ "github.com/crabbox-dev/crabbox/providers/scaleway"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
 	_ "github.com/crabbox-dev/crabbox/providers/vercel"
+	_ "github.com/crabbox-dev/crabbox/providers/vultr"
 )

@@ -172,9 +172,13 @@ func (m market) String() string {
 // attempt's client token is the lease ID; the on-demand fallback uses
 // "<lease>-on-demand", since a token names one set of parameters.
 func (b *Backend) run(ctx context.Context, ec *ec2.Client, l launch, img image, group string) (string, error) {
-	markets := []market{{spot: false, token: l.req.LeaseID}}
-	if b.cfg.Market == MarketSpot {
-		markets = []market{{spot: true, token: l.req.LeaseID}, {spot: false, token: l.req.LeaseID + "-on-demand"}}
+	var markets []market
+	for i, m := range cloud.Markets(b.cfg.Market, MarketOnDemand) {
+		token := l.req.LeaseID
+		if i > 0 {
+			token += "-" + m
+		}
+		markets = append(markets, market{spot: m == MarketSpot, token: token})
 	}
 	var id string
 	_, err := cloud.FirstWithCapacity(ctx, b.rt.Logger, markets, func(ctx context.Context, m market) error {

@@ -34,7 +34,7 @@ var DefaultSSHPorts = []int{2222, 22}
 const (
 	// MarketSpot asks for a spot instance and falls back to on-demand when
 	// EC2 has no spot capacity.
-	MarketSpot = "spot"
+	MarketSpot = cloud.MarketSpot
 	// MarketOnDemand asks only for on-demand instances.
 	MarketOnDemand = "on-demand"
 )
@@ -84,12 +84,12 @@ type Config struct {
 	WorkRoot string
 	// Owner is recorded in the owner tag; empty means the current OS user.
 	Owner string
+	// Endpoint overrides the EC2 endpoint URL (a compatible service, a
+	// proxy, or a fake EC2 in tests). Empty means AWS's.
+	Endpoint string
 
 	// The fields below have no option: only a Go program sets them.
 
-	// Endpoint overrides the EC2 endpoint URL (a fake EC2 in tests, or a
-	// compatible service). Empty means AWS's.
-	Endpoint string
 	// Credentials, when set, replace the SDK's standard credential chain.
 	Credentials awssdk.CredentialsProvider
 	// SSHPorts are the ports the bootstrap's sshd listens on and that are
@@ -123,6 +123,7 @@ var spec = provider.Spec{
 		{Name: "boot-timeout", Flag: "aws-boot-timeout", Default: DefaultBootTimeout.String(), Help: "how long to wait for a new box's address and SSH"},
 		{Name: "work-root", Flag: "aws-work-root", Default: DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created", Locates: true},
 		{Name: "owner", Flag: "aws-owner", Help: "value of the boxes' owner tag (default: the current user)"},
+		cloud.EndpointOption(Name, "EC2", "requests are signed with the SDK's credentials as for AWS"),
 	},
 }
 
@@ -160,6 +161,7 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 		BootTimeout:  boot,
 		WorkRoot:     raw["work-root"],
 		Owner:        strings.TrimSpace(raw["owner"]),
+		Endpoint:     strings.TrimSpace(raw["endpoint"]),
 	}, nil
 }
 
@@ -199,18 +201,17 @@ func (c Config) normalize() (Config, error) {
 			return c, fmt.Errorf("aws provider: option ssh-cidr: %w", err)
 		}
 	}
-	switch c.Market {
-	case "":
-		c.Market = DefaultMarket
-	case MarketSpot, MarketOnDemand:
-	default:
-		return c, fmt.Errorf("aws provider: option market: %q is not %s or %s", c.Market, MarketSpot, MarketOnDemand)
+	var err error
+	if c.Market, err = cloud.CheckMarket(c.Market, MarketOnDemand); err != nil {
+		return c, fmt.Errorf("aws provider: option market: %w", err)
 	}
-	switch {
-	case c.DiskGB == 0:
-		c.DiskGB = DefaultDiskGB
-	case c.DiskGB < 8 || c.DiskGB > 16384:
-		return c, fmt.Errorf("aws provider: option disk-gb: %d is outside 8 to 16384 GiB", c.DiskGB)
+	if c.DiskGB, err = cloud.DiskSize(c.DiskGB, DefaultDiskGB, 8, 16384, "GiB"); err != nil {
+		return c, fmt.Errorf("aws provider: option disk-gb: %w", err)
+	}
+	if c.Endpoint != "" {
+		if err := cloud.CheckEndpoint(c.Endpoint); err != nil {
+			return c, fmt.Errorf("aws provider: option endpoint: %w", err)
+		}
 	}
 	switch {
 	case c.BootTimeout == 0:
@@ -252,4 +253,4 @@ func archOf(instanceType string) string {
 }
 
 // errNoCIDR is the acquire error when ssh-cidr is not configured.
-var errNoCIDR = fmt.Errorf("aws provider: option ssh-cidr is required to create boxes: the network allowed to reach their SSH ports, e.g. 203.0.113.7/32 (0.0.0.0/0 allows anyone; boxes accept only the lease's key): %w", provider.ErrPrecondition)
+var errNoCIDR = cloud.NoSourceRange(Name, "ssh-cidr", "aws-ssh-cidr")

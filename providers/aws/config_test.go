@@ -43,7 +43,7 @@ func TestParseConfig(t *testing.T) {
 	got, err := aws.ParseConfig(provider.Config{
 		"regions": " eu-west-1 , us-east-2 ", "profile": "work", "instance-type": "c7g.large", "arch": "arm64",
 		"image": "ami-0123456789abcdef0", "ssh-cidr": "198.51.100.7/32", "market": "on-demand", "disk-gb": "50",
-		"boot-timeout": "3m", "work-root": "/srv/crabbox", "owner": "ci",
+		"boot-timeout": "3m", "work-root": "/srv/crabbox", "owner": "ci", "endpoint": "http://127.0.0.1:4566",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestParseConfig(t *testing.T) {
 	want := aws.Config{
 		Regions: []string{"eu-west-1", "us-east-2"}, Profile: "work", InstanceType: "c7g.large", Arch: "arm64",
 		Image: "ami-0123456789abcdef0", SSHCIDR: "198.51.100.7/32", Market: "on-demand", DiskGB: 50,
-		BootTimeout: 3 * time.Minute, WorkRoot: "/srv/crabbox", Owner: "ci",
+		BootTimeout: 3 * time.Minute, WorkRoot: "/srv/crabbox", Owner: "ci", Endpoint: "http://127.0.0.1:4566",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(aws.Config{}, "MapAddress", "Credentials")); diff != "" {
 		t.Errorf("ParseConfig (-want +got):\n%s", diff)
@@ -84,6 +84,7 @@ func TestBadConfig(t *testing.T) {
 		"ssh-cidr":      {"ssh-cidr": "203.0.113.7"},
 		"market":        {"market": "reserved"},
 		"work-root":     {"work-root": "relative/dir"},
+		"endpoint":      {"endpoint": "ec2.example?x=1"},
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -37,7 +37,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -68,7 +67,7 @@ const (
 
 // Markets: spot VMs fall back to regular ones when Azure has no capacity.
 const (
-	MarketSpot    = "spot"
+	MarketSpot    = cloud.MarketSpot
 	MarketRegular = "regular"
 )
 
@@ -118,6 +117,11 @@ type Config struct {
 	// Credential authenticates to Azure. Configure uses azidentity's
 	// default chain; Go callers may pass their own.
 	Credential azcore.TokenCredential
+	// Endpoint, when set, is the Resource Manager endpoint requests go to
+	// (an Azure-compatible cloud, a proxy, a fake), replacing the one of
+	// ClientOptions' cloud; they carry the credential's tokens as for
+	// Azure's.
+	Endpoint string
 	// ClientOptions are the SDK's client options (cloud, retries). The
 	// runtime's HTTP client is the transport unless one is set here.
 	ClientOptions arm.ClientOptions
@@ -146,6 +150,7 @@ var spec = provider.Spec{
 			Help: "how long to wait for a new VM's address and SSH"},
 		{Name: "work-root", Flag: "azure-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
 		{Name: "owner", Flag: "azure-owner", Help: "owner tag on resources (default: the OS user)"},
+		cloud.EndpointOption(Name, "Azure Resource Manager", "requests carry tokens from the same credentials"),
 	},
 }
 
@@ -190,6 +195,7 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 		ResourceGroup: strings.TrimSpace(cfg["resource-group"]), VMSize: strings.TrimSpace(cfg["vm-size"]),
 		Image: strings.TrimSpace(cfg["image"]), SourceRange: strings.TrimSpace(cfg["source-range"]),
 		Market: strings.TrimSpace(cfg["market"]), WorkRoot: cfg["work-root"], Owner: cfg["owner"],
+		Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
 	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
@@ -212,7 +218,6 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.ResourceGroup, DefaultResourceGroup)
 	def(&c.VMSize, DefaultVMSize)
 	def(&c.Image, DefaultImage)
-	def(&c.Market, MarketSpot)
 	def(&c.WorkRoot, cloud.DefaultWorkRoot)
 	if c.Owner == "" {
 		c.Owner = cloud.CurrentUser()
@@ -242,28 +247,27 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("azure provider: resource group %q: want 1 to 90 letters, digits and -_.() not ending in '.'", c.ResourceGroup)
 	case !validName(c.VMSize, "_"):
 		return c, fmt.Errorf("azure provider: VM size %q: want letters, digits and '_', e.g. %s", c.VMSize, DefaultVMSize)
-	case c.Market != MarketSpot && c.Market != MarketRegular:
-		return c, fmt.Errorf("azure provider: market %q: want %s or %s", c.Market, MarketSpot, MarketRegular)
 	case c.BootTimeout < 0 || c.PollInterval < 0:
 		return c, fmt.Errorf("azure provider: negative boot timeout %s or poll interval %s", c.BootTimeout, c.PollInterval)
+	}
+	var err error
+	if c.Market, err = cloud.CheckMarket(c.Market, MarketRegular); err != nil {
+		return c, fmt.Errorf("azure provider: option market: %w", err)
 	}
 	if _, err := parseImage(c.Image); err != nil {
 		return c, fmt.Errorf("azure provider: %w", err)
 	}
 	if c.SourceRange != "" {
-		p, err := netip.ParsePrefix(c.SourceRange)
-		if err != nil || p.Masked() != p {
-			return c, fmt.Errorf("azure provider: source range %q: want a CIDR such as 203.0.113.0/24 (host bits zero)", c.SourceRange)
+		if err := cloud.CheckSourceRange(c.SourceRange); err != nil {
+			return c, fmt.Errorf("azure provider: option source-range: %w", err)
 		}
 	}
-	probe, err := cloud.NewHostKey()
-	if err != nil {
-		return c, err
+	if c.Endpoint != "" {
+		if err := cloud.CheckEndpoint(c.Endpoint); err != nil {
+			return c, fmt.Errorf("azure provider: option endpoint: %w", err)
+		}
 	}
-	if _, err := (cloud.Bootstrap{
-		AuthorizedKey: probe.AuthorizedKey(), HostKey: probe, SelfDestructAfter: time.Hour,
-		WorkRoot: c.WorkRoot, Ports: c.Ports, Prepared: c.Prepared,
-	}).Script(); err != nil {
+	if err := cloud.CheckBootstrap(c.WorkRoot, c.Ports, c.Prepared); err != nil {
 		return c, fmt.Errorf("azure provider: %w", err)
 	}
 	return c, nil
@@ -300,12 +304,7 @@ func validName(s, extra string) bool {
 }
 
 // markets are the markets to try, in order.
-func (c Config) markets() []string {
-	if c.Market == MarketSpot {
-		return []string{MarketSpot, MarketRegular}
-	}
-	return []string{MarketRegular}
-}
+func (c Config) markets() []string { return cloud.Markets(c.Market, MarketRegular) }
 
 // NSGName is the name of crabbox's network security group opening ports
 // to sourceRange: one group per range and port set, so a group's rules

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	azcloud "github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
@@ -55,6 +56,9 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 		opts.Transport = rt.HTTPClient
 	}
 	opts.Telemetry.ApplicationID = "crabbox"
+	if cfg.Endpoint != "" {
+		opts.Cloud = withResourceManager(opts.Cloud, cfg.Endpoint)
+	}
 	b := &Backend{cfg: cfg, rt: rt}
 	sub, cred := cfg.SubscriptionID, credential{cfg.Credential}
 	var errs []error
@@ -72,6 +76,24 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 	b.pips, b.nics = networks.NewPublicIPAddressesClient(), networks.NewInterfacesClient()
 	b.vms, b.disks = compute.NewVirtualMachinesClient(), compute.NewDisksClient()
 	return b, nil
+}
+
+// withResourceManager returns a copy of c (Azure's public cloud when c
+// has no services) whose Resource Manager endpoint is endpoint, keeping
+// its token audience.
+func withResourceManager(c azcloud.Configuration, endpoint string) azcloud.Configuration {
+	if len(c.Services) == 0 {
+		c = azcloud.AzurePublic
+	}
+	services := maps.Clone(c.Services)
+	rm := services[azcloud.ResourceManager]
+	if rm.Audience == "" {
+		rm.Audience = azcloud.AzurePublic.Services[azcloud.ResourceManager].Audience
+	}
+	rm.Endpoint = endpoint
+	services[azcloud.ResourceManager] = rm
+	c.Services = services
+	return c
 }
 
 // Spec describes the Azure provider.
@@ -93,18 +115,11 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
 	clock, log := b.rt.Clock, b.rt.Logger.With("lease", req.LeaseID)
-	if !lease.IsID(req.LeaseID) {
-		return target, fmt.Errorf("lease ID %q is not a crabbox lease ID", req.LeaseID)
-	}
-	if _, err := lease.ParsePublicKey(req.PublicKey); err != nil {
-		return target, fmt.Errorf("lease public key: %w", err)
-	}
-	if now := clock.Now(); !req.ExpiresAt.After(now) {
-		return target, fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), now.Format(time.RFC3339))
+	if err := cloud.CheckAcquire(req, clock.Now()); err != nil {
+		return target, err
 	}
 	if b.cfg.SourceRange == "" {
-		return target, fmt.Errorf("no source range: set the azure source-range option (--azure-source-range) to the CIDR allowed to reach the boxes' SSH: %w",
-			provider.ErrPrecondition)
+		return target, cloud.NoSourceRange(Name, "source-range", "azure-source-range")
 	}
 	hostKey, err := cloud.NewHostKey()
 	if err != nil {

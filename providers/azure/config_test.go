@@ -56,6 +56,7 @@ func TestParseConfig(t *testing.T) {
 		"subscription": " " + testSubscription + " ", "location": "westeurope", "resource-group": "ci-boxes",
 		"vm-size": "Standard_D2s_v5", "image": "Canonical:ubuntu-24_04-lts:server:latest", "source-range": "203.0.113.0/24",
 		"market": "regular", "boot-timeout": "3m", "work-root": "/srv/crabbox", "owner": "ci", "prepared": "true",
+		"endpoint": "https://management.example",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +68,7 @@ func TestParseConfig(t *testing.T) {
 	want := azure.Config{
 		SubscriptionID: testSubscription, Location: "westeurope", ResourceGroup: "ci-boxes", VMSize: "Standard_D2s_v5",
 		Image: "Canonical:ubuntu-24_04-lts:server:latest", SourceRange: "203.0.113.0/24", Market: "regular",
-		BootTimeout: 3 * time.Minute, WorkRoot: "/srv/crabbox", Owner: "ci", Prepared: true,
+		BootTimeout: 3 * time.Minute, WorkRoot: "/srv/crabbox", Owner: "ci", Prepared: true, Endpoint: "https://management.example",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(azure.Config{}, "MapAddress", "Credential", "ClientOptions")); diff != "" {
 		t.Errorf("ParseConfig (-want +got):\n%s", diff)
@@ -101,10 +102,12 @@ func TestBadConfig(t *testing.T) {
 		{"bad location", func(c *azure.Config) { c.Location = "east us" }, `location "east us"`},
 		{"bad resource group", func(c *azure.Config) { c.ResourceGroup = "a/b" }, `resource group "a/b"`},
 		{"bad size", func(c *azure.Config) { c.VMSize = "B2s;rm" }, `VM size "B2s;rm"`},
-		{"bad market", func(c *azure.Config) { c.Market = "cheap" }, `market "cheap"`},
+		{"bad market", func(c *azure.Config) { c.Market = "cheap" }, `option market: "cheap" is not spot or regular`},
 		{"bad image", func(c *azure.Config) { c.Image = "debian-12" }, `image "debian-12"`},
-		{"bad range", func(c *azure.Config) { c.SourceRange = "10.0.0.1/8" }, `source range "10.0.0.1/8"`},
-		{"range not a CIDR", func(c *azure.Config) { c.SourceRange = "anywhere" }, `source range "anywhere"`},
+		{"bad range", func(c *azure.Config) { c.SourceRange = "10.0.0.1/8" }, `option source-range: "10.0.0.1/8"`},
+		{"range not a CIDR", func(c *azure.Config) { c.SourceRange = "anywhere" }, `option source-range: "anywhere"`},
+		{"endpoint with a password", func(c *azure.Config) { c.Endpoint = "https://u:p@management.example" }, "option endpoint"},
+		{"endpoint not a URL", func(c *azure.Config) { c.Endpoint = "management.example" }, "option endpoint"},
 		{"negative timeout", func(c *azure.Config) { c.BootTimeout = -time.Second }, "negative boot timeout"},
 		{"relative work root", func(c *azure.Config) { c.WorkRoot = "work" }, "work"},
 	} {

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
@@ -67,13 +66,10 @@ func (p placement) String() string {
 // every zone (only standard when so configured).
 func (b *Backend) placements() []placement {
 	var out []placement
-	if b.cfg.Market == MarketSpot {
+	for _, m := range cloud.Markets(b.cfg.Market, MarketStandard) {
 		for _, z := range b.cfg.Zones {
-			out = append(out, placement{z, true})
+			out = append(out, placement{z, m == MarketSpot})
 		}
-	}
-	for _, z := range b.cfg.Zones {
-		out = append(out, placement{z, false})
 	}
 	return out
 }
@@ -154,14 +150,8 @@ func (b *Backend) prepare(req provider.AcquireRequest) (launch, error) {
 	if b.cfg.SourceRange == "" {
 		return launch{}, errNoSourceRange
 	}
-	if !lease.IsID(req.LeaseID) {
-		return launch{}, fmt.Errorf("lease ID %q is not a crabbox lease ID", req.LeaseID)
-	}
-	if _, err := lease.ParsePublicKey(req.PublicKey); err != nil {
-		return launch{}, fmt.Errorf("lease public key: %w", err)
-	}
-	if now := b.rt.Clock.Now(); !req.ExpiresAt.After(now) {
-		return launch{}, fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), now.Format(time.RFC3339))
+	if err := cloud.CheckAcquire(req, b.rt.Clock.Now()); err != nil {
+		return launch{}, err
 	}
 	if req.TTL < time.Minute {
 		return launch{}, fmt.Errorf("TTL %s is shorter than a minute", req.TTL)

@@ -33,7 +33,7 @@ const (
 const (
 	// MarketSpot asks for spot instances and falls back to standard ones
 	// when no zone has spot capacity.
-	MarketSpot = "spot"
+	MarketSpot = cloud.MarketSpot
 	// MarketStandard asks only for standard instances.
 	MarketStandard = "standard"
 )
@@ -69,15 +69,15 @@ type Config struct {
 	WorkRoot string
 	// Owner is recorded in the owner label; the OS user when empty.
 	Owner string
+	// Endpoint, when set, is where the SDK sends requests (a proxy that
+	// authenticates them, or a fake Compute Engine in tests),
+	// unauthenticated, through the runtime's HTTP client.
+	Endpoint string
 
 	// The fields below have no option: only a Go program sets them.
 
 	// Network is the VPC network; DefaultNetwork when empty.
 	Network string
-	// Endpoint, when set, is where the SDK sends requests (a fake Compute
-	// Engine in tests), unauthenticated, through the runtime's HTTP
-	// client.
-	Endpoint string
 	// ClientOptions are extra SDK options (credentials of a Go program,
 	// for example), applied last.
 	ClientOptions []option.ClientOption
@@ -115,6 +115,7 @@ var spec = provider.Spec{
 		{Name: "boot-timeout", Flag: "gcp-boot-timeout", Default: DefaultBootTimeout.String(), Help: "how long to wait for a new box's address and SSH"},
 		{Name: "work-root", Flag: "gcp-work-root", Default: cloud.DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created", Locates: true},
 		{Name: "owner", Flag: "gcp-owner", Help: "value of the boxes' owner label (default: the current user)"},
+		cloud.EndpointOption(Name, "Compute Engine", "requests to it carry no Google credentials (for a proxy that adds them, or a fake)"),
 	},
 }
 
@@ -145,6 +146,7 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 		BootTimeout: boot,
 		WorkRoot:    raw["work-root"],
 		Owner:       strings.TrimSpace(raw["owner"]),
+		Endpoint:    strings.TrimSpace(raw["endpoint"]),
 	}, nil
 }
 
@@ -201,18 +203,17 @@ func (c Config) normalize() (Config, error) {
 			return c, fmt.Errorf("gcp provider: option source-range: %w", err)
 		}
 	}
-	switch c.Market {
-	case "":
-		c.Market = DefaultMarket
-	case MarketSpot, MarketStandard:
-	default:
-		return c, fmt.Errorf("gcp provider: option market: %q is not %s or %s", c.Market, MarketSpot, MarketStandard)
+	var err error
+	if c.Market, err = cloud.CheckMarket(c.Market, MarketStandard); err != nil {
+		return c, fmt.Errorf("gcp provider: option market: %w", err)
 	}
-	switch {
-	case c.DiskGB == 0:
-		c.DiskGB = DefaultDiskGB
-	case c.DiskGB < 10 || c.DiskGB > 65536:
-		return c, fmt.Errorf("gcp provider: option disk-gb: %d is outside 10 to 65536 GB", c.DiskGB)
+	if c.DiskGB, err = cloud.DiskSize(c.DiskGB, DefaultDiskGB, 10, 65536, "GB"); err != nil {
+		return c, fmt.Errorf("gcp provider: option disk-gb: %w", err)
+	}
+	if c.Endpoint != "" {
+		if err := cloud.CheckEndpoint(c.Endpoint); err != nil {
+			return c, fmt.Errorf("gcp provider: option endpoint: %w", err)
+		}
 	}
 	switch {
 	case c.BootTimeout == 0:
@@ -254,4 +255,4 @@ func (c Config) normalize() (Config, error) {
 }
 
 // errNoSourceRange is the acquire error when source-range is not set.
-var errNoSourceRange = fmt.Errorf("gcp provider: option source-range is required to create boxes: the network allowed to reach their SSH ports, e.g. 203.0.113.7/32 (0.0.0.0/0 allows anyone; boxes accept only the lease's key): %w", provider.ErrPrecondition)
+var errNoSourceRange = cloud.NoSourceRange(Name, "source-range", "gcp-source-range")

@@ -27,7 +27,7 @@ func TestSpec(t *testing.T) {
 		flags = append(flags, o.Flag)
 	}
 	want := []string{"gcp-project", "gcp-zones", "gcp-machine-type", "gcp-image", "gcp-source-range", "gcp-market",
-		"gcp-disk-gb", "gcp-boot-timeout", "gcp-work-root", "gcp-owner"}
+		"gcp-disk-gb", "gcp-boot-timeout", "gcp-work-root", "gcp-owner", "gcp-endpoint"}
 	if diff := cmp.Diff(want, flags); diff != "" {
 		t.Errorf("option flags (-want +got):\n%s", diff)
 	}
@@ -41,6 +41,7 @@ func TestParseConfig(t *testing.T) {
 	got, err := gcp.ParseConfig(provider.Config{
 		"project": "my-project-1", "zones": "europe-west1-b, europe-west1-c", "source-range": "198.51.100.0/24",
 		"market": "standard", "disk-gb": "30", "boot-timeout": "5m", "work-root": "/srv/work", "owner": "Ann",
+		"endpoint": "http://127.0.0.1:9/compute",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func TestParseConfig(t *testing.T) {
 	want := gcp.Config{
 		Project: "my-project-1", Zones: []string{"europe-west1-b", "europe-west1-c"}, MachineType: gcp.DefaultMachineType,
 		Image: gcp.DefaultImage, SourceRange: "198.51.100.0/24", Market: "standard", DiskGB: 30, BootTimeout: 5 * time.Minute,
-		WorkRoot: "/srv/work", Owner: "Ann",
+		WorkRoot: "/srv/work", Owner: "Ann", Endpoint: "http://127.0.0.1:9/compute",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(gcp.Config{}, "MapAddress")); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
@@ -78,6 +79,7 @@ func TestBadConfig(t *testing.T) {
 		{provider.Config{"project": "my-project-1", "source-range": "2001:db8::/32"}, "option source-range"},
 		{provider.Config{"project": "my-project-1", "market": "preemptible"}, "option market"},
 		{provider.Config{"project": "my-project-1", "disk-gb": "5"}, "option disk-gb"},
+		{provider.Config{"project": "my-project-1", "endpoint": "compute.example"}, "option endpoint"},
 		{provider.Config{"project": "my-project-1", "disk-gb": "many"}, "disk-gb"},
 		{provider.Config{"project": "my-project-1", "boot-timeout": "-1m"}, "option boot-timeout"},
 		{provider.Config{"project": "my-project-1", "work-root": "relative"}, "option work-root"},

@@ -62,14 +62,8 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
 	clock, log := b.rt.Clock, b.rt.Logger.With("lease", req.LeaseID)
-	if !lease.IsID(req.LeaseID) {
-		return target, fmt.Errorf("lease ID %q is not a crabbox lease ID", req.LeaseID)
-	}
-	if _, err := lease.ParsePublicKey(req.PublicKey); err != nil {
-		return target, fmt.Errorf("lease public key: %w", err)
-	}
-	if now := clock.Now(); !req.ExpiresAt.After(now) {
-		return target, fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), now.Format(time.RFC3339))
+	if err := cloud.CheckAcquire(req, clock.Now()); err != nil {
+		return target, err
 	}
 	hostKey, err := cloud.NewHostKey()
 	if err != nil {

@@ -76,6 +76,12 @@ func TestConfigure(t *testing.T) {
 			t.Errorf("backend is not a CleanupBackend")
 		}
 	})
+	t.Run("endpoint", func(t *testing.T) {
+		c, err := hetzner.ParseConfig(resolve(t, provider.Config{"endpoint": " http://127.0.0.1:8080/v1 "}))
+		if err != nil || c.Endpoint != "http://127.0.0.1:8080/v1" {
+			t.Errorf("ParseConfig with an endpoint = %+v, %v", c, err)
+		}
+	})
 	bad := []struct {
 		name    string
 		cfg     provider.Config
@@ -88,6 +94,8 @@ func TestConfigure(t *testing.T) {
 		{"bad location", provider.Config{"location": "fsn1,Nürnberg"}, `"Nürnberg"`},
 		{"relative work root", provider.Config{"work-root": "work"}, `work root "work"`},
 		{"negative timeout", provider.Config{"boot-timeout": "-1m"}, "negative boot timeout"},
+		{"endpoint not a URL", provider.Config{"endpoint": "api.example"}, "option endpoint"},
+		{"endpoint with a password", provider.Config{"endpoint": "https://u:p@api.example"}, "option endpoint"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {

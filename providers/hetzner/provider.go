@@ -107,6 +107,7 @@ var spec = provider.Spec{
 		{Name: "owner", Flag: "hetzner-owner", Help: "owner label on servers (default: the OS user)"},
 		{Name: "boot-timeout", Flag: "hetzner-boot-timeout", Default: DefaultBootTimeout.String(),
 			Help: "how long to wait for a new server's address and SSH"},
+		cloud.EndpointOption(Name, "Hetzner Cloud", ""),
 	},
 }
 
@@ -141,6 +142,7 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
 		ServerTypes: list(cfg["server-type"]), Locations: list(cfg["location"]),
 		Image: strings.TrimSpace(cfg["image"]), WorkRoot: cfg["work-root"], Owner: cfg["owner"],
+		Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
 	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
@@ -197,21 +199,17 @@ func (c Config) withDefaults() (Config, error) {
 	case c.BootTimeout < 0 || c.PollInterval < 0:
 		return c, fmt.Errorf("hetzner provider: negative boot timeout %s or poll interval %s", c.BootTimeout, c.PollInterval)
 	}
+	if c.Endpoint != "" {
+		if err := cloud.CheckEndpoint(c.Endpoint); err != nil {
+			return c, fmt.Errorf("hetzner provider: option endpoint: %w", err)
+		}
+	}
 	for _, name := range append(slices.Clone(c.ServerTypes), c.Locations...) {
 		if !validName(name) {
 			return c, fmt.Errorf("hetzner provider: server type or location %q: want lowercase letters, digits and '-'", name)
 		}
 	}
-	// The bootstrap checks the work root and ports; render once to fail at
-	// configuration time rather than at the first acquire.
-	probe, err := cloud.NewHostKey()
-	if err != nil {
-		return c, err
-	}
-	if _, err := (cloud.Bootstrap{
-		AuthorizedKey: probe.AuthorizedKey(), HostKey: probe, SelfDestructAfter: time.Hour,
-		WorkRoot: c.WorkRoot, Ports: c.Ports, Prepared: c.Prepared,
-	}).Script(); err != nil {
+	if err := cloud.CheckBootstrap(c.WorkRoot, c.Ports, c.Prepared); err != nil {
 		return c, fmt.Errorf("hetzner provider: %w", err)
 	}
 	return c, nil
