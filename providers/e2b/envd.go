@@ -129,24 +129,40 @@ func (e *envd) start(ctx context.Context, cfg processConfig, tag string, stdout,
 	if resp.StatusCode != http.StatusOK {
 		return st, readAPIError(op+" in sandbox "+e.sandboxID, resp)
 	}
-	r := bufio.NewReader(resp.Body)
+	st, err = readEvents(bufio.NewReader(resp.Body), stdout, stderr)
+	if err != nil {
+		var apiErr *APIError
+		if errors.As(err, &apiErr) {
+			apiErr.Op = op + " in sandbox " + e.sandboxID
+			return st, apiErr
+		}
+		return st, fmt.Errorf("e2b: %s in sandbox %s: %w", op, e.sandboxID, err)
+	}
+	return st, nil
+}
+
+// readEvents reads a process.Process/Start answer: Connect envelopes of
+// process events up to the end-of-stream message, copying output as it
+// arrives. It returns the pid once known even when the stream then fails.
+func readEvents(r io.Reader, stdout, stderr io.Writer) (started, error) {
+	var st started
 	for {
 		flags, payload, err := readFrame(r)
 		if err != nil {
-			return st, fmt.Errorf("e2b: %s in sandbox %s: %w", op, e.sandboxID, err)
+			return st, err
 		}
 		if flags&0x02 != 0 { // end of stream
 			var end struct {
 				Error *connectError `json:"error"`
 			}
 			if err := json.Unmarshal(payload, &end); err != nil {
-				return st, fmt.Errorf("e2b: %s in sandbox %s: unreadable end of stream: %w", op, e.sandboxID, err)
+				return st, fmt.Errorf("unreadable end of stream: %w", err)
 			}
 			if end.Error != nil {
-				return st, &APIError{Op: op + " in sandbox " + e.sandboxID, Code: end.Error.Code, Message: end.Error.Message}
+				return st, &APIError{Code: end.Error.Code, Message: end.Error.Message}
 			}
 			if st.end == nil {
-				return st, fmt.Errorf("e2b: %s in sandbox %s: the stream ended without the command's end", op, e.sandboxID)
+				return st, errors.New("the stream ended without the command's end")
 			}
 			return st, nil
 		}
@@ -154,7 +170,7 @@ func (e *envd) start(ctx context.Context, cfg processConfig, tag string, stdout,
 			Event processEvent `json:"event"`
 		}
 		if err := json.Unmarshal(payload, &m); err != nil {
-			return st, fmt.Errorf("e2b: %s in sandbox %s: unreadable event: %w", op, e.sandboxID, err)
+			return st, fmt.Errorf("unreadable event: %w", err)
 		}
 		ev := m.Event
 		switch {

@@ -83,6 +83,8 @@ type fakeFault struct {
 	// called when the hang starts.
 	hang   bool
 	onHang func()
+	// skip lets that many calls pass first.
+	skip int
 	// times limits how often it fires; 0 means always.
 	times int
 }
@@ -147,6 +149,10 @@ func (f *fakeE2B) fault(op string) (fakeFault, bool) {
 	for i := range f.faults {
 		ft := &f.faults[i]
 		if ft.op != op || ft.times < 0 {
+			continue
+		}
+		if ft.skip > 0 {
+			ft.skip--
 			continue
 		}
 		if ft.times > 0 {
