@@ -169,9 +169,11 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 		Cmd: "/bin/sh", Args: append([]string{"-c", sessionScript, "crabbox"}, req.Command...), Envs: req.Env, Cwd: req.Dir,
 	}, tag, orDiscard(req.Stdout), orDiscard(req.Stderr))
 	if ctx.Err() != nil {
-		kerr := b.endCommand(ctx, e, st.pid, tag)
-		if kerr != nil {
-			kerr = fmt.Errorf("the command may still run in sandbox %s: %w", e.sandboxID, kerr)
+		var kerr error
+		if st.end == nil {
+			if kerr = b.endCommand(ctx, e, st.pid, tag); kerr != nil {
+				kerr = fmt.Errorf("the command may still run in sandbox %s: %w", e.sandboxID, kerr)
+			}
 		}
 		return provider.DelegatedRunResult{}, errors.Join(fmt.Errorf("e2b provider: run on %s: %w", req.LeaseID, context.Cause(ctx)), kerr)
 	}

@@ -21,7 +21,7 @@ func (b *Backend) Doctor(ctx context.Context) ([]provider.Check, error) {
 		envd = "https://49983-<sandbox>." + b.cfg.Domain
 	}
 	return []provider.Check{
-		{Name: "e2b API", OK: true, Detail: b.cfg.APIURL + ": API key accepted, " + plural(len(sbs), "crabbox sandbox", "crabbox sandboxes") + " running"},
+		{Name: "e2b API", OK: true, Detail: b.cfg.APIURL + ": API key accepted; " + plural(len(sbs), "crabbox sandbox", "crabbox sandboxes")},
 		{Name: "e2b sandboxes", OK: true, Detail: "template " + b.cfg.Template + ", envd at " + envd},
 	}, nil
 }
