@@ -4,16 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
+	"path"
 	"strings"
 	"time"
-
-	"github.com/crabbox-dev/crabbox/sync"
 
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run"
+	"github.com/crabbox-dev/crabbox/sync"
 )
+
+// Delegated leases: a provider.DelegatedRunBackend runs commands in its
+// own sandboxes, without SSH. Its leases have the lifecycle of SSH leases
+// (claims before and after the provider call, rollback, keepalive, reuse,
+// status, stop, cleanup): the Lease handle holds them, and only the steps
+// that need SSH (sync, commands) take the paths below. A backend with
+// files (provider.DelegatedFileBackend) is synced by the library (an
+// archive through its file API, see sync.Prepared.PushArchive); one
+// without syncs the checkout itself on every run.
 
 // delegatedRunBackend returns the named provider's backend ("" means the
 // client's provider) when it runs commands itself: a provider.
@@ -34,146 +42,239 @@ func (c *Client) delegatedRunBackend(name string) (provider.DelegatedRunBackend,
 	return db, ok
 }
 
-// delegatedFor returns the backend of a run that acquires its lease from a
-// delegated backend. A run reusing a lease (req.Lease) takes the SSH path.
+// fileBackend returns b as a backend the library syncs through, when its
+// spec declares files and it implements them.
+func fileBackend(b provider.DelegatedRunBackend) (provider.DelegatedFileBackend, bool) {
+	fb, ok := b.(provider.DelegatedFileBackend)
+	return fb, ok && b.Spec().Has(provider.FeatureFiles)
+}
+
+// delegatedFor returns the delegated backend req's run would use: the
+// provider of its lease to reuse, or of the lease it acquires.
 func (c *Client) delegatedFor(req RunRequest) (provider.DelegatedRunBackend, bool) {
+	name := req.Acquire.Provider
 	if req.Lease != "" {
-		return nil, false
+		cl, err := c.store.Find(req.Lease)
+		if err != nil {
+			return nil, false // resolving reports it
+		}
+		name = cl.Provider
 	}
-	return c.delegatedRunBackend(req.Acquire.Provider)
+	return c.delegatedRunBackend(name)
+}
+
+// checkDelegated refuses, before anything is created, a run whose options
+// its delegated backend cannot honour, naming them.
+func checkDelegated(b provider.DelegatedRunBackend, req RunRequest) error {
+	_, files := fileBackend(b)
+	if bad := unsupportedDelegated(req, files); len(bad) > 0 {
+		spec := b.Spec()
+		how := "syncs through its file API"
+		if !files {
+			how = "syncs the checkout itself"
+		}
+		return fmt.Errorf("run: provider %q runs commands itself (%s) and %s; it cannot honour: %s: %w",
+			spec.Name, spec.Kind, how, strings.Join(bad, ", "), provider.ErrPrecondition)
+	}
+	return nil
 }
 
 // unsupportedDelegated lists the options of req that a delegated backend
-// cannot honour: the provider syncs and runs by itself, so crabbox's sync
-// options, JUnit collection and warm leases have no meaning there.
-func unsupportedDelegated(req RunRequest) []string {
+// cannot honour: JUnit collection reads reports over SSH; and a backend
+// without files syncs by itself, so crabbox's sync options have no meaning
+// there.
+func unsupportedDelegated(req RunRequest, files bool) []string {
 	var out []string
 	for _, o := range []struct {
-		set  bool
-		name string
+		set, syncOpt bool
+		name         string
 	}{
-		{req.Keep || req.Acquire.Keep, "Keep (--keep)"},
-		{req.KeepOnFailure, "KeepOnFailure (--keep-on-failure)"},
-		{req.NoSync, "NoSync (--no-sync)"},
-		{req.SyncOnly, "SyncOnly (--sync-only)"},
-		{req.Checksum, "Checksum (--checksum)"},
-		{req.FullResync, "FullResync (--full-resync)"},
-		{req.ForceSyncLarge, "ForceSyncLarge (--force-sync-large)"},
-		{len(req.SyncExclude) > 0, "SyncExclude (--sync-exclude)"},
-		{req.RefuseOutsideLinks, "RefuseOutsideLinks (--refuse-outside-links)"},
-		{req.SkipSubmodules, "SkipSubmodules (--skip-submodules)"},
-		{req.JUnit != "", "JUnit (--junit)"},
+		{req.NoSync, true, "NoSync (--no-sync)"},
+		{req.SyncOnly, true, "SyncOnly (--sync-only)"},
+		{req.Checksum, true, "Checksum (--checksum)"},
+		{req.FullResync, true, "FullResync (--full-resync)"},
+		{req.ForceSyncLarge, true, "ForceSyncLarge (--force-sync-large)"},
+		{len(req.SyncExclude) > 0, true, "SyncExclude (--sync-exclude)"},
+		{req.RefuseOutsideLinks, true, "RefuseOutsideLinks (--refuse-outside-links)"},
+		{req.SkipSubmodules, true, "SkipSubmodules (--skip-submodules)"},
+		{req.JUnit != "", false, "JUnit (--junit)"},
 	} {
-		if o.set {
+		if o.set && (!o.syncOpt || !files) {
 			out = append(out, o.name)
 		}
 	}
 	return out
 }
 
-// runDelegated is the one-shot workflow on a delegated backend: claim,
-// warm up a lease, let the provider sync co.Root and run the command in
-// co.Rel (relative to it), release. res carries the run ID and start time.
-func (c *Client) runDelegated(ctx context.Context, b provider.DelegatedRunBackend, req RunRequest, co sync.Checkout, res RunResult) (out RunResult, err error) {
-	spec := b.Spec()
-	if bad := unsupportedDelegated(req); len(bad) > 0 {
-		return res, fmt.Errorf("run: provider %q runs commands itself (%s) and cannot honour: %s: %w",
-			spec.Name, spec.Kind, strings.Join(bad, ", "), provider.ErrPrecondition)
-	}
-	command := req.Command
-	switch {
-	case req.Shell != "":
-		command = []string{"sh", "-c", req.Shell}
-	case req.Script != "":
-		command = []string{"sh", "-c", req.Script}
-	}
-	ttl, idle := req.Acquire.TTL, req.Acquire.IdleTimeout
-	if ttl == 0 {
-		ttl = lease.DefaultTTL
-	}
-	if idle == 0 {
-		idle = lease.DefaultIdleTimeout
-	}
-	if ttl < 0 || idle < 0 {
-		return res, fmt.Errorf("run: negative TTL %s or idle timeout %s", ttl, idle)
-	}
-
-	// The claim comes first, so that a crash at any later step leaves
-	// enough for cleanup to find and release the provider's lease.
-	now := c.rt.Clock.Now().UTC()
-	claim, err := c.store.Create(lease.Claim{
-		ID: lease.NewID(), Slug: req.Acquire.Slug, Provider: spec.Name, State: lease.StateAcquiring,
-		CreatedAt: now, LastTouchedAt: now, ExpiresAt: lease.ExpiresAt(now, now, ttl, idle),
-		TTLSeconds: int64(ttl / time.Second), IdleSeconds: int64(idle / time.Second),
-		Labels: maps.Clone(req.Acquire.Labels),
+// warmup is Acquire for a delegated backend.
+func (c *Client) warmup(ctx context.Context, b provider.DelegatedRunBackend, opts AcquireOptions) (*Lease, error) {
+	name := b.Spec().Name
+	cl, err := c.store.Warmup(ctx, b, lease.Terms{
+		Slug: opts.Slug, TTL: opts.TTL, IdleTimeout: opts.IdleTimeout, Keep: opts.Keep, Labels: opts.Labels,
+		Route: lease.RouteDirect, Config: c.locators(name),
 	})
 	if err != nil {
-		return res, fmt.Errorf("acquire %s lease: %w", spec.Name, err)
+		return nil, err
 	}
-	view, err := b.Warmup(ctx, provider.WarmupRequest{
-		LeaseID: claim.ID, Slug: claim.Slug, TTL: ttl, IdleTimeout: idle, Labels: maps.Clone(req.Acquire.Labels),
-	})
-	if err == nil && view.ID != claim.ID {
-		err = fmt.Errorf("provider returned lease ID %q, want %q", view.ID, claim.ID)
-	}
-	if err != nil {
-		return res, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, claim.ID, err), c.releaseDelegated(ctx, b, claim))
-	}
-	defer func() {
-		// As with SSH leases (Client.run), a failed release is the
-		// result's ReleaseErr and fails the run only if it failed anyway.
-		out.ReleaseErr = c.releaseDelegated(ctx, b, claim)
-		if err != nil {
-			err = errors.Join(err, out.ReleaseErr)
-		}
-	}()
-	if _, err := c.store.Update(claim.ID, func(cl *lease.Claim) error {
-		cl.State = lease.StateReady
-		if !view.ExpiresAt.IsZero() {
-			cl.ExpiresAt = view.ExpiresAt
-		}
-		return nil
-	}); err != nil {
-		return res, fmt.Errorf("record %s lease %s: %w", spec.Name, claim.ID, err)
-	}
-	res.LeaseID, res.Slug, res.Provider = claim.ID, claim.Slug, spec.Name
-	res.Timing.Lease = c.rt.Clock.Since(res.StartedAt)
+	c.log.Info("lease acquired", "lease", cl.ID, "slug", cl.Slug, "provider", cl.Provider)
+	return c.holdDelegated(b, cl, false), nil
+}
 
+// holdDelegated is hold for a delegated lease.
+func (c *Client) holdDelegated(b provider.DelegatedRunBackend, cl lease.Claim, touchNow bool) *Lease {
+	h := &Lease{client: c, delegated: b, keep: c.store.KeepDelegated(b, cl, c.log, touchNow)}
+	c.mu.Lock()
+	c.held[h] = struct{}{}
+	c.mu.Unlock()
+	return h
+}
+
+// errNoSSH is the error of an SSH step asked of a delegated lease.
+func (l *Lease) errNoSSH(what string) error {
+	return fmt.Errorf("%s on lease %s: provider %q runs commands itself and has no SSH: %w", what, l.ID(), l.Provider(), provider.ErrPrecondition)
+}
+
+// sandboxRoot is the delegated lease's work root in its sandbox.
+func (l *Lease) sandboxRoot() string {
+	if v := l.snapshot().Claim.View; v != nil {
+		return v.WorkRoot
+	}
+	return ""
+}
+
+// syncDelegated pushes a prepared sync, pointed at the lease by syncTo,
+// into the sandbox of a delegated lease with files.
+func (l *Lease) syncDelegated(ctx context.Context, p *sync.Prepared) (sync.Stats, error) {
+	fb, ok := fileBackend(l.delegated)
+	if !ok {
+		return sync.Stats{}, fmt.Errorf("sync to %s: provider %q syncs the checkout itself on each run: %w", l.ID(), l.Provider(), provider.ErrPrecondition)
+	}
+	stats, err := p.PushArchive(ctx, fb, l.ID())
+	if err != nil {
+		return stats, fmt.Errorf("sync to %s: %w", l.ID(), err)
+	}
+	return stats, nil
+}
+
+// execDelegated is Exec on a delegated lease: cmd.Dir is a directory in
+// the sandbox (for a backend with files), and Precondition is not
+// supported.
+func (l *Lease) execDelegated(ctx context.Context, cmd run.Command, root, rel string) (run.Result, error) {
+	if cmd.Precondition != "" {
+		return run.Result{}, l.errNoSSH("a command with a precondition")
+	}
+	argv := cmd.Command
+	if cmd.Shell != "" {
+		argv = []string{"sh", "-c", cmd.Shell}
+	}
+	req := provider.DelegatedRunRequest{LeaseID: l.ID(), Command: argv, Env: cmd.Env, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+	if _, files := fileBackend(l.delegated); files {
+		req.Dir = cmd.Dir
+	} else {
+		req.Root, req.Workdir = root, rel
+	}
+	if req.Stdout == nil {
+		req.Stdout = discard{}
+	}
+	if req.Stderr == nil {
+		req.Stderr = discard{}
+	}
+	l.keep.Used()
+	res, err := l.delegated.Run(ctx, req)
+	if err != nil {
+		if lost := l.keep.Err(); lost != nil {
+			err = fmt.Errorf("%w (%w)", err, lost)
+		}
+		return run.Result{}, fmt.Errorf("run on %s: %w", l.ID(), err)
+	}
+	if ctx.Err() == nil {
+		_ = l.keep.UsedSync(ctx) // a failure is logged; the result stands
+	}
+	return run.Result{ExitCode: res.ExitCode}, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// runDelegated is Lease.run for a delegated lease: sync (a backend with
+// files; one without syncs co.Root itself as it runs), then the command
+// in the checkout's directory in the sandbox.
+func (l *Lease) runDelegated(ctx context.Context, req RunRequest, co sync.Checkout, prep *preparation, res RunResult) (RunResult, error) {
+	c := l.client
+	res.LeaseID, res.Slug, res.Provider = l.ID(), l.Slug(), l.Provider()
+	if req.onLease != nil {
+		req.onLease(l)
+	}
+	if err := checkDelegated(l.delegated, req); err != nil {
+		return res, err
+	}
+	_, files := fileBackend(l.delegated)
+	workdir := ""
+	if files {
+		workdir = path.Join(l.Workdir(co.Root), co.Rel)
+		syncStart := c.rt.Clock.Now()
+		var err error
+		if req.NoSync {
+			err = l.ensureSandboxDir(ctx, workdir)
+		} else {
+			res.Sync, err = l.syncPrepared(ctx, prep)
+		}
+		res.Timing.Sync = c.rt.Clock.Since(syncStart)
+		res.SyncSkipped = req.NoSync || res.Sync.Skipped
+		if err != nil || req.SyncOnly {
+			return res, err
+		}
+	}
 	cmdCtx := ctx
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		cmdCtx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
+	shell := req.Shell
+	if req.Script != "" {
+		shell = scriptWithArgs(req.Script, req.ScriptArgs)
+	}
 	cmdStart := c.rt.Clock.Now()
-	ran, err := b.Run(cmdCtx, provider.DelegatedRunRequest{
-		LeaseID: claim.ID, Command: command, Env: req.Env, Workdir: co.Rel, Root: co.Root,
-		Stdout: req.Stdout, Stderr: req.Stderr,
-	})
-	// The provider's run includes its own sync: all of it is command time.
+	out, err := l.execDelegated(cmdCtx, run.Command{
+		Command: req.Command, Shell: shell, Dir: workdir, Env: req.Env, Stdout: req.Stdout, Stderr: req.Stderr,
+	}, co.Root, co.Rel)
 	res.Timing.Command = c.rt.Clock.Since(cmdStart)
 	if err != nil && ctx.Err() == nil && errors.Is(cmdCtx.Err(), context.DeadlineExceeded) {
 		res.ExitCode, res.TimedOut = run.ExitTimeout, true
 		return res, nil
 	}
 	if err != nil {
-		return res, fmt.Errorf("run on %s: %w", claim.ID, err)
+		return res, err
 	}
-	res.ExitCode = ran.ExitCode
+	res.ExitCode = out.ExitCode
 	return res, nil
 }
 
-// releaseDelegated stops a delegated lease, even when ctx is cancelled, and
-// drops its claim; when the stop fails the claim stays, marked failed, for
-// cleanup.
-func (c *Client) releaseDelegated(ctx context.Context, b provider.DelegatedRunBackend, cl lease.Claim) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
-	if err := b.Stop(rctx, provider.StopRequest{ID: cl.ID}); err != nil {
-		_, uerr := c.store.Update(cl.ID, func(c *lease.Claim) error { c.State = lease.StateFailed; return nil })
-		return errors.Join(fmt.Errorf("release %s lease %s (left for cleanup): %w", cl.Provider, cl.ID, err), uerr)
+// syncPrepared waits for the prepared sync and pushes it into the sandbox.
+func (l *Lease) syncPrepared(ctx context.Context, prep *preparation) (sync.Stats, error) {
+	prepared, err := prep.wait()
+	if err != nil {
+		return sync.Stats{}, err
 	}
-	return c.store.Delete(cl.ID)
+	if err := l.syncTo(prepared); err != nil {
+		return sync.Stats{}, err
+	}
+	return l.syncDelegated(ctx, prepared)
+}
+
+// ensureSandboxDir creates dir in the sandbox (a run without sync), from
+// the lease's work root, which the warmup made.
+func (l *Lease) ensureSandboxDir(ctx context.Context, dir string) error {
+	res, err := l.execDelegated(ctx, run.Command{Command: []string{"mkdir", "-p", "--", dir}, Dir: l.sandboxRoot()}, "", "")
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("create workdir %s on %s: mkdir exited %d", dir, l.ID(), res.ExitCode)
+	}
+	return nil
 }
 
 // delegatedLiveIDs is liveIDs for a delegated backend.
@@ -205,17 +306,9 @@ func (c *Client) statusDelegated(ctx context.Context, b provider.DelegatedRunBac
 	return info, nil
 }
 
-// stopDelegated is Stop for a claim of a delegated backend.
-func (c *Client) stopDelegated(ctx context.Context, b provider.DelegatedRunBackend, cl lease.Claim) error {
-	if err := b.Stop(ctx, provider.StopRequest{ID: cl.ID}); err != nil {
-		return fmt.Errorf("stop %s lease %s: %w", cl.Provider, cl.ID, err)
-	}
-	return c.store.Delete(cl.ID)
-}
-
-// cleanupDelegated sweeps the claims of a delegated backend: delegated
-// leases live only as long as one run, so a claim whose run is over (its
-// acquire failed, it expired, or its lease is gone) is released and
+// cleanupDelegated sweeps the claims of a delegated backend as cleanup
+// does SSH leases: a claim whose warmup or release did not finish, whose
+// lease expired, or whose one-shot lease's process is gone is stopped and
 // dropped. Only leases this client holds a claim for are touched.
 func (c *Client) cleanupDelegated(ctx context.Context, b provider.DelegatedRunBackend, name string, dryRun bool) ([]CleanupOutcome, error) {
 	claims, err := c.store.List()
@@ -229,22 +322,25 @@ func (c *Client) cleanupDelegated(ctx context.Context, b provider.DelegatedRunBa
 			continue
 		}
 		d := CleanupOutcome{LeaseID: cl.ID, Slug: cl.Slug, Provider: name, Action: CleanupDelete}
+		dead := cl.Process != nil && cl.Process.Gone()
 		switch {
 		case cl.State == lease.StateFailed,
-			cl.State == lease.StateAcquiring && now.Sub(cl.CreatedAt) > acquireGrace:
+			cl.State == lease.StateAcquiring && (dead || now.Sub(cl.CreatedAt) > acquireGrace):
 			d.Reason = "acquire or release did not finish: releasing what is left"
 		case cl.State == lease.StateAcquiring:
 			d.Action, d.Reason = CleanupKeep, "acquire in progress"
 		case cl.Expired(now):
 			d.Reason = "expired at " + cl.ExpiresAt.Format(time.RFC3339)
+		case !cl.Keep && dead:
+			d.Reason = fmt.Sprintf("one-shot lease whose process (%s) is gone: releasing it", cl.Process)
 		default:
-			d.Action, d.Reason = CleanupKeep, "run in progress until "+cl.ExpiresAt.Format(time.RFC3339)
+			d.Action, d.Reason = CleanupKeep, "live until "+cl.ExpiresAt.Format(time.RFC3339)
 		}
 		if d.Action == CleanupDelete {
 			d.Result = "dry run"
 			if !dryRun {
 				d.Result = "deleted"
-				if err := c.stopDelegated(ctx, b, cl); err != nil {
+				if err := c.store.Stop(ctx, b, cl); err != nil {
 					d.Result = "failed: " + err.Error()
 				}
 			}

@@ -52,7 +52,10 @@ type AcquireOptions struct {
 type Lease struct {
 	client  *Client
 	backend provider.SSHLeaseBackend
-	keep    *lease.Keepalive // holds the lease as last touched
+	// delegated is set instead of backend for a lease of a delegated
+	// backend, which has no SSH (delegated.go).
+	delegated provider.DelegatedRunBackend
+	keep      *lease.Keepalive // holds the lease as last touched
 
 	// connMu guards conn and is held while dialing.
 	connMu gosync.Mutex
@@ -95,7 +98,13 @@ func (c *Client) hold(b provider.SSHLeaseBackend, l lease.Grant, touchNow bool) 
 // made a safe path element and hash is 8 hex digits of the SHA-256 of
 // root's absolute path with symlinks resolved. Two checkouts of the same
 // name never share a workdir; the same checkout always gets the same one.
+//
+// A delegated lease's sandbox is its own: its workdir is
+// <workRoot>/<name>-<hash>, with the sandbox's work root.
 func (l *Lease) Workdir(root string) string {
+	if l.delegated != nil {
+		return path.Join(l.sandboxRoot(), checkoutKey(root))
+	}
 	s := l.snapshot()
 	return path.Join(s.Target.WorkRoot, s.Claim.ID, checkoutKey(root))
 }
@@ -144,6 +153,9 @@ func safeName(base string) string {
 
 // Acquire leases a new box.
 func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, error) {
+	if db, ok := c.delegatedRunBackend(opts.Provider); ok {
+		return c.warmup(ctx, db, opts) // delegated.go
+	}
 	b, lo, err := c.newLease(opts.Provider)
 	if err != nil {
 		return nil, err
@@ -168,6 +180,13 @@ func (c *Client) resolve(ctx context.Context, ref string, touchNow bool) (*Lease
 	claim, err := c.store.Find(ref)
 	if err != nil {
 		return nil, err
+	}
+	if db, ok := c.delegatedRunBackend(claim.Provider); ok {
+		cl, err := c.store.ResolveDelegated(ctx, db, claim.ID)
+		if err != nil {
+			return nil, err
+		}
+		return c.holdDelegated(db, cl, touchNow), nil // delegated.go
 	}
 	b, err := c.leaseBackend(claim)
 	if err != nil {
@@ -399,7 +418,7 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 		return err
 	}
 	if db, ok := c.delegatedRunBackend(claim.Provider); ok {
-		return c.stopDelegated(ctx, db, claim) // delegated.go
+		return c.store.Stop(ctx, db, claim)
 	}
 	b, err := c.leaseBackend(claim)
 	if err != nil {
@@ -425,7 +444,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	closeErr := l.Close()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if err := l.client.store.Release(rctx, l.backend, l.snapshot().Claim); err != nil {
+	release := func() error { return l.client.store.Release(rctx, l.backend, l.snapshot().Claim) }
+	if l.delegated != nil {
+		release = func() error { return l.client.store.Stop(rctx, l.delegated, l.snapshot().Claim) }
+	}
+	if err := release(); err != nil {
 		return errors.Join(err, ctx.Err())
 	}
 	return closeErr
@@ -454,6 +477,9 @@ func (l *Lease) Close() error {
 // SSH returns the lease's SSH connection, dialing it on first use with the
 // lease key and the pinned host key.
 func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
+	if l.delegated != nil {
+		return nil, l.errNoSSH("connect")
+	}
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
 	if l.conn != nil {
@@ -532,6 +558,9 @@ func (l *Lease) Sync(ctx context.Context, dir string, opts SyncOptions) (sync.St
 	if err := l.syncTo(p); err != nil {
 		return sync.Stats{}, err
 	}
+	if l.delegated != nil {
+		return l.syncDelegated(ctx, p)
+	}
 	return l.pushPrepared(ctx, p)
 }
 
@@ -578,6 +607,9 @@ func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats,
 func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 	if err := l.keep.Err(); err != nil {
 		return run.Result{}, fmt.Errorf("run on %s: %w", l.ID(), err)
+	}
+	if l.delegated != nil {
+		return l.execDelegated(ctx, req, "", "")
 	}
 	l.keep.Used()
 	conn, err := l.SSH(ctx)

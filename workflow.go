@@ -167,7 +167,9 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 	return c.recorded(ctx, req, func(req RunRequest, co sync.Checkout, started RunResult) (res RunResult, err error) {
 		res = started
 		if b, ok := c.delegatedFor(req); ok {
-			return c.runDelegated(ctx, b, req, co, res) // delegated.go
+			if err := checkDelegated(b, req); err != nil {
+				return res, err
+			}
 		}
 		// The local half of the sync (listing and hashing the checkout)
 		// needs no box: it runs while the lease is acquired.
@@ -342,6 +344,11 @@ type preparation struct {
 // prepare starts the local half of req's sync of co (none for NoSync).
 func (c *Client) prepare(ctx context.Context, req RunRequest, co sync.Checkout) *preparation {
 	p := &preparation{done: make(chan struct{}), cancel: func() {}}
+	if b, ok := c.delegatedFor(req); ok {
+		if _, files := fileBackend(b); !files {
+			req.NoSync = true // the provider syncs co.Root itself
+		}
+	}
 	if req.NoSync {
 		close(p.done)
 		return p
@@ -373,6 +380,9 @@ func (p *preparation) stop() {
 // run is a run's work on the lease, once it has one: connect, sync
 // (prepared by prep), run the command, count JUnit reports.
 func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep *preparation, res RunResult) (RunResult, error) {
+	if l.delegated != nil {
+		return l.runDelegated(ctx, req, co, prep, res) // delegated.go
+	}
 	c := l.client
 	res.LeaseID, res.Slug, res.Provider = l.ID(), l.Slug(), l.Provider()
 	if req.onLease != nil {

@@ -28,8 +28,9 @@ const (
 // safe for concurrent use.
 type Keepalive struct {
 	store *Store
-	b     provider.SSHLeaseBackend
-	log   *slog.Logger
+	// touchLease touches the lease at its provider and in its claim.
+	touchLease func(context.Context, Grant) (Grant, error)
+	log        *slog.Logger
 
 	mu      sync.Mutex // guards lease, touched, lost
 	lease   Grant
@@ -50,12 +51,26 @@ type Keepalive struct {
 // acquired). Failed touches are logged (log may be nil); a lease whose box
 // is gone stops being touched and Err reports it.
 func (s *Store) Keep(b provider.SSHLeaseBackend, l Grant, log *slog.Logger, touchNow bool) *Keepalive {
+	return s.keep(func(ctx context.Context, g Grant) (Grant, error) { return s.Touch(ctx, b, g) }, l, log, touchNow)
+}
+
+// KeepDelegated is Keep for a delegated lease c of b: its touches are
+// TouchDelegated.
+func (s *Store) KeepDelegated(b provider.DelegatedRunBackend, c Claim, log *slog.Logger, touchNow bool) *Keepalive {
+	touch := func(ctx context.Context, g Grant) (Grant, error) {
+		c, err := s.TouchDelegated(ctx, b, g.Claim)
+		return Grant{Claim: c}, err
+	}
+	return s.keep(touch, Grant{Claim: c}, log, touchNow)
+}
+
+func (s *Store) keep(touch func(context.Context, Grant) (Grant, error), l Grant, log *slog.Logger, touchNow bool) *Keepalive {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &Keepalive{
-		store: s, b: b, log: log, lease: l, touched: s.clock.Now(),
+		store: s, touchLease: touch, log: log, lease: l, touched: s.clock.Now(),
 		poke: make(chan struct{}, 1), stopped: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
 	}
 	if touchNow {
@@ -160,7 +175,7 @@ func (k *Keepalive) touch(ctx context.Context, slack time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, touchTimeout)
 	defer cancel()
-	next, err := k.store.Touch(ctx, k.b, cur)
+	next, err := k.touchLease(ctx, cur)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	switch {

@@ -46,37 +46,20 @@ type Terms struct {
 // the claim failed when that release fails too, so cleanup can finish it.
 func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Terms) (Grant, error) {
 	spec := b.Spec()
-	ttl, idle := opts.TTL, opts.IdleTimeout
-	if ttl == 0 {
-		ttl = DefaultTTL
-	}
-	if idle == 0 {
-		idle = DefaultIdleTimeout
-	}
-	if ttl < 0 || idle < 0 {
-		return Grant{}, fmt.Errorf("acquire %s lease: negative TTL %s or idle timeout %s", spec.Name, ttl, idle)
-	}
 	key, err := NewKey()
 	if err != nil {
 		return Grant{}, err
 	}
-	now := s.clock.Now().UTC()
 	id := NewID()
-	self := ThisProcess()
 	if err := s.SaveKey(id, key); err != nil {
 		return Grant{}, err
 	}
-	c, err := s.Create(Claim{
-		ID: id, Slug: opts.Slug, Provider: spec.Name, State: StateAcquiring,
-		CreatedAt: now, LastTouchedAt: now, ExpiresAt: ExpiresAt(now, now, ttl, idle),
-		TTLSeconds: int64(ttl / time.Second), IdleSeconds: int64(idle / time.Second),
-		Keep: opts.Keep, Labels: maps.Clone(opts.Labels), Process: &self,
-		Route: opts.Route, Coordinator: opts.Coordinator, Config: maps.Clone(opts.Config),
-	})
+	c, err := s.claimFor(id, spec.Name, opts)
 	if err != nil {
 		_ = os.Remove(s.KeyPath(id))
-		return Grant{}, fmt.Errorf("acquire %s lease: %w", spec.Name, err)
+		return Grant{}, err
 	}
+	ttl, idle := c.TTL(), c.IdleTimeout()
 	target, err := b.Acquire(ctx, provider.AcquireRequest{
 		LeaseID: c.ID, Slug: c.Slug, PublicKey: key.AuthorizedKey(),
 		TTL: ttl, IdleTimeout: idle, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt,
@@ -105,6 +88,34 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 		}
 	}
 	return Grant{Claim: c, Target: target, Key: key}, nil
+}
+
+// claimFor writes the claim of a lease about to be created: acquiring,
+// with the terms' lifetimes (defaults for zero ones).
+func (s *Store) claimFor(id, providerName string, opts Terms) (Claim, error) {
+	ttl, idle := opts.TTL, opts.IdleTimeout
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if idle == 0 {
+		idle = DefaultIdleTimeout
+	}
+	if ttl < 0 || idle < 0 {
+		return Claim{}, fmt.Errorf("acquire %s lease: negative TTL %s or idle timeout %s", providerName, ttl, idle)
+	}
+	now := s.clock.Now().UTC()
+	self := ThisProcess()
+	c, err := s.Create(Claim{
+		ID: id, Slug: opts.Slug, Provider: providerName, State: StateAcquiring,
+		CreatedAt: now, LastTouchedAt: now, ExpiresAt: ExpiresAt(now, now, ttl, idle),
+		TTLSeconds: int64(ttl / time.Second), IdleSeconds: int64(idle / time.Second),
+		Keep: opts.Keep, Labels: maps.Clone(opts.Labels), Process: &self,
+		Route: opts.Route, Coordinator: opts.Coordinator, Config: maps.Clone(opts.Config),
+	})
+	if err != nil {
+		return Claim{}, fmt.Errorf("acquire %s lease: %w", providerName, err)
+	}
+	return c, nil
 }
 
 // checkTarget rejects a provider answer that does not describe the lease

@@ -49,6 +49,9 @@ type Claim struct {
 	Keep          bool                  `json:"keep,omitempty"`
 	Labels        map[string]string     `json:"labels,omitempty"`
 	Target        *provider.LeaseTarget `json:"target,omitempty"`
+	// View is a delegated lease's sandbox as its provider last described
+	// it (its work root among others); SSH leases have a Target instead.
+	View *provider.LeaseView `json:"view,omitempty"`
 	// PinnedHostKey is the box's host key in authorized_keys form, from the
 	// provider or recorded on first use. A different key later is an error.
 	PinnedHostKey string `json:"pinnedHostKey,omitempty"`

@@ -1,0 +1,146 @@
+package sync_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/provider/providertest"
+	"github.com/crabbox-dev/crabbox/sync"
+)
+
+// pushArchive prepares root and pushes it into the sandbox lease's dir.
+func pushArchive(t *testing.T, sb *providertest.Sandbox, id, root, dir, cache string, opts sync.Options) sync.Stats {
+	t.Helper()
+	opts.Root, opts.RemoteDir, opts.CacheFile = root, dir, cache
+	p, err := sync.Prepare(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := p.PushArchive(context.Background(), sb, id)
+	if err != nil {
+		t.Fatalf("PushArchive: %v", err)
+	}
+	return stats
+}
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readSandbox(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "<" + err.Error() + ">"
+	}
+	return string(b)
+}
+
+// ops are the sandbox calls other than the warmup, as "op path".
+func ops(sb *providertest.Sandbox) []string {
+	var out []string
+	for _, c := range sb.Calls() {
+		out = append(out, c.Op+" "+filepath.Base(c.Path))
+	}
+	return out
+}
+
+func TestPushArchive(t *testing.T) {
+	sb := providertest.NewSandbox("sandbox", t.TempDir())
+	view, err := sb.Warmup(context.Background(), provider.WarmupRequest{LeaseID: lease.NewID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, cache := t.TempDir(), filepath.Join(t.TempDir(), "hashes")
+	write(t, filepath.Join(root, "a.txt"), "a\n")
+	write(t, filepath.Join(root, "gone.txt"), "going\n")
+	write(t, filepath.Join(root, "sub", "b.txt"), "b\n")
+	dir := view.WorkRoot + "/repo"
+	local := filepath.FromSlash(dir)
+
+	first := pushArchive(t, sb, view.ID, root, dir, cache, sync.Options{})
+	if first.Sent != 3 || first.Skipped || first.Deleted != 0 {
+		t.Errorf("first push stats = %+v, want 3 files sent", first)
+	}
+	if got := readSandbox(t, filepath.Join(local, "sub", "b.txt")); got != "b\n" {
+		t.Errorf("sub/b.txt in the sandbox = %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.FromSlash(sync.StateDir(dir)), "incoming.tar")); !os.IsNotExist(err) {
+		t.Errorf("the archive is left in the sandbox (stat: %v)", err)
+	}
+	// A file the command makes in the sandbox is not crabbox's.
+	write(t, filepath.Join(local, "made-there.txt"), "mine\n")
+
+	sb.ResetCalls()
+	again := pushArchive(t, sb, view.ID, root, dir, cache, sync.Options{})
+	if !again.Skipped {
+		t.Errorf("unchanged push stats = %+v, want skipped", again)
+	}
+	if diff := cmp.Diff([]string{"read-file fingerprint"}, ops(sb)); diff != "" {
+		t.Errorf("an unchanged push made more than one read (-want +got):\n%s", diff)
+	}
+
+	write(t, filepath.Join(root, "a.txt"), "a changed\n")
+	if err := os.Remove(filepath.Join(root, "gone.txt")); err != nil {
+		t.Fatal(err)
+	}
+	sb.ResetCalls()
+	changed := pushArchive(t, sb, view.ID, root, dir, cache, sync.Options{})
+	if changed.Sent != 1 || changed.Deleted != 1 || changed.Bytes != int64(len("a changed\n")) {
+		t.Errorf("incremental push stats = %+v, want 1 sent (10 bytes), 1 deleted", changed)
+	}
+	want := []string{"read-file fingerprint", "read-file manifest", "read-file pending", "write-file incoming.tar", "run repo"}
+	if diff := cmp.Diff(want, ops(sb)); diff != "" {
+		t.Errorf("incremental push calls (-want +got):\n%s", diff)
+	}
+	for name, want := range map[string]string{"a.txt": "a changed\n", "made-there.txt": "mine\n", "sub/b.txt": "b\n"} {
+		if got := readSandbox(t, filepath.Join(local, filepath.FromSlash(name))); got != want {
+			t.Errorf("%s in the sandbox = %q, want %q", name, got, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(local, "gone.txt")); !os.IsNotExist(err) {
+		t.Errorf("gone.txt was not deleted in the sandbox (stat: %v)", err)
+	}
+
+	// Checksum finds a file changed in the sandbox behind crabbox's back.
+	write(t, filepath.Join(local, "sub", "b.txt"), "tampered\n")
+	checked := pushArchive(t, sb, view.ID, root, dir, cache, sync.Options{Checksum: true})
+	if checked.Sent != 1 || readSandbox(t, filepath.Join(local, "sub", "b.txt")) != "b\n" {
+		t.Errorf("checksum push stats = %+v, sub/b.txt %q; want it sent again", checked, readSandbox(t, filepath.Join(local, "sub", "b.txt")))
+	}
+	full := pushArchive(t, sb, view.ID, root, dir, cache, sync.Options{FullResync: true})
+	if full.Sent != 2 || full.Deleted != 2 {
+		t.Errorf("full resync stats = %+v, want every file deleted and sent", full)
+	}
+}
+
+func TestPushArchiveRefusesRelativeDir(t *testing.T) {
+	sb := providertest.NewSandbox("sandbox", t.TempDir())
+	p, err := sync.Prepare(context.Background(), sync.Options{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetRemoteDir("work/repo"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.PushArchive(context.Background(), sb, lease.NewID())
+	if err == nil || !strings.Contains(err.Error(), "not absolute") {
+		t.Errorf("PushArchive to a relative dir: %v, want it refused", err)
+	}
+	if len(sb.Calls()) != 0 {
+		t.Errorf("the sandbox was called: %+v", sb.Calls())
+	}
+}
