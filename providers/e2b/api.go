@@ -50,9 +50,16 @@ func (e *APIError) Error() string {
 	return b.String()
 }
 
+// errBadStart matches envd's refusal to start a command (the Connect
+// code invalid_argument: a working directory that does not exist, a
+// command that cannot be started).
+var errBadStart = errors.New("e2b: envd refused to start the command")
+
 // Is maps the answer to crabbox's portable error kinds.
 func (e *APIError) Is(target error) bool {
 	switch target {
+	case errBadStart:
+		return e.Code == "invalid_argument"
 	case provider.ErrNotFound:
 		return e.Status == http.StatusNotFound || e.Code == "not_found"
 	case provider.ErrUnauthenticated:

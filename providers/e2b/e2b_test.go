@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/e2b"
@@ -57,7 +58,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("list = %v, %v; want the lease", list, err)
 	}
 
-	f.clock.Advance(10 * time.Minute)
+	f.clock.(*clockwork.FakeClock).Advance(10 * time.Minute)
 	later := f.clock.Now().Add(30 * time.Minute)
 	touched, err := b.Touch(ctx, provider.DelegatedTouchRequest{ID: v.ID, Now: f.clock.Now(), ExpiresAt: later})
 	if err != nil {
@@ -90,7 +91,7 @@ func TestSelfExpiry(t *testing.T) {
 	b := newBackend(t, f)
 	ctx := testContext(t)
 	v := warmup(t, ctx, b, "")
-	f.clock.Advance(30 * time.Minute)
+	f.clock.(*clockwork.FakeClock).Advance(30 * time.Minute)
 	if _, err := b.Status(ctx, provider.StatusRequest{ID: v.ID}); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("status after the timeout: %v, want ErrNotFound", err)
 	}
@@ -167,8 +168,18 @@ func TestRun(t *testing.T) {
 			}
 		})
 	}
-	if _, err := b.Run(ctx, provider.DelegatedRunRequest{LeaseID: v.ID, Command: []string{"true"}, Dir: filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "does not exist") {
-		t.Errorf("run in a missing directory: %v, want envd's error", err)
+	// A directory that does not exist yet is made.
+	var out bytes.Buffer
+	missing := filepath.Join(dir, "missing", "deeper")
+	if res, err := b.Run(ctx, provider.DelegatedRunRequest{LeaseID: v.ID, Command: []string{"pwd"}, Dir: missing, Stdout: &out}); err != nil || res.ExitCode != 0 || out.String() != missing+"\n" {
+		t.Errorf("run in a missing directory: %v, exit %d, pwd %q; want it made and used", err, res.ExitCode, out.String())
+	}
+	// One that cannot be made fails with envd's refusal and mkdir's error.
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Run(ctx, provider.DelegatedRunRequest{LeaseID: v.ID, Command: []string{"true"}, Dir: filepath.Join(dir, "file", "sub")}); err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "mkdir") {
+		t.Errorf("run in a directory under a file: %v, want envd's and mkdir's errors", err)
 	}
 	if _, err := b.Run(ctx, provider.DelegatedRunRequest{LeaseID: v.ID, Command: []string{"true"}, Dir: "relative"}); err == nil {
 		t.Error("run in a relative directory: no error")

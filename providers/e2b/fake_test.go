@@ -44,7 +44,7 @@ type fakeE2B struct {
 	template string
 	user     string
 	root     string
-	clock    *clockwork.FakeClock
+	clock    clockwork.Clock
 	api      *httptest.Server
 	envd     *httptest.Server
 

@@ -48,9 +48,17 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 	if err != nil {
 		return provider.DelegatedRunResult{}, err
 	}
-	st, err := e.start(ctx, processConfig{
-		Cmd: "/bin/sh", Args: append([]string{"-c", sessionScript, "crabbox"}, req.Command...), Envs: req.Env, Cwd: req.Dir,
-	}, tag, orDiscard(req.Stdout), orDiscard(req.Stderr))
+	cfg := processConfig{Cmd: "/bin/sh", Args: append([]string{"-c", sessionScript, "crabbox"}, req.Command...), Envs: req.Env, Cwd: req.Dir}
+	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
+	st, err := e.start(ctx, cfg, tag, stdout, stderr)
+	if req.Dir != "" && st.pid == 0 && errors.Is(err, errBadStart) && ctx.Err() == nil {
+		// envd refused to start the command, most likely because Dir does
+		// not exist yet: make it and try once more.
+		if merr := b.exec(ctx, e, []string{"mkdir", "-p", "--", req.Dir}); merr != nil {
+			return provider.DelegatedRunResult{}, fmt.Errorf("e2b provider: run on %s: %w; make %s: %w", req.LeaseID, err, req.Dir, merr)
+		}
+		st, err = e.start(ctx, cfg, tag, stdout, stderr)
+	}
 	if ctx.Err() != nil {
 		var kerr error
 		if st.end == nil {
