@@ -35,8 +35,8 @@ import (
 // another, reached like a self-hosted deployment's single sandbox URL
 // with the E2b-Sandbox-Id header. Commands really run, with os/exec, the
 // way envd runs them (through /bin/sh, no process group of their own);
-// every sandbox's filesystem is the real one, limited to a temporary
-// root. A sandbox whose timeout has passed on the fake clock is killed,
+// the sandboxes' filesystem is the real one, limited to a temporary root
+// which they share, and which is emptied when the last sandbox ends. A sandbox whose timeout has passed on the fake clock is killed,
 // as E2B does.
 type fakeE2B struct {
 	t        *testing.T
@@ -125,9 +125,8 @@ func newFake(t *testing.T) *fakeE2B {
 // close kills every sandbox, waits for their commands and stops the servers.
 func (f *fakeE2B) close() {
 	f.mu.Lock()
-	for id, sb := range f.sandboxes {
-		killProcs(sb)
-		delete(f.sandboxes, id)
+	for _, sb := range f.sandboxes {
+		f.removeLocked(sb)
 	}
 	f.mu.Unlock()
 	f.procs.Wait()
@@ -213,12 +212,26 @@ func (f *fakeE2B) waitIdle() { f.procs.Wait() }
 
 func (f *fakeE2B) expireLocked() {
 	now := f.clock.Now()
-	for id, sb := range f.sandboxes {
+	for _, sb := range f.sandboxes {
 		if !now.Before(sb.endAt) {
-			killProcs(sb)
-			delete(f.sandboxes, id)
+			f.removeLocked(sb)
 		}
 	}
+}
+
+// removeLocked ends sandbox sb: its commands are killed and, once no
+// sandbox is left, the files of the filesystem they shared are gone.
+func (f *fakeE2B) removeLocked(sb *fakeSandbox) {
+	killProcs(sb)
+	delete(f.sandboxes, sb.id)
+	if len(f.sandboxes) > 0 {
+		return
+	}
+	entries, _ := os.ReadDir(f.root)
+	for _, e := range entries {
+		os.RemoveAll(filepath.Join(f.root, e.Name()))
+	}
+	os.MkdirAll(filepath.Join(f.root, "home", f.user), 0o755)
 }
 
 // killProcs kills every command of sb, with the process group it made
@@ -405,8 +418,7 @@ func (f *fakeE2B) handleKill(w http.ResponseWriter, r *http.Request) {
 		defer f.mu.Unlock()
 		if sb, ok := f.sandboxes[r.PathValue("id")]; ok {
 			found = true
-			killProcs(sb)
-			delete(f.sandboxes, sb.id)
+			f.removeLocked(sb)
 		}
 	}
 	if f.inject("kill", w, r, kill) {
