@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/e2b"
@@ -28,6 +30,11 @@ func TestLive(t *testing.T) {
 	}
 	providertest.RunDelegated(t, providertest.DelegatedHarness{
 		Timeout: 5 * time.Minute, Signals: true, ProcessTable: true,
+		// Idle connections of the default HTTP transport, shared by the process.
+		IgnoreGoroutines: []goleak.Option{
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		},
 		NewBackend: func(t *testing.T) provider.DelegatedRunBackend {
 			resolved, err := e2b.Provider{}.Spec().Resolve(cfg)
 			if err != nil {
