@@ -150,13 +150,13 @@ func TestDelegatedRunRejectsOptions(t *testing.T) {
 	f := &fakeDelegated{}
 	c := delegatedClient(t, f)
 	_, err := c.Run(context.Background(), crabbox.RunRequest{
-		Root: t.TempDir(), PlainDir: true, Command: []string{"true"}, Keep: true, Checksum: true, JUnit: "*.xml",
+		Root: t.TempDir(), PlainDir: true, Command: []string{"true"}, Checksum: true, JUnit: "*.xml",
 		SyncExclude: []string{"dist"}, RefuseOutsideLinks: true, SkipSubmodules: true,
 	})
 	if !errors.Is(err, provider.ErrPrecondition) {
 		t.Fatalf("Run error = %v, want a precondition error", err)
 	}
-	for _, want := range []string{`provider "sandbox" runs commands itself`, "Keep (--keep)", "Checksum (--checksum)", "JUnit (--junit)", "SyncExclude (--sync-exclude)",
+	for _, want := range []string{`provider "sandbox" runs commands itself`, "Checksum (--checksum)", "JUnit (--junit)", "SyncExclude (--sync-exclude)",
 		"RefuseOutsideLinks (--refuse-outside-links)", "SkipSubmodules (--skip-submodules)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
@@ -301,6 +301,34 @@ func TestExternalProviderEndToEnd(t *testing.T) {
 			})
 			if err != nil || !res.TimedOut || res.ExitCode != 124 {
 				t.Errorf("Run with a timeout = %+v, %v, want a timeout and exit 124", res, err)
+			}
+			noLeases(t, c)
+
+			// A warm lease: warmup, run --id twice (the program syncs each
+			// time), status, stop.
+			ctx := context.Background()
+			l, err := c.Acquire(ctx, crabbox.AcquireOptions{Slug: "warm-crab", Keep: true})
+			if err != nil {
+				t.Fatalf("warmup: %v", err)
+			}
+			l.Close()
+			for i, want := range []string{"untracked\n", "edited\n"} {
+				if i == 1 {
+					if err := os.WriteFile(filepath.Join(repo, "untracked.txt"), []byte("edited\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var out bytes.Buffer
+				res, err := c.Run(ctx, crabbox.RunRequest{Lease: "warm-crab", Root: repo, Command: []string{"cat", "untracked.txt"}, Stdout: &out})
+				if err != nil || res.ExitCode != 0 || out.String() != want || !res.Kept {
+					t.Errorf("run --id #%d = %+v, %v, output %q; want %q on the kept lease", i+1, res, err, out.String(), want)
+				}
+			}
+			if info, err := c.Status(ctx, "warm-crab"); err != nil || info.State != crabbox.StateReady {
+				t.Errorf("Status = %+v, %v; want ready", info, err)
+			}
+			if err := c.Stop(ctx, "warm-crab"); err != nil {
+				t.Fatal(err)
 			}
 			noLeases(t, c)
 		})

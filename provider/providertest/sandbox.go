@@ -140,7 +140,23 @@ func (s *Sandbox) save(st sandboxState) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(s.LeaseDir(st.ID), "lease.json"), b, 0o600)
+	// Written aside and renamed, so a concurrent reader never sees half.
+	name := filepath.Join(s.LeaseDir(st.ID), "lease.json")
+	tmp, err := os.CreateTemp(s.LeaseDir(st.ID), "lease-*.tmp")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), name)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
 }
 
 // Warmup creates the lease's directory and home.

@@ -7,6 +7,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/azure"
 	_ "github.com/crabbox-dev/crabbox/providers/daytona"
 	_ "github.com/crabbox-dev/crabbox/providers/docker"
+	_ "github.com/crabbox-dev/crabbox/providers/e2b"
 	_ "github.com/crabbox-dev/crabbox/providers/external"
 	_ "github.com/crabbox-dev/crabbox/providers/gcp"
 	_ "github.com/crabbox-dev/crabbox/providers/hetzner"
