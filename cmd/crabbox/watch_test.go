@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -23,7 +24,7 @@ func TestRunWithChangeWatcher(t *testing.T) {
 	socket := watch.SocketPath(filepath.Join(stateDir(env), "watch"), repo)
 	client := watch.Client{Socket: socket}
 	t.Cleanup(func() {
-		if err := client.Stop(t.Context()); err != nil {
+		if err := client.Stop(context.Background()); err != nil { // t.Context is done by now
 			t.Errorf("stop the watcher: %v", err)
 		}
 	})
