@@ -29,6 +29,9 @@ var sizeOptions = map[string]map[string]string{
 	"aws":     {"serverType": "instance-type", "location": "regions", "image": "image"},
 	"gcp":     {"serverType": "machine-type", "location": "zones", "image": "image"},
 	"azure":   {"serverType": "vm-size", "location": "location", "image": "image"},
+	// The tag clouds (providers/internal/tagcloud) name them alike.
+	"digitalocean": {"serverType": "size", "location": "region", "image": "image"},
+	"linode":       {"serverType": "size", "location": "region", "image": "image"},
 }
 
 // sizedBackends configures and keeps one backend per lease size.

@@ -14,7 +14,7 @@ import (
 )
 
 // cloudProviders are the providers whose API endpoint is an option.
-var cloudProviders = []string{"aws", "azure", "gcp", "hetzner"}
+var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "linode"}
 
 // Every cloud provider lists its endpoint option, with its flag and
 // environment variable, in `providers describe`.
@@ -87,6 +87,8 @@ func TestCloudEndpointFromCLI(t *testing.T) {
 		{"hetzner", []string{"HCLOUD_TOKEN=test-only"}, nil, "config", "/server_types"},
 		{"aws", awsEnv, nil, "flag", "/"},
 		{"gcp", nil, []string{"--gcp-project", "my-project-1"}, "env", "/compute/v1/projects/my-project-1/zones/us-central1-a/instances"},
+		{"digitalocean", []string{"DIGITALOCEAN_TOKEN=test-only"}, nil, "flag", "/v2/account"},
+		{"linode", []string{"LINODE_TOKEN=test-only"}, nil, "env", "/v4/profile"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+" "+tt.via, func(t *testing.T) {

@@ -5,10 +5,12 @@ package all
 import (
 	_ "github.com/crabbox-dev/crabbox/providers/aws"
 	_ "github.com/crabbox-dev/crabbox/providers/azure"
+	_ "github.com/crabbox-dev/crabbox/providers/digitalocean"
 	_ "github.com/crabbox-dev/crabbox/providers/docker"
 	_ "github.com/crabbox-dev/crabbox/providers/external"
 	_ "github.com/crabbox-dev/crabbox/providers/gcp"
 	_ "github.com/crabbox-dev/crabbox/providers/hetzner"
+	_ "github.com/crabbox-dev/crabbox/providers/linode"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
 )
