@@ -16,8 +16,11 @@
 // file, so every change made before the question was asked has been seen.
 //
 // The clock is coarse on purpose: any change anywhere in the checkout,
-// ignored files included, moves it. It never says "unchanged" wrongly;
-// at worst a caller lists the checkout as it would without a watcher.
+// ignored files included, moves it; at worst a caller lists the checkout
+// as it would without a watcher. What inotify does not report cannot move
+// it: a file written through a hard link from outside the checkout, or
+// through a shared memory mapping, looks unchanged until something else
+// changes (Options.Checksum and FullResync of package sync always list).
 //
 // Watching needs Linux's inotify; elsewhere Serve returns
 // ErrUnsupported and callers keep listing. Checkouts whose .git is not a
