@@ -4,6 +4,7 @@ package sync
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -188,6 +189,21 @@ func TestListingCacheFollowsChanges(t *testing.T) {
 // trusted: the cache is not written, and git lists the next time too.
 func TestListingCacheSkipsRecentChanges(t *testing.T) {
 	root := cacheTree(t)
+	// Dated a minute ahead, the directories stay racy however slowly the
+	// test runs.
+	ahead := time.Now().Add(time.Minute)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		return os.Chtimes(p, ahead, ahead)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cache := filepath.Join(t.TempDir(), "listing")
 	hits := 0
 	list := func() {
