@@ -47,7 +47,7 @@ type clockState struct {
 // the change clock watches. It reports false when the listing cache could
 // not be keyed either (see untrackedKeyInputs).
 func clockKey(root, excludesFile string, opts Options, own []byte) (string, bool) {
-	in := untrackedKeyInputs(root, excludesFile, own, time.Now())
+	in := untrackedKeyInputs(root, excludesFile, own, time.Now(), true)
 	if !in.ok || in.racy {
 		return "", false
 	}

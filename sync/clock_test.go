@@ -26,6 +26,9 @@ func gitTree(t *testing.T) string {
 	t.Helper()
 	needGit(t)
 	root := t.TempDir()
+	// As sameTree sets it: the environment that steers git is part of the
+	// clock's key.
+	t.Setenv("GIT_CEILING_DIRECTORIES", filepath.Dir(root))
 	git(t, root, "init", "-q")
 	for _, p := range []string{"a.txt", "src/b.go", "src/c.go"} {
 		write(t, root, p, "content of "+p+"\n", 0o644)

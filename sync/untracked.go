@@ -145,7 +145,10 @@ func gitConfigFiles(root string) (configs []string, defaultExcludes string) {
 // listings depend on, with excludesFile as git's resolved
 // core.excludesFile. ownExcludes are the sync's own exclude patterns.
 // Files changed after since are racy.
-func untrackedKeyInputs(root, excludesFile string, ownExcludes []byte, since time.Time) untrackedInputs {
+//
+// With watched, the files under root/.git are left out: a change clock
+// (ChangeClock) watches them.
+func untrackedKeyInputs(root, excludesFile string, ownExcludes []byte, since time.Time, watched bool) untrackedInputs {
 	if !untrackedCacheSupported {
 		return untrackedInputs{}
 	}
@@ -169,8 +172,9 @@ func untrackedKeyInputs(root, excludesFile string, ownExcludes []byte, since tim
 	configs, defaultExcludes := gitConfigFiles(root)
 	files := append(configs, filepath.Join(root, ".git", "index"), filepath.Join(root, ".git", "info", "exclude"), defaultExcludes, excludesFile)
 	var stamps []stampedPath
+	gitDir := filepath.Join(root, ".git") + string(filepath.Separator)
 	for _, name := range files {
-		if name == "" {
+		if name == "" || (watched && strings.HasPrefix(name, gitDir)) {
 			continue
 		}
 		st, err := stampFile(name)
@@ -571,7 +575,7 @@ func openListingCache(ctx context.Context, root, file string, indexModes bool, m
 	if c == nil {
 		return lc
 	}
-	in := untrackedKeyInputs(root, c.excludesFile, m.source, lc.start)
+	in := untrackedKeyInputs(root, c.excludesFile, m.source, lc.start, false)
 	if !in.ok || c.key != untrackedKey(in) {
 		return lc
 	}
@@ -657,7 +661,7 @@ func (lc *listingCache) startWalk(ctx context.Context) {
 		}
 		if err == nil {
 			w.excludesFile = excludesFile
-			w.inputs = untrackedKeyInputs(lc.root, excludesFile, lc.m.source, lc.start)
+			w.inputs = untrackedKeyInputs(lc.root, excludesFile, lc.m.source, lc.start, false)
 		}
 		starts := []string{""}
 		if lc.cache != nil {
