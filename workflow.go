@@ -519,7 +519,7 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 		res.ExitCode, res.TimedOut, err = l.command(ctx, req, workdir, "", &res.Timing)
 	}
 	if err != nil {
-		return res, missingRunDir(err, req, co, prepared)
+		return res, missingRunDir(ctx, err, req, co, prepared)
 	}
 	if f := req.fetch(workdir); len(f.Globs)+len(f.Downloads) > 0 {
 		if err := l.fetch(ctx, f, &res); err != nil {
@@ -565,8 +565,8 @@ func (l *Lease) fetch(ctx context.Context, f run.Fetch, res *RunResult) error {
 // after the sync: the sync sent nothing in it, because it holds no files
 // (git does not track empty directories) or because everything in it is
 // ignored or excluded. Other errors are returned as they are.
-func missingRunDir(err error, req RunRequest, co sync.Checkout, prepared *sync.Prepared) error {
-	if req.NoSync || prepared == nil || !errors.Is(err, fs.ErrNotExist) || prepared.Holds(co.Rel) {
+func missingRunDir(ctx context.Context, err error, req RunRequest, co sync.Checkout, prepared *sync.Prepared) error {
+	if req.NoSync || prepared == nil || !errors.Is(err, fs.ErrNotExist) || prepared.Holds(ctx, co.Rel) {
 		return err
 	}
 	why := "everything in it is ignored by git or left out of the sync (a default exclude, .crabboxignore or a sync exclude)"

@@ -69,7 +69,7 @@ func TestPrepareChangeClock(t *testing.T) {
 	if _, ok := p.UnchangedCheck(); !ok {
 		t.Error("UnchangedCheck under an unmoved clock: false, want the fingerprint check")
 	}
-	if !p.Holds("src") || p.Holds("missing") {
+	if !p.Holds(t.Context(), "src") || p.Holds(t.Context(), "missing") {
 		t.Error("Holds of an unlisted Prepare: wrong answer")
 	}
 	if st := push(t, client, opts); !st.Skipped || !st.Unlisted || st.Total != 4 {

@@ -65,7 +65,7 @@ func TestPreparedHolds(t *testing.T) {
 		"": true, ".": true, "src": true, "src/b": true, "src/b/": true,
 		"sr": false, "src/c": false, "empty": false, "a.txt/x": false,
 	} {
-		if got := p.Holds(dir); got != want {
+		if got := p.Holds(t.Context(), dir); got != want {
 			t.Errorf("Holds(%q) = %v, want %v", dir, got, want)
 		}
 	}

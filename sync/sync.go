@@ -439,14 +439,16 @@ func (p *Prepared) UnchangedCheck() (string, bool) {
 // root, slash-separated; "" or "." is the root itself), so that a push
 // creates dir on the box. A directory that holds nothing the sync sends
 // (an empty one, which git does not track, or one excluded) is not
-// created.
-func (p *Prepared) Holds(dir string) bool {
+// created. When the change clock spared Prepare the listing, Holds lists
+// the checkout (bounded by ctx); a listing that fails answers true, so
+// that no caller claims the sync left dir out.
+func (p *Prepared) Holds(ctx context.Context, dir string) bool {
 	dir = path.Clean(dir)
 	if dir == "." || dir == "" {
 		return true
 	}
-	if p.unlisted && p.list(context.Background()) != nil {
-		return true // unknown: do not claim the sync left dir out
+	if p.unlisted && p.list(ctx) != nil {
+		return true
 	}
 	for _, f := range p.files {
 		if strings.HasPrefix(f.Path, dir+"/") {
