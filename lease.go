@@ -648,13 +648,27 @@ type watchClock struct {
 
 func (w *watchClock) Clock(ctx context.Context) (string, error) {
 	token, err := w.client.Clock(ctx)
+	w.started(ctx, err)
+	return token, err
+}
+
+// Changes makes the watcher a sync.ChangeJournal: a sync after a few
+// edits lists only the files they named.
+func (w *watchClock) Changes(ctx context.Context, since string) (string, []string, bool, error) {
+	token, paths, all, err := w.client.Changes(ctx, since)
+	w.started(ctx, err)
+	return token, paths, all, err
+}
+
+// started starts a watcher when err says none answers (and none refused
+// the checkout lately).
+func (w *watchClock) started(ctx context.Context, err error) {
 	if !errors.Is(err, watch.ErrNoWatcher) || watch.Refused(w.client.Socket, w.c.rt.Clock.Now()) != "" {
-		return token, err
+		return
 	}
 	if serr := w.c.startWatch(ctx, w.root, w.client.Socket); serr != nil {
 		w.c.log.Debug("start change watcher", "root", w.root, "err", serr)
 	}
-	return "", err
 }
 
 // hashCache is the file caching content hashes of the checkout at root, so

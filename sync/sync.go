@@ -107,7 +107,10 @@ type Options struct {
 	// listed. When its token is the one the last listing was made under
 	// (and nothing else that decides the file set changed), Prepare takes
 	// that listing's fingerprint and lists nothing: an untouched checkout
-	// costs the same whatever its size. Checksum and FullResync list
+	// costs the same whatever its size. When it is also a ChangeJournal
+	// that names the few files changed since that listing, only those are
+	// looked at again (an lstat each, one git call for new ones); the
+	// listing is what a full one would find. Checksum and FullResync list
 	// always.
 	Changes ChangeClock
 
@@ -214,6 +217,11 @@ type Prepared struct {
 	clock    *clockState
 	unlisted bool
 	total    int
+	// since and changed are the token of the last listing and the paths
+	// a change journal says changed since (nil when it did not say).
+	since   string
+	changed []string
+	delta   bool // the listing was brought up to date by listDelta
 	// local is the manifest, nil when fp came from the listing file;
 	// misses are the indexes of its regular files whose hash is not
 	// known yet.
@@ -264,8 +272,19 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 			return p, nil
 		}
 	}
-	if err := p.list(ctx); err != nil {
-		return fail(err)
+	listed := false
+	if p.changed != nil {
+		switch err := p.listDelta(ctx, p.since, p.changed); {
+		case err == nil:
+			listed = true
+		case !errors.Is(err, errListAgain):
+			return fail(err)
+		}
+	}
+	if !listed {
+		if err := p.list(ctx); err != nil {
+			return fail(err)
+		}
 	}
 	if opts.CacheFile != "" {
 		p.digest = listingDigest(p.files, p.listed)
@@ -322,9 +341,11 @@ func (p *Prepared) list(ctx context.Context) error {
 
 // unchanged asks the change clock and returns what the last listing found
 // when nothing changed since it was made. Otherwise it keeps the token
-// for saveClock.
+// for saveClock, and, when a change journal named what changed since the
+// last listing, those paths for listDelta.
 func (p *Prepared) unchanged(ctx context.Context) (clockState, bool) {
-	token, err := p.opts.Changes.Clock(ctx)
+	saved, ok := readClock(p.opts.CacheFile)
+	token, changed, err := p.askClock(ctx, saved, ok)
 	if err != nil || token == "" || strings.ContainsAny(token, " \t\n") {
 		return clockState{}, false
 	}
@@ -332,22 +353,39 @@ func (p *Prepared) unchanged(ctx context.Context) (clockState, bool) {
 	if err != nil {
 		return clockState{}, false
 	}
-	saved, ok := readClock(p.opts.CacheFile)
 	excludesFile := saved.excludesFile
 	if !ok {
 		if excludesFile, err = resolveExcludesFile(ctx, p.opts.Root); err != nil {
 			return clockState{}, false
 		}
 	}
-	key, ok := clockKey(p.opts.Root, excludesFile, p.opts, m.source)
-	if !ok {
+	key, keyed := clockKey(p.opts.Root, excludesFile, p.opts, m.source)
+	if !keyed {
 		return clockState{}, false
 	}
-	if saved.token == token && saved.key == key {
+	if ok && saved.token == token && saved.key == key {
 		return saved, true
 	}
 	p.clock = &clockState{token: token, key: key, excludesFile: excludesFile}
+	if ok && saved.key == key && changed != nil {
+		p.since, p.changed = saved.token, changed
+	}
 	return clockState{}, false
+}
+
+// askClock returns the change clock's token and, when the clock is a
+// journal that can name them, the paths changed since the saved token
+// (non-nil, possibly empty).
+func (p *Prepared) askClock(ctx context.Context, saved clockState, ok bool) (string, []string, error) {
+	if j, isJournal := p.opts.Changes.(ChangeJournal); isJournal && ok {
+		token, paths, all, err := j.Changes(ctx, saved.token)
+		if err != nil || all {
+			return token, nil, err
+		}
+		return token, append(make([]string, 0, len(paths)), paths...), nil
+	}
+	token, err := p.opts.Changes.Clock(ctx)
+	return token, nil, err
 }
 
 // saveClock saves the change clock's token with the fingerprint of the
@@ -359,6 +397,14 @@ func (p *Prepared) saveClock() {
 	st := *p.clock
 	st.fp, st.files = p.fp, len(p.files)
 	p.clock = nil
+	if _, isJournal := p.opts.Changes.(ChangeJournal); isJournal {
+		// Before the clock file: a snapshot is used only with the
+		// clock's token, so a clock file never names a stale one.
+		if err := writeSnapshot(p.opts.CacheFile, st.token, p.files, p.listed); err != nil {
+			p.warn(err)
+			return
+		}
+	}
 	p.warn(writeClock(p.opts.CacheFile, st))
 }
 

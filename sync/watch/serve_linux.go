@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	gosync "sync"
@@ -89,10 +90,10 @@ func Serve(ctx context.Context, root string, ln net.Listener, opts ServeOptions)
 	defer idle.Stop()
 	check := time.NewTicker(cmp.Or(opts.Check, 10*time.Second))
 	defer check.Stop()
-	pending := map[string]net.Conn{} // by cookie name
+	pending := map[string]question{} // by cookie name
 	defer func() {
-		for name, c := range pending {
-			reply(c, "err watcher ended")
+		for name, q := range pending {
+			reply(q.conn, "err watcher ended")
 			os.Remove(filepath.Join(git, name))
 		}
 	}()
@@ -110,11 +111,12 @@ func Serve(ctx context.Context, root string, ln net.Listener, opts ServeOptions)
 			}
 		case q := <-questions:
 			idle.Reset(cmp.Or(opts.Idle, DefaultIdle))
-			switch q.text {
-			case "stop":
+			verb, _, _ := strings.Cut(q.text, " ")
+			switch {
+			case q.text == "stop":
 				reply(q.conn, "ok")
 				return nil
-			case "clock":
+			case q.text == "clock" || verb == "changes":
 				name := cookiePrefix + w.id + "-" + strconv.Itoa(n)
 				f, err := os.OpenFile(filepath.Join(git, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 				if err != nil {
@@ -122,7 +124,7 @@ func Serve(ctx context.Context, root string, ln net.Listener, opts ServeOptions)
 					continue
 				}
 				f.Close()
-				pending[name] = q.conn
+				pending[name] = q
 			default:
 				reply(q.conn, fmt.Sprintf("err unknown question %q", q.text))
 			}
@@ -132,10 +134,10 @@ func Serve(ctx context.Context, root string, ln net.Listener, opts ServeOptions)
 				return err
 			}
 			for _, name := range cookies {
-				if c, ok := pending[name]; ok {
+				if q, ok := pending[name]; ok {
 					os.Remove(filepath.Join(git, name))
 					delete(pending, name)
-					reply(c, "ok "+w.id+":"+strconv.FormatUint(w.gen, 10))
+					reply(q.conn, w.answer(q.text))
 				}
 			}
 		}
@@ -201,6 +203,73 @@ type watcher struct {
 	gitWatch  map[int32]bool   // .git and .git/info
 	gitWD     int32            // .git's
 	gone      bool             // the checkout was removed or moved
+
+	// The journal: changed holds, for each path (relative to root,
+	// slash-separated) an event named since generation floor, the
+	// generation of its last event. Every change after floor that is
+	// not in changed was one the journal cannot name (a directory made,
+	// removed or moved, a file of .git): no answer reaches back past it.
+	changed map[string]uint64
+	floor   uint64
+}
+
+// maxJournal bounds the paths the journal keeps; past it, the journal
+// starts over (answers reaching back further say "everything").
+const maxJournal = 10_000
+
+// MaxChanges bounds the paths of an answer to "changes": more, and the
+// answer is that everything may have changed.
+const MaxChanges = 2_000
+
+// token is the clock's current token.
+func (w *watcher) token() string { return w.id + ":" + strconv.FormatUint(w.gen, 10) }
+
+// noted records an event of the file at rel; rel "" is an event the
+// journal cannot name.
+func (w *watcher) noted(rel string) {
+	w.gen++
+	if rel == "" || len(w.changed) >= maxJournal {
+		w.changed, w.floor = nil, w.gen
+		return
+	}
+	if w.changed == nil {
+		w.changed = map[string]uint64{}
+	}
+	w.changed[rel] = w.gen
+}
+
+// answer answers "clock" with the token, and "changes SINCE" with the
+// token and the quoted paths changed since token SINCE, or "*" when the
+// journal cannot tell (another watcher's token, one older than the
+// journal, too many paths).
+func (w *watcher) answer(question string) string {
+	tok := w.token()
+	since, ok := strings.CutPrefix(question, "changes ")
+	if !ok {
+		return "ok " + tok
+	}
+	id, genText, _ := strings.Cut(since, ":")
+	gen, err := strconv.ParseUint(genText, 10, 64)
+	if err != nil || id != w.id || gen < w.floor || gen > w.gen {
+		return "ok " + tok + " *"
+	}
+	var paths []string
+	for p, g := range w.changed {
+		if g > gen {
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) > MaxChanges {
+		return "ok " + tok + " *"
+	}
+	slices.Sort(paths)
+	var b strings.Builder
+	b.WriteString("ok " + tok)
+	for _, p := range paths {
+		b.WriteByte(' ')
+		b.WriteString(strconv.Quote(p))
+	}
+	return b.String()
 }
 
 func newWatcher(root string, maxDirs int) (*watcher, error) {
@@ -228,6 +297,15 @@ func newWatcher(root string, maxDirs int) (*watcher, error) {
 }
 
 func (w *watcher) close() { w.file.Close() }
+
+// relative is name relative to the root, slash-separated.
+func (w *watcher) relative(name string) string {
+	rel, err := filepath.Rel(w.root, name)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return ""
+	}
+	return filepath.ToSlash(rel)
+}
 
 // watchGit watches dir (.git or .git/info) for the entries in gitNames; a
 // missing .git/info is watched once it is made.
@@ -329,7 +407,14 @@ func (w *watcher) handle(buf []byte) (cookies []string, err error) {
 		if !ok {
 			continue // a watch already dropped
 		}
-		w.gen++
+		// Events of a file name it; those of directories (made,
+		// removed, moved, the watched one's own) the journal does not
+		// follow.
+		rel := ""
+		if name != "" && ev.Mask&(unix.IN_ISDIR|unix.IN_IGNORED|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_UNMOUNT) == 0 {
+			rel = w.relative(filepath.Join(dir, name))
+		}
+		w.noted(rel)
 		switch {
 		case ev.Mask&unix.IN_IGNORED != 0:
 			delete(w.dirs, ev.Wd)
@@ -356,13 +441,13 @@ func (w *watcher) gitEvent(wd int32, mask uint32, name string, cookies *[]string
 			w.gone = true // .git is gone: no longer a checkout to watch
 		}
 	case mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0:
-		w.gen++ // .git or .git/info removed: watched again if .git stays
+		w.noted("") // .git or .git/info removed: watched again if .git stays
 	case strings.HasPrefix(name, cookiePrefix):
 		if mask&unix.IN_CREATE != 0 {
 			*cookies = append(*cookies, name)
 		}
 	case gitNames[name]:
-		w.gen++
+		w.noted("")
 		if name == "info" && mask&unix.IN_ISDIR != 0 && mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 {
 			return w.watchGit(filepath.Join(w.git, "info"))
 		}

@@ -17,7 +17,10 @@
 //
 // The clock is coarse on purpose: any change anywhere in the checkout,
 // ignored files included, moves it; at worst a caller lists the checkout
-// as it would without a watcher. What inotify does not report cannot move
+// as it would without a watcher. The watcher also keeps a journal of the
+// files events named (Client.Changes), so a caller that kept a listing
+// can look again at just those; a directory made, removed or moved, a
+// change of .git's files, or too many files, and it says "everything". What inotify does not report cannot move
 // it: a file written through a hard link from outside the checkout, or
 // through a shared memory mapping, looks unchanged until something else
 // changes (Options.Checksum and FullResync of package sync always list).
@@ -41,6 +44,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,6 +112,47 @@ func (c Client) Clock(ctx context.Context) (string, error) {
 	return reply, nil
 }
 
+// Changes returns the watcher's current token and the paths (relative
+// to the checkout, slash-separated, sorted) of the files that may have
+// changed since the token since. All is true when the watcher cannot name
+// them: since is another watcher's token or older than what it keeps,
+// too many files changed, or a directory or a file of .git that decides
+// the listing changed. Paths name only regular files' and symlinks'
+// events; a path may name a file that is gone again or ignored.
+func (c Client) Changes(ctx context.Context, since string) (token string, paths []string, all bool, err error) {
+	if since == "" || strings.ContainsAny(since, " \t\n") {
+		return "", nil, false, fmt.Errorf("watcher on %s: malformed token %q", c.Socket, since)
+	}
+	reply, err := c.ask(ctx, "changes "+since)
+	var refused answerError
+	if errors.As(err, &refused) && strings.HasPrefix(refused.msg, "unknown question") {
+		// A watcher started by an earlier crabbox: its clock still
+		// counts, it just cannot name what changed.
+		token, err := c.Clock(ctx)
+		return token, nil, true, err
+	}
+	if err != nil {
+		return "", nil, false, err
+	}
+	token, rest, _ := strings.Cut(reply, " ")
+	if token == "" {
+		return "", nil, false, fmt.Errorf("watcher on %s: malformed changes %q", c.Socket, reply)
+	}
+	if rest == "*" {
+		return token, nil, true, nil
+	}
+	for rest != "" {
+		q, err := strconv.QuotedPrefix(rest)
+		if err != nil {
+			return "", nil, false, fmt.Errorf("watcher on %s: malformed changes: %w", c.Socket, err)
+		}
+		p, _ := strconv.Unquote(q)
+		paths = append(paths, p)
+		rest = strings.TrimPrefix(rest[len(q):], " ")
+	}
+	return token, paths, false, nil
+}
+
 // Stop asks the watcher to end.
 func (c Client) Stop(ctx context.Context) error {
 	_, err := c.ask(ctx, "stop")
@@ -140,10 +185,15 @@ func (c Client) ask(ctx context.Context, question string) (string, error) {
 	case "ok":
 		return reply, nil
 	case "err":
-		return "", fmt.Errorf("watcher on %s: %s", c.Socket, reply)
+		return "", answerError{socket: c.Socket, msg: reply}
 	}
 	return "", fmt.Errorf("watcher on %s: malformed answer %q", c.Socket, line)
 }
+
+// answerError is a watcher's answer "err MESSAGE".
+type answerError struct{ socket, msg string }
+
+func (e answerError) Error() string { return "watcher on " + e.socket + ": " + e.msg }
 
 // Supported reports whether Serve can watch checkouts on this platform.
 func Supported() bool { return runtime.GOOS == "linux" }

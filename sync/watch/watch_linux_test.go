@@ -8,9 +8,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // checkout makes a checkout with a .git directory and a few files.
@@ -230,5 +234,145 @@ func TestServeRefuses(t *testing.T) {
 				t.Fatalf("Serve: %v, want ErrUnsupported naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// changes asks for the changes since tok.
+func changes(t *testing.T, c Client, since string) (string, []string, bool) {
+	t.Helper()
+	tok, paths, all, err := c.Changes(context.Background(), since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok, paths, all
+}
+
+func TestChangesNameFiles(t *testing.T) {
+	root := checkout(t)
+	c, _ := serve(t, root, ServeOptions{})
+	p := func(rel string) string { return filepath.Join(root, rel) }
+	for _, step := range []struct {
+		what   string
+		change func() error
+		want   []string // nil: everything
+	}{
+		{"nothing", func() error { return nil }, []string{}},
+		{"edit", func() error { return os.WriteFile(p("src/a.go"), []byte("y"), 0o644) }, []string{"src/a.go"}},
+		{"edits", func() error {
+			for _, f := range []string{"src/deep/b.go", "README", "src/deep/b.go"} {
+				if err := os.WriteFile(p(f), []byte("z"), 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, []string{"README", "src/deep/b.go"}},
+		{"odd name", func() error { return os.WriteFile(p("docs/a \"b\"\n\xff c"), []byte("y"), 0o644) }, []string{"docs/a \"b\"\n\xff c"}},
+		{"chmod", func() error { return os.Chmod(p("README"), 0o755) }, []string{"README"}},
+		{"remove", func() error { return os.Remove(p("docs/c.md")) }, []string{"docs/c.md"}},
+		{"save by rename", func() error {
+			if err := os.WriteFile(p("src/.a.go.swp"), []byte("new"), 0o644); err != nil {
+				return err
+			}
+			return os.Rename(p("src/.a.go.swp"), p("src/a.go"))
+		}, []string{"src/.a.go.swp", "src/a.go"}},
+		{"symlink", func() error { return os.Symlink("a.go", p("src/link")) }, []string{"src/link"}},
+		{".git objects", func() error { return os.WriteFile(p(".git/objects/ab/cd"), []byte("blob"), 0o644) }, []string{}},
+		{"new directory", func() error { return os.MkdirAll(p("new"), 0o755) }, nil},
+		{"file in the new directory", func() error { return os.WriteFile(p("new/f"), []byte("y"), 0o644) }, []string{"new/f"}},
+		{"remove directory", func() error { return os.RemoveAll(p("new")) }, nil},
+		{"index", func() error { return os.WriteFile(p(".git/index"), []byte("y"), 0o644) }, nil},
+		{"info/exclude", func() error { return os.WriteFile(p(".git/info/exclude"), []byte("*.o"), 0o644) }, nil},
+	} {
+		since := clock(t, c)
+		if err := step.change(); err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		tok, paths, all := changes(t, c, since)
+		if now := clock(t, c); tok != now {
+			t.Errorf("%s: changes answered token %s, the clock is %s", step.what, tok, now)
+		}
+		switch {
+		case step.want == nil && !all:
+			t.Errorf("%s: changes named %q, want everything", step.what, paths)
+		case step.want != nil && all:
+			t.Errorf("%s: changes said everything, want %q", step.what, step.want)
+		case step.want != nil:
+			if diff := cmp.Diff(step.want, paths, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s: changes (-want +got):\n%s", step.what, diff)
+			}
+		}
+	}
+}
+
+// The journal reaches back over several questions, and not past what it
+// cannot name or another watcher's tokens.
+func TestChangesReachBack(t *testing.T) {
+	root := checkout(t)
+	c, _ := serve(t, root, ServeOptions{})
+	start := clock(t, c)
+	write(t, filepath.Join(root, "src/a.go"), "1")
+	mid := clock(t, c)
+	write(t, filepath.Join(root, "docs/c.md"), "2")
+	if _, paths, all := changes(t, c, start); all || !slices.Equal(paths, []string{"docs/c.md", "src/a.go"}) {
+		t.Errorf("changes since the start: %q (all %t), want both files", paths, all)
+	}
+	if _, paths, all := changes(t, c, mid); all || !slices.Equal(paths, []string{"docs/c.md"}) {
+		t.Errorf("changes since the middle: %q (all %t), want docs/c.md", paths, all)
+	}
+	if err := os.Mkdir(filepath.Join(root, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	after := clock(t, c)
+	write(t, filepath.Join(root, "README"), "3")
+	if _, _, all := changes(t, c, mid); !all {
+		t.Error("changes reaching back past a new directory did not say everything")
+	}
+	if _, paths, all := changes(t, c, after); all || !slices.Equal(paths, []string{"README"}) {
+		t.Errorf("changes since the new directory: %q (all %t), want README", paths, all)
+	}
+	for _, other := range []string{"0123456789abcdef:1", "x:y", strings.Split(after, ":")[0] + ":999999"} {
+		if _, _, all := changes(t, c, other); !all {
+			t.Errorf("changes since %q did not say everything", other)
+		}
+	}
+	if _, _, _, err := c.Changes(context.Background(), "a b"); err == nil {
+		t.Error("a malformed token was sent")
+	}
+}
+
+// A watcher of an earlier crabbox, which does not know "changes", still
+// gives its clock: everything may have changed.
+func TestChangesOfAnOldWatcher(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "old.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 256)
+			n, _ := c.Read(buf)
+			q := strings.TrimSpace(string(buf[:n]))
+			if q == "clock" {
+				c.Write([]byte("ok old:7\n"))
+			} else {
+				c.Write([]byte("err unknown question \"" + q + "\"\n"))
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	tok, paths, all, err := Client{Socket: sock}.Changes(context.Background(), "old:3")
+	if err != nil || tok != "old:7" || paths != nil || !all {
+		t.Fatalf("Changes of an old watcher: %q %q %t %v; want its clock, everything changed", tok, paths, all, err)
 	}
 }

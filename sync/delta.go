@@ -1,0 +1,203 @@
+package sync
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/crabbox-dev/crabbox/internal/atomicfile"
+)
+
+// ChangeJournal is a ChangeClock that can also name what changed: the
+// Client of package sync/watch is one. With it, a checkout in which a few
+// files changed is not listed again: the listing saved with the last
+// token is brought up to date for the named files alone.
+type ChangeJournal interface {
+	ChangeClock
+	// Changes returns the current token and the paths (relative to the
+	// checkout, slash-separated) of the regular files and symlinks that
+	// may have changed since the token since. All is true when it cannot
+	// name them; an error means no token is known.
+	Changes(ctx context.Context, since string) (token string, paths []string, all bool, err error)
+}
+
+// maxDeltaPaths bounds the changed paths a listing is brought up to date
+// for; past it the checkout is listed again.
+const maxDeltaPaths = 1000
+
+// snapshotSuffix names the file, next to Options.CacheFile, that keeps the
+// listing made after the clock file's token: each file with its stamp.
+const (
+	snapshotSuffix = ".snapshot"
+	snapshotHeader = "crabbox-snapshot 1"
+)
+
+// writeSnapshot saves the listing made after token.
+func writeSnapshot(cacheFile, token string, files []File, stamps []fileStamp) error {
+	head := fmt.Sprintf("%s %s %d\n", snapshotHeader, token, len(files))
+	b := make([]byte, 0, len(head)+len(files)*64)
+	b = append(b, head...)
+	for i, f := range files {
+		b = appendString(b, f.Path)
+		b = binary.AppendUvarint(b, uint64(f.Mode))
+		b = binary.AppendVarint(b, f.Size)
+		b = appendString(b, f.LinkTarget)
+		b = binary.AppendVarint(b, stamps[i].mtime)
+		b = binary.AppendUvarint(b, stamps[i].ino)
+	}
+	return atomicfile.WriteCache(cacheFile+snapshotSuffix, b)
+}
+
+// readSnapshot reads the listing saved with token; ok is false when there
+// is none, it was saved with another token, or it is malformed.
+func readSnapshot(cacheFile, token string) (files []File, stamps []fileStamp, ok bool) {
+	data, err := os.ReadFile(cacheFile + snapshotSuffix)
+	if err != nil {
+		return nil, nil, false
+	}
+	head, rest, found := strings.Cut(string(data), "\n")
+	f := strings.Fields(head)
+	if !found || len(f) != 4 || f[0]+" "+f[1] != snapshotHeader || f[2] != token {
+		return nil, nil, false
+	}
+	n, err := strconv.Atoi(f[3])
+	if err != nil || n < 0 || n > len(rest) {
+		return nil, nil, false
+	}
+	files, stamps = make([]File, 0, n), make([]fileStamp, 0, n)
+	d := &decoder{data: rest}
+	for d.more() {
+		var file File
+		file.Path = d.string()
+		file.Mode = fs.FileMode(d.uvarint())
+		file.Size = d.varint()
+		file.LinkTarget = d.string()
+		st := fileStamp{mtime: d.varint(), ino: d.uvarint()}
+		if d.bad {
+			return nil, nil, false
+		}
+		files = append(files, file)
+		stamps = append(stamps, st)
+	}
+	if len(files) != n || !slices.IsSortedFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) }) {
+		return nil, nil, false
+	}
+	return files, stamps, true
+}
+
+// errListAgain says the listing cannot be brought up to date: the
+// checkout is listed.
+var errListAgain = errors.New("list again")
+
+// listDelta brings the listing saved with the token since up to date for
+// the changed paths, as a listing of the checkout would find it. It
+// returns errListAgain when it cannot: no saved listing, too many paths, a
+// changed file that decides what is listed (an ignore file).
+func (p *Prepared) listDelta(ctx context.Context, since string, changed []string) error {
+	opts := p.opts
+	if len(changed) > maxDeltaPaths {
+		return errListAgain
+	}
+	for _, c := range changed {
+		switch path.Base(c) {
+		case ".gitignore", ".crabboxignore", ".gitmodules":
+			return errListAgain
+		}
+	}
+	files, stamps, ok := readSnapshot(opts.CacheFile, since)
+	if !ok {
+		return errListAgain
+	}
+	m, err := newMatcher(opts.Root, opts.Exclude)
+	if err != nil {
+		return err
+	}
+	root, err := openRoot(opts.Root)
+	if err != nil {
+		return err
+	}
+	defer root.close()
+
+	byPath := func(f File, p string) int { return strings.Compare(f.Path, p) }
+	stats := make([]statted, len(files))
+	for i, f := range files {
+		stats[i] = statted{file: f, stamp: stamps[i], ok: true}
+	}
+	// What was listed is listed again as it is now (its place in the
+	// file set cannot have changed: the ignore rules and git's index
+	// did not); what was not is asked of git, which knows whether it is
+	// tracked or ignored.
+	var unknown []string
+	for _, c := range changed {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		i, found := slices.BinarySearchFunc(files, c, byPath)
+		if !found {
+			unknown = append(unknown, c)
+			continue
+		}
+		f, st, ok, err := stat(root, listed{path: c}, false)
+		if err != nil {
+			return fmt.Errorf("list files of %s: %w", opts.Root, err)
+		}
+		stats[i] = statted{f, st, ok}
+	}
+	var added []statted
+	if len(unknown) > 0 {
+		args := []string{"-c", "-o", "--exclude-standard", "--"}
+		for _, u := range unknown {
+			args = append(args, ":(literal)"+u)
+		}
+		entries, isRepo, err := gitList(ctx, opts.Root, args...)
+		if err != nil {
+			return fmt.Errorf("list files of %s: %w", opts.Root, err)
+		}
+		if !isRepo {
+			return errListAgain
+		}
+		for _, e := range entries {
+			if strings.HasSuffix(e.path, "/") {
+				continue // a nested repository
+			}
+			if _, found := slices.BinarySearchFunc(files, e.path, byPath); found {
+				continue
+			}
+			if err := checkPath(e.path); err != nil {
+				return fmt.Errorf("list files of %s: %q: %w", opts.Root, e.path, err)
+			}
+			if m.excluded(e.path, false, e.tracked) {
+				continue
+			}
+			f, st, ok, err := stat(root, e, false)
+			if err != nil {
+				return fmt.Errorf("list files of %s: %w", opts.Root, err)
+			}
+			added = append(added, statted{f, st, ok})
+		}
+	}
+	files, stamps, outside := collect(stats, added)
+	if len(outside) > 0 {
+		if opts.RefuseOutsideLinks {
+			return fmt.Errorf("list files of %s: symlink %q points to %q, outside the directory being synced", opts.Root, outside[0].Path, outside[0].LinkTarget)
+		}
+		warning := outsideWarning(outside)
+		p.clock.warning = warning
+		if opts.Warn != nil {
+			opts.Warn(warning)
+		}
+	}
+	if err := checkLimits(opts, files); err != nil {
+		return err
+	}
+	p.files, p.listed, p.total, p.unlisted = files, stamps, len(files), false
+	p.delta = true
+	return nil
+}
