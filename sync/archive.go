@@ -54,7 +54,7 @@ func (p *Prepared) PushArchive(ctx context.Context, b provider.DelegatedFileBack
 		return fail(err)
 	}
 	if stats.Skipped && p.local != nil {
-		p.remember(p.fp)
+		p.remember(p.fp, p.local)
 	}
 	stats.Hashed = p.hashed
 	stats.Duration = p.took + time.Since(start)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"io/fs"
 	"maps"
 	"os"
 	"strings"
@@ -33,6 +34,10 @@ type hashCache struct {
 	// kept looks unchanged); what is read is still stored. Set before
 	// any lookup.
 	rehash bool
+
+	// appending is set for a cache that was not read (a sync that knew
+	// the other hashes): what is stored is added at the file's end.
+	appending bool
 
 	mu      gosync.Mutex
 	old     map[string]cacheEntry // as read
@@ -180,6 +185,12 @@ func (c *hashCache) store(path string, size, mtime int64, inode uint64, sum stri
 	c.stored[path] = cacheEntry{Size: size, MTime: mtime, Inode: inode, SHA256: sum}
 }
 
+// appendingCache is a cache of the file name that is not read: lookups
+// miss, and save adds what was stored to the file.
+func appendingCache(name string) *hashCache {
+	return &hashCache{file: name, now: time.Now().UnixNano(), stored: map[string]cacheEntry{}, appending: true}
+}
+
 // save writes the entries of the files listed (stamps) that were looked up
 // or stored since loadCache, unless that is exactly what was read.
 func (c *hashCache) save() error {
@@ -188,6 +199,16 @@ func (c *hashCache) save() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.appending {
+		if len(c.stored) == 0 {
+			return nil
+		}
+		err := appendFile(c.file, appendCacheRecords(nil, c.stored))
+		if errors.Is(err, fs.ErrNotExist) {
+			err = atomicfile.WriteCache(c.file, formatCache(c.stored))
+		}
+		return err
+	}
 	// Records of files gone or changed are superseded or unused; they
 	// cost only space, until they are as many as the files listed.
 	live := len(c.old)

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,16 +34,20 @@ type ChangeJournal interface {
 const maxDeltaPaths = 1000
 
 // snapshotSuffix names the file, next to Options.CacheFile, that keeps the
-// listing made after the clock file's token: each file with its stamp.
+// listing made after the clock file's token: each file with its stamp
+// and, where it was known, its content's hash. A hash learnt after the
+// token holds as long as the journal does not name the file: unlike the
+// hash cache, the snapshot needs no stamp to trust it.
 const (
 	snapshotSuffix = ".snapshot"
-	snapshotHeader = "crabbox-snapshot 1"
+	snapshotHeader = "crabbox-snapshot 2"
 )
 
-// writeSnapshot saves the listing made after token.
-func writeSnapshot(cacheFile, token string, files []File, stamps []fileStamp) error {
+// writeSnapshot saves the listing made after token; entries, nil or the
+// manifest of files in their order, give the hashes.
+func writeSnapshot(cacheFile, token string, files []File, stamps []fileStamp, entries []Entry) error {
 	head := fmt.Sprintf("%s %s %d\n", snapshotHeader, token, len(files))
-	b := make([]byte, 0, len(head)+len(files)*64)
+	b := make([]byte, 0, len(head)+len(files)*128)
 	b = append(b, head...)
 	for i, f := range files {
 		b = appendString(b, f.Path)
@@ -51,27 +56,33 @@ func writeSnapshot(cacheFile, token string, files []File, stamps []fileStamp) er
 		b = appendString(b, f.LinkTarget)
 		b = binary.AppendVarint(b, stamps[i].mtime)
 		b = binary.AppendUvarint(b, stamps[i].ino)
+		sum := ""
+		if len(entries) == len(files) && entries[i].Path == f.Path && len(entries[i].SHA256) == 64 {
+			sum = entries[i].SHA256
+		}
+		b = appendString(b, sum)
 	}
 	return atomicfile.WriteCache(cacheFile+snapshotSuffix, b)
 }
 
-// readSnapshot reads the listing saved with token; ok is false when there
-// is none, it was saved with another token, or it is malformed.
-func readSnapshot(cacheFile, token string) (files []File, stamps []fileStamp, ok bool) {
+// readSnapshot reads the listing saved with token and its files' hashes
+// ("" where unknown); ok is false when there is none, it was saved with
+// another token, or it is malformed.
+func readSnapshot(cacheFile, token string) (files []File, stamps []fileStamp, sums []string, ok bool) {
 	data, err := os.ReadFile(cacheFile + snapshotSuffix)
 	if err != nil {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
 	head, rest, found := strings.Cut(string(data), "\n")
 	f := strings.Fields(head)
 	if !found || len(f) != 4 || f[0]+" "+f[1] != snapshotHeader || f[2] != token {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
 	n, err := strconv.Atoi(f[3])
 	if err != nil || n < 0 || n > len(rest) {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
-	files, stamps = make([]File, 0, n), make([]fileStamp, 0, n)
+	files, stamps, sums = make([]File, 0, n), make([]fileStamp, 0, n), make([]string, 0, n)
 	d := &decoder{data: rest}
 	for d.more() {
 		var file File
@@ -80,16 +91,18 @@ func readSnapshot(cacheFile, token string) (files []File, stamps []fileStamp, ok
 		file.Size = d.varint()
 		file.LinkTarget = d.string()
 		st := fileStamp{mtime: d.varint(), ino: d.uvarint()}
-		if d.bad {
-			return nil, nil, false
+		sum := d.string()
+		if d.bad || (sum != "" && (len(sum) != 64 || file.LinkTarget != "")) {
+			return nil, nil, nil, false
 		}
 		files = append(files, file)
 		stamps = append(stamps, st)
+		sums = append(sums, sum)
 	}
 	if len(files) != n || !slices.IsSortedFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) }) {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
-	return files, stamps, true
+	return files, stamps, sums, true
 }
 
 // errListAgain says the listing cannot be brought up to date: the
@@ -111,10 +124,14 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 			return errListAgain
 		}
 	}
-	files, stamps, ok := readSnapshot(opts.CacheFile, since)
+	if runtime.GOOS == "windows" {
+		return errListAgain // a listing there takes modes from git's index
+	}
+	snapFiles, stamps, sums, ok := readSnapshot(opts.CacheFile, since)
 	if !ok {
 		return errListAgain
 	}
+	files := snapFiles
 	m, err := newMatcher(opts.Root, opts.Exclude)
 	if err != nil {
 		return err
@@ -199,5 +216,41 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 	}
 	p.files, p.listed, p.total, p.unlisted = files, stamps, len(files), false
 	p.delta = true
+	p.knownHashes(snapFiles, sums, changed)
 	return nil
+}
+
+// knownHashes makes the manifest of the file set from the hashes the
+// snapshot (snapFiles, sums) knows of the files not changed since; the
+// others are misses, hashed and then added to the hash cache without
+// reading it. With no hash known, the hash cache is read as usual.
+func (p *Prepared) knownHashes(snapFiles []File, sums []string, changed []string) {
+	if !slices.ContainsFunc(sums, func(s string) bool { return s != "" }) {
+		return
+	}
+	isChanged := make(map[string]bool, len(changed))
+	for _, c := range changed {
+		isChanged[c] = true
+	}
+	p.local = make([]Entry, len(p.files))
+	p.stamps = map[string]fileStamp{}
+	j := 0
+	for i, f := range p.files {
+		e := &p.local[i]
+		*e = Entry{Path: f.Path, Mode: f.Mode, Size: f.Size, Link: f.LinkTarget, MTime: p.listed[i].mtime}
+		if f.LinkTarget != "" {
+			continue
+		}
+		for j < len(snapFiles) && snapFiles[j].Path < f.Path {
+			j++
+		}
+		if !isChanged[f.Path] && j < len(snapFiles) && snapFiles[j].Path == f.Path && sums[j] != "" {
+			e.SHA256 = sums[j]
+			continue
+		}
+		p.misses = append(p.misses, i)
+		p.stamps[f.Path] = p.listed[i]
+	}
+	p.cache = appendingCache(p.opts.CacheFile)
+	p.cache.stamps = p.stamps
 }

@@ -38,6 +38,13 @@ func fullListing(t *testing.T, opts Options) ([]File, []fileStamp) {
 
 func sameListing(t *testing.T, what string, p *Prepared, opts Options) {
 	t.Helper()
+	// The same content too: the fingerprint of a Prepare that hashes
+	// everything.
+	fresh := opts
+	fresh.Changes, fresh.CacheFile, fresh.Warn = nil, "", nil
+	if want := prepare(t, fresh).fp; p.fp != want {
+		t.Errorf("%s: fingerprint %s, a full listing's is %s", what, p.fp, want)
+	}
 	files, stamps := fullListing(t, opts)
 	if diff := cmp.Diff(files, p.files); diff != "" {
 		t.Errorf("%s: files differ from a full listing (-full +delta):\n%s", what, diff)
@@ -106,6 +113,9 @@ func TestPrepareDeltaListing(t *testing.T) {
 		got := prepare(t, opts)
 		if !got.delta {
 			t.Errorf("%s: listed again, want the last listing brought up to date", step.what)
+		}
+		if got.cache == nil || !got.cache.appending {
+			t.Errorf("%s: the hash cache was read, want the snapshot's hashes", step.what)
 		}
 		sameListing(t, step.what, got, opts)
 	}
@@ -182,19 +192,69 @@ func TestPrepareDeltaFallsBack(t *testing.T) {
 }
 
 // A journal answers only from the listing saved with its token: a
-// snapshot of another token is not used.
+// snapshot of another token is not used. Hashes come back as saved.
 func TestSnapshotToken(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), "hashes")
-	files := []File{{Path: "a", Mode: 0o644, Size: 3}, {Path: "b/l", Mode: os.ModeSymlink | 0o777, LinkTarget: "../a"}}
-	stamps := []fileStamp{{mtime: 5, ino: 7}, {}}
-	if err := writeSnapshot(cache, "w:1", files, stamps); err != nil {
+	sum := strings.Repeat("ab", 32)
+	files := []File{{Path: "a", Mode: 0o644, Size: 3}, {Path: "b/l", Mode: os.ModeSymlink | 0o777, LinkTarget: "../a"}, {Path: "c", Mode: 0o755}}
+	stamps := []fileStamp{{mtime: 5, ino: 7}, {}, {mtime: 1, ino: 2}}
+	entries := []Entry{{Path: "a", SHA256: sum}, {Path: "b/l"}, {Path: "c"}}
+	if err := writeSnapshot(cache, "w:1", files, stamps, entries); err != nil {
 		t.Fatal(err)
 	}
-	gotFiles, gotStamps, ok := readSnapshot(cache, "w:1")
-	if !ok || !cmp.Equal(files, gotFiles) || !slices.Equal(stamps, gotStamps) {
-		t.Fatalf("readSnapshot: %v %v %t, want what was written", gotFiles, gotStamps, ok)
+	gotFiles, gotStamps, gotSums, ok := readSnapshot(cache, "w:1")
+	if !ok || !cmp.Equal(files, gotFiles) || !slices.Equal(stamps, gotStamps) || !slices.Equal(gotSums, []string{sum, "", ""}) {
+		t.Fatalf("readSnapshot: %v %v %q %t, want what was written", gotFiles, gotStamps, gotSums, ok)
 	}
-	if _, _, ok := readSnapshot(cache, "w:2"); ok {
+	if _, _, _, ok := readSnapshot(cache, "w:2"); ok {
 		t.Error("a snapshot of another token was read")
+	}
+	// Entries of another listing give no hashes.
+	if err := writeSnapshot(cache, "w:3", files, stamps, entries[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, sums, ok := readSnapshot(cache, "w:3"); !ok || !slices.Equal(sums, []string{"", "", ""}) {
+		t.Errorf("snapshot with entries of another listing: hashes %q, want none", sums)
+	}
+}
+
+// Pushes under a journal send what changed, and the box ends up with the
+// checkout; the hashes learnt while sending serve the next push.
+func TestPushWithJournal(t *testing.T) {
+	if !untrackedCacheSupported {
+		t.Skip("the change clock's key needs the listing cache's stamps, which this platform lacks")
+	}
+	client := dial(t)
+	root := gitTree(t)
+	j := &fakeJournal{token: "w:0"}
+	opts := Options{Root: root, RemoteDir: t.TempDir(), CacheFile: filepath.Join(t.TempDir(), "hashes"), Changes: j}
+	if st := push(t, client, opts); st.Sent != 4 {
+		t.Fatalf("first push: %+v, want 4 files sent", st)
+	}
+	for i, step := range []struct {
+		what    string
+		change  func()
+		changed []string
+		sent    int
+		deleted int
+	}{
+		{"edit", func() { write(t, root, "src/b.go", "edited\n", 0o644) }, []string{"src/b.go"}, 1, 0},
+		{"add and delete", func() {
+			write(t, root, "src/new.go", "new\n", 0o644)
+			os.Remove(filepath.Join(root, "a.txt"))
+		}, []string{"src/new.go", "a.txt"}, 1, 1},
+		{"named, unchanged", func() {}, []string{"src/c.go"}, 0, 0},
+	} {
+		step.change()
+		j.token, j.paths = fmt.Sprintf("w:%d", i+1), step.changed
+		st := push(t, client, opts)
+		if st.Sent != step.sent || st.Deleted != step.deleted {
+			t.Errorf("%s: sent %d, deleted %d; want %d and %d", step.what, st.Sent, st.Deleted, step.sent, step.deleted)
+		}
+		sameTree(t, root, opts.RemoteDir)
+	}
+	// Nothing named since: not even listed.
+	if p := prepare(t, opts); !p.unlisted {
+		t.Error("Prepare under the same token listed")
 	}
 }

@@ -27,7 +27,7 @@ func BenchmarkPrepare(b *testing.B) {
 	if err := p.hash(b.Context(), p.misses); err != nil {
 		b.Fatal(err)
 	}
-	p.remember(fingerprint(p.local))
+	p.remember(fingerprint(p.local), p.local)
 	for b.Loop() {
 		p, err := Prepare(b.Context(), opts)
 		if err != nil {

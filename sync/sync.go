@@ -286,18 +286,20 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 			return fail(err)
 		}
 	}
-	if opts.CacheFile != "" {
+	if opts.CacheFile != "" && p.local == nil {
 		p.digest = listingDigest(p.files, p.listed)
 		// Checksum compares content: neither the listing nor the hash
 		// cache, which trust the files' stamps, may vouch for it.
 		if !opts.Checksum {
 			if p.fp = readListing(opts.CacheFile, p.digest); p.fp != "" {
-				p.saveClock()
+				p.saveClock(nil)
 				return p, nil
 			}
 		}
 	}
-	p.loadCache()
+	if p.local == nil {
+		p.loadCache()
+	}
 	var missBytes int64
 	for _, i := range p.misses {
 		missBytes += p.local[i].Size
@@ -308,7 +310,7 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 		}
 		// Saved by Push, once the box has answered.
 		p.fp = fingerprint(p.local)
-		p.saveClock()
+		p.saveClock(p.local)
 	}
 	return p, nil
 }
@@ -389,8 +391,9 @@ func (p *Prepared) askClock(ctx context.Context, saved clockState, ok bool) (str
 }
 
 // saveClock saves the change clock's token with the fingerprint of the
-// listing made after it, once.
-func (p *Prepared) saveClock() {
+// listing made after it, once; entries, nil or the manifest of the listing
+// in its order, give the snapshot the hashes they know.
+func (p *Prepared) saveClock(entries []Entry) {
 	if p.clock == nil || p.fp == "" || p.unlisted {
 		return
 	}
@@ -400,7 +403,7 @@ func (p *Prepared) saveClock() {
 	if _, isJournal := p.opts.Changes.(ChangeJournal); isJournal {
 		// Before the clock file: a snapshot is used only with the
 		// clock's token, so a clock file never names a stale one.
-		if err := writeSnapshot(p.opts.CacheFile, st.token, p.files, p.listed); err != nil {
+		if err := writeSnapshot(p.opts.CacheFile, st.token, p.files, p.listed, entries); err != nil {
 			p.warn(err)
 			return
 		}
@@ -562,8 +565,9 @@ func (p *Prepared) sent(e Entry, st fileStamp) {
 }
 
 // remember saves the hash cache and, when every file's mtime is old enough
-// to trust, fp as the fingerprint of this listing.
-func (p *Prepared) remember(fp string) {
+// to trust, fp as the fingerprint of this listing, whose manifest is
+// entries.
+func (p *Prepared) remember(fp string, entries []Entry) {
 	if p.cache == nil {
 		return
 	}
@@ -573,7 +577,7 @@ func (p *Prepared) remember(fp string) {
 	}
 	if p.fp == "" {
 		p.fp = fp
-		p.saveClock()
+		p.saveClock(entries)
 	}
 }
 
@@ -598,7 +602,7 @@ func (p *Prepared) Push(ctx context.Context, client *ssh.Client) (Stats, error) 
 	if err == nil && stats.Skipped && p.local != nil {
 		// The listing was new (files touched, say) but the box had its
 		// manifest: remember what was hashed to learn that.
-		p.remember(p.fp)
+		p.remember(p.fp, p.local)
 	}
 	stats.Hashed, stats.Unlisted, stats.Total = p.hashed, p.unlisted, p.total
 	stats.Duration = s.prepared + time.Since(start)
@@ -1149,7 +1153,7 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 		s.saved = make(chan struct{})
 		go func() {
 			defer close(s.saved)
-			s.prep.remember(fp)
+			s.prep.remember(fp, final)
 			if s.opts.CacheFile != "" {
 				s.prep.warn(savePushed(s.opts.CacheFile+pushedSuffix, fp, manifest))
 			}
