@@ -220,6 +220,19 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 	return nil
 }
 
+// snapshotManifest is the manifest of a snapshot, or nil when it does not
+// know every regular file's hash.
+func snapshotManifest(files []File, sums []string) []Entry {
+	entries := make([]Entry, len(files))
+	for i, f := range files {
+		if f.LinkTarget == "" && sums[i] == "" {
+			return nil
+		}
+		entries[i] = Entry{Path: f.Path, Mode: f.Mode, Size: f.Size, Link: f.LinkTarget, SHA256: sums[i]}
+	}
+	return entries
+}
+
 // knownHashes makes the manifest of the file set from the hashes the
 // snapshot (snapFiles, sums) knows of the files not changed since; the
 // others are misses, hashed and then added to the hash cache without
@@ -227,6 +240,9 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 func (p *Prepared) knownHashes(snapFiles []File, sums []string, changed []string) {
 	if !slices.ContainsFunc(sums, func(s string) bool { return s != "" }) {
 		return
+	}
+	if prev := snapshotManifest(snapFiles, sums); prev != nil && p.sinceFP != "" {
+		p.prev, p.prevFP = prev, p.sinceFP
 	}
 	isChanged := make(map[string]bool, len(changed))
 	for _, c := range changed {

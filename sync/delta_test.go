@@ -227,7 +227,9 @@ func TestPushWithJournal(t *testing.T) {
 	client := dial(t)
 	root := gitTree(t)
 	j := &fakeJournal{token: "w:0"}
-	opts := Options{Root: root, RemoteDir: t.TempDir(), CacheFile: filepath.Join(t.TempDir(), "hashes"), Changes: j}
+	var from []string
+	opts := Options{Root: root, RemoteDir: t.TempDir(), CacheFile: filepath.Join(t.TempDir(), "hashes"), Changes: j,
+		prevRead: func(f string) { from = append(from, f) }}
 	if st := push(t, client, opts); st.Sent != 4 {
 		t.Fatalf("first push: %+v, want 4 files sent", st)
 	}
@@ -252,6 +254,11 @@ func TestPushWithJournal(t *testing.T) {
 			t.Errorf("%s: sent %d, deleted %d; want %d and %d", step.what, st.Sent, st.Deleted, step.sent, step.deleted)
 		}
 		sameTree(t, root, opts.RemoteDir)
+	}
+	// The first push found an empty box; the others took the box's
+	// manifest from the snapshot (the last found the box up to date).
+	if want := []string{"box", "snapshot", "snapshot"}; !slices.Equal(from, want) {
+		t.Errorf("the box's manifest came from %q, want %q", from, want)
 	}
 	// Nothing named since: not even listed.
 	if p := prepare(t, opts); !p.unlisted {

@@ -126,6 +126,9 @@ type Options struct {
 	// stateRead, if set, learns whether the box left its manifest out as
 	// known (tests).
 	stateRead func(known bool)
+	// prevRead, if set, learns where the box's manifest came from:
+	// "snapshot", "pushed" or "box".
+	prevRead func(from string)
 	// opened, if set, is called with the path of each regular file the
 	// transfer opened, before it reads it (tests).
 	opened func(path string)
@@ -220,8 +223,13 @@ type Prepared struct {
 	// since and changed are the token of the last listing and the paths
 	// a change journal says changed since (nil when it did not say).
 	since   string
+	sinceFP string // the fingerprint of the listing of since
 	changed []string
 	delta   bool // the listing was brought up to date by listDelta
+	// prev is the manifest of the listing of since, when the snapshot
+	// knew every hash: a box holding its fingerprint, prevFP, holds it.
+	prev   []Entry
+	prevFP string
 	// local is the manifest, nil when fp came from the listing file;
 	// misses are the indexes of its regular files whose hash is not
 	// known yet.
@@ -370,7 +378,7 @@ func (p *Prepared) unchanged(ctx context.Context) (clockState, bool) {
 	}
 	p.clock = &clockState{token: token, key: key, excludesFile: excludesFile}
 	if ok && saved.key == key && changed != nil {
-		p.since, p.changed = saved.token, changed
+		p.since, p.sinceFP, p.changed = saved.token, saved.fp, changed
 	}
 	return clockState{}, false
 }
@@ -680,7 +688,7 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 	if s.opts.CacheFile != "" {
 		known = pushedFingerprint(s.opts.CacheFile + pushedSuffix)
 	}
-	if known != "" && s.prep.local != nil {
+	if known != "" && s.prep.local != nil && known != s.prep.prevFP {
 		// The listing is new, so the box most likely differs, and
 		// holds the pushed manifest if it holds the pushed fingerprint:
 		// read it while the box answers.
@@ -888,13 +896,23 @@ func (s *session) converse(ctx context.Context) error {
 	pendingData, dirty := state.files["pending"]
 	manifestData := state.files["manifest"]
 	var prev []Entry
-	if state.known {
+	from := "box"
+	if state.known && s.prep.prevFP == state.fingerprint && fingerprint(s.prep.prev) == state.fingerprint {
+		// The box has the manifest of the last listing, which the
+		// snapshot kept: no file to read.
+		prev, from = s.prep.prev, "snapshot"
+	} else if state.known {
 		// The box has the manifest of the last push from here.
+		from = "pushed"
 		if prev, err = s.loadPushed(state.fingerprint); err != nil {
+			from = "box"
 			if manifestData, err = s.fetchManifest(); err != nil {
 				return err
 			}
 		}
+	}
+	if s.opts.prevRead != nil {
+		s.opts.prevRead(from)
 	}
 	if prev == nil {
 		if prev, err = parseManifest(manifestData); err != nil {
