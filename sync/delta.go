@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/crabbox-dev/crabbox/internal/atomicfile"
 )
@@ -73,7 +74,13 @@ func readSnapshot(cacheFile, token string) (files []File, stamps []fileStamp, su
 	if err != nil {
 		return nil, nil, nil, false
 	}
-	head, rest, found := strings.Cut(string(data), "\n")
+	if len(data) == 0 {
+		return nil, nil, nil, false
+	}
+	// The records' paths and hashes are substrings of the file's one
+	// copy in memory, never changed after: copying it into a string
+	// would cost a second allocation of its size.
+	head, rest, found := strings.Cut(unsafe.String(&data[0], len(data)), "\n")
 	f := strings.Fields(head)
 	if !found || len(f) != 4 || f[0]+" "+f[1] != snapshotHeader || f[2] != token {
 		return nil, nil, nil, false
@@ -127,11 +134,13 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 	if runtime.GOOS == "windows" {
 		return errListAgain // a listing there takes modes from git's index
 	}
-	snapFiles, stamps, sums, ok := readSnapshot(opts.CacheFile, since)
+	files, stamps, sums, ok := readSnapshot(opts.CacheFile, since)
 	if !ok {
 		return errListAgain
 	}
-	files := snapFiles
+	// The manifest the box holds when it holds the last listing's
+	// fingerprint, made before files changes below.
+	prev := snapshotManifest(files, sums)
 	m, err := newMatcher(opts.Root, opts.Exclude)
 	if err != nil {
 		return err
@@ -143,15 +152,12 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 	defer root.close()
 
 	byPath := func(f File, p string) int { return strings.Compare(f.Path, p) }
-	stats := make([]statted, len(files))
-	for i, f := range files {
-		stats[i] = statted{file: f, stamp: stamps[i], ok: true}
-	}
-	// What was listed is listed again as it is now (its place in the
-	// file set cannot have changed: the ignore rules and git's index
-	// did not); what was not is asked of git, which knows whether it is
-	// tracked or ignored.
+	// What was listed is listed again as it is now, in place (its place
+	// in the file set cannot have changed: the ignore rules and git's
+	// index did not); what was not is asked of git, which knows whether
+	// it is tracked or ignored.
 	var unknown []string
+	gone := map[int]bool{}
 	for _, c := range changed {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -165,7 +171,14 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 		if err != nil {
 			return fmt.Errorf("list files of %s: %w", opts.Root, err)
 		}
-		stats[i] = statted{f, st, ok}
+		if !ok {
+			gone[i] = true
+			continue
+		}
+		if f.LinkTarget != "" {
+			st = fileStamp{} // as a listing has it: no stamp for a symlink
+		}
+		files[i], stamps[i] = f, st
 	}
 	var added []statted
 	if len(unknown) > 0 {
@@ -197,15 +210,33 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 			if err != nil {
 				return fmt.Errorf("list files of %s: %w", opts.Root, err)
 			}
-			added = append(added, statted{f, st, ok})
+			if f.LinkTarget != "" {
+				st = fileStamp{}
+			}
+			if ok {
+				added = append(added, statted{f, st, ok})
+			}
 		}
 	}
-	files, stamps, outside := collect(stats, added)
-	if len(outside) > 0 {
-		if opts.RefuseOutsideLinks {
-			return fmt.Errorf("list files of %s: symlink %q points to %q, outside the directory being synced", opts.Root, outside[0].Path, outside[0].LinkTarget)
+	snapFiles := files
+	if len(gone) > 0 || len(added) > 0 {
+		files, stamps = spliced(files, stamps, gone, added)
+	}
+	links := map[string]string{}
+	for _, f := range files {
+		if f.LinkTarget != "" {
+			links[f.Path] = f.LinkTarget
 		}
-		warning := outsideWarning(outside)
+	}
+	if outside := outsideLinks(links); len(outside) > 0 {
+		if opts.RefuseOutsideLinks {
+			return fmt.Errorf("list files of %s: symlink %q points to %q, outside the directory being synced", opts.Root, outside[0], links[outside[0]])
+		}
+		linked := make([]File, len(outside))
+		for i, p := range outside {
+			linked[i] = File{Path: p, Mode: fs.ModeSymlink | 0o777, LinkTarget: links[p]}
+		}
+		warning := outsideWarning(linked)
 		p.clock.warning = warning
 		if opts.Warn != nil {
 			opts.Warn(warning)
@@ -216,8 +247,32 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 	}
 	p.files, p.listed, p.total, p.unlisted = files, stamps, len(files), false
 	p.delta = true
+	if prev != nil && p.sinceFP != "" {
+		p.prev, p.prevFP = prev, p.sinceFP
+	}
 	p.knownHashes(snapFiles, sums, changed)
 	return nil
+}
+
+// spliced is files and their stamps, sorted, without the indexes gone
+// and with added.
+func spliced(files []File, stamps []fileStamp, gone map[int]bool, added []statted) ([]File, []fileStamp) {
+	slices.SortFunc(added, func(a, b statted) int { return strings.Compare(a.file.Path, b.file.Path) })
+	n := len(files) - len(gone) + len(added)
+	outFiles, outStamps := make([]File, 0, n), make([]fileStamp, 0, n)
+	for i, f := range files {
+		for len(added) > 0 && added[0].file.Path < f.Path {
+			outFiles, outStamps = append(outFiles, added[0].file), append(outStamps, added[0].stamp)
+			added = added[1:]
+		}
+		if !gone[i] {
+			outFiles, outStamps = append(outFiles, f), append(outStamps, stamps[i])
+		}
+	}
+	for _, a := range added {
+		outFiles, outStamps = append(outFiles, a.file), append(outStamps, a.stamp)
+	}
+	return outFiles, outStamps
 }
 
 // snapshotManifest is the manifest of a snapshot, or nil when it does not
@@ -240,9 +295,6 @@ func snapshotManifest(files []File, sums []string) []Entry {
 func (p *Prepared) knownHashes(snapFiles []File, sums []string, changed []string) {
 	if !slices.ContainsFunc(sums, func(s string) bool { return s != "" }) {
 		return
-	}
-	if prev := snapshotManifest(snapFiles, sums); prev != nil && p.sinceFP != "" {
-		p.prev, p.prevFP = prev, p.sinceFP
 	}
 	isChanged := make(map[string]bool, len(changed))
 	for _, c := range changed {
