@@ -759,3 +759,50 @@ func TestPushFileShrinksWhileSent(t *testing.T) {
 	push(t, client, opts)
 	sameTree(t, root, remoteDir)
 }
+
+// A push removes the directories its deletions left empty on the box, and
+// only those: one that still holds a file, or that a file of the new set
+// refills, is left in place; one whose name a file now takes becomes it.
+func TestPushRemovesEmptiedDirectories(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 40, "v1")
+	remoteDir := t.TempDir()
+	opts := Options{Root: root, RemoteDir: remoteDir}
+	push(t, client, opts)
+
+	var last string
+	for i := range 40 {
+		if i%7 == 6 {
+			last = fmt.Sprintf("d6/f%03d.txt", i)
+			os.Remove(filepath.Join(root, filepath.FromSlash(last)))
+		}
+	}
+	os.Remove(filepath.Join(root, "d0/f000.txt"))
+	os.RemoveAll(filepath.Join(root, "d5"))
+	write(t, root, "d5", "a file where a directory was\n", 0o644)
+	for i := range 40 {
+		if i%7 == 4 {
+			os.Remove(filepath.Join(root, fmt.Sprintf("d4/f%03d.txt", i)))
+		}
+	}
+	write(t, root, "d4/new.txt", "refills d4\n", 0o644)
+	push(t, client, opts)
+	sameTree(t, root, remoteDir)
+	for dir, want := range map[string]bool{"d6": false, "d0": true, "d4": true} {
+		fi, err := os.Lstat(filepath.Join(remoteDir, dir))
+		if got := err == nil && fi.IsDir(); got != want {
+			t.Errorf("%s on the box: a directory %t, want %t", dir, got, want)
+		}
+	}
+	if fi, err := os.Lstat(filepath.Join(remoteDir, "d5")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("d5 on the box: %v, want the file that replaced the directory", err)
+	}
+	// The step names for rmdir only what may be left empty.
+	local := []Entry{{Path: "d0/f007.txt"}, {Path: "d4/new.txt"}, {Path: "d5"}}
+	script := deleteSection([]string{"d0/f000.txt", "d4/f004.txt", "d5/f005.txt", last}, holdsDir(local))
+	for dir, want := range map[string]bool{"d0": false, "d4": false, "d5": true, "d6": true} {
+		if got := strings.Contains(script, "crabbox_safe "+dir+" "); got != want {
+			t.Errorf("rmdir of %s in the step: %t, want %t", dir, got, want)
+		}
+	}
+}

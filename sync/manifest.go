@@ -407,6 +407,16 @@ func newBoxState(prev []Entry, untrusted []string) *boxState {
 
 func byEntryPath(e Entry, p string) int { return strings.Compare(e.Path, p) }
 
+// holdsDir reports whether the manifest entries (sorted by path) have a
+// path in a directory.
+func holdsDir(entries []Entry) func(dir string) bool {
+	return func(dir string) bool {
+		prefix := dir + "/"
+		i, _ := slices.BinarySearchFunc(entries, prefix, byEntryPath)
+		return i < len(entries) && strings.HasPrefix(entries[i].Path, prefix)
+	}
+}
+
 // lookup returns the trusted entry of path p.
 func (b *boxState) lookup(p string) (Entry, bool) {
 	i, ok := slices.BinarySearchFunc(b.trusted, p, byEntryPath)

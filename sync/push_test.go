@@ -555,7 +555,7 @@ func TestPrepareBeforeRemoteDir(t *testing.T) {
 }
 
 func TestDeleteScriptQuotesPaths(t *testing.T) {
-	script := deleteSection([]string{"a'b", "c/d e"})
+	script := deleteSection([]string{"a'b", "c/d e"}, nil)
 	for _, want := range []string{`crabbox_safe 'a'\''b'`, `'c/d e'`, `rmdir -- "$@"`} {
 		if !bytes.Contains([]byte(script), []byte(want)) {
 			t.Errorf("delete script lacks %q:\n%s", want, script)

@@ -305,7 +305,12 @@ func unescapeName(s string) string {
 // kilobytes available to unprivileged users on the directory's file system
 // and the directory, so that a full disk is reported as one (see
 // diskFull).
-func transferStep(del []string, tar string) string {
+//
+// With release (the session's step, which holds the lock), the lock goes
+// with the pending file, in the same process. Directories that held a
+// deleted path are removed when left empty, except those that hold a path
+// of the new file set (held), which the archive fills again.
+func transferStep(del []string, tar string, release bool, held func(dir string) bool) string {
 	var b strings.Builder
 	b.WriteString(`crabbox_fail() {
 	crabbox_st=$1
@@ -322,7 +327,11 @@ if [ -e "$s/manifest.tmp" ] || [ -e "$s/fingerprint.tmp" ] || [ -L "$s/manifest.
 fi
 `)
 	if len(del) > 0 {
-		b.WriteString(deleteSection(del))
+		b.WriteString(deleteSection(del, held))
+	}
+	done := `rm -f -- "$s/pending" "$s/fingerprint.tmp"`
+	if release {
+		done = `rm -rf -- "$s/pending" "$s/fingerprint.tmp" "$s/lock" && crabbox_held=`
 	}
 	// The archive's paths start at the parent directory (see
 	// archive), so that it reaches the state directory too.
@@ -332,7 +341,7 @@ fi
 	crabbox_fail "$crabbox_st"
 fi
 read -r crabbox_f <"$s/fingerprint.tmp" && mv -f -- "$s/manifest.tmp" "$s/manifest" &&
-	echo "$crabbox_f" >"$s/fingerprint" && rm -f -- "$s/pending" "$s/fingerprint.tmp" ||
+	echo "$crabbox_f" >"$s/fingerprint" && ` + done + ` ||
 	crabbox_fail $?
 exit 0
 `)
@@ -388,10 +397,10 @@ const deleteBatch = 256
 
 // deleteSection removes the stale paths (relative to the current
 // directory), then the directories that held them if they are now empty,
-// with one rm and one rmdir per batch. Nothing is
-// removed through a symlink: every parent of a path must be a real
-// directory.
-func deleteSection(paths []string) string {
+// but those held says the new file set fills again (nil: none), with one
+// rm and one rmdir per batch. Nothing is removed through a symlink: every
+// parent of a path must be a real directory.
+func deleteSection(paths []string, held func(dir string) bool) string {
 	var b strings.Builder
 	b.WriteString(`crabbox_safe() {
 	crabbox_p=$1 crabbox_d=.
@@ -415,7 +424,11 @@ func deleteSection(paths []string) string {
 		}
 	}
 	batch("rm -f", paths)
-	batch("rmdir", parentDirs(paths))
+	dirs := parentDirs(paths)
+	if held != nil {
+		dirs = slices.DeleteFunc(dirs, held)
+	}
+	batch("rmdir", dirs)
 	return b.String()
 }
 

@@ -956,7 +956,7 @@ func (s *session) converse(ctx context.Context) error {
 	transferStart := time.Now()
 	defer func() { s.stats.Transfer = time.Since(transferStart) }()
 	w := remoteWriter{s.stdin}
-	if _, err := w.Write(step(transferStep(del, cmp.Or(s.opts.tar, "tar")))); err != nil {
+	if _, err := w.Write(step(transferStep(del, cmp.Or(s.opts.tar, "tar"), true, holdsDir(local)))); err != nil {
 		return err
 	}
 	return s.writeArchive(ctx, w, local, send, del, box)
