@@ -126,6 +126,9 @@ func (p *Prepared) listDelta(ctx context.Context, since string, changed []string
 		return errListAgain
 	}
 	for _, c := range changed {
+		if checkPath(c) != nil {
+			return errListAgain // not a path in the checkout: trust none
+		}
 		switch path.Base(c) {
 		case ".gitignore", ".crabboxignore", ".gitmodules":
 			return errListAgain

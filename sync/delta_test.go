@@ -161,6 +161,8 @@ func TestPrepareDeltaFallsBack(t *testing.T) {
 		{"everything", func() { write(t, root, "x.txt", "x\n", 0o644) }, nil, true},
 		{"a .gitignore", func() { write(t, root, "src/.gitignore", "c.go\n", 0o644) }, []string{"src/.gitignore"}, false},
 		{"a .crabboxignore", func() { write(t, root, ".crabboxignore", "x.txt\n", 0o644) }, []string{".crabboxignore"}, false},
+		{"a path out of the checkout", func() { write(t, root, "w.txt", "w\n", 0o644) }, []string{"w.txt", "../elsewhere"}, false},
+		{"an absolute path", func() {}, []string{"/etc/passwd"}, false},
 		{"too many paths", func() {
 			os.MkdirAll(filepath.Join(root, "gen"), 0o755)
 			for _, m := range many[:3] {
