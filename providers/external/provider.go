@@ -17,7 +17,11 @@
 // and runs over SSH. In mode "delegated-run" it is a
 // provider.DelegatedRunBackend: the program's "run" operation syncs the
 // checkout and runs the command itself, streaming output back as JSON
-// lines; the program must advertise capabilities.run.
+// lines; the program must advertise capabilities.run. With the "files"
+// setting it is a provider.DelegatedFileBackend: crabbox syncs the checkout
+// itself through the program's write-file and read-file operations (the
+// program must advertise capabilities.files too) and the run operation only
+// runs the command in the directory crabbox names.
 package external
 
 import (
