@@ -8,7 +8,11 @@
 // crabbox can sync to it and run on it over SSH. It also implements the run
 // operation, so it works as a delegated-run backend: it syncs the checkout
 // to the box and runs the command there itself, streaming the output back
-// as JSON lines.
+// as JSON lines. And it implements the write-file and read-file operations
+// (capabilities.files): the box's sandbox is its work directory on this
+// machine, so with external-files = true crabbox syncs into it through
+// them and the run operation only runs the command in the directory
+// crabbox names.
 //
 // Configure crabbox with, for example:
 //
@@ -35,6 +39,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	gosync "sync"
 	"syscall"
 	"time"
@@ -81,8 +86,14 @@ func serve(ctx context.Context, in io.Reader, out io.Writer, log *slog.Logger) i
 	if err != nil {
 		return answer(out, external.Response{}, err)
 	}
-	if req.Operation == external.OpRun {
+	switch req.Operation {
+	case external.OpRun:
 		return p.run(ctx, req, out)
+	case external.OpWriteFile:
+		return answer(out, external.Response{}, p.writeFile(ctx, req))
+	case external.OpReadFile:
+		chunk, err := p.readFile(ctx, req)
+		return answer(out, external.Response{File: chunk}, err)
 	}
 	resp, err := p.handle(ctx, req)
 	return answer(out, resp, err)
@@ -145,7 +156,7 @@ func newProv(raw json.RawMessage, log *slog.Logger) (*prov, error) {
 func (p *prov) handle(ctx context.Context, req external.Request) (external.Response, error) {
 	switch req.Operation {
 	case external.OpCapabilities:
-		return external.Response{Capabilities: &external.Capabilities{IdempotentLeaseID: true, Run: true, Cleanup: true}}, nil
+		return external.Response{Capabilities: &external.Capabilities{IdempotentLeaseID: true, Run: true, Cleanup: true, Files: true}}, nil
 	case external.OpDoctor:
 		if err := os.MkdirAll(p.root, 0o700); err != nil {
 			return external.Response{}, fmt.Errorf("root %s is not usable: %w", p.root, err)
@@ -283,7 +294,9 @@ func (p *prov) wire(t provider.LeaseTarget) *external.Lease {
 
 // run syncs the checkout of req.Repo to the box of req.Lease and runs
 // req.Command in req.Workdir (relative to the checkout), streaming its
-// output as JSON lines and ending with the exit code.
+// output as JSON lines and ending with the exit code. When crabbox synced
+// the checkout itself (write-file), req.Dir names the directory to run in
+// and nothing is synced.
 func (p *prov) run(ctx context.Context, req external.Request, out io.Writer) int {
 	lines := &lineWriter{enc: json.NewEncoder(out)}
 	fail := func(err error) int {
@@ -303,7 +316,16 @@ func (p *prov) run(ctx context.Context, req external.Request, out io.Writer) int
 	}
 	defer client.Close()
 	dir := path.Join(t.WorkRoot, t.LeaseID)
-	if req.Repo != nil && req.Repo.Root != "" {
+	if req.Dir != "" {
+		local, err := inside(t, req.Dir)
+		if err != nil {
+			return fail(err)
+		}
+		if err := os.MkdirAll(local, 0o755); err != nil {
+			return fail(err)
+		}
+		dir = req.Dir
+	} else if req.Repo != nil && req.Repo.Root != "" {
 		dir = path.Join(dir, req.Repo.Name)
 		if _, err := sync.Push(ctx, client, sync.Options{Root: req.Repo.Root, RemoteDir: dir}); err != nil {
 			return fail(err)
@@ -377,4 +399,105 @@ func (s streamWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// inside returns the local path of p, a path in the box's sandbox, which
+// must be in the box's work directory.
+func inside(t provider.LeaseTarget, p string) (string, error) {
+	root := filepath.Clean(t.WorkRoot)
+	local := filepath.FromSlash(p)
+	if !filepath.IsAbs(local) || filepath.Clean(local) != local || !strings.HasPrefix(local, root+string(filepath.Separator)) && local != root {
+		return "", fmt.Errorf("path %q is not a clean absolute path in the box's work directory %s", p, root)
+	}
+	return local, nil
+}
+
+// box resolves the box of the request's lease.
+func (p *prov) box(ctx context.Context, req external.Request) (provider.LeaseTarget, error) {
+	if req.Lease == nil || req.File == nil {
+		return provider.LeaseTarget{}, fmt.Errorf("%s: want a lease and a file", req.Operation)
+	}
+	return p.boxes.Resolve(ctx, provider.ResolveRequest{ID: req.Lease.LeaseID})
+}
+
+// writeFile writes req.File.Data at req.File.Offset: offset 0 creates or
+// truncates the file, a larger one appends to a file of exactly that size.
+func (p *prov) writeFile(ctx context.Context, req external.Request) error {
+	t, err := p.box(ctx, req)
+	if err != nil {
+		return err
+	}
+	f := req.File
+	name, err := inside(t, f.Path)
+	if err != nil {
+		return err
+	}
+	if len(f.Data) > external.MaxFileChunk {
+		return fmt.Errorf("write-file: %d bytes of data, more than %d", len(f.Data), external.MaxFileChunk)
+	}
+	var file *os.File
+	if f.Offset == 0 {
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			return err
+		}
+		mode := fs.FileMode(f.Mode).Perm()
+		if file, err = os.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode); err != nil {
+			return err
+		}
+		if err := file.Chmod(mode); err != nil {
+			file.Close()
+			return err
+		}
+	} else {
+		if file, err = os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+			return err
+		}
+		st, err := file.Stat()
+		if err != nil {
+			file.Close()
+			return err
+		}
+		if st.Size() != f.Offset {
+			file.Close()
+			return fmt.Errorf("write-file %s: offset %d, but the file has %d bytes", f.Path, f.Offset, st.Size())
+		}
+	}
+	if _, err := file.Write(f.Data); err != nil {
+		file.Close()
+		return err
+	}
+	return file.Close()
+}
+
+// readFile returns at most req.File.Length bytes of the file from
+// req.File.Offset; a missing file is not-found.
+func (p *prov) readFile(ctx context.Context, req external.Request) (*external.FileChunk, error) {
+	t, err := p.box(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	f := req.File
+	name, err := inside(t, f.Path)
+	if err != nil {
+		return nil, err
+	}
+	file, err := os.Open(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read-file %s: no such file: %w", f.Path, provider.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	n := min(max(f.Length, 0), external.MaxFileChunk)
+	buf := make([]byte, n)
+	got, err := file.ReadAt(buf, f.Offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	st, err := file.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return &external.FileChunk{Data: buf[:got], EOF: f.Offset+int64(got) >= st.Size()}, nil
 }

@@ -75,7 +75,7 @@ func (c *core) Doctor(ctx context.Context) ([]provider.Check, error) {
 	}
 	checks = append(checks, provider.Check{
 		Name: "external program", OK: true,
-		Detail: fmt.Sprintf("%s speaks protocol %d (run=%v, cleanup=%v, idempotentLeaseId=%v)", c.prog.path, ProtocolVersion, caps.Run, caps.Cleanup, caps.IdempotentLeaseID),
+		Detail: fmt.Sprintf("%s speaks protocol %d (run=%v, files=%v, cleanup=%v, idempotentLeaseId=%v)", c.prog.path, ProtocolVersion, caps.Run, caps.Files, caps.Cleanup, caps.IdempotentLeaseID),
 	})
 	resp, err := c.call(ctx, Request{Operation: OpDoctor})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -16,7 +17,10 @@ import (
 // DelegatedBackend is the delegated-run backend: the program's run
 // operation syncs the checkout and runs the command itself. Every call
 // checks that the program advertises capabilities.run.
-type DelegatedBackend struct{ *core }
+type DelegatedBackend struct {
+	*core
+	files bool // a DelegatedFileBackend's: views carry the work root
+}
 
 // NewDelegated returns a delegated-run backend for the program of c.
 func NewDelegated(c Config, rt provider.Runtime) (*DelegatedBackend, error) {
@@ -24,7 +28,7 @@ func NewDelegated(c Config, rt provider.Runtime) (*DelegatedBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &DelegatedBackend{co}, nil
+	return &DelegatedBackend{core: co}, nil
 }
 
 // Spec describes the provider in delegated-run mode.
@@ -60,7 +64,7 @@ func (b *DelegatedBackend) Warmup(ctx context.Context, req provider.WarmupReques
 	if err != nil {
 		return provider.LeaseView{}, err
 	}
-	return view(l), nil
+	return b.view(l), nil
 }
 
 // Status resolves a lease by ID or slug.
@@ -69,7 +73,7 @@ func (b *DelegatedBackend) Status(ctx context.Context, req provider.StatusReques
 	if err != nil {
 		return provider.LeaseView{}, err
 	}
-	return view(l), nil
+	return b.view(l), nil
 }
 
 // List returns the program's leases.
@@ -80,7 +84,7 @@ func (b *DelegatedBackend) List(ctx context.Context, _ provider.ListRequest) ([]
 	}
 	out := make([]provider.LeaseView, 0, len(ls))
 	for i := range ls {
-		out = append(out, view(&ls[i]))
+		out = append(out, b.view(&ls[i]))
 	}
 	return out, nil
 }
@@ -113,7 +117,10 @@ func (b *DelegatedBackend) Run(ctx context.Context, req provider.DelegatedRunReq
 	if err != nil {
 		return provider.DelegatedRunResult{}, err
 	}
-	wreq := Request{Operation: OpRun, Lease: l, Command: req.Command, Env: req.Env, Workdir: req.Workdir}
+	wreq := Request{Operation: OpRun, Lease: l, Command: req.Command, Env: req.Env, Workdir: req.Workdir, Dir: req.Dir}
+	if req.Dir != "" && !path.IsAbs(req.Dir) {
+		return provider.DelegatedRunResult{}, fmt.Errorf("external provider: run: directory %q is not absolute", req.Dir)
+	}
 	if req.Root != "" {
 		wreq.Repo = &Repo{Root: req.Root, Name: filepath.Base(req.Root)}
 		wreq.Repo.Head, wreq.Repo.RemoteURL = b.git(ctx, req.Root, "rev-parse", "HEAD"), b.git(ctx, req.Root, "remote", "get-url", "origin")
@@ -185,9 +192,18 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
-func view(l *Lease) provider.LeaseView {
-	return provider.LeaseView{
+// view is the library's view of a lease. With files it carries the work
+// root crabbox syncs under: the lease's, or the configured one.
+func (b *DelegatedBackend) view(l *Lease) provider.LeaseView {
+	v := provider.LeaseView{
 		ID: l.LeaseID, Slug: l.Slug, Provider: Name, CloudID: l.CloudID, State: l.Status,
 		Labels: l.Labels, CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
 	}
+	if b.files {
+		v.WorkRoot = l.WorkRoot
+		if v.WorkRoot == "" {
+			v.WorkRoot = b.workRoot
+		}
+	}
+	return v
 }

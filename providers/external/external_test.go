@@ -76,12 +76,16 @@ func requests(t *testing.T, log string) []external.Request {
 	defer f.Close()
 	var out []external.Request
 	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20) // write-file requests are long lines
 	for sc.Scan() {
 		var r external.Request
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, r)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

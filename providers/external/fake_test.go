@@ -136,6 +136,8 @@ func fakeProgram(mode string) int {
 		return reply(external.Response{Capabilities: &external.Capabilities{}})
 	case "run", "run-no-exit", "run-bad-line", "run-error":
 		return fakeRun(mode, req, out, reply)
+	case "files", "files-no-chunk", "files-oversize", "files-stuck":
+		return fakeFiles(mode, req, out, reply)
 	}
 	fmt.Fprintf(os.Stderr, "fake: unknown mode %q\n", mode)
 	return 2
@@ -170,6 +172,38 @@ func fakeRun(mode string, req external.Request, out *json.Encoder, reply func(ex
 		return 0
 	}
 	return reply(external.Response{Error: "unsupported operation " + req.Operation})
+}
+
+// fakeContent is what the files fakes' read-file returns for every path
+// but /missing: 1.5 chunks, so that reading it takes two calls.
+var fakeContent = strings.Repeat("crab", external.MaxFileChunk*3/8)
+
+// fakeFiles is a delegated-run program with files and no sandbox: write-file
+// succeeds (the request log is what tests look at), read-file answers from
+// fakeContent in the way mode says.
+func fakeFiles(mode string, req external.Request, out *json.Encoder, reply func(external.Response) int) int {
+	switch req.Operation {
+	case external.OpCapabilities:
+		return reply(external.Response{Capabilities: &external.Capabilities{Run: true, Files: true}})
+	case external.OpWriteFile:
+		return reply(external.Response{})
+	case external.OpReadFile:
+		f := req.File
+		if f.Path == "/missing" {
+			return reply(external.Response{Error: "no such file " + f.Path, ErrorKind: "not-found"})
+		}
+		switch mode {
+		case "files-no-chunk":
+			return reply(external.Response{})
+		case "files-oversize":
+			return reply(external.Response{File: &external.FileChunk{Data: make([]byte, f.Length+1)}})
+		case "files-stuck":
+			return reply(external.Response{File: &external.FileChunk{}})
+		}
+		end := min(int(f.Offset)+f.Length, len(fakeContent))
+		return reply(external.Response{File: &external.FileChunk{Data: []byte(fakeContent[f.Offset:end]), EOF: end == len(fakeContent)}})
+	}
+	return fakeRun("run", req, out, reply)
 }
 
 // block waits forever, in a system call so the runtime does not call it a

@@ -34,7 +34,17 @@ const (
 	OpRelease      = "release"
 	OpCleanup      = "cleanup"
 	OpRun          = "run"
+	// OpWriteFile and OpReadFile are crabbox's additions for programs that
+	// declare capabilities.files (with capabilities.run): crabbox syncs the
+	// checkout into the sandbox through them.
+	OpWriteFile = "write-file"
+	OpReadFile  = "read-file"
 )
+
+// MaxFileChunk bounds the file content one write-file request carries and
+// one read-file response returns (before base64), so that both stay well
+// under 1 MiB; larger files take several calls at increasing offsets.
+const MaxFileChunk = 512 << 10
 
 // Reserved labels: crabbox sets them on every lease and a program may only
 // echo them.
@@ -64,6 +74,39 @@ type Request struct {
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
+	// Dir is crabbox's addition to run: the absolute directory in the
+	// sandbox to run in, set instead of repo and workdir when crabbox
+	// synced the checkout itself through write-file (capabilities.files).
+	Dir string `json:"dir,omitempty"`
+	// File is crabbox's addition for write-file and read-file.
+	File *FileRequest `json:"file,omitempty"`
+}
+
+// FileRequest is the file part of a write-file or read-file request.
+type FileRequest struct {
+	// Path is absolute and slash-separated, in the lease's sandbox.
+	Path string `json:"path"`
+	// Offset is where Data goes (write-file) or where reading starts
+	// (read-file). A write at offset 0 creates or truncates the file
+	// (creating its parent directories) and sets Mode; a write at a larger
+	// offset appends to a file that has exactly Offset bytes.
+	Offset int64 `json:"offset"`
+	// Mode is the file's permission bits (write-file), e.g. 420 for 0644.
+	Mode uint32 `json:"mode,omitempty"`
+	// Data is the content to write, base64 in JSON; at most MaxFileChunk
+	// bytes. Absent means empty.
+	Data []byte `json:"data,omitempty"`
+	// Length is the most bytes a read-file response may return.
+	Length int `json:"length,omitempty"`
+}
+
+// FileChunk is the file part of a read-file response.
+type FileChunk struct {
+	// Data is the content from the request's offset, base64 in JSON; at
+	// most the request's length bytes.
+	Data []byte `json:"data,omitempty"`
+	// EOF says Data reaches the end of the file.
+	EOF bool `json:"eof,omitempty"`
 }
 
 // Desired is the lease crabbox asks an acquire to create.
@@ -126,6 +169,9 @@ type Capabilities struct {
 	IdempotentLeaseID bool `json:"idempotentLeaseId"`
 	Run               bool `json:"run"`
 	Cleanup           bool `json:"cleanup"`
+	// Files is crabbox's addition: the program implements write-file and
+	// read-file (it must also implement run).
+	Files bool `json:"files,omitempty"`
 }
 
 // Response is the one JSON object a program writes to stdout.
@@ -134,8 +180,10 @@ type Response struct {
 	Lease           *Lease        `json:"lease,omitempty"`
 	Leases          []Lease       `json:"leases,omitempty"`
 	Capabilities    *Capabilities `json:"capabilities,omitempty"`
-	Message         string        `json:"message,omitempty"`
-	Error           string        `json:"error,omitempty"`
+	// File is crabbox's addition: the answer to read-file.
+	File    *FileChunk `json:"file,omitempty"`
+	Message string     `json:"message,omitempty"`
+	Error   string     `json:"error,omitempty"`
 	// ErrorKind is crabbox's addition: one of "not-found", "conflict",
 	// "capacity", "unauthenticated", "precondition", "transient", so that
 	// callers can tell failures apart (errors.Is with provider.Err...).

@@ -17,7 +17,11 @@
 // and runs over SSH. In mode "delegated-run" it is a
 // provider.DelegatedRunBackend: the program's "run" operation syncs the
 // checkout and runs the command itself, streaming output back as JSON
-// lines; the program must advertise capabilities.run.
+// lines; the program must advertise capabilities.run. With the "files"
+// setting it is a provider.DelegatedFileBackend: crabbox syncs the checkout
+// itself through the program's write-file and read-file operations (the
+// program must advertise capabilities.files too) and the run operation only
+// runs the command in the directory crabbox names.
 package external
 
 import (
@@ -76,6 +80,12 @@ type Config struct {
 	Mode string
 	// WorkRoot is the work root on the box when a lease names none.
 	WorkRoot string
+	// Files (delegated-run mode only) makes crabbox sync the checkout
+	// itself through the program's write-file and read-file operations,
+	// which the program must declare with capabilities.files; the backend
+	// is then a *DelegatedFileBackend. Without it the program syncs
+	// repo.root itself on every run.
+	Files bool
 }
 
 var spec = provider.Spec{
@@ -94,6 +104,7 @@ var spec = provider.Spec{
 		{Name: "timeout", Flag: "external-timeout", Default: DefaultTimeout.String(), Help: "time limit of one call of the program; then its process group is stopped"},
 		{Name: "mode", Flag: "external-mode", Default: ModeSSHLease, Help: "ssh-lease (crabbox syncs and runs over SSH) or delegated-run (the program's run operation does)", Locates: true},
 		{Name: "work-root", Flag: "external-work-root", Default: DefaultWorkRoot, Help: "work root on the box when the program names none", Locates: true},
+		{Name: "files", Flag: "external-files", Default: "false", Help: "delegated-run: crabbox syncs through the program's write-file/read-file operations (capabilities.files), sending only changes on reuse", Locates: true},
 	},
 }
 
@@ -106,14 +117,23 @@ func init() { provider.Register(Provider{}) }
 func (Provider) Spec() provider.Spec { return spec.Clone() }
 
 // Configure parses cfg (merged with the Spec's defaults) and returns a
-// *Backend or, in mode delegated-run, a *DelegatedBackend. It reads the
-// caller's environment for BaseEnv and pass-env, and runs nothing.
+// *Backend or, in mode delegated-run, a *DelegatedBackend (a
+// *DelegatedFileBackend with files). It reads the caller's environment for
+// BaseEnv and pass-env, and runs nothing.
+//
+// Whether crabbox syncs through the program's files is configured rather
+// than taken from the program's capabilities: a backend's interfaces and
+// Spec are fixed when it is made, and asking the program would run it.
+// The program's capabilities are checked against it on first use.
 func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
 	c, err := ParseConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if c.Mode == ModeDelegatedRun {
+	switch {
+	case c.Files:
+		return NewDelegatedFiles(c, rt)
+	case c.Mode == ModeDelegatedRun:
 		return NewDelegated(c, rt)
 	}
 	return New(c, rt)
@@ -164,12 +184,18 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 		return Config{}, fmt.Errorf("external provider: config \"timeout\" %s is negative", t)
 	}
 	c.Timeout = t
+	if c.Files, err = cfg.Bool("files"); err != nil {
+		return Config{}, fmt.Errorf("external provider: %w", err)
+	}
 	switch c.Mode {
 	case "":
 		c.Mode = ModeSSHLease
 	case ModeSSHLease, ModeDelegatedRun:
 	default:
 		return Config{}, fmt.Errorf("external provider: config \"mode\" is %q, want %q or %q", c.Mode, ModeSSHLease, ModeDelegatedRun)
+	}
+	if c.Files && c.Mode != ModeDelegatedRun {
+		return Config{}, fmt.Errorf("external provider: config \"files\" needs mode %q (in mode %q crabbox syncs over SSH)", ModeDelegatedRun, c.Mode)
 	}
 	return c, nil
 }
@@ -230,10 +256,12 @@ func environment(c Config) []string {
 }
 
 var (
-	_ provider.Provider            = Provider{}
-	_ provider.SSHLeaseBackend     = (*Backend)(nil)
-	_ provider.CleanupBackend      = (*Backend)(nil)
-	_ provider.DoctorBackend       = (*Backend)(nil)
-	_ provider.DelegatedRunBackend = (*DelegatedBackend)(nil)
-	_ provider.DoctorBackend       = (*DelegatedBackend)(nil)
+	_ provider.Provider             = Provider{}
+	_ provider.SSHLeaseBackend      = (*Backend)(nil)
+	_ provider.CleanupBackend       = (*Backend)(nil)
+	_ provider.DoctorBackend        = (*Backend)(nil)
+	_ provider.DelegatedRunBackend  = (*DelegatedBackend)(nil)
+	_ provider.DoctorBackend        = (*DelegatedBackend)(nil)
+	_ provider.DelegatedFileBackend = (*DelegatedFileBackend)(nil)
+	_ provider.DoctorBackend        = (*DelegatedFileBackend)(nil)
 )
