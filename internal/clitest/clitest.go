@@ -73,13 +73,14 @@ func Command(bin string, env []string) Runner {
 	}
 }
 
-// StateEnv gives the command a state directory of t's own, no config file
-// and no saved coordinator sign-in.
+// StateEnv gives the command a state directory of t's own, no config file,
+// no saved coordinator sign-in and no change watcher (a process that would
+// outlive the test).
 func StateEnv(t testing.TB) []string {
 	t.Helper()
 	return []string{
 		"CRABBOX_STATE_DIR=" + t.TempDir(), "CRABBOX_CONFIG=" + filepath.Join(t.TempDir(), "none"),
-		"XDG_CONFIG_HOME=" + t.TempDir(), "GORACE=atexit_sleep_ms=0",
+		"XDG_CONFIG_HOME=" + t.TempDir(), "GORACE=atexit_sleep_ms=0", "CRABBOX_SYNC_WATCH=0",
 	}
 }
 
