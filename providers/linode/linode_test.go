@@ -1,0 +1,229 @@
+package linode_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/linode/linodego"
+	"go.uber.org/goleak"
+
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud/tagcloudtest"
+	"github.com/crabbox-dev/crabbox/providers/linode"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testToken = "linode-test-token-0123456789"
+
+var instancePath = regexp.MustCompile(`^/v4/linode/instances/(\d+)$`)
+
+// fakeAPI serves the Linode API's instance routes in its JSON shapes over
+// a fake cloud.
+type fakeAPI struct{ cloud *tagcloudtest.FakeCloud }
+
+func errorBody(status int) string {
+	b, _ := json.Marshal(map[string]any{"errors": []map[string]string{{"reason": "fake " + http.StatusText(status)}}})
+	return string(b)
+}
+
+func (f *fakeAPI) instance(m tagcloudtest.FakeMachine) map[string]any {
+	in := map[string]any{"id": m.ID, "label": m.Name, "status": "provisioning", "tags": m.Tags,
+		"region": m.Region, "type": m.Size, "image": m.Image, "ipv4": []string{m.IPv4, "192.168.128.9"}}
+	if m.Tags == nil {
+		in["tags"] = []string{}
+	}
+	if m.Reads > 1 {
+		in["status"] = "running"
+	}
+	return in
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer "+testToken {
+		reply(w, http.StatusUnauthorized, errorBody(http.StatusUnauthorized))
+		return
+	}
+	p := r.URL.Path
+	switch {
+	case r.Method == http.MethodPost && p == "/v4/linode/instances":
+		var req linodego.InstanceCreateOptions
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Metadata == nil || len(req.AuthorizedKeys) != 1 {
+			reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+			return
+		}
+		for _, t := range req.Tags {
+			if len(t) < 3 || len(t) > linode.MaxTagLength {
+				reply(w, http.StatusBadRequest, `{"errors":[{"reason":"Length must be 3-50 characters","field":"tags"}]}`)
+				return
+			}
+		}
+		userData, err := base64.StdEncoding.DecodeString(req.Metadata.UserData)
+		if err != nil {
+			reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+			return
+		}
+		m, ok, err := f.cloud.Create(tagcloudtest.FakeMachine{Name: req.Label, Size: req.Type, Region: req.Region, Image: req.Image, Tags: req.Tags, UserData: string(userData)})
+		switch {
+		case err != nil:
+			reply(w, http.StatusInternalServerError, errorBody(500))
+		case !ok:
+			reply(w, http.StatusBadRequest, `{"errors":[{"reason":"Linode type is not available in this region.","field":"type"}]}`)
+		default:
+			m, _ = f.cloud.Get(m.ID)
+			writeJSON(w, http.StatusOK, f.instance(m))
+		}
+	case r.Method == http.MethodGet && p == "/v4/linode/instances":
+		var filter map[string]string
+		if h := r.Header.Get("X-Filter"); h != "" {
+			if err := json.Unmarshal([]byte(h), &filter); err != nil {
+				reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+				return
+			}
+		}
+		out := []map[string]any{}
+		for _, m := range f.cloud.List(filter["tags"]) {
+			out = append(out, f.instance(m))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"data": out, "page": 1, "pages": 1, "results": len(out)})
+	case instancePath.MatchString(p):
+		id, _ := strconv.Atoi(instancePath.FindStringSubmatch(p)[1])
+		var (
+			m  tagcloudtest.FakeMachine
+			ok bool
+		)
+		switch r.Method {
+		case http.MethodDelete:
+			if f.cloud.Delete(id) {
+				writeJSON(w, http.StatusOK, map[string]any{})
+				return
+			}
+		case http.MethodPut:
+			var req struct {
+				Tags *[]string `json:"tags"`
+			}
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Tags == nil {
+				reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+				return
+			}
+			m, ok = f.cloud.Update(id, func([]string) []string { return *req.Tags })
+		default:
+			m, ok = f.cloud.Get(id)
+		}
+		if !ok {
+			reply(w, http.StatusNotFound, errorBody(404))
+			return
+		}
+		writeJSON(w, http.StatusOK, f.instance(m))
+	default:
+		reply(w, http.StatusNotFound, errorBody(404))
+	}
+}
+
+func reply(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		reply(w, http.StatusInternalServerError, errorBody(500))
+		return
+	}
+	reply(w, status, string(b))
+}
+
+// op classifies a request for faults.
+func op(r *http.Request) string {
+	p := r.URL.Path
+	switch {
+	case r.Method == http.MethodPost && p == "/v4/linode/instances":
+		return tagcloudtest.OpCreate
+	case r.Method == http.MethodGet && p == "/v4/linode/instances":
+		return tagcloudtest.OpList
+	case r.Method == http.MethodGet && instancePath.MatchString(p):
+		return tagcloudtest.OpGet
+	case r.Method == http.MethodPut && instancePath.MatchString(p):
+		return tagcloudtest.OpTag
+	case r.Method == http.MethodDelete && instancePath.MatchString(p):
+		return tagcloudtest.OpDelete
+	}
+	return ""
+}
+
+// newEnv starts a fake Linode API and configures backends on it.
+func newEnv(t *testing.T) (*tagcloudtest.Env, *fakeAPI) {
+	cloud := tagcloudtest.NewFakeCloud(t)
+	api := &fakeAPI{cloud: cloud}
+	faults := &tagcloudtest.Faults{Op: op, Body: errorBody}
+	srv := httptest.NewServer(faults.Wrap(api))
+	t.Cleanup(srv.Close)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	work := t.TempDir()
+	env := &tagcloudtest.Env{
+		Faults: faults, Fleet: cloud.Fleet, Machines: cloud.IDs, Creates: cloud.Creates,
+		NoBoot: cloud.SetNoBoot, Full: cloud.SetFull,
+		Sizes: [2]string{"g6-standard-1", "g6-standard-2"}, Regions: [2]string{"eu-central", "nl-ams"},
+	}
+	env.Backend = func(t *testing.T, clock clockwork.Clock) provider.SSHLeaseBackend {
+		b, err := linode.New(linode.Config{
+			Token:      testToken,
+			Options:    tagcloudtest.Options(srv.URL, work, env),
+			MapAddress: cloud.Fleet.MapAddress, PollInterval: time.Second, NoRetries: true,
+		}, provider.Runtime{Clock: clock, HTTPClient: &http.Client{Transport: tr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return env, api
+}
+
+func TestTagCloud(t *testing.T) {
+	tagcloudtest.Run(t, tagcloudtest.Harness{NewEnv: func(t *testing.T) *tagcloudtest.Env {
+		e, _ := newEnv(t)
+		return e
+	}})
+}
+
+func TestConfigure(t *testing.T) {
+	spec := linode.Provider{}.Spec()
+	t.Setenv(linode.TokenEnv, "")
+	cfg, err := spec.Resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (linode.Provider{}).Configure(cfg, provider.Runtime{}); !errors.Is(err, provider.ErrUnauthenticated) || !strings.Contains(err.Error(), "LINODE_TOKEN") {
+		t.Errorf("Configure without a token: %v", err)
+	}
+	t.Setenv(linode.TokenEnv, testToken)
+	if _, err := (linode.Provider{}).Configure(cfg, provider.Runtime{}); err != nil {
+		t.Errorf("Configure with defaults: %v", err)
+	}
+	for key, value := range map[string]string{"size": "S 1", "region": "fra1,Frankfurt", "boot-timeout": "soon", "endpoint": "api.example", "work-root": "rel"} {
+		c, err := spec.Resolve(provider.Config{key: value})
+		if err == nil {
+			_, err = (linode.Provider{}).Configure(c, provider.Runtime{})
+		}
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s=%q: %v, want an error naming the option", key, value, err)
+		}
+	}
+	for _, o := range spec.Options {
+		if strings.Contains(o.Name, "token") {
+			t.Errorf("option %q: the token must come only from the environment", o.Name)
+		}
+	}
+}
