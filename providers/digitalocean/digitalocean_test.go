@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strconv"
@@ -76,9 +75,20 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	switch {
 	case r.Method == http.MethodPost && p == "/v2/droplets":
-		var req godo.DropletCreateRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		// The wire shape of a create: godo's request type cannot decode
+		// its own image (it marshals the slug as a bare string).
+		var req struct {
+			Name, Region, Size, Image string
+			UserData                  string `json:"user_data"`
+			Tags                      []string
+			SSHKeys                   []json.RawMessage `json:"ssh_keys"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Image == "" {
 			reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+			return
+		}
+		if len(req.SSHKeys) != 0 {
+			reply(w, http.StatusUnprocessableEntity, `{"id":"unprocessable_entity","message":"no account key expected"}`)
 			return
 		}
 		for _, t := range req.Tags {
@@ -87,7 +97,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		m, ok, err := f.cloud.Create(tagcloudtest.FakeMachine{Name: req.Name, Size: req.Size, Region: req.Region, Image: req.Image.Slug, Tags: req.Tags, UserData: req.UserData})
+		m, ok, err := f.cloud.Create(tagcloudtest.FakeMachine{Name: req.Name, Size: req.Size, Region: req.Region, Image: req.Image, Tags: req.Tags, UserData: req.UserData})
 		switch {
 		case err != nil:
 			reply(w, http.StatusInternalServerError, errorBody(500))
@@ -198,8 +208,7 @@ func newEnv(t *testing.T) (*tagcloudtest.Env, *fakeAPI) {
 	cloud := tagcloudtest.NewFakeCloud(t)
 	api := &fakeAPI{cloud: cloud, tags: map[string]bool{}}
 	faults := &tagcloudtest.Faults{Op: op, Body: errorBody}
-	srv := httptest.NewServer(faults.Wrap(api))
-	t.Cleanup(srv.Close)
+	srv := faults.NewServer(t, api)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	work := t.TempDir()

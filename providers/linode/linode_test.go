@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -167,8 +166,7 @@ func newEnv(t *testing.T) (*tagcloudtest.Env, *fakeAPI) {
 	cloud := tagcloudtest.NewFakeCloud(t)
 	api := &fakeAPI{cloud: cloud}
 	faults := &tagcloudtest.Faults{Op: op, Body: errorBody}
-	srv := httptest.NewServer(faults.Wrap(api))
-	t.Cleanup(srv.Close)
+	srv := faults.NewServer(t, api)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	work := t.TempDir()

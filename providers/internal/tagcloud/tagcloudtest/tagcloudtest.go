@@ -10,8 +10,10 @@
 package tagcloudtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -61,9 +63,44 @@ type Faults struct {
 	Op   func(r *http.Request) string
 	Body func(status int) string
 
-	mu     sync.Mutex
-	faults map[string]*Fault
-	dead   bool
+	mu       sync.Mutex
+	faults   map[string]*Fault
+	dead     bool
+	released chan struct{} // closed by Release
+}
+
+// releasedCh returns the channel Release closes.
+func (fs *Faults) releasedCh() chan struct{} {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.released == nil {
+		fs.released = make(chan struct{})
+	}
+	return fs.released
+}
+
+// Release ends every hang, now and later: a hung request is aborted (the
+// client sees its connection drop). A test releases its fake before it
+// closes the server (NewServer does), so a client that never gives up
+// fails the test instead of blocking the server's Close forever.
+func (fs *Faults) Release() {
+	ch := fs.releasedCh()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// NewServer serves the fake API h with the faults applied on loopback.
+// On cleanup it releases the hangs first, then closes the server.
+func (fs *Faults) NewServer(t testing.TB, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(fs.Wrap(h))
+	t.Cleanup(srv.Close)
+	t.Cleanup(fs.Release) // runs before srv.Close
+	return srv
 }
 
 // Set arms f for op.
@@ -101,7 +138,15 @@ func (fs *Faults) take(op string) (*Fault, bool) {
 
 // Wrap returns h with the faults applied.
 func (fs *Faults) Wrap(h http.Handler) http.Handler {
+	released := fs.releasedCh()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read the whole body first: the server notices that the client
+		// gave up (and ends r.Context()) only once the body is consumed.
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		f, ok := fs.take(fs.Op(r))
 		if !ok {
 			h.ServeHTTP(w, r)
@@ -114,7 +159,11 @@ func (fs *Faults) Wrap(h http.Handler) http.Handler {
 			if f.OnHang != nil {
 				f.OnHang()
 			}
-			<-r.Context().Done()
+			select {
+			case <-r.Context().Done(): // the client gave up
+			case <-released:
+				panic(http.ErrAbortHandler) // drop the connection: no answer
+			}
 			return
 		}
 		status := f.Status
@@ -184,6 +233,46 @@ func NewRequest(t *testing.T, now time.Time) provider.AcquireRequest {
 	}
 }
 
+// AwaitLimit bounds how long Await waits for an acquire to end, and then
+// for it to end once the fake dropped its hung requests. It is not a
+// measure of speed: an acquire that works ends at once after the fault.
+const AwaitLimit = time.Minute
+
+// goAcquire runs b.Acquire(ctx, req) and sends its error.
+func goAcquire(ctx context.Context, b provider.SSHLeaseBackend, req provider.AcquireRequest) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(ctx, req)
+		done <- err
+	}()
+	return done
+}
+
+// Await returns the error an acquire sends on done. An acquire that does
+// not end within AwaitLimit ignored its context's end (or its request
+// never saw it): Await fails the test, drops the fake's hung requests
+// and waits once more, so a bug fails fast instead of hanging.
+func Await(t *testing.T, e *Env, done <-chan error) error {
+	t.Helper()
+	limit := time.NewTimer(AwaitLimit)
+	defer limit.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-limit.C:
+	}
+	t.Errorf("Acquire did not end within %s of its fault: its context's end did not reach the request", AwaitLimit)
+	e.Faults.Release()
+	limit.Reset(AwaitLimit)
+	select {
+	case err := <-done:
+		return err
+	case <-limit.C:
+		t.Fatalf("Acquire did not end even after the fake dropped its hung requests")
+		return nil
+	}
+}
+
 // CheckEmpty fails unless the fake has no machine and no running box.
 func CheckEmpty(t *testing.T, e *Env) {
 	t.Helper()
@@ -246,11 +335,7 @@ func testRollback(t *testing.T, h Harness) {
 			tt.setup(e, cancel)
 			b := e.Backend(t, clock)
 			req := NewRequest(t, clock.Now())
-			done := make(chan error, 1)
-			go func() {
-				_, err := b.Acquire(ctx, req)
-				done <- err
-			}()
+			done := goAcquire(ctx, b, req)
 			if fake != nil {
 				if err := fake.BlockUntilContext(ctx, 1); err != nil {
 					t.Fatal(err)
@@ -261,7 +346,7 @@ func testRollback(t *testing.T, h Harness) {
 					fake.Advance(time.Hour) // past the boot timeout
 				}
 			}
-			err := <-done
+			err := Await(t, e, done)
 			if err == nil {
 				t.Fatal("Acquire succeeded despite the fault")
 			}
@@ -354,7 +439,7 @@ func testKilledAcquire(t *testing.T, h Harness) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e.Faults.Set(OpGet, Fault{Hang: true, Times: 1, OnHang: func() { e.Faults.Kill(true); cancel() }})
-	if _, err := e.Backend(t, clockwork.NewRealClock()).Acquire(ctx, req); err == nil {
+	if err := Await(t, e, goAcquire(ctx, e.Backend(t, clockwork.NewRealClock()), req)); err == nil {
 		t.Fatal("Acquire succeeded though the process was killed")
 	}
 	e.Faults.Kill(false) // the API is fine; the process that called it is gone
