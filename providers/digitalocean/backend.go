@@ -48,7 +48,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 	b := &Backend{cfg: cfg, client: client}
 	b.Backend = tagcloud.New(tagcloud.Config{
 		Options: cfg.Options, Provider: Name, Codec: cloud.TagCodec{MaxLen: MaxTagLength},
-		Ports: cfg.Ports, PollInterval: cfg.PollInterval, MapAddress: cfg.MapAddress,
+		Ports: cfg.Ports, PollInterval: cfg.PollInterval, MapAddress: cfg.MapAddress, CallTimeout: cfg.CallTimeout,
 	}, droplets{client}, rt)
 	return b, nil
 }

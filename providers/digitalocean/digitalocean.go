@@ -75,6 +75,9 @@ type Config struct {
 	// MapAddress, if set, rewrites a Droplet's public address and SSH
 	// port to where crabbox connects (a NAT, or a test's fake box).
 	MapAddress func(host string, port int) (string, int)
+	// CallTimeout bounds every API call, whatever ctx and the HTTP client
+	// allow; tagcloud.DefaultCallTimeout when zero.
+	CallTimeout time.Duration
 }
 
 var spec = provider.Spec{

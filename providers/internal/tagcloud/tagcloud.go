@@ -99,7 +99,15 @@ type Config struct {
 	// MapAddress rewrites a machine's address and SSH port to where
 	// crabbox connects (a NAT, a test's fake box).
 	MapAddress func(host string, port int) (string, int)
+	// CallTimeout bounds every call of the cloud's API, whatever the
+	// caller's context and HTTP client allow, so a request the cloud
+	// never answers fails its step (and the acquire rolls back) instead
+	// of blocking it; DefaultCallTimeout when zero.
+	CallTimeout time.Duration
 }
+
+// DefaultCallTimeout bounds one call of a cloud's API.
+const DefaultCallTimeout = time.Minute
 
 // Backend is the lease lifecycle on a tag cloud. Providers embed it and
 // add Spec (and Doctor).
@@ -123,8 +131,52 @@ func New(cfg Config, api API, rt provider.Runtime) *Backend {
 	if cfg.MapAddress == nil {
 		cfg.MapAddress = func(h string, p int) (string, int) { return h, p }
 	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
 	rt = rt.WithDefaults()
-	return &Backend{cfg: cfg, api: api, clock: rt.Clock, log: rt.Logger}
+	return &Backend{cfg: cfg, api: boundedAPI{api, cfg.CallTimeout}, clock: rt.Clock, log: rt.Logger}
+}
+
+// boundedAPI gives every call of api at most d: an SDK whose request
+// hangs returns context.DeadlineExceeded then (a call ended by the
+// caller's context reports that context's error, as before).
+type boundedAPI struct {
+	api API
+	d   time.Duration
+}
+
+// call runs f with a context bounded by a.d and names the bound when it
+// ended f.
+func call[T any](ctx context.Context, a boundedAPI, f func(context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeoutCause(ctx, a.d, fmt.Errorf("no answer from the API within %s: %w: %w", a.d, provider.ErrTransient, context.DeadlineExceeded))
+	defer cancel()
+	v, err := f(cctx)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		err = fmt.Errorf("%w (%w)", context.Cause(cctx), err)
+	}
+	return v, err
+}
+
+func (a boundedAPI) Create(ctx context.Context, s Spec) (Machine, error) {
+	return call(ctx, a, func(ctx context.Context) (Machine, error) { return a.api.Create(ctx, s) })
+}
+
+func (a boundedAPI) Get(ctx context.Context, id string) (Machine, error) {
+	return call(ctx, a, func(ctx context.Context) (Machine, error) { return a.api.Get(ctx, id) })
+}
+
+func (a boundedAPI) List(ctx context.Context, tag string) ([]Machine, error) {
+	return call(ctx, a, func(ctx context.Context) ([]Machine, error) { return a.api.List(ctx, tag) })
+}
+
+func (a boundedAPI) SetTags(ctx context.Context, m Machine, tags []string) (Machine, error) {
+	return call(ctx, a, func(ctx context.Context) (Machine, error) { return a.api.SetTags(ctx, m, tags) })
+}
+
+func (a boundedAPI) Delete(ctx context.Context, id string) error {
+	_, err := call(ctx, a, func(ctx context.Context) (struct{}, error) { return struct{}{}, a.api.Delete(ctx, id) })
+	return err
 }
 
 // Name is the machine name of a lease: a valid hostname.
