@@ -31,14 +31,26 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 		return nil, err
 	}
 	rt = rt.WithDefaults()
-	client := linodego.NewClient(rt.HTTPClient)
+	hc := *rt.HTTPClient
+	if hc.Transport == nil {
+		hc.Transport = http.DefaultTransport
+	}
+	hc.Transport = errorShape{base: hc.Transport, token: cfg.Token}
+	client := linodego.NewClient(&hc)
 	client.SetToken(cfg.Token)
 	client.SetUserAgent("crabbox " + linodego.DefaultUserAgent)
 	client.UseCache(false)
-	if cfg.Endpoint != "" {
-		if _, err := client.UseURL(cfg.Endpoint); err != nil {
-			return nil, fmt.Errorf("linode provider: option endpoint: %w", err)
-		}
+	// Only the endpoint option moves the API, and nothing logs requests:
+	// not linodego's own LINODE_URL, LINODE_API_VERSION or LINODE_DEBUG.
+	client.SetDebug(false)
+	client.SetLogger(sdkLogger{rt.Logger.With("sdk", "linodego")})
+	client.SetAPIVersion(linodego.APIVersion)
+	endpoint := cfg.Endpoint
+	if endpoint == "" {
+		endpoint = DefaultEndpoint
+	}
+	if _, err := client.UseURL(endpoint); err != nil {
+		return nil, fmt.Errorf("linode provider: option endpoint: %w", err)
 	}
 	if cfg.NoRetries {
 		client.SetRetryCount(0)
@@ -46,7 +58,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 	b := &Backend{cfg: cfg, client: &client}
 	b.Backend = tagcloud.New(tagcloud.Config{
 		Options: cfg.Options, Provider: Name, Codec: cloud.TagCodec{MaxLen: MaxTagLength},
-		Ports: cfg.Ports, PollInterval: cfg.PollInterval, MapAddress: cfg.MapAddress,
+		Ports: cfg.Ports, PollInterval: cfg.PollInterval, MapAddress: cfg.MapAddress, CallTimeout: cfg.CallTimeout,
 	}, instances{&client}, rt)
 	return b, nil
 }

@@ -32,6 +32,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/linode/linodego"
+
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
 )
@@ -48,6 +50,9 @@ const (
 	DefaultRegions = "eu-central,nl-ams,us-east"
 	DefaultImage   = "linode/debian12"
 )
+
+// DefaultEndpoint is Linode's API.
+const DefaultEndpoint = "https://" + linodego.APIHost + "/" + linodego.APIVersion
 
 // MaxTagLength is the longest tag Linode accepts.
 const MaxTagLength = 50
@@ -77,6 +82,9 @@ type Config struct {
 	// MapAddress, if set, rewrites an instance's public address and SSH
 	// port to where crabbox connects (a NAT, or a test's fake box).
 	MapAddress func(host string, port int) (string, int)
+	// CallTimeout bounds every API call, whatever ctx and the HTTP client
+	// allow; tagcloud.DefaultCallTimeout when zero.
+	CallTimeout time.Duration
 	// NoRetries turns off the SDK's retries of busy and rate-limited
 	// requests (for tests).
 	NoRetries bool

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud/tagcloudtest"
 	"github.com/crabbox-dev/crabbox/providers/linode"
 )
@@ -223,5 +225,63 @@ func TestConfigure(t *testing.T) {
 		if strings.Contains(o.Name, "token") {
 			t.Errorf("option %q: the token must come only from the environment", o.Name)
 		}
+	}
+}
+
+// TestAnswersWithoutErrorList: linodego takes an answer for a success
+// unless it carries Linode's error list; the provider makes every failed
+// answer an error that names its status and kind and never the token,
+// in doctor and in the lease operations.
+func TestAnswersWithoutErrorList(t *testing.T) {
+	tests := []struct {
+		name, contentType, body string
+		status                  int
+		want                    error
+		inDetail                string
+	}{
+		{"403 with another error shape", "application/json", `{"error":{"code":"forbidden","message":"refused by a proxy"}}`, 403,
+			provider.ErrUnauthenticated, "403 Forbidden without an error list (application/json): " + `{"error":{"code":"forbidden","message":"refused by a proxy"}}`},
+		{"401 empty", "", "", 401, provider.ErrUnauthenticated, "401 Unauthorized without an error list"},
+		{"404 with an empty error list", "application/json", `{"errors":[]}`, 404, provider.ErrNotFound, "404 Not Found without an error list"},
+		{"400 not JSON", "application/json", `bad request`, 400, provider.ErrPrecondition, "400 Bad Request without an error list (application/json): bad request"},
+		{"500 HTML echoing the token", "text/html", "<html>\n<p>oops " + testToken + "</p></html>", 500, provider.ErrTransient,
+			"500 Internal Server Error without an error list (text/html): <html> <p>oops [token]</p></html>"},
+		{"304 not a redirect", "", "", 304, provider.ErrTransient, "unexpected answer 304 Not Modified"},
+		{"302 nowhere", "", "", 302, provider.ErrTransient, "unexpected answer 302 Found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tt.contentType != "" {
+					w.Header().Set("Content-Type", tt.contentType)
+				}
+				w.WriteHeader(tt.status)
+				_, _ = w.Write([]byte(tt.body))
+			}))
+			t.Cleanup(srv.Close)
+			tr := &http.Transport{}
+			t.Cleanup(tr.CloseIdleConnections)
+			b, err := linode.New(linode.Config{
+				Token: testToken, NoRetries: true,
+				Options: tagcloud.Options{Endpoint: srv.URL, Owner: "tester"},
+			}, provider.Runtime{HTTPClient: &http.Client{Transport: tr}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checks, err := b.Doctor(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(checks) != 1 || checks[0].OK {
+				t.Fatalf("Doctor = %+v, want one failed API check", checks)
+			}
+			if d := checks[0].Detail; !strings.Contains(d, tt.inDetail) || strings.Contains(d, testToken) {
+				t.Errorf("Doctor detail = %q, want it to contain %q and not the token", d, tt.inDetail)
+			}
+			_, err = b.Resolve(t.Context(), provider.ResolveRequest{ID: "tidal-lobster"})
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.inDetail) || strings.Contains(err.Error(), testToken) {
+				t.Errorf("Resolve = %v, want %v naming %q without the token", err, tt.want, tt.inDetail)
+			}
+		})
 	}
 }
