@@ -26,7 +26,6 @@
 package digitalocean
 
 import (
-	"fmt"
 	"os"
 	"time"
 
@@ -53,6 +52,7 @@ const MaxTagLength = 255
 var doCloud = tagcloud.Cloud{
 	Provider: Name, Name: "DigitalOcean", SizeWord: "Droplet size", RegionWord: "region",
 	Sizes: DefaultSizes, Regions: DefaultRegions, Image: DefaultImage,
+	TokenEnv: TokenEnv, TokenHelp: "create a personal access token (read and write) in the DigitalOcean control panel",
 }
 
 // Config is the DigitalOcean provider's typed configuration.
@@ -80,18 +80,7 @@ type Config struct {
 	CallTimeout time.Duration
 }
 
-var spec = provider.Spec{
-	Name:        Name,
-	Aliases:     []string{"do"},
-	Description: "a fresh DigitalOcean Droplet per lease (token from " + TokenEnv + ")",
-	Kind:        provider.KindSSHLease,
-	Targets:     []provider.Target{provider.TargetLinux},
-	Features: []provider.Feature{
-		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
-	},
-	Coordinator: provider.CoordinatorSupported,
-	Options:     doCloud.Spec(),
-}
+var spec = doCloud.ProviderSpec("Droplet", "do")
 
 // Provider is the registered DigitalOcean provider.
 type Provider struct{}
@@ -105,16 +94,12 @@ func (Provider) Spec() provider.Spec { return spec.Clone() }
 // the token from DIGITALOCEAN_TOKEN and returns a Backend. It makes no API
 // call.
 func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
-	o, err := ParseConfig(cfg)
+	token := os.Getenv(TokenEnv)
+	o, err := doCloud.Configured(cfg, token)
 	if err != nil {
 		return nil, err
 	}
-	c := Config{Token: os.Getenv(TokenEnv), Options: o}
-	if c.Token == "" {
-		return nil, fmt.Errorf("digitalocean provider: %s is not set: create a personal access token (read and write) in the DigitalOcean control panel and export it: %w",
-			TokenEnv, provider.ErrUnauthenticated)
-	}
-	return New(c, rt)
+	return New(Config{Token: token, Options: o}, rt)
 }
 
 // ParseConfig turns raw options into the provider's options, naming the
@@ -123,8 +108,8 @@ func ParseConfig(cfg provider.Config) (tagcloud.Options, error) { return doCloud
 
 // withDefaults fills in defaults and validates c.
 func (c Config) withDefaults() (Config, error) {
-	if c.Token == "" {
-		return c, fmt.Errorf("digitalocean provider: no API token (set %s): %w", TokenEnv, provider.ErrUnauthenticated)
+	if err := doCloud.CheckToken(c.Token); err != nil {
+		return c, err
 	}
 	var err error
 	c.Options, err = doCloud.Check(c.Options)

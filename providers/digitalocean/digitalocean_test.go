@@ -69,7 +69,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r.Header.Get("Authorization") != "Bearer "+testToken {
-		reply(w, http.StatusUnauthorized, errorBody(http.StatusUnauthorized))
+		tagcloudtest.Reply(w, http.StatusUnauthorized, errorBody(http.StatusUnauthorized))
 		return
 	}
 	p := r.URL.Path
@@ -84,40 +84,40 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			SSHKeys                   []json.RawMessage `json:"ssh_keys"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Image == "" {
-			reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+			tagcloudtest.Reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
 			return
 		}
 		if len(req.SSHKeys) != 0 {
-			reply(w, http.StatusUnprocessableEntity, `{"id":"unprocessable_entity","message":"no account key expected"}`)
+			tagcloudtest.Reply(w, http.StatusUnprocessableEntity, `{"id":"unprocessable_entity","message":"no account key expected"}`)
 			return
 		}
 		for _, t := range req.Tags {
 			if len(t) > digitalocean.MaxTagLength || !regexp.MustCompile(`^[a-zA-Z0-9_\-:]+$`).MatchString(t) {
-				reply(w, http.StatusUnprocessableEntity, `{"id":"unprocessable_entity","message":"invalid tag"}`)
+				tagcloudtest.Reply(w, http.StatusUnprocessableEntity, `{"id":"unprocessable_entity","message":"invalid tag"}`)
 				return
 			}
 		}
 		m, ok, err := f.cloud.Create(tagcloudtest.FakeMachine{Name: req.Name, Size: req.Size, Region: req.Region, Image: req.Image, Tags: req.Tags, UserData: req.UserData})
 		switch {
 		case err != nil:
-			reply(w, http.StatusInternalServerError, errorBody(500))
+			tagcloudtest.Reply(w, http.StatusInternalServerError, errorBody(500))
 		case !ok:
-			reply(w, http.StatusUnprocessableEntity, `{"id":"unprocessable_entity","message":"Size is not available in this region."}`)
+			tagcloudtest.Reply(w, http.StatusUnprocessableEntity, `{"id":"unprocessable_entity","message":"Size is not available in this region."}`)
 		default:
 			m, _ = f.cloud.Get(m.ID)
-			writeJSON(w, http.StatusAccepted, map[string]any{"droplet": f.droplet(m)})
+			tagcloudtest.WriteJSON(w, http.StatusAccepted, map[string]any{"droplet": f.droplet(m)}, errorBody)
 		}
 	case r.Method == http.MethodGet && p == "/v2/droplets":
 		var out []godo.Droplet
 		for _, m := range f.cloud.List(r.URL.Query().Get("tag_name")) {
 			out = append(out, f.droplet(m))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"droplets": out, "links": map[string]any{}, "meta": map[string]int{"total": len(out)}})
+		tagcloudtest.WriteJSON(w, http.StatusOK, map[string]any{"droplets": out, "links": map[string]any{}, "meta": map[string]int{"total": len(out)}}, errorBody)
 	case dropletPath.MatchString(p):
 		id, _ := strconv.Atoi(dropletPath.FindStringSubmatch(p)[1])
 		if r.Method == http.MethodDelete {
 			if !f.cloud.Delete(id) {
-				reply(w, http.StatusNotFound, errorBody(404))
+				tagcloudtest.Reply(w, http.StatusNotFound, errorBody(404))
 				return
 			}
 			w.WriteHeader(http.StatusNoContent)
@@ -125,21 +125,21 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		m, ok := f.cloud.Get(id)
 		if !ok {
-			reply(w, http.StatusNotFound, errorBody(404))
+			tagcloudtest.Reply(w, http.StatusNotFound, errorBody(404))
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"droplet": f.droplet(m)})
+		tagcloudtest.WriteJSON(w, http.StatusOK, map[string]any{"droplet": f.droplet(m)}, errorBody)
 	case r.Method == http.MethodPost && p == "/v2/tags":
 		var req godo.TagCreateRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		f.tags[req.Name] = true
-		writeJSON(w, http.StatusCreated, map[string]any{"tag": map[string]any{"name": req.Name}})
+		tagcloudtest.WriteJSON(w, http.StatusCreated, map[string]any{"tag": map[string]any{"name": req.Name}}, errorBody)
 	case tagResources.MatchString(p):
 		tag := tagResources.FindStringSubmatch(p)[1]
 		var req godo.TagResourcesRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		if !f.tags[tag] {
-			reply(w, http.StatusNotFound, errorBody(404))
+			tagcloudtest.Reply(w, http.StatusNotFound, errorBody(404))
 			return
 		}
 		for _, res := range req.Resources {
@@ -156,7 +156,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case tagPath.MatchString(p):
 		tag := tagPath.FindStringSubmatch(p)[1]
 		if !f.tags[tag] {
-			reply(w, http.StatusNotFound, errorBody(404))
+			tagcloudtest.Reply(w, http.StatusNotFound, errorBody(404))
 			return
 		}
 		if r.Method == http.MethodDelete {
@@ -164,25 +164,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"tag": map[string]any{"name": tag, "resources": map[string]int{"count": f.cloud.Count(tag)}}})
+		tagcloudtest.WriteJSON(w, http.StatusOK, map[string]any{"tag": map[string]any{"name": tag, "resources": map[string]int{"count": f.cloud.Count(tag)}}}, errorBody)
 	default:
-		reply(w, http.StatusNotFound, errorBody(404))
+		tagcloudtest.Reply(w, http.StatusNotFound, errorBody(404))
 	}
-}
-
-func reply(w http.ResponseWriter, status int, body string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(body))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		reply(w, http.StatusInternalServerError, errorBody(500))
-		return
-	}
-	reply(w, status, string(b))
 }
 
 // op classifies a request for faults.
@@ -208,26 +193,10 @@ func newEnv(t *testing.T) (*tagcloudtest.Env, *fakeAPI) {
 	cloud := tagcloudtest.NewFakeCloud(t)
 	api := &fakeAPI{cloud: cloud, tags: map[string]bool{}}
 	faults := &tagcloudtest.Faults{Op: op, Body: errorBody}
-	srv := faults.NewServer(t, api)
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	work := t.TempDir()
-	env := &tagcloudtest.Env{
-		Faults: faults, Fleet: cloud.Fleet, Machines: cloud.IDs, Creates: cloud.Creates,
-		NoBoot: cloud.SetNoBoot, Full: cloud.SetFull,
-		Sizes: [2]string{"s-1vcpu-2gb", "s-2vcpu-4gb"}, Regions: [2]string{"fra1", "ams3"},
-	}
-	env.Backend = func(t *testing.T, clock clockwork.Clock) provider.SSHLeaseBackend {
-		b, err := digitalocean.New(digitalocean.Config{
-			Token:      testToken,
-			Options:    tagcloudtest.Options(srv.URL, work, env),
-			MapAddress: cloud.Fleet.MapAddress, PollInterval: time.Second,
-		}, provider.Runtime{Clock: clock, HTTPClient: &http.Client{Transport: tr}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	env := tagcloudtest.NewEnv(t, cloud, faults, api, [2]string{"s-1vcpu-2gb", "s-2vcpu-4gb"}, [2]string{"fra1", "ams3"},
+		func(a tagcloudtest.BackendArgs) (provider.SSHLeaseBackend, error) {
+			return digitalocean.New(digitalocean.Config{Token: testToken, Options: a.Options, MapAddress: a.MapAddress, PollInterval: a.PollInterval}, a.Runtime)
+		})
 	return env, api
 }
 

@@ -28,7 +28,6 @@
 package linode
 
 import (
-	"fmt"
 	"os"
 	"time"
 
@@ -60,6 +59,7 @@ const MaxTagLength = 50
 var linodeCloud = tagcloud.Cloud{
 	Provider: Name, Name: "Linode", SizeWord: "Linode type", RegionWord: "region",
 	Sizes: DefaultTypes, Regions: DefaultRegions, Image: DefaultImage,
+	TokenEnv: TokenEnv, TokenHelp: "create a personal access token (Linodes read/write) in Cloud Manager",
 }
 
 // Config is the Linode provider's typed configuration.
@@ -90,18 +90,7 @@ type Config struct {
 	NoRetries bool
 }
 
-var spec = provider.Spec{
-	Name:        Name,
-	Aliases:     []string{"akamai"},
-	Description: "a fresh Linode instance per lease (token from " + TokenEnv + ")",
-	Kind:        provider.KindSSHLease,
-	Targets:     []provider.Target{provider.TargetLinux},
-	Features: []provider.Feature{
-		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
-	},
-	Coordinator: provider.CoordinatorSupported,
-	Options:     linodeCloud.Spec(),
-}
+var spec = linodeCloud.ProviderSpec("instance", "akamai")
 
 // Provider is the registered Linode provider.
 type Provider struct{}
@@ -114,16 +103,12 @@ func (Provider) Spec() provider.Spec { return spec.Clone() }
 // Configure parses cfg (already merged with the Spec's defaults), takes
 // the token from LINODE_TOKEN and returns a Backend. It makes no API call.
 func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
-	o, err := ParseConfig(cfg)
+	token := os.Getenv(TokenEnv)
+	o, err := linodeCloud.Configured(cfg, token)
 	if err != nil {
 		return nil, err
 	}
-	c := Config{Token: os.Getenv(TokenEnv), Options: o}
-	if c.Token == "" {
-		return nil, fmt.Errorf("linode provider: %s is not set: create a personal access token (Linodes read/write) in Cloud Manager and export it: %w",
-			TokenEnv, provider.ErrUnauthenticated)
-	}
-	return New(c, rt)
+	return New(Config{Token: token, Options: o}, rt)
 }
 
 // ParseConfig turns raw options into the provider's options, naming the
@@ -132,8 +117,8 @@ func ParseConfig(cfg provider.Config) (tagcloud.Options, error) { return linodeC
 
 // withDefaults fills in defaults and validates c.
 func (c Config) withDefaults() (Config, error) {
-	if c.Token == "" {
-		return c, fmt.Errorf("linode provider: no API token (set %s): %w", TokenEnv, provider.ErrUnauthenticated)
+	if err := linodeCloud.CheckToken(c.Token); err != nil {
+		return c, err
 	}
 	var err error
 	c.Options, err = linodeCloud.Check(c.Options)

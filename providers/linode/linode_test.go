@@ -10,9 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/linode/linodego"
 	"go.uber.org/goleak"
 
@@ -51,7 +49,7 @@ func (f *fakeAPI) instance(m tagcloudtest.FakeMachine) map[string]any {
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") != "Bearer "+testToken {
-		reply(w, http.StatusUnauthorized, errorBody(http.StatusUnauthorized))
+		tagcloudtest.Reply(w, http.StatusUnauthorized, errorBody(http.StatusUnauthorized))
 		return
 	}
 	p := r.URL.Path
@@ -59,35 +57,35 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && p == "/v4/linode/instances":
 		var req linodego.InstanceCreateOptions
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Metadata == nil || len(req.AuthorizedKeys) != 1 {
-			reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+			tagcloudtest.Reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
 			return
 		}
 		for _, t := range req.Tags {
 			if len(t) < 3 || len(t) > linode.MaxTagLength {
-				reply(w, http.StatusBadRequest, `{"errors":[{"reason":"Length must be 3-50 characters","field":"tags"}]}`)
+				tagcloudtest.Reply(w, http.StatusBadRequest, `{"errors":[{"reason":"Length must be 3-50 characters","field":"tags"}]}`)
 				return
 			}
 		}
 		userData, err := base64.StdEncoding.DecodeString(req.Metadata.UserData)
 		if err != nil {
-			reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+			tagcloudtest.Reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
 			return
 		}
 		m, ok, err := f.cloud.Create(tagcloudtest.FakeMachine{Name: req.Label, Size: req.Type, Region: req.Region, Image: req.Image, Tags: req.Tags, UserData: string(userData)})
 		switch {
 		case err != nil:
-			reply(w, http.StatusInternalServerError, errorBody(500))
+			tagcloudtest.Reply(w, http.StatusInternalServerError, errorBody(500))
 		case !ok:
-			reply(w, http.StatusBadRequest, `{"errors":[{"reason":"Linode type is not available in this region.","field":"type"}]}`)
+			tagcloudtest.Reply(w, http.StatusBadRequest, `{"errors":[{"reason":"Linode type is not available in this region.","field":"type"}]}`)
 		default:
 			m, _ = f.cloud.Get(m.ID)
-			writeJSON(w, http.StatusOK, f.instance(m))
+			tagcloudtest.WriteJSON(w, http.StatusOK, f.instance(m), errorBody)
 		}
 	case r.Method == http.MethodGet && p == "/v4/linode/instances":
 		var filter map[string]string
 		if h := r.Header.Get("X-Filter"); h != "" {
 			if err := json.Unmarshal([]byte(h), &filter); err != nil {
-				reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+				tagcloudtest.Reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
 				return
 			}
 		}
@@ -95,7 +93,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, m := range f.cloud.List(filter["tags"]) {
 			out = append(out, f.instance(m))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"data": out, "page": 1, "pages": 1, "results": len(out)})
+		tagcloudtest.WriteJSON(w, http.StatusOK, map[string]any{"data": out, "page": 1, "pages": 1, "results": len(out)}, errorBody)
 	case instancePath.MatchString(p):
 		id, _ := strconv.Atoi(instancePath.FindStringSubmatch(p)[1])
 		var (
@@ -105,7 +103,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodDelete:
 			if f.cloud.Delete(id) {
-				writeJSON(w, http.StatusOK, map[string]any{})
+				tagcloudtest.WriteJSON(w, http.StatusOK, map[string]any{}, errorBody)
 				return
 			}
 		case http.MethodPut:
@@ -113,7 +111,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				Tags *[]string `json:"tags"`
 			}
 			if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Tags == nil {
-				reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
+				tagcloudtest.Reply(w, http.StatusBadRequest, errorBody(http.StatusBadRequest))
 				return
 			}
 			m, ok = f.cloud.Update(id, func([]string) []string { return *req.Tags })
@@ -121,28 +119,13 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			m, ok = f.cloud.Get(id)
 		}
 		if !ok {
-			reply(w, http.StatusNotFound, errorBody(404))
+			tagcloudtest.Reply(w, http.StatusNotFound, errorBody(404))
 			return
 		}
-		writeJSON(w, http.StatusOK, f.instance(m))
+		tagcloudtest.WriteJSON(w, http.StatusOK, f.instance(m), errorBody)
 	default:
-		reply(w, http.StatusNotFound, errorBody(404))
+		tagcloudtest.Reply(w, http.StatusNotFound, errorBody(404))
 	}
-}
-
-func reply(w http.ResponseWriter, status int, body string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(body))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		reply(w, http.StatusInternalServerError, errorBody(500))
-		return
-	}
-	reply(w, status, string(b))
 }
 
 // op classifies a request for faults.
@@ -168,26 +151,10 @@ func newEnv(t *testing.T) (*tagcloudtest.Env, *fakeAPI) {
 	cloud := tagcloudtest.NewFakeCloud(t)
 	api := &fakeAPI{cloud: cloud}
 	faults := &tagcloudtest.Faults{Op: op, Body: errorBody}
-	srv := faults.NewServer(t, api)
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	work := t.TempDir()
-	env := &tagcloudtest.Env{
-		Faults: faults, Fleet: cloud.Fleet, Machines: cloud.IDs, Creates: cloud.Creates,
-		NoBoot: cloud.SetNoBoot, Full: cloud.SetFull,
-		Sizes: [2]string{"g6-standard-1", "g6-standard-2"}, Regions: [2]string{"eu-central", "nl-ams"},
-	}
-	env.Backend = func(t *testing.T, clock clockwork.Clock) provider.SSHLeaseBackend {
-		b, err := linode.New(linode.Config{
-			Token:      testToken,
-			Options:    tagcloudtest.Options(srv.URL, work, env),
-			MapAddress: cloud.Fleet.MapAddress, PollInterval: time.Second, NoRetries: true,
-		}, provider.Runtime{Clock: clock, HTTPClient: &http.Client{Transport: tr}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	env := tagcloudtest.NewEnv(t, cloud, faults, api, [2]string{"g6-standard-1", "g6-standard-2"}, [2]string{"eu-central", "nl-ams"},
+		func(a tagcloudtest.BackendArgs) (provider.SSHLeaseBackend, error) {
+			return linode.New(linode.Config{Token: testToken, Options: a.Options, MapAddress: a.MapAddress, PollInterval: a.PollInterval, NoRetries: true}, a.Runtime)
+		})
 	return env, api
 }
 

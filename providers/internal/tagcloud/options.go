@@ -42,6 +42,51 @@ type Cloud struct {
 	SizeWord, RegionWord string
 	// Defaults are the default sizes, regions (comma-separated) and image.
 	Sizes, Regions, Image string
+	// TokenEnv is the environment variable holding the API token;
+	// TokenHelp says how to make one ("create a personal access token
+	// (read and write) in the DigitalOcean control panel").
+	TokenEnv, TokenHelp string
+}
+
+// ProviderSpec describes the provider: a fresh machine (the cloud's word
+// for it, "Droplet") per lease, Linux over SSH with a pinned host key,
+// cleanup and doctor, coordinator-supported, and the options of Spec. It
+// claims no self-expiry: the clouds bill a stopped machine.
+func (c Cloud) ProviderSpec(machine string, aliases ...string) provider.Spec {
+	return provider.Spec{
+		Name:        c.Provider,
+		Aliases:     aliases,
+		Description: "a fresh " + c.Name + " " + machine + " per lease (token from " + c.TokenEnv + ")",
+		Kind:        provider.KindSSHLease,
+		Targets:     []provider.Target{provider.TargetLinux},
+		Features: []provider.Feature{
+			provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
+		},
+		Coordinator: provider.CoordinatorSupported,
+		Options:     c.Spec(),
+	}
+}
+
+// Configured is the first half of a provider's Configure: the options
+// of cfg (already merged with the Spec's defaults), parsed, and token
+// (the value of TokenEnv) present.
+func (c Cloud) Configured(cfg provider.Config, token string) (Options, error) {
+	o, err := c.Parse(cfg)
+	if err != nil {
+		return Options{}, err
+	}
+	if token == "" {
+		return Options{}, fmt.Errorf("%s provider: %s is not set: %s and export it: %w", c.Provider, c.TokenEnv, c.TokenHelp, provider.ErrUnauthenticated)
+	}
+	return o, nil
+}
+
+// CheckToken fails when a Go caller gave no token.
+func (c Cloud) CheckToken(token string) error {
+	if token == "" {
+		return fmt.Errorf("%s provider: no API token (set %s): %w", c.Provider, c.TokenEnv, provider.ErrUnauthenticated)
+	}
+	return nil
 }
 
 // Spec returns the provider options of c: size and region (the option

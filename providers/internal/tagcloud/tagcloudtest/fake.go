@@ -1,13 +1,18 @@
 package tagcloudtest
 
 import (
+	"encoding/json"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
 )
@@ -167,4 +172,61 @@ func Options(endpoint, workRoot string, e *Env) tagcloud.Options {
 		Sizes: e.Sizes[:], Regions: e.Regions[:], WorkRoot: workRoot, Owner: "tester",
 		BootTimeout: time.Minute, Endpoint: endpoint,
 	}
+}
+
+// Reply writes a JSON answer body with status.
+func Reply(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+}
+
+// WriteJSON writes v as a JSON answer with status, or errBody(500) if v
+// does not marshal.
+func WriteJSON(w http.ResponseWriter, status int, v any, errBody func(int) string) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		Reply(w, http.StatusInternalServerError, errBody(http.StatusInternalServerError))
+		return
+	}
+	Reply(w, status, string(b))
+}
+
+// BackendArgs are what a provider's backend on a fake is made of.
+type BackendArgs struct {
+	// Options point at the fake: its endpoint, the Env's sizes and
+	// regions, a work root, a minute to boot.
+	Options tagcloud.Options
+	// MapAddress maps machines' addresses to the fake's boxes.
+	MapAddress func(host string, port int) (string, int)
+	// PollInterval is a second.
+	PollInterval time.Duration
+	// Runtime has the test's clock and an HTTP client to the fake.
+	Runtime provider.Runtime
+}
+
+// NewEnv serves api (a provider's fake API over cloud, in its cloud's JSON
+// shapes) with faults on loopback and returns the Env whose backends
+// newBackend makes, trying sizes and regions in order.
+func NewEnv(t *testing.T, cloud *FakeCloud, faults *Faults, api http.Handler, sizes, regions [2]string,
+	newBackend func(BackendArgs) (provider.SSHLeaseBackend, error)) *Env {
+	srv := faults.NewServer(t, api)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	work := t.TempDir()
+	env := &Env{
+		Faults: faults, Fleet: cloud.Fleet, Machines: cloud.IDs, Creates: cloud.Creates,
+		NoBoot: cloud.SetNoBoot, Full: cloud.SetFull, Sizes: sizes, Regions: regions,
+	}
+	env.Backend = func(t *testing.T, clock clockwork.Clock) provider.SSHLeaseBackend {
+		b, err := newBackend(BackendArgs{
+			Options: Options(srv.URL, work, env), MapAddress: cloud.Fleet.MapAddress, PollInterval: time.Second,
+			Runtime: provider.Runtime{Clock: clock, HTTPClient: &http.Client{Transport: tr}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return env
 }
