@@ -191,26 +191,12 @@ func (p placement) String() string { return p.Size + " in " + p.Region }
 // If a step fails, or ctx ends, it deletes the machine before returning.
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
 	log := b.log.With("lease", req.LeaseID)
-	if err := cloud.CheckAcquire(req, b.clock.Now()); err != nil {
-		return target, err
-	}
-	hostKey, err := cloud.NewHostKey()
+	st, err := cloud.StartAcquire(req, b.clock.Now(), cloud.LabelOptions{Provider: b.cfg.Provider, ServerType: b.cfg.Sizes[0], Owner: b.cfg.Owner},
+		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: b.cfg.Prepared})
 	if err != nil {
 		return target, err
 	}
-	labels, err := cloud.NewLabels(req, cloud.LabelOptions{
-		Provider: b.cfg.Provider, ServerType: b.cfg.Sizes[0], Owner: b.cfg.Owner, HostKey: hostKey.PublicKey(),
-	})
-	if err != nil {
-		return target, err
-	}
-	userData, err := cloud.Bootstrap{
-		AuthorizedKey: req.PublicKey, HostKey: hostKey, SelfDestructAfter: req.TTL,
-		Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: b.cfg.Prepared,
-	}.UserData()
-	if err != nil {
-		return target, err
-	}
+	hostKey, labels, userData := st.HostKey, st.Labels, st.UserData
 	deadline := b.clock.Now().Add(b.cfg.BootTimeout)
 	name := Name(req.LeaseID)
 
