@@ -501,53 +501,14 @@ func (b *Backend) delete(ctx context.Context, m Machine) error {
 // req.DryRun deletes it, after reading it again and deciding again, so a
 // lease touched in the meantime survives.
 func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
-	claimed := func(id string) bool { return req.Claimed != nil && req.Claimed(id) }
 	all, err := b.machines(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("clean up %s: %w", b.cfg.Provider, err)
 	}
-	var out []provider.CleanupDecision
-	for _, m := range all {
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
-		l := b.labels(m)
-		d := b.decide(l, claimed, req.Now)
-		dec := provider.CleanupDecision{LeaseID: l[cloud.LabelLease], Slug: l[cloud.LabelSlug], CloudID: m.ID, Delete: d.Delete, Reason: d.Reason}
-		if d.Delete && !req.DryRun {
-			b.deleteDecided(ctx, m.ID, req.Now, claimed, &dec)
-		}
-		out = append(out, dec)
-	}
-	return out, nil
-}
-
-func (b *Backend) decide(l map[string]string, claimed func(string) bool, now time.Time) cloud.CleanupDecision {
-	return cloud.DecideCleanup(cloud.CleanupInput{Labels: l, Provider: b.cfg.Provider, Record: cloud.Record{Found: claimed(l[cloud.LabelLease])}, Now: now})
-}
-
-// deleteDecided reads machine id again, decides again on its fresh tags
-// and deletes it if the decision holds, recording the outcome in dec.
-func (b *Backend) deleteDecided(ctx context.Context, id string, now time.Time, claimed func(string) bool, dec *provider.CleanupDecision) {
-	fresh, err := b.api.Get(ctx, id)
-	if errors.Is(err, provider.ErrNotFound) {
-		dec.Deleted, dec.Reason = true, dec.Reason+" (already gone)"
-		return
-	}
-	if err != nil {
-		dec.Err = fmt.Errorf("read machine %s again: %w", id, err)
-		return
-	}
-	l := b.labels(fresh)
-	again := b.decide(l, claimed, now)
-	if !again.Delete || l[cloud.LabelLease] != dec.LeaseID {
-		dec.Delete, dec.Reason = false, "changed since listed: "+again.Reason
-		return
-	}
-	if err := b.delete(ctx, fresh); err != nil {
-		dec.Err = err
-		return
-	}
-	dec.Deleted = true
-	b.log.Info(b.cfg.Provider+" lease cleaned up", "lease", dec.LeaseID, "machine", id, "reason", dec.Reason)
+	return cloud.Sweep[Machine]{
+		Provider: b.cfg.Provider, Noun: "machine", Log: b.log,
+		View:   func(m Machine) (string, map[string]string) { return m.ID, b.labels(m) },
+		Reread: func(ctx context.Context, m Machine) (Machine, error) { return b.api.Get(ctx, m.ID) },
+		Delete: b.delete,
+	}.Run(ctx, req, all)
 }
