@@ -31,6 +31,9 @@ var sizeOptions = map[string]map[string]string{
 	"azure":    {"serverType": "vm-size", "location": "location", "image": "image"},
 	"scaleway": {"serverType": "commercial-type", "location": "zone", "image": "image"},
 	"vultr":    {"serverType": "plan", "location": "region", "image": "os-id"},
+	// The tag clouds (providers/internal/tagcloud) name them alike.
+	"digitalocean": {"serverType": "size", "location": "region", "image": "image"},
+	"linode":       {"serverType": "size", "location": "region", "image": "image"},
 }
 
 // sizedBackends configures and keeps one backend per lease size.

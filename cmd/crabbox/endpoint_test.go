@@ -14,7 +14,7 @@ import (
 )
 
 // cloudProviders are the providers whose API endpoint is an option.
-var cloudProviders = []string{"aws", "azure", "gcp", "hetzner", "scaleway", "vultr"}
+var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "linode", "scaleway", "vultr"}
 
 // Every cloud provider lists its endpoint option, with its flag and
 // environment variable, in `providers describe`.
@@ -90,6 +90,8 @@ func TestCloudEndpointFromCLI(t *testing.T) {
 		{"scaleway", []string{"SCW_ACCESS_KEY=SCWTESTONLY000000000", "SCW_SECRET_KEY=00000000-0000-4000-8000-000000000000",
 			"SCW_DEFAULT_PROJECT_ID=00000000-0000-4000-8000-000000000001"}, nil, "flag", "/instance/v1/zones/fr-par-1/servers"},
 		{"vultr", []string{"VULTR_API_KEY=test-only"}, nil, "env", "/v2/account"},
+		{"digitalocean", []string{"DIGITALOCEAN_TOKEN=test-only"}, nil, "flag", "/v2/account"},
+		{"linode", []string{"LINODE_TOKEN=test-only"}, nil, "env", "/v4/profile"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+" "+tt.via, func(t *testing.T) {

@@ -3,7 +3,6 @@ package hetzner
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
@@ -24,20 +23,18 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 	if err != nil {
 		return nil, fmt.Errorf("clean up hetzner: %w", err)
 	}
-	var out []provider.CleanupDecision
+	out, err := cloud.Sweep[*hcloud.Server]{
+		Provider: Name, Noun: "server", Log: b.rt.Logger,
+		View:   func(s *hcloud.Server) (string, map[string]string) { return cloudID(s.ID), s.Labels },
+		Reread: b.reread,
+		Delete: b.deleteWithKeys,
+	}.Run(ctx, req, servers)
+	if err != nil {
+		return out, err
+	}
 	withServer := map[string]bool{}
 	for _, s := range servers {
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
-		leaseID := s.Labels[cloud.LabelLease]
-		withServer[leaseID] = true
-		d := cloud.DecideCleanup(cloud.CleanupInput{Labels: s.Labels, Provider: Name, Record: cloud.Record{Found: claimed(leaseID)}, Now: req.Now})
-		dec := provider.CleanupDecision{LeaseID: leaseID, Slug: s.Labels[cloud.LabelSlug], CloudID: cloudID(s.ID), Delete: d.Delete, Reason: d.Reason}
-		if d.Delete && !req.DryRun {
-			b.deleteDecided(ctx, s.ID, req.Now, claimed, &dec)
-		}
-		out = append(out, dec)
+		withServer[s.Labels[cloud.LabelLease]] = true
 	}
 	keys, err := b.client.SSHKey.AllWithOpts(ctx, hcloud.SSHKeyListOpts{
 		ListOpts: hcloud.ListOpts{LabelSelector: selector(cloud.Ownership(Name, ""))},
@@ -65,33 +62,25 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 	return out, nil
 }
 
-// deleteDecided re-reads server id, decides again on its fresh labels and
-// deletes it and its lease's keys if the decision holds, recording the
-// outcome in dec.
-func (b *Backend) deleteDecided(ctx context.Context, id int64, now time.Time, claimed func(string) bool, dec *provider.CleanupDecision) {
-	fresh, _, err := b.client.Server.GetByID(ctx, id)
+// reread reads server s again; provider.ErrNotFound when it is gone.
+func (b *Backend) reread(ctx context.Context, s *hcloud.Server) (*hcloud.Server, error) {
+	fresh, _, err := b.client.Server.GetByID(ctx, s.ID)
 	if err != nil {
-		dec.Err = apiError(fmt.Sprintf("re-read server %d", id), err)
-		return
+		return nil, apiError(fmt.Sprintf("read server %d", s.ID), err)
 	}
 	if fresh == nil {
-		dec.Deleted, dec.Reason = true, dec.Reason+" (already gone)"
-		return
+		return nil, fmt.Errorf("server %d: %w", s.ID, provider.ErrNotFound)
 	}
-	leaseID := fresh.Labels[cloud.LabelLease]
-	again := cloud.DecideCleanup(cloud.CleanupInput{Labels: fresh.Labels, Provider: Name, Record: cloud.Record{Found: claimed(leaseID)}, Now: now})
-	if !again.Delete || leaseID != dec.LeaseID {
-		dec.Delete, dec.Reason = false, "changed since listed: "+again.Reason
-		return
+	return fresh, nil
+}
+
+// deleteWithKeys deletes server s and then its lease's SSH keys.
+func (b *Backend) deleteWithKeys(ctx context.Context, s *hcloud.Server) error {
+	if err := b.deleteServer(ctx, s); err != nil {
+		return err
 	}
-	if err := b.deleteServer(ctx, fresh); err != nil {
-		dec.Err = err
-		return
+	if err := b.deleteKeys(ctx, s.Labels[cloud.LabelLease]); err != nil {
+		return fmt.Errorf("server %d deleted, but: %w", s.ID, err)
 	}
-	if err := b.deleteKeys(ctx, leaseID); err != nil {
-		dec.Err = fmt.Errorf("server %d deleted, but: %w", id, err)
-		return
-	}
-	dec.Deleted = true
-	b.rt.Logger.Info("hetzner lease cleaned up", "lease", leaseID, "server", id, "reason", dec.Reason)
+	return nil
 }

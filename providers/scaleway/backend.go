@@ -67,26 +67,12 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
 	clock, log := b.rt.Clock, b.rt.Logger.With("lease", req.LeaseID)
-	if err := cloud.CheckAcquire(req, clock.Now()); err != nil {
-		return target, err
-	}
-	hostKey, err := cloud.NewHostKey()
+	st, err := cloud.StartAcquire(req, clock.Now(), cloud.LabelOptions{Provider: Name, ServerType: b.cfg.CommercialTypes[0], Owner: b.cfg.Owner},
+		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: b.cfg.Prepared})
 	if err != nil {
 		return target, err
 	}
-	labels, err := cloud.NewLabels(req, cloud.LabelOptions{
-		Provider: Name, ServerType: b.cfg.CommercialTypes[0], Owner: b.cfg.Owner, HostKey: hostKey.PublicKey(),
-	})
-	if err != nil {
-		return target, err
-	}
-	userData, err := cloud.Bootstrap{
-		AuthorizedKey: req.PublicKey, HostKey: hostKey, SelfDestructAfter: req.TTL,
-		Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: b.cfg.Prepared,
-	}.UserData()
-	if err != nil {
-		return target, err
-	}
+	hostKey, labels, userData := st.HostKey, st.Labels, st.UserData
 	deadline := clock.Now().Add(b.cfg.BootTimeout)
 	name := serverName(req.LeaseID)
 
