@@ -331,7 +331,10 @@ fi
 	}
 	done := `rm -f -- "$s/pending" "$s/fingerprint.tmp"`
 	if release {
-		done = `rm -rf -- "$s/pending" "$s/fingerprint.tmp" "$s/lock" && crabbox_held=`
+		// A lock that cannot go (the step being read is in it, which
+		// NFS keeps as a .nfs file while open) is the exit trap's
+		// again, as before: only the pending file decides.
+		done = `{ rm -rf -- "$s/pending" "$s/fingerprint.tmp" "$s/lock"; [ ! -e "$s/pending" ] && [ ! -e "$s/fingerprint.tmp" ]; } && { [ -e "$s/lock" ] || crabbox_held=; }`
 	}
 	// The archive's paths start at the parent directory (see
 	// archive), so that it reaches the state directory too.
