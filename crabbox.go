@@ -140,7 +140,8 @@ func WithRegistry(r *provider.Registry) Option {
 func WithRuntime(rt provider.Runtime) Option { return func(o *options) { o.rt = rt } }
 
 // WithChangeWatch lets a sync of a checkout nobody touched skip listing it,
-// whatever its size (see sync.Options.Changes and package sync/watch). A
+// whatever its size, and one after a few edits look at just the files
+// they changed (see sync.Options.Changes and package sync/watch). A
 // sync asks the checkout's watcher, listening on a Unix socket under the
 // state directory; when none answers (and the checkout was not refused
 // within watch.RetryRefused), start(ctx, root, socket) is called to start
