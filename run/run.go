@@ -316,35 +316,11 @@ func (r *remoteRun) kill() error {
 }
 
 func (r *remoteRun) runKill(ctx context.Context) error {
-	sess, err := remote.NewSession(ctx, r.client)
-	if err != nil {
-		return fmt.Errorf("open SSH session: %w", err)
-	}
-	defer sess.Close()
-	stop := context.AfterFunc(ctx, func() { sess.Close() })
-	defer stop()
-	stderr := &tailWriter{}
-	sess.Stderr = stderr
-	stdin, err := sess.StdinPipe()
-	if err != nil {
-		return err
-	}
-	if err := sess.Start("sh -s"); err != nil {
-		return err
-	}
-	_, _ = io.WriteString(stdin, cancelScript(r.nonce, r.grace))
-	stdin.Close()
-	err = sess.Wait()
+	err := boxScript(ctx, r.client, cancelScript(r.nonce, r.grace), io.Discard, nil)
 	if exitErr, ok := errors.AsType[*ssh.ExitError](err); ok && exitErr.ExitStatus() == 3 {
 		return errNotStarted
 	}
-	if err != nil {
-		if tail := stderr.Tail(); tail != "" {
-			return fmt.Errorf("%w: %s", err, tail)
-		}
-		return err
-	}
-	return nil
+	return err
 }
 
 // finish turns the end of the command's session into a Result.

@@ -110,21 +110,12 @@ func (a *archivePush) push(ctx context.Context, s *session) error {
 		s.stats.Plan = s.prepared + time.Since(s.planStart)
 		return nil
 	}
-	switch {
-	case s.opts.FullResync:
-		box.trusted = nil
-	case s.opts.Checksum:
-		if box.trusted, err = a.verify(ctx, s.opts.RemoteDir, local, box); err != nil {
-			return err
-		}
+	send, del, err := s.plan(ctx, local, box, func(ctx context.Context, local []Entry, box *boxState) ([]Entry, error) {
+		return a.verify(ctx, s.opts.RemoteDir, local, box)
+	})
+	if err != nil {
+		return err
 	}
-	send, del := box.diff(local)
-	if s.opts.FullResync {
-		del = box.synced
-	}
-	s.warnLarge(local, send)
-	s.stats.Deleted = len(del)
-	s.stats.Plan = s.prepared + time.Since(s.planStart)
 
 	transferStart := time.Now()
 	if err := a.upload(ctx, s, local, send, del, box); err != nil {

@@ -936,22 +936,10 @@ func (s *session) converse(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case s.opts.FullResync:
-		box.trusted = nil
-	case s.opts.Checksum:
-		if box.trusted, err = s.verify(ctx, local, box); err != nil {
-			return err
-		}
+	send, del, err := s.plan(ctx, local, box, s.verify)
+	if err != nil {
+		return err
 	}
-	send, del := box.diff(local)
-	if s.opts.FullResync {
-		// Remove every synced path, even those sent again.
-		del = box.synced
-	}
-	s.warnLarge(local, send)
-	s.stats.Deleted = len(del)
-	s.stats.Plan = s.prepared + time.Since(s.planStart)
 
 	transferStart := time.Now()
 	defer func() { s.stats.Transfer = time.Since(transferStart) }()
@@ -960,6 +948,29 @@ func (s *session) converse(ctx context.Context) error {
 		return err
 	}
 	return s.writeArchive(ctx, w, local, send, del, box)
+}
+
+// plan decides what a push sends (indexes of local) and deletes: with
+// FullResync it trusts nothing the box holds and deletes every synced path,
+// even those sent again; with Checksum it trusts what verify confirms by
+// content. It warns about a large sync and ends the plan's timing.
+func (s *session) plan(ctx context.Context, local []Entry, box *boxState, verify func(context.Context, []Entry, *boxState) ([]Entry, error)) (send []int, del []string, err error) {
+	switch {
+	case s.opts.FullResync:
+		box.trusted = nil
+	case s.opts.Checksum:
+		if box.trusted, err = verify(ctx, local, box); err != nil {
+			return nil, nil, err
+		}
+	}
+	send, del = box.diff(local)
+	if s.opts.FullResync {
+		del = box.synced
+	}
+	s.warnLarge(local, send)
+	s.stats.Deleted = len(del)
+	s.stats.Plan = s.prepared + time.Since(s.planStart)
+	return send, del, nil
 }
 
 // loadPushed returns the pushed file's entries, which must be those of
