@@ -125,11 +125,7 @@ func (c *Client) warmup(ctx context.Context, b provider.DelegatedRunBackend, opt
 
 // holdDelegated is hold for a delegated lease.
 func (c *Client) holdDelegated(b provider.DelegatedRunBackend, cl lease.Claim, touchNow bool) *Lease {
-	h := &Lease{client: c, delegated: b, keep: c.store.KeepDelegated(b, cl, c.log, touchNow)}
-	c.mu.Lock()
-	c.held[h] = struct{}{}
-	c.mu.Unlock()
-	return h
+	return c.track(&Lease{client: c, delegated: b, keep: c.store.KeepDelegated(b, cl, c.log, touchNow)})
 }
 
 // errNoSSH is the error of an SSH step asked of a delegated lease.

@@ -86,7 +86,11 @@ func (l *Lease) snapshot() lease.Grant { return l.keep.Grant() }
 // hold wraps a lease just acquired (touchNow false) or resolved for reuse
 // (touchNow true: resolving is a use) in a handle that keeps it alive.
 func (c *Client) hold(b provider.SSHLeaseBackend, l lease.Grant, touchNow bool) *Lease {
-	h := &Lease{client: c, backend: b, keep: c.store.Keep(b, l, c.log, touchNow)}
+	return c.track(&Lease{client: c, backend: b, keep: c.store.Keep(b, l, c.log, touchNow)})
+}
+
+// track adds h to the handles Client.Close closes.
+func (c *Client) track(h *Lease) *Lease {
 	c.mu.Lock()
 	c.held[h] = struct{}{}
 	c.mu.Unlock()
