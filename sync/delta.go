@@ -116,12 +116,12 @@ func readSnapshot(cacheFile, token string) (files []File, stamps []fileStamp, su
 // checkout is listed.
 var errListAgain = errors.New("list again")
 
-// listDelta brings the listing saved with the token since up to date for
-// the changed paths, as a listing of the checkout would find it. It
+// listDelta brings the listing saved with the token p.since up to date
+// for the paths p.changed, as a listing of the checkout would find it. It
 // returns errListAgain when it cannot: no saved listing, too many paths, a
 // changed file that decides what is listed (an ignore file).
-func (p *Prepared) listDelta(ctx context.Context, since string, changed []string) error {
-	opts := p.opts
+func (p *Prepared) listDelta(ctx context.Context) error {
+	opts, since, changed := p.opts, p.since, p.changed
 	if len(changed) > maxDeltaPaths {
 		return errListAgain
 	}

@@ -282,7 +282,7 @@ func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
 	}
 	listed := false
 	if p.changed != nil {
-		switch err := p.listDelta(ctx, p.since, p.changed); {
+		switch err := p.listDelta(ctx); {
 		case err == nil:
 			listed = true
 		case !errors.Is(err, errListAgain):
