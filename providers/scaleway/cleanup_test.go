@@ -30,29 +30,17 @@ func newClient(t *testing.T, e *env, clock clockwork.Clock) *crabbox.Client {
 }
 
 func cleanupEnv(e *env) *cloudtest.CleanupEnv {
-	return &cloudtest.CleanupEnv{
+	ce := &cloudtest.CleanupEnv{
 		Runtime:    &e.rt,
 		New:        func(rt provider.Runtime) (provider.Backend, error) { return scaleway.New(e.cfg, rt) },
 		AddMachine: e.api.addServer,
-		Machines: func() []cloudtest.CleanupMachine {
-			var ms []cloudtest.CleanupMachine
-			for _, inst := range e.api.serverList() {
-				ms = append(ms, cloudtest.CleanupMachine{ID: inst.ID, Labels: labelsOf(inst)})
-			}
-			return ms
-		},
-		Mutations: func() []string { return events(e.api) },
-		OnGet: func(hook func(string, map[string]string) bool) {
-			e.api.onGet = func(inst *instance.Server) {
-				if l := labelsOf(*inst); hook(inst.ID, l) {
-					inst.Tags = mustTags(l)
-				}
-			}
-		},
-		HangGet: func(onHang func()) {
-			e.api.setFault(opGet, fault{hang: true, times: 1, onHang: onHang})
-		},
+		Mutations:  func() []string { return events(e.api) },
+		HangGet:    func(onHang func()) { e.api.setFault(opGet, fault{hang: true, times: 1, onHang: onHang}) },
 		Kill:       e.api.kill,
 		CheckEmpty: func(t *testing.T) { checkEmpty(t, e.api) },
 	}
+	cloudtest.TaggedMachines(ce, codec, e.api.serverList,
+		func(m *instance.Server) (string, *[]string) { return m.ID, &m.Tags },
+		func(hook func(*instance.Server)) { e.api.onGet = hook })
+	return ce
 }

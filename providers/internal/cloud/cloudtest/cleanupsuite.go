@@ -77,6 +77,33 @@ type CleanupEnv struct {
 	CheckEmpty func(t *testing.T)
 }
 
+// TaggedMachines sets e's Machines and OnGet for a fake whose machines, of
+// type M, carry their labels as tags written by codec: list lists them, ref
+// returns a machine's ID and its tags, and setOnGet installs the fake's
+// hook on reads of a machine.
+func TaggedMachines[M any](e *CleanupEnv, codec cloud.TagCodec, list func() []M, ref func(*M) (string, *[]string), setOnGet func(func(*M))) {
+	e.Machines = func() []CleanupMachine {
+		var ms []CleanupMachine
+		for _, m := range list() {
+			id, tags := ref(&m)
+			ms = append(ms, CleanupMachine{ID: id, Labels: codec.Labels(*tags)})
+		}
+		return ms
+	}
+	e.OnGet = func(hook func(string, map[string]string) bool) {
+		setOnGet(func(m *M) {
+			id, tags := ref(m)
+			if l := codec.Labels(*tags); hook(id, l) {
+				t, err := codec.Tags(l)
+				if err != nil {
+					panic(err) // the suite's labels always fit
+				}
+				*tags = t
+			}
+		})
+	}
+}
+
 // RunCleanup runs the cleanup tests of a label cloud provider.
 func RunCleanup(t *testing.T, h CleanupHarness) {
 	t.Run("CleanupOwnership", func(t *testing.T) { testCleanupOwnership(t, h) })
