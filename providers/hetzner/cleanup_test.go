@@ -1,394 +1,71 @@
 package hetzner_test
 
 import (
-	"bytes"
-	"context"
 	"maps"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/hetznercloud/hcloud-go/v2/hcloud/schema"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox"
-	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/hetzner"
-	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
-// boxLabels are a crabbox box's labels for a lease of provider.
-func boxLabels(t *testing.T, prov, state string, created time.Time, change func(map[string]string)) (string, map[string]string) {
-	t.Helper()
-	req, _ := newRequest(t, created)
-	l, err := cloud.NewLabels(req, cloud.LabelOptions{Provider: prov, State: state})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if change != nil {
-		change(l)
-	}
-	return req.LeaseID, l
+// TestCleanup runs the shared cleanup suite against the fake Hetzner API,
+// whose servers come with SSH keys crabbox labels too.
+func TestCleanup(t *testing.T) { cloudtest.RunCleanup(t, cleanupHarness) }
+
+var cleanupHarness = cloudtest.CleanupHarness{
+	Spec: hetzner.Provider{}.Spec(), Provider: hetzner.Name, Noun: "server", Foreign: "aws",
+	CleanupMutations: []string{"delete server", "delete key", "delete server", "delete key"},
+	KilledMutations:  []string{"create key", "create server", "delete server", "delete key"},
+	RunMutations:     []string{"create key", "create server", "label server state=ready", "delete server", "delete key"},
+	NewEnv:           func(t *testing.T) *cloudtest.CleanupEnv { return cleanupEnv(newEnv(t)) },
 }
 
-// TestCleanupOwnership: cleanup deletes only servers (and keys) carrying
-// crabbox's hetzner labels that this client holds a claim for, honours
-// keep (never while the lease lives, like any other once it expired) and
-// dry runs, and re-reads a server before deleting it.
-func TestCleanupOwnership(t *testing.T) {
-	e := newEnv(t)
-	b := e.backend(t)
-	now := time.Now().UTC().Truncate(time.Second)
-	past := now.Add(-2 * time.Hour)
-
-	ours, oursLabels := boxLabels(t, "hetzner", "ready", past, nil)
-	oursID := e.api.addServer("ours", oursLabels)
-	theirs, theirsLabels := boxLabels(t, "hetzner", "ready", past, nil)
-	e.api.addServer("theirs", theirsLabels)
-	kept, keptLabels := boxLabels(t, "hetzner", "ready", past, func(l map[string]string) { l["keep"] = "true" })
-	keptID := e.api.addServer("kept", keptLabels)
-	keptLive, keptLiveLabels := boxLabels(t, "hetzner", "ready", now, func(l map[string]string) { l["keep"] = "true" })
-	keptLiveID := e.api.addServer("kept-live", keptLiveLabels)
-	awsLease, awsLabels := boxLabels(t, "aws", "failed", past, nil)
-	awsID := e.api.addServer("aws", awsLabels)
-	prefixLease := lease.NewID()
-	prefixID := e.api.addServer("crabbox-"+strings.ReplaceAll(prefixLease, "_", "-"), nil) // name only: not ours
-	renewed, renewedLabels := boxLabels(t, "hetzner", "ready", past, nil)
-	renewedID := e.api.addServer("renewed", renewedLabels)
-	fresh, freshLabels := boxLabels(t, "hetzner", "provisioning", now, nil)
-	e.api.addServer("fresh", freshLabels)
-	orphan, orphanLabels := boxLabels(t, "hetzner", "provisioning", now.Add(-14*time.Hour), nil)
-	e.api.addKey("orphan", orphanLabels)
-	e.api.addKey("ours-key", oursLabels)
-
-	claims := map[string]bool{ours: true, kept: true, keptLive: true, awsLease: true, prefixLease: true, renewed: true, fresh: true, orphan: true}
-	claimed := func(id string) bool { return claims[id] }
-	// The renewed lease is touched by its owner between listing and deleting.
-	e.api.onGet = func(s *schema.Server) {
-		if s.ID == renewedID {
-			s.Labels = maps.Clone(s.Labels)
-			s.Labels["expires_at"] = strconv.FormatInt(now.Add(time.Hour).Unix(), 10)
-		}
-	}
-
-	type outcome struct {
-		Delete, Deleted bool
-		Reason          string
-	}
-	decide := func(dryRun bool) map[string]outcome {
-		ds, err := b.Cleanup(context.Background(), provider.CleanupRequest{DryRun: dryRun, Now: now, Claimed: claimed})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]outcome{}
-		for _, d := range ds {
-			if d.Err != nil {
-				t.Errorf("decision for %s failed: %v", d.LeaseID, d.Err)
-			}
-			out[d.LeaseID] = outcome{d.Delete, d.Deleted, d.Reason}
-		}
-		return out
-	}
-	check := func(what string, got map[string]outcome, want map[string]outcome) {
-		t.Helper()
-		for id, w := range want {
-			g, ok := got[id]
-			if !ok || g.Delete != w.Delete || g.Deleted != w.Deleted || !strings.Contains(g.Reason, w.Reason) {
-				t.Errorf("%s decision for %s = %+v (made: %v), want %+v (reason containing)", what, id, g, ok, w)
-			}
-		}
-		for id, g := range got {
-			if _, ok := want[id]; !ok {
-				t.Errorf("%s decided about %s, which is not a hetzner crabbox resource: %+v", what, id, g)
-			}
-		}
-	}
-	check("dry run", decide(true), map[string]outcome{
-		ours:     {true, false, "expired at"},
-		theirs:   {false, false, "another client's box"},
-		kept:     {true, false, "expired at"},
-		keptLive: {false, false, "keep=true: kept while live until"},
-		renewed:  {true, false, "expired at"},
-		fresh:    {false, false, "live until"},
-		orphan:   {true, false, "SSH key without a server: state \"provisioning\""},
-	})
-	if n := len(e.api.serverList()); n != 8 || len(e.api.log()) != 0 {
-		t.Fatalf("dry run changed the project: %d servers, mutations %v", n, e.api.log())
-	}
-
-	check("cleanup", decide(false), map[string]outcome{
-		ours:     {true, true, "expired at"},
-		theirs:   {false, false, "another client's box"},
-		kept:     {true, true, "expired at"},
-		keptLive: {false, false, "keep=true: kept while live until"},
-		renewed:  {false, false, "changed since listed: live until"},
-		fresh:    {false, false, "live until"},
-		orphan:   {true, true, "SSH key without a server"},
-	})
-	var left []int64
-	for _, s := range e.api.serverList() {
-		left = append(left, s.ID)
-	}
-	if slices.Contains(left, oursID) || slices.Contains(left, keptID) || !slices.Contains(left, keptLiveID) || !slices.Contains(left, awsID) || !slices.Contains(left, prefixID) || !slices.Contains(left, renewedID) || len(left) != 6 {
-		t.Errorf("servers left %v: want all but %d (ours) and %d (kept, expired), including the live kept %d, aws %d, name-prefix %d and renewed %d ones", left, oursID, keptID, keptLiveID, awsID, prefixID, renewedID)
-	}
-	if diff := cmp.Diff([]string{"delete server", "delete key", "delete server", "delete key"}, events(e.api)); diff != "" {
-		t.Errorf("API mutations (-want +got):\n%s", diff)
-	}
-	if k := e.api.keyList(); len(k) != 0 {
-		t.Errorf("keys left: %+v", k)
-	}
-}
-
-// killAfterCreate acquires through the lease store as the library does,
-// but "kills the process" right after the server was created: from the
-// first look at the server on, no request of this process reaches the API,
-// and the acquire never gets to roll back. The claim stays, acquiring.
-func killAfterCreate(t *testing.T, e *env, store *lease.Store) lease.Claim {
-	t.Helper()
-	b := e.backend(t)
-	key, err := lease.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := e.rt.Clock.Now().UTC().Truncate(time.Second)
-	c, err := store.Create(lease.Claim{
-		ID: lease.NewID(), Provider: hetzner.Name, State: lease.StateAcquiring,
-		CreatedAt: now, LastTouchedAt: now, ExpiresAt: now.Add(lease.DefaultIdleTimeout),
-		TTLSeconds: int64(lease.DefaultTTL / time.Second), IdleSeconds: int64(lease.DefaultIdleTimeout / time.Second),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SaveKey(c.ID, key); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	e.api.setFault(opServerGet, fault{hang: true, times: 1, onHang: func() { e.api.kill(true); cancel() }})
-	_, err = b.Acquire(ctx, provider.AcquireRequest{
-		LeaseID: c.ID, Slug: c.Slug, PublicKey: key.AuthorizedKey(), TTL: c.TTL(), IdleTimeout: c.IdleTimeout(),
-		CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt,
-	})
-	if err == nil {
-		t.Fatal("Acquire succeeded though the process was killed")
-	}
-	e.api.kill(false) // the API is fine; the process that called it is gone
-	if s, k := e.api.serverList(), e.api.keyList(); len(s) != 1 || len(k) != 1 {
-		t.Fatalf("after the kill: %d servers and %d keys, want the 1 and 1 a crash leaves", len(s), len(k))
-	}
-	if got, err := store.Get(c.ID); err != nil || got.State != lease.StateAcquiring {
-		t.Fatalf("claim after the kill: %+v, %v; want it still acquiring", got, err)
-	}
-	return c
-}
-
-// testProvider hands the library a backend configured against the fake.
-type testProvider struct{ e *env }
-
-func (p testProvider) Spec() provider.Spec { return hetzner.Provider{}.Spec() }
-
-func (p testProvider) Configure(_ provider.Config, rt provider.Runtime) (provider.Backend, error) {
-	p.e.rt.Clock = rt.Clock
-	return hetzner.New(p.e.cfg, p.e.rt)
-}
-
+// newClient makes a library client on e's fake with clock.
 func newClient(t *testing.T, e *env, clock clockwork.Clock) *crabbox.Client {
 	t.Helper()
-	reg := provider.NewRegistry()
-	reg.Register(testProvider{e})
-	rt := e.rt
-	rt.Clock = clock
-	c, err := crabbox.New(crabbox.WithRegistry(reg), crabbox.WithProvider(hetzner.Name),
-		crabbox.WithStateDir(filepath.Join(t.TempDir(), "state")), crabbox.WithRuntime(rt))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return cleanupHarness.NewClient(t, cleanupEnv(e), clock)
 }
 
-// TestCleanupAfterKilledAcquire: the process dies after the server was
-// created; `crabbox cleanup` later finds the server from the claim and
-// deletes it, server then key.
-func TestCleanupAfterKilledAcquire(t *testing.T) {
-	t.Run("library cleanup releases the stale claim", func(t *testing.T) {
-		e := newEnv(t)
-		clock := clockwork.NewFakeClockAt(time.Now())
-		e.rt.Clock = clock
-		client := newClient(t, e, clock)
-		c := killAfterCreate(t, e, cloudtest.Store(t, client.StateDir()))
-
-		clock.Advance(2 * time.Hour) // the acquire is clearly dead by now
-		ds, err := client.Cleanup(context.Background(), crabbox.CleanupOptions{Provider: hetzner.Name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var deleted bool
-		for _, d := range ds {
-			if d.LeaseID == c.ID && d.Action == crabbox.CleanupDelete && d.Result == "deleted" {
-				deleted = true
+func cleanupEnv(e *env) *cloudtest.CleanupEnv {
+	return &cloudtest.CleanupEnv{
+		Runtime: &e.rt,
+		New:     func(rt provider.Runtime) (provider.Backend, error) { return hetzner.New(e.cfg, rt) },
+		AddMachine: func(name string, labels map[string]string) string {
+			return strconv.FormatInt(e.api.addServer(name, labels), 10)
+		},
+		AddKey: func(name string, labels map[string]string) { e.api.addKey(name, labels) },
+		Keys: func() []string {
+			var names []string
+			for _, k := range e.api.keyList() {
+				names = append(names, k.Name)
 			}
-		}
-		if !deleted {
-			t.Errorf("cleanup decisions %+v: none deleted lease %s", ds, c.ID)
-		}
-		if diff := cmp.Diff([]string{"create key", "create server", "delete server", "delete key"}, events(e.api)); diff != "" {
-			t.Errorf("API mutations (-want +got):\n%s", diff)
-		}
-		checkEmpty(t, e.api)
-		if _, err := cloudtest.Store(t, client.StateDir()).Get(c.ID); err == nil {
-			t.Errorf("claim %s still there after cleanup", c.ID)
-		}
-	})
-	t.Run("a dead acquire's server is deleted at once", func(t *testing.T) {
-		e := newEnv(t)
-		client := newClient(t, e, clockwork.NewRealClock())
-		c := killAfterCreate(t, e, cloudtest.Store(t, client.StateDir()))
-		if _, err := cloudtest.Store(t, client.StateDir()).Update(c.ID, func(cl *lease.Claim) error {
-			cl.Process = deadProcess(t)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		ds, err := client.Cleanup(context.Background(), crabbox.CleanupOptions{Provider: hetzner.Name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ds) != 1 || ds[0].LeaseID != c.ID || ds[0].Result != "deleted" {
-			t.Errorf("cleanup decisions %+v, want lease %s deleted", ds, c.ID)
-		}
-		checkEmpty(t, e.api)
-	})
-	t.Run("a live acquire's server is left alone", func(t *testing.T) {
-		e := newEnv(t)
-		client := newClient(t, e, clockwork.NewRealClock())
-		c := killAfterCreate(t, e, cloudtest.Store(t, client.StateDir()))
-		self := lease.ThisProcess()
-		if _, err := cloudtest.Store(t, client.StateDir()).Update(c.ID, func(cl *lease.Claim) error { cl.Process = &self; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		ds, err := client.Cleanup(context.Background(), crabbox.CleanupOptions{Provider: hetzner.Name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range ds {
-			if d.Action == crabbox.CleanupDelete {
-				t.Errorf("cleanup while the acquiring process runs: %+v", d)
+			return names
+		},
+		Machines: func() []cloudtest.CleanupMachine {
+			var ms []cloudtest.CleanupMachine
+			for _, s := range e.api.serverList() {
+				ms = append(ms, cloudtest.CleanupMachine{ID: strconv.FormatInt(s.ID, 10), Labels: s.Labels})
 			}
-		}
-		if len(e.api.serverList()) != 1 {
-			t.Errorf("the server of an acquire in progress was deleted")
-		}
-	})
-	t.Run("backend cleanup after the grace period", func(t *testing.T) {
-		e := newEnv(t)
-		store, err := lease.OpenStore(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := killAfterCreate(t, e, store)
-		b := e.backend(t) // a new process
-		claimed := func(id string) bool { _, err := store.Get(id); return err == nil }
-		inGrace := c.ExpiresAt.Add(time.Hour)
-		ds, err := b.Cleanup(context.Background(), provider.CleanupRequest{Now: inGrace, Claimed: claimed})
-		if err != nil || len(ds) != 1 || ds[0].Delete {
-			t.Fatalf("cleanup within the grace period: %+v, %v; want the provisioning server kept", ds, err)
-		}
-		ds, err = b.Cleanup(context.Background(), provider.CleanupRequest{Now: c.ExpiresAt.Add(cloud.DefaultGrace), Claimed: claimed})
-		if err != nil || len(ds) != 1 || !ds[0].Deleted || ds[0].LeaseID != c.ID {
-			t.Fatalf("cleanup past the grace period: %+v, %v; want lease %s deleted", ds, err, c.ID)
-		}
-		checkEmpty(t, e.api)
-	})
-}
-
-// TestEndToEnd runs the library's one-shot workflow against the fake:
-// acquire, sync a checkout, run a command over SSH, release.
-func TestEndToEnd(t *testing.T) {
-	e := newEnv(t)
-	client := newClient(t, e, clockwork.NewRealClock())
-	repo := t.TempDir()
-	for _, args := range [][]string{{"init", "-q"}} {
-		if err := runGit(repo, args...); err != nil {
-			t.Skipf("git unavailable: %v", err)
-		}
-	}
-	writeFile(t, filepath.Join(repo, "hello.txt"), "hello from the box\n")
-	var stdout bytes.Buffer
-	res, err := client.Run(context.Background(), crabbox.RunRequest{
-		Root: repo, Shell: "cat hello.txt; exit 7", Stdout: &stdout,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.ExitCode != 7 || stdout.String() != "hello from the box\n" || res.Provider != hetzner.Name {
-		t.Errorf("run = exit %d, output %q, provider %q; want 7, the synced file, hetzner", res.ExitCode, stdout.String(), res.Provider)
-	}
-	if diff := cmp.Diff([]string{"create key", "create server", "label server state=ready", "delete server", "delete key"}, events(e.api)); diff != "" {
-		t.Errorf("API mutations (-want +got):\n%s", diff)
-	}
-	checkEmpty(t, e.api)
-}
-
-// deadProcess is the record of a process of this host that has ended.
-func deadProcess(t *testing.T) *lease.Process {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	p := lease.ThisProcess()
-	p.PID = cmd.Process.Pid
-	return &p
-}
-
-// TestCleanupReleasesOrphanedOneShotLease: a one-shot lease whose process
-// died (SIGKILL mid-run) is released by the next cleanup at once, while a
-// kept lease of a process that ended is left until it expires.
-func TestCleanupReleasesOrphanedOneShotLease(t *testing.T) {
-	e := newEnv(t)
-	client := newClient(t, e, clockwork.NewRealClock())
-	ctx := context.Background()
-	oneShot, err := client.Acquire(ctx, crabbox.AcquireOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept, err := client.Acquire(ctx, crabbox.AcquireOptions{Keep: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Stop(ctx, kept.ID())
-	for _, l := range []*crabbox.Lease{oneShot, kept} {
-		l.Close()
-		if _, err := cloudtest.Store(t, client.StateDir()).Update(l.ID(), func(cl *lease.Claim) error { cl.Process = deadProcess(t); return nil }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ds, err := client.Cleanup(ctx, crabbox.CleanupOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{} // one row per lease: a second one shows up joined
-	for _, d := range ds {
-		if got[d.LeaseID] != "" {
-			got[d.LeaseID] += "; "
-		}
-		got[d.LeaseID] += string(d.Action) + " " + d.Result
-	}
-	want := map[string]string{oneShot.ID(): "delete deleted", kept.ID(): "keep "}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("cleanup decisions (-want +got):\n%s", diff)
-	}
-	if s := e.api.serverList(); len(s) != 1 || s[0].Labels["lease"] != kept.ID() {
-		t.Errorf("servers after cleanup: %+v, want only the kept lease's", s)
+			return ms
+		},
+		Mutations: func() []string { return events(e.api) },
+		OnGet: func(hook func(string, map[string]string) bool) {
+			e.api.onGet = func(s *schema.Server) {
+				if l := maps.Clone(s.Labels); hook(strconv.FormatInt(s.ID, 10), l) {
+					s.Labels = l
+				}
+			}
+		},
+		HangGet: func(onHang func()) {
+			e.api.setFault(opServerGet, fault{hang: true, times: 1, onHang: onHang})
+		},
+		Kill:       e.api.kill,
+		CheckEmpty: func(t *testing.T) { checkEmpty(t, e.api) },
 	}
 }
