@@ -45,10 +45,12 @@ type Rollback[E any] struct {
 	Noun string
 }
 
-// Backend is a cloud provider's backend: it leases machines and cleans up.
+// Backend is a cloud provider's backend: it leases machines, cleans up
+// and checks its configuration.
 type Backend interface {
 	provider.SSHLeaseBackend
 	provider.CleanupBackend
+	provider.DoctorBackend
 }
 
 // SSHWait is how a rollback step drives a backend waiting for SSH on a
