@@ -25,7 +25,6 @@ var configSuite = cloudtest.Config[*env, hetzner.Config]{
 	Reject: func(e *env) string { e.cfg.Token = "wrong-token-abcdef"; return e.cfg.Token },
 	Secret: testToken,
 	Logs:   func(e *env) string { return e.logs.String() },
-	Labels: func(e *env) map[string]string { return e.api.serverList()[0].Labels },
 	// The server is deleted before its key.
 	ReleaseEvents: []string{"delete server", "delete key"},
 	Runtime:       func(e *env) provider.Runtime { return e.rt },

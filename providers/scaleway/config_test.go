@@ -27,7 +27,6 @@ var configSuite = cloudtest.Config[*env, scaleway.Config]{
 	Reject: func(e *env) string { e.cfg.SecretKey = rejectedSecretKey; return rejectedSecretKey },
 	Secret: testSecretKey,
 	Logs:   func(e *env) string { return e.logs.String() },
-	Labels: func(e *env) map[string]string { return labelsOf(e.api.serverList()[0]) },
 	// The server is terminated.
 	ReleaseEvents: []string{"terminate server"},
 	Runtime:       func(e *env) provider.Runtime { return e.rt },

@@ -25,7 +25,6 @@ var configSuite = cloudtest.Config[*env, vultr.Config]{
 	Reject: func(e *env) string { e.cfg.APIKey = "wrong-key-abcdef"; return e.cfg.APIKey },
 	Secret: testKey,
 	Logs:   func(e *env) string { return e.logs.String() },
-	Labels: func(e *env) map[string]string { return labelsOf(e.api.instanceList()[0]) },
 	// The instance is deleted.
 	ReleaseEvents: []string{"delete instance"},
 	Runtime:       func(e *env) provider.Runtime { return e.rt },

@@ -3,7 +3,6 @@ package vultr_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jonboulle/clockwork"
 
@@ -18,18 +17,14 @@ var rollbackSuite = cloudtest.Rollback[*env]{
 	New:      newEnv,
 	UseClock: func(e *env, clock clockwork.Clock) { e.rt.Clock = clock },
 	Backend:  func(t *testing.T, e *env) cloudtest.Backend { return e.backend(t) },
-	Request: func(t *testing.T, now time.Time) provider.AcquireRequest {
-		req, _ := newRequest(t, now)
-		return req
-	},
-	NoBoot: func(e *env) { e.api.noBoot = true },
-	Events: func(e *env) []string { return events(e.api) },
-	States: func(e *env) []string {
-		var states []string
-		for _, inst := range e.api.instanceList() {
-			states = append(states, labelsOf(inst)["state"])
+	Request:  newRequest,
+	NoBoot:   func(e *env) { e.api.noBoot = true },
+	Events:   func(e *env) []string { return events(e.api) },
+	Machines: func(e *env) (labels []map[string]string) {
+		for _, s := range e.api.instanceList() {
+			labels = append(labels, labelsOf(s))
 		}
-		return states
+		return labels
 	},
 	CheckEmpty: func(t *testing.T, e *env) { t.Helper(); checkEmpty(t, e.api) },
 	Noun:       "instance",

@@ -40,8 +40,6 @@ type Config[E, C any] struct {
 	Secret string
 	// Logs is what backends of e logged.
 	Logs func(e E) string
-	// Labels are the labels (or tags) of the first machine of e.
-	Labels func(e E) map[string]string
 	// ReleaseEvents end the mutations of a release.
 	ReleaseEvents []string
 	// Runtime is the runtime backends of e use.
@@ -141,7 +139,7 @@ func RunSecrets[E, C any](t *testing.T, c Config[E, C]) {
 	f := c.Fake
 	e := f.New(t)
 	b := f.Backend(t, e)
-	req := f.Request(t, time.Now())
+	req, _ := f.Request(t, time.Now())
 	target, err := b.Acquire(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +149,8 @@ func RunSecrets[E, C any](t *testing.T, c Config[E, C]) {
 	}
 	rejected := c.Reject(e)
 	wrong := f.Backend(t, e)
-	_, err = wrong.Acquire(context.Background(), f.Request(t, time.Now()))
+	req2, _ := f.Request(t, time.Now())
+	_, err = wrong.Acquire(context.Background(), req2)
 	if !errors.Is(err, provider.ErrUnauthenticated) {
 		t.Fatalf("Acquire with a rejected credential: %v, want ErrUnauthenticated", err)
 	}
@@ -178,7 +177,7 @@ func RunResolveTouch[E, C any](t *testing.T, c Config[E, C]) {
 	e := f.New(t)
 	b := f.Backend(t, e)
 	ctx := context.Background()
-	req := f.Request(t, time.Now())
+	req, _ := f.Request(t, time.Now())
 	target, err := b.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +198,7 @@ func RunResolveTouch[E, C any](t *testing.T, c Config[E, C]) {
 		}
 	}
 	unix := func(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }
-	labels := c.Labels(e)
+	labels := f.Machines(e)[0]
 	if labels["last_touched_at"] != unix(now) || labels["expires_at"] != unix(later) || labels["state"] != "ready" {
 		t.Errorf("labels after Touch: %v", labels)
 	}

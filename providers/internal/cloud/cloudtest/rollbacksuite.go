@@ -30,14 +30,14 @@ type Rollback[E any] struct {
 	UseClock func(e E, clock clockwork.Clock)
 	// Backend configures a backend against e.
 	Backend func(t *testing.T, e E) Backend
-	// Request makes an acquire request created at now.
-	Request func(t *testing.T, now time.Time) provider.AcquireRequest
+	// Request makes an acquire request created at now, and its key.
+	Request func(t *testing.T, now time.Time) (provider.AcquireRequest, lease.Key)
 	// NoBoot makes e's new machines never serve SSH.
 	NoBoot func(e E)
 	// Events is e's mutation log, normalised (IDs dropped).
 	Events func(e E) []string
-	// States is the "state" label of each machine left in e.
-	States func(e E) []string
+	// Machines are the labels (or tags) of each machine left in e.
+	Machines func(e E) []map[string]string
 	// CheckEmpty fails unless e holds no machine, no key or volume, and
 	// no running box.
 	CheckEmpty func(t *testing.T, e E)
@@ -103,7 +103,7 @@ func RunAcquireRollback[E any](t *testing.T, r Rollback[E], steps []RollbackStep
 				tt.Setup(e, cancel)
 			}
 			b := r.Backend(t, e)
-			req := r.Request(t, now)
+			req, _ := r.Request(t, now)
 			done := make(chan error, 1)
 			go func() {
 				_, err := b.Acquire(ctx, req)
@@ -151,12 +151,12 @@ func RunAcquireRollbackFails[E any](t *testing.T, r Rollback[E], setup func(e E)
 	e := r.New(t)
 	setup(e)
 	b := r.Backend(t, e)
-	req := r.Request(t, time.Now())
+	req, _ := r.Request(t, time.Now())
 	_, err := b.Acquire(context.Background(), req)
 	if err == nil || !strings.Contains(err.Error(), "roll back "+r.Noun) || !strings.Contains(err.Error(), readyStep) {
 		t.Fatalf("Acquire err = %v, want the failure to %s and the failed rollback", err, readyStep)
 	}
-	if left := r.States(e); len(left) != 1 || left[0] != "failed" {
+	if left := states(r.Machines(e)); len(left) != 1 || left[0] != "failed" {
 		t.Fatalf("%s states after the failed rollback: %q; want the 1 left for cleanup, labelled failed", r.Noun, left)
 	}
 	claimed := func(id string) bool { return id == req.LeaseID }
@@ -178,7 +178,7 @@ func RunReleaseFails[E any](t *testing.T, r Rollback[E], setup func(e E)) {
 	t.Helper()
 	e := r.New(t)
 	b := r.Backend(t, e)
-	req := r.Request(t, time.Now())
+	req, _ := r.Request(t, time.Now())
 	target, err := b.Acquire(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func RunReleaseFails[E any](t *testing.T, r Rollback[E], setup func(e E)) {
 	if err := b.ReleaseLease(context.Background(), provider.ReleaseRequest{Lease: target}); !errors.Is(err, provider.ErrConflict) {
 		t.Fatalf("ReleaseLease with a busy %s: %v, want ErrConflict", r.Noun, err)
 	}
-	if left := r.States(e); len(left) != 1 || left[0] != "released" {
+	if left := states(r.Machines(e)); len(left) != 1 || left[0] != "released" {
 		t.Fatalf("%s states after the failed release: %q; want 1 labelled released", r.Noun, left)
 	}
 	if _, err := b.Resolve(context.Background(), provider.ResolveRequest{ID: req.LeaseID}); !errors.Is(err, provider.ErrNotFound) {
@@ -287,4 +287,13 @@ func RunCancelledAcquire[E any](t *testing.T, r Rollback[E], steps []CancelStep[
 			}
 		})
 	}
+}
+
+// states are the "state" labels of machines.
+func states(machines []map[string]string) []string {
+	var out []string
+	for _, m := range machines {
+		out = append(out, m["state"])
+	}
+	return out
 }
