@@ -2,280 +2,103 @@ package hetzner_test
 
 import (
 	"context"
-	"errors"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/jonboulle/clockwork"
 
-	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
-// TestAcquireRollback makes each step of acquire fail, hang, or succeed
-// with its answer lost, and checks that everything created so far is
-// deleted, the server before its key, and that the error names the step.
+// rollbackSuite adapts the fake Hetzner project to cloudtest's rollback suite.
+var rollbackSuite = cloudtest.Rollback[*env]{
+	New:      newEnv,
+	UseClock: func(e *env, clock clockwork.Clock) { e.rt.Clock = clock },
+	Backend:  func(t *testing.T, e *env) cloudtest.Backend { return e.backend(t) },
+	Request:  newRequest,
+	NoBoot:   func(e *env) { e.api.noBoot = true },
+	Events:   func(e *env) []string { return events(e.api) },
+	Machines: func(e *env) (labels []map[string]string) {
+		for _, s := range e.api.serverList() {
+			labels = append(labels, s.Labels)
+		}
+		return labels
+	},
+	CheckEmpty: func(t *testing.T, e *env) { t.Helper(); checkEmpty(t, e.api) },
+	Noun:       "server",
+}
+
+// armFault returns a rollback step's setup arming f (with the caller's
+// cancel as its hang callback if f hangs) for op.
+func armFault(op string, f fault) func(e *env, cancel func()) {
+	return func(e *env, cancel func()) {
+		if f.hang {
+			f.onHang = cancel
+		}
+		e.api.setFault(op, f)
+	}
+}
+
+// TestAcquireRollback: everything created so far is deleted, the server
+// before its key.
 func TestAcquireRollback(t *testing.T) {
 	created := []string{"create key", "create server"}
 	undone := []string{"delete server", "delete key"}
 	both := append(append([]string{}, created...), undone...)
-	tests := []struct {
-		name string
-		step cloud.Step
-		// setup injects the failure; cancel is the caller giving up.
-		setup      func(e *env, cancel func())
-		fakeClock  bool // the test drives a fake clock (SSH waits)
-		drive      func(t *testing.T, clock *clockwork.FakeClock, ctx context.Context, cancel func())
-		wantEvents []string
-		wantErr    error
-	}{
-		{name: "key fails", step: cloud.StepKey,
-			setup:      func(e *env, _ func()) { e.api.setFault(opKeyCreate, fault{code: "forbidden", status: 403}) },
-			wantEvents: nil, wantErr: provider.ErrUnauthenticated},
-		{name: "key hangs", step: cloud.StepKey,
-			setup:      func(e *env, cancel func()) { e.api.setFault(opKeyCreate, fault{hang: true, onHang: cancel}) },
-			wantEvents: nil, wantErr: context.Canceled},
-		{name: "key answer lost", step: cloud.StepKey,
-			setup: func(e *env, cancel func()) {
-				e.api.setFault(opKeyCreate, fault{after: true, hang: true, onHang: cancel})
-			},
-			wantEvents: []string{"create key", "delete key"}, wantErr: context.Canceled},
-		{name: "create fails", step: cloud.StepCreate,
-			setup:      func(e *env, _ func()) { e.api.setFault(opServerCreate, fault{code: "invalid_input", status: 400}) },
-			wantEvents: []string{"create key", "delete key"}, wantErr: provider.ErrPrecondition},
-		{name: "create hangs", step: cloud.StepCreate,
-			setup:      func(e *env, cancel func()) { e.api.setFault(opServerCreate, fault{hang: true, onHang: cancel}) },
-			wantEvents: []string{"create key", "delete key"}, wantErr: context.Canceled},
-		{name: "create answer lost", step: cloud.StepCreate,
-			setup: func(e *env, cancel func()) {
-				e.api.setFault(opServerCreate, fault{after: true, hang: true, onHang: cancel})
-			},
-			wantEvents: both, wantErr: context.Canceled},
-		{name: "address fails", step: cloud.StepAddress,
-			setup:      func(e *env, _ func()) { e.api.setFault(opServerGet, fault{code: "service_error"}) },
-			wantEvents: both, wantErr: provider.ErrTransient},
-		{name: "address hangs", step: cloud.StepAddress,
-			setup:      func(e *env, cancel func()) { e.api.setFault(opServerGet, fault{hang: true, onHang: cancel}) },
-			wantEvents: both, wantErr: context.Canceled},
-		{name: "ssh never answers", step: cloud.StepSSH, fakeClock: true,
-			setup: func(e *env, _ func()) { e.api.noBoot = true },
-			drive: func(t *testing.T, clock *clockwork.FakeClock, ctx context.Context, _ func()) {
-				if err := clock.BlockUntilContext(ctx, 1); err != nil {
-					t.Fatal(err)
-				}
-				clock.Advance(2 * time.Minute) // past the boot timeout
-			},
-			wantEvents: both},
-		{name: "ssh hangs", step: cloud.StepSSH, fakeClock: true,
-			setup: func(e *env, _ func()) { e.api.noBoot = true },
-			drive: func(t *testing.T, clock *clockwork.FakeClock, ctx context.Context, cancel func()) {
-				if err := clock.BlockUntilContext(ctx, 1); err != nil {
-					t.Fatal(err)
-				}
-				cancel()
-			},
-			wantEvents: both, wantErr: context.Canceled},
-		{name: "label fails", step: cloud.StepLabel,
-			setup:      func(e *env, _ func()) { e.api.setFault(opServerUpdate, fault{code: "service_error"}) },
-			wantEvents: both, wantErr: provider.ErrTransient},
-		{name: "label hangs", step: cloud.StepLabel,
-			setup:      func(e *env, cancel func()) { e.api.setFault(opServerUpdate, fault{hang: true, onHang: cancel}) },
-			wantEvents: both, wantErr: context.Canceled},
-		{name: "label answer lost", step: cloud.StepLabel,
-			setup: func(e *env, cancel func()) {
-				e.api.setFault(opServerUpdate, fault{after: true, hang: true, onHang: cancel})
-			},
-			wantEvents: []string{"create key", "create server", "label server state=ready", "delete server", "delete key"}, wantErr: context.Canceled},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			var clock *clockwork.FakeClock
-			if tt.fakeClock {
-				clock = clockwork.NewFakeClockAt(time.Now())
-				e.rt.Clock = clock
-			}
-			tt.setup(e, cancel)
-			b := e.backend(t)
-			req, _ := newRequest(t, e.rt.Clock.Now())
-			done := make(chan error, 1)
-			go func() {
-				_, err := b.Acquire(ctx, req)
-				done <- err
-			}()
-			if tt.drive != nil {
-				tt.drive(t, clock, ctx, cancel)
-			}
-			err := <-done
-			if err == nil {
-				t.Fatal("Acquire succeeded despite the fault")
-			}
-			if step, ok := cloud.FailedStep(err); !ok || step != tt.step {
-				t.Errorf("failed step = %q (%v), want %q; err = %v", step, ok, tt.step, err)
-			}
-			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
-				t.Errorf("err = %v, want one matching %v", err, tt.wantErr)
-			}
-			if strings.Contains(err.Error(), "roll back") {
-				t.Errorf("rollback reported a failure: %v", err)
-			}
-			if diff := cmp.Diff(tt.wantEvents, events(e.api)); diff != "" {
-				t.Errorf("API mutations (-want +got):\n%s", diff)
-			}
-			checkEmpty(t, e.api)
-		})
-	}
+	cloudtest.RunAcquireRollback(t, rollbackSuite, []cloudtest.RollbackStep[*env]{
+		{Name: "key fails", Step: cloud.StepKey, Setup: armFault(opKeyCreate, fault{code: "forbidden", status: 403}),
+			WantEvents: nil, WantErr: provider.ErrUnauthenticated},
+		{Name: "key hangs", Step: cloud.StepKey, Setup: armFault(opKeyCreate, fault{hang: true}),
+			WantEvents: nil, WantErr: context.Canceled},
+		{Name: "key answer lost", Step: cloud.StepKey, Setup: armFault(opKeyCreate, fault{after: true, hang: true}),
+			WantEvents: []string{"create key", "delete key"}, WantErr: context.Canceled},
+		{Name: "create fails", Step: cloud.StepCreate, Setup: armFault(opServerCreate, fault{code: "invalid_input", status: 400}),
+			WantEvents: []string{"create key", "delete key"}, WantErr: provider.ErrPrecondition},
+		{Name: "create hangs", Step: cloud.StepCreate, Setup: armFault(opServerCreate, fault{hang: true}),
+			WantEvents: []string{"create key", "delete key"}, WantErr: context.Canceled},
+		{Name: "create answer lost", Step: cloud.StepCreate, Setup: armFault(opServerCreate, fault{after: true, hang: true}),
+			WantEvents: both, WantErr: context.Canceled},
+		{Name: "address fails", Step: cloud.StepAddress, Setup: armFault(opServerGet, fault{code: "service_error"}),
+			WantEvents: both, WantErr: provider.ErrTransient},
+		{Name: "address hangs", Step: cloud.StepAddress, Setup: armFault(opServerGet, fault{hang: true}),
+			WantEvents: both, WantErr: context.Canceled},
+		{Name: "ssh never answers", Step: cloud.StepSSH, SSH: cloudtest.SSHTimeout, WantEvents: both},
+		{Name: "ssh hangs", Step: cloud.StepSSH, SSH: cloudtest.SSHCancel, WantEvents: both, WantErr: context.Canceled},
+		{Name: "label fails", Step: cloud.StepLabel, Setup: armFault(opServerUpdate, fault{code: "service_error"}),
+			WantEvents: both, WantErr: provider.ErrTransient},
+		{Name: "label hangs", Step: cloud.StepLabel, Setup: armFault(opServerUpdate, fault{hang: true}),
+			WantEvents: both, WantErr: context.Canceled},
+		{Name: "label answer lost", Step: cloud.StepLabel, Setup: armFault(opServerUpdate, fault{after: true, hang: true}),
+			WantEvents: []string{"create key", "create server", "label server state=ready", "delete server", "delete key"}, WantErr: context.Canceled},
+	})
 }
 
-// TestAcquireRollbackFails: when deleting fails during the rollback, the
-// error says so (the library then keeps the claim, marked failed), and a
-// later release deletes what is left, server first.
+// TestAcquireRollbackFails: a later cleanup deletes what the failed
+// rollback left, the key first, then the server labelled failed.
 func TestAcquireRollbackFails(t *testing.T) {
-	e := newEnv(t)
-	e.api.setFault(opServerUpdate, fault{code: "service_error", times: 1})
-	e.api.setFault(opServerDelete, fault{code: "service_error", times: 1})
-	b := e.backend(t)
-	req, _ := newRequest(t, time.Now())
-	_, err := b.Acquire(context.Background(), req)
-	if err == nil || !strings.Contains(err.Error(), "roll back server") || !strings.Contains(err.Error(), "label the server ready") {
-		t.Fatalf("Acquire err = %v, want the label failure and the failed rollback", err)
-	}
-	left := e.api.serverList()
-	if len(left) != 1 || left[0].Labels["state"] != "failed" {
-		t.Fatalf("servers after the failed rollback: %+v; want the 1 left for cleanup, labelled failed", left)
-	}
-	// The failed state lets cleanup delete it at once, long before expiry.
-	claimed := func(id string) bool { return id == req.LeaseID }
-	ds, err := b.Cleanup(context.Background(), provider.CleanupRequest{Now: req.CreatedAt, Claimed: claimed})
-	if err != nil || len(ds) != 1 || !ds[0].Deleted || ds[0].Reason != "state failed" {
-		t.Fatalf("Cleanup = %+v, %v; want the failed server deleted", ds, err)
-	}
-	if diff := cmp.Diff([]string{"create key", "create server", "label server state=failed", "delete key", "delete server"}, events(e.api)); diff != "" {
-		t.Errorf("API mutations (-want +got):\n%s", diff)
-	}
-	checkEmpty(t, e.api)
+	cloudtest.RunAcquireRollbackFails(t, rollbackSuite, func(e *env) {
+		e.api.setFault(opServerUpdate, fault{code: "service_error", times: 1})
+		e.api.setFault(opServerDelete, fault{code: "service_error", times: 1})
+	}, "label the server ready",
+		[]string{"create key", "create server", "label server state=failed", "delete key", "delete server"})
 }
 
-// TestReleaseFails: a server release cannot delete is labelled released,
-// so cleanup deletes it at once; the release reports the failure.
+// TestReleaseFails: a locked server is labelled released.
 func TestReleaseFails(t *testing.T) {
-	e := newEnv(t)
-	b := e.backend(t)
-	req, _ := newRequest(t, time.Now())
-	target, err := b.Acquire(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.api.setFault(opServerDelete, fault{code: "locked", status: 423, times: 1})
-	if err := b.ReleaseLease(context.Background(), provider.ReleaseRequest{Lease: target}); !errors.Is(err, provider.ErrConflict) {
-		t.Fatalf("ReleaseLease with a locked server: %v, want ErrConflict", err)
-	}
-	if left := e.api.serverList(); len(left) != 1 || left[0].Labels["state"] != "released" {
-		t.Fatalf("servers after the failed release: %+v; want 1 labelled released", left)
-	}
-	if _, err := b.Resolve(context.Background(), provider.ResolveRequest{ID: req.LeaseID}); !errors.Is(err, provider.ErrNotFound) {
-		t.Errorf("Resolve of a released lease: %v, want ErrNotFound", err)
-	}
-	ds, err := b.Cleanup(context.Background(), provider.CleanupRequest{Now: req.CreatedAt, Claimed: func(string) bool { return true }})
-	if err != nil || len(ds) != 1 || !ds[0].Deleted {
-		t.Fatalf("Cleanup = %+v, %v; want the released server deleted", ds, err)
-	}
-	checkEmpty(t, e.api)
+	cloudtest.RunReleaseFails(t, rollbackSuite, func(e *env) {
+		e.api.setFault(opServerDelete, fault{code: "locked", status: 423, times: 1})
+	})
 }
 
-// TestCancelledAcquireLeavesNoClaim: a caller that gives up (Ctrl-C,
-// SIGTERM) while the cloud is creating the server, through the lease
-// store as the library acquires: the error is context.Canceled, the
-// project holds no server and no key, and the store no claim and no key.
+// TestCancelledAcquireLeavesNoClaim: the project holds no server and no
+// key.
 func TestCancelledAcquireLeavesNoClaim(t *testing.T) {
 	all := []string{"create key", "create server", "delete server", "delete key"}
-	tests := []struct {
-		name string
-		// setup makes the fake hang and call hung, which cancels.
-		setup      func(e *env, hung func())
-		fakeClock  bool // cancel once the SSH wait is on the clock instead
-		wantEvents []string
-	}{
-		{name: "create hangs", setup: func(e *env, hung func()) {
-			e.api.setFault(opServerCreate, fault{hang: true, onHang: hung})
-		}, wantEvents: []string{"create key", "delete key"}},
-		{name: "server created, answer lost", setup: func(e *env, hung func()) {
-			e.api.setFault(opServerCreate, fault{after: true, hang: true, onHang: hung})
-		}, wantEvents: all},
-		{name: "status poll hangs", setup: func(e *env, hung func()) {
-			e.api.setFault(opServerGet, fault{hang: true, onHang: hung})
-		}, wantEvents: all},
-		{name: "waiting for SSH", fakeClock: true, setup: func(e *env, _ func()) { e.api.noBoot = true }, wantEvents: all},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var clock *clockwork.FakeClock
-			if tt.fakeClock {
-				clock = clockwork.NewFakeClockAt(time.Now())
-				e.rt.Clock = clock
-			}
-			store, err := lease.OpenStore(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			// While the provider works, the store holds the claim, acquiring.
-			var during []lease.Claim
-			var duringErr error
-			hung := func() {
-				during, duringErr = store.List()
-				cancel()
-			}
-			tt.setup(e, hung)
-			b := e.backend(t)
-			done := make(chan error, 1)
-			go func() {
-				_, err := store.Acquire(ctx, b, lease.Terms{})
-				done <- err
-			}()
-			if clock != nil {
-				if err := clock.BlockUntilContext(ctx, 1); err != nil {
-					t.Fatal(err)
-				}
-				hung()
-			}
-			err = <-done
-			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("Acquire: err = %v, want context.Canceled", err)
-			}
-			if strings.Contains(err.Error(), "roll back") {
-				t.Errorf("rollback reported a failure: %v", err)
-			}
-			if duringErr != nil || len(during) != 1 || during[0].State != lease.StateAcquiring {
-				t.Errorf("claims while the provider worked = %+v, %v; want one, acquiring", during, duringErr)
-			}
-			if diff := cmp.Diff(tt.wantEvents, events(e.api)); diff != "" {
-				t.Errorf("API mutations (-want +got):\n%s", diff)
-			}
-			checkEmpty(t, e.api)
-			claims, err := store.List()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(claims) != 0 {
-				t.Errorf("claims left: %+v", claims)
-			}
-			keys, err := os.ReadDir(filepath.Join(store.Dir(), "keys"))
-			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				t.Fatal(err)
-			}
-			if len(keys) != 0 {
-				t.Errorf("lease keys left: %v", keys)
-			}
-		})
-	}
+	cloudtest.RunCancelledAcquire(t, rollbackSuite, []cloudtest.CancelStep[*env]{
+		{Name: "create hangs", Setup: armFault(opServerCreate, fault{hang: true}), WantEvents: []string{"create key", "delete key"}},
+		{Name: "server created, answer lost", Setup: armFault(opServerCreate, fault{after: true, hang: true}), WantEvents: all},
+		{Name: "status poll hangs", Setup: armFault(opServerGet, fault{hang: true}), WantEvents: all},
+		{Name: "waiting for SSH", SSH: true, WantEvents: all},
+	})
 }
