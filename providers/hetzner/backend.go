@@ -257,16 +257,8 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 	if err != nil {
 		return nil, fmt.Errorf("list hetzner leases: %w", err)
 	}
-	out := make([]provider.LeaseTarget, 0, len(all))
-	for _, s := range all {
-		t, err := b.target(s)
-		if err != nil {
-			b.rt.Logger.Warn("hetzner server with unreadable labels", "server", s.ID, "err", err)
-			continue
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return cloud.Targets(b.rt.Logger, all, b.target, "hetzner server with unreadable labels", "server",
+		func(s *hcloud.Server) any { return s.ID }), nil
 }
 
 // Touch records activity on the lease's server: its last_touched_at and
@@ -280,8 +272,8 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 }
 
 func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	if req.ExpiresAt.IsZero() || req.Now.IsZero() {
-		return provider.LeaseTarget{}, errors.New("no time or expiry given")
+	if err := cloud.CheckTouch(req); err != nil {
+		return provider.LeaseTarget{}, err
 	}
 	srv, err := b.leaseServer(ctx, req.Lease)
 	if err != nil {

@@ -130,8 +130,7 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 	}
 	c.Token = os.Getenv(TokenEnv)
 	if c.Token == "" {
-		return nil, fmt.Errorf("hetzner provider: %s is not set: create an API token (read & write) in the Hetzner Cloud console and export it: %w",
-			TokenEnv, provider.ErrUnauthenticated)
+		return nil, cloud.MissingCredential(Name, TokenEnv, "create an API token (read & write) in the Hetzner Cloud console and export it")
 	}
 	return New(c, rt)
 }
@@ -140,37 +139,24 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // the option that is wrong.
 func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
-		ServerTypes: list(cfg["server-type"]), Locations: list(cfg["location"]),
+		ServerTypes: cloud.List(cfg["server-type"]), Locations: cloud.List(cfg["location"]),
 		Image: strings.TrimSpace(cfg["image"]), WorkRoot: cfg["work-root"], Owner: cfg["owner"],
 		Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
-	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
-		return Config{}, fmt.Errorf("hetzner provider: %w", err)
-	}
-	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
-		return Config{}, fmt.Errorf("hetzner provider: %w", err)
+	if c.Prepared, c.BootTimeout, err = cloud.ParseBootOptions(Name, cfg); err != nil {
+		return Config{}, err
 	}
 	return c, nil
-}
-
-func list(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 // withDefaults fills in defaults and validates c.
 func (c Config) withDefaults() (Config, error) {
 	if len(c.ServerTypes) == 0 {
-		c.ServerTypes = list(DefaultServerTypes)
+		c.ServerTypes = cloud.List(DefaultServerTypes)
 	}
 	if len(c.Locations) == 0 {
-		c.Locations = list(DefaultLocations)
+		c.Locations = cloud.List(DefaultLocations)
 	}
 	if c.Image == "" {
 		c.Image = DefaultImage

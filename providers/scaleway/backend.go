@@ -321,16 +321,8 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 	if err != nil {
 		return nil, fmt.Errorf("list scaleway leases: %w", err)
 	}
-	out := make([]provider.LeaseTarget, 0, len(all))
-	for _, s := range all {
-		t, err := b.target(s)
-		if err != nil {
-			b.rt.Logger.Warn("scaleway server with unreadable tags", "server", s.ID, "err", err)
-			continue
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return cloud.Targets(b.rt.Logger, all, b.target, "scaleway server with unreadable tags", "server",
+		func(s *instance.Server) any { return s.ID }), nil
 }
 
 // Touch records activity on the lease's server: its last_touched_at and
@@ -344,8 +336,8 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 }
 
 func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	if req.ExpiresAt.IsZero() || req.Now.IsZero() {
-		return provider.LeaseTarget{}, errors.New("no time or expiry given")
+	if err := cloud.CheckTouch(req); err != nil {
+		return provider.LeaseTarget{}, err
 	}
 	srv, err := b.leaseServer(ctx, req.Lease)
 	if err != nil {

@@ -151,30 +151,17 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // naming the option that is wrong.
 func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
-		CommercialTypes: list(cfg["commercial-type"]), Zones: list(cfg["zone"]), Image: strings.TrimSpace(cfg["image"]),
+		CommercialTypes: cloud.List(cfg["commercial-type"]), Zones: cloud.List(cfg["zone"]), Image: strings.TrimSpace(cfg["image"]),
 		WorkRoot: cfg["work-root"], Owner: cfg["owner"], Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
 	if c.DiskGB, err = cfg.Int("disk-gb"); err != nil {
 		return Config{}, fmt.Errorf("scaleway provider: %w", err)
 	}
-	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
-		return Config{}, fmt.Errorf("scaleway provider: %w", err)
-	}
-	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
-		return Config{}, fmt.Errorf("scaleway provider: %w", err)
+	if c.Prepared, c.BootTimeout, err = cloud.ParseBootOptions(Name, cfg); err != nil {
+		return Config{}, err
 	}
 	return c, nil
-}
-
-func list(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 var (
@@ -186,10 +173,10 @@ var (
 // the secret key.
 func (c Config) withDefaults() (Config, error) {
 	if len(c.CommercialTypes) == 0 {
-		c.CommercialTypes = list(DefaultCommercialTypes)
+		c.CommercialTypes = cloud.List(DefaultCommercialTypes)
 	}
 	if len(c.Zones) == 0 {
-		c.Zones = list(DefaultZones)
+		c.Zones = cloud.List(DefaultZones)
 	}
 	if c.Image == "" {
 		c.Image = DefaultImage

@@ -390,16 +390,8 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 	if err != nil {
 		return nil, fmt.Errorf("list vultr leases: %w", err)
 	}
-	out := make([]provider.LeaseTarget, 0, len(all))
-	for _, inst := range all {
-		t, err := b.target(&inst)
-		if err != nil {
-			b.rt.Logger.Warn("vultr instance with unreadable tags", "instance", inst.ID, "err", err)
-			continue
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return cloud.Targets(b.rt.Logger, all, func(inst govultr.Instance) (provider.LeaseTarget, error) { return b.target(&inst) },
+		"vultr instance with unreadable tags", "instance", func(inst govultr.Instance) any { return inst.ID }), nil
 }
 
 // Touch records activity on the lease's instance: its last_touched_at and
@@ -413,8 +405,8 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 }
 
 func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	if req.ExpiresAt.IsZero() || req.Now.IsZero() {
-		return provider.LeaseTarget{}, errors.New("no time or expiry given")
+	if err := cloud.CheckTouch(req); err != nil {
+		return provider.LeaseTarget{}, err
 	}
 	inst, err := b.leaseInstance(ctx, req.Lease)
 	if err != nil {

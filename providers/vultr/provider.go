@@ -132,8 +132,7 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 	}
 	c.APIKey = os.Getenv(APIKeyEnv)
 	if c.APIKey == "" {
-		return nil, fmt.Errorf("vultr provider: %s is not set: create an API key in the Vultr customer portal (Account, API) and export it: %w",
-			APIKeyEnv, provider.ErrUnauthenticated)
+		return nil, cloud.MissingCredential(Name, APIKeyEnv, "create an API key in the Vultr customer portal (Account, API) and export it")
 	}
 	return New(c, rt)
 }
@@ -142,30 +141,17 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // naming the option that is wrong.
 func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
-		Plans: list(cfg["plan"]), Regions: list(cfg["region"]),
+		Plans: cloud.List(cfg["plan"]), Regions: cloud.List(cfg["region"]),
 		WorkRoot: cfg["work-root"], Owner: cfg["owner"], Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
 	if c.OSID, err = cfg.Int("os-id"); err != nil {
 		return Config{}, fmt.Errorf("vultr provider: %w", err)
 	}
-	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
-		return Config{}, fmt.Errorf("vultr provider: %w", err)
-	}
-	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
-		return Config{}, fmt.Errorf("vultr provider: %w", err)
+	if c.Prepared, c.BootTimeout, err = cloud.ParseBootOptions(Name, cfg); err != nil {
+		return Config{}, err
 	}
 	return c, nil
-}
-
-func list(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
@@ -173,10 +159,10 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 // withDefaults fills in defaults and validates c.
 func (c Config) withDefaults() (Config, error) {
 	if len(c.Plans) == 0 {
-		c.Plans = list(DefaultPlans)
+		c.Plans = cloud.List(DefaultPlans)
 	}
 	if len(c.Regions) == 0 {
-		c.Regions = list(DefaultRegions)
+		c.Regions = cloud.List(DefaultRegions)
 	}
 	if c.OSID == 0 {
 		c.OSID = DefaultOSID

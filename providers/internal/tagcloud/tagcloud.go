@@ -395,16 +395,8 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 	if err != nil {
 		return nil, fmt.Errorf("list %s leases: %w", b.cfg.Provider, err)
 	}
-	out := make([]provider.LeaseTarget, 0, len(all))
-	for _, m := range all {
-		t, err := b.target(m)
-		if err != nil {
-			b.log.Warn(b.cfg.Provider+" machine with unreadable tags", "machine", m.ID, "err", err)
-			continue
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return cloud.Targets(b.log, all, b.target, b.cfg.Provider+" machine with unreadable tags", "machine",
+		func(m Machine) any { return m.ID }), nil
 }
 
 // Touch records activity on the lease's machine: its last_touched_at and
@@ -418,8 +410,8 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 }
 
 func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	if req.ExpiresAt.IsZero() || req.Now.IsZero() {
-		return provider.LeaseTarget{}, errors.New("no time or expiry given")
+	if err := cloud.CheckTouch(req); err != nil {
+		return provider.LeaseTarget{}, err
 	}
 	m, err := b.leaseMachine(ctx, req.Lease)
 	if err != nil {
