@@ -181,24 +181,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Image == "" {
 		c.Image = DefaultImage
 	}
-	if c.WorkRoot == "" {
-		c.WorkRoot = cloud.DefaultWorkRoot
-	}
-	if c.Owner == "" {
-		c.Owner = cloud.CurrentUser()
-	}
-	if len(c.Ports) == 0 {
-		c.Ports = cloud.DefaultPorts()
-	}
-	if c.BootTimeout == 0 {
-		c.BootTimeout = DefaultBootTimeout
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 2 * time.Second
-	}
-	if c.MapAddress == nil {
-		c.MapAddress = func(h string, p int) (string, int) { return h, p }
-	}
+	cloud.BoxDefaults(&c.WorkRoot, &c.Owner, &c.Ports, &c.BootTimeout, DefaultBootTimeout, &c.PollInterval, &c.MapAddress)
 	switch {
 	case !validation.IsAccessKey(c.AccessKey):
 		return c, fmt.Errorf("scaleway provider: the access key (%s) is not SCW and 17 characters: %w", AccessKeyEnv, provider.ErrUnauthenticated)

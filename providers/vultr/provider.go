@@ -167,24 +167,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.OSID == 0 {
 		c.OSID = DefaultOSID
 	}
-	if c.WorkRoot == "" {
-		c.WorkRoot = cloud.DefaultWorkRoot
-	}
-	if c.Owner == "" {
-		c.Owner = cloud.CurrentUser()
-	}
-	if len(c.Ports) == 0 {
-		c.Ports = cloud.DefaultPorts()
-	}
-	if c.BootTimeout == 0 {
-		c.BootTimeout = DefaultBootTimeout
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 2 * time.Second
-	}
-	if c.MapAddress == nil {
-		c.MapAddress = func(h string, p int) (string, int) { return h, p }
-	}
+	cloud.BoxDefaults(&c.WorkRoot, &c.Owner, &c.Ports, &c.BootTimeout, DefaultBootTimeout, &c.PollInterval, &c.MapAddress)
 	switch {
 	case c.APIKey == "":
 		return c, fmt.Errorf("vultr provider: no API key (set %s): %w", APIKeyEnv, provider.ErrUnauthenticated)

@@ -65,3 +65,29 @@ func CheckTouch(req provider.TouchRequest) error {
 	}
 	return nil
 }
+
+// BoxDefaults fills in the box settings every VM cloud's Config has, where
+// they are zero: the default work root, the current user as owner, the
+// default ports, bootTimeout as the boot timeout, a 2 s poll interval, and
+// addresses used as the cloud reports them.
+func BoxDefaults(workRoot, owner *string, ports *[]int, boot *time.Duration, bootTimeout time.Duration, poll *time.Duration,
+	mapAddress *func(host string, port int) (string, int)) {
+	if *workRoot == "" {
+		*workRoot = DefaultWorkRoot
+	}
+	if *owner == "" {
+		*owner = CurrentUser()
+	}
+	if len(*ports) == 0 {
+		*ports = DefaultPorts()
+	}
+	if *boot == 0 {
+		*boot = bootTimeout
+	}
+	if *poll == 0 {
+		*poll = 2 * time.Second
+	}
+	if *mapAddress == nil {
+		*mapAddress = func(h string, p int) (string, int) { return h, p }
+	}
+}
