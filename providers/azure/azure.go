@@ -198,11 +198,8 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 		Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
-	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
-		return Config{}, fmt.Errorf("azure provider: %w", err)
-	}
-	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
-		return Config{}, fmt.Errorf("azure provider: %w", err)
+	if c.Prepared, c.BootTimeout, err = cloud.ParseBootOptions(Name, cfg); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }

@@ -95,20 +95,15 @@ var spec = provider.Spec{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	Coordinator: provider.CoordinatorSupported,
-	Options: []provider.Option{
+	Options: slices.Concat([]provider.Option{
 		{Name: "server-type", Flag: "hetzner-server-type", Default: DefaultServerTypes,
 			Help: "server types to try in order, comma-separated (the next one when Hetzner has no capacity)"},
 		{Name: "location", Flag: "hetzner-location", Default: DefaultLocations,
 			Help: "locations to try in order, comma-separated"},
 		{Name: "image", Flag: "hetzner-image", Default: DefaultImage, Help: "system image"},
-		{Name: "prepared", Flag: "hetzner-prepared", Default: "false",
-			Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "work-root", Flag: "hetzner-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
-		{Name: "owner", Flag: "hetzner-owner", Help: "owner label on servers (default: the OS user)"},
-		{Name: "boot-timeout", Flag: "hetzner-boot-timeout", Default: DefaultBootTimeout.String(),
-			Help: "how long to wait for a new server's address and SSH"},
+	}, cloud.BoxOptions(Name, "owner label on servers", "server", DefaultBootTimeout), []provider.Option{
 		cloud.EndpointOption(Name, "Hetzner Cloud", ""),
-	},
+	}),
 }
 
 // Provider is the registered Hetzner provider.

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,21 +107,16 @@ var spec = provider.Spec{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	Coordinator: provider.CoordinatorSupported,
-	Options: []provider.Option{
+	Options: slices.Concat([]provider.Option{
 		{Name: "commercial-type", Flag: "scaleway-commercial-type", Default: DefaultCommercialTypes,
 			Help: "Instance types with local storage to try in order, comma-separated (the next one when one is out of stock)"},
 		{Name: "zone", Flag: "scaleway-zone", Default: DefaultZones,
 			Help: "zones to try in order, comma-separated; list and cleanup search all", Locates: true},
 		{Name: "image", Flag: "scaleway-image", Default: DefaultImage, Help: "image label or ID"},
 		{Name: "disk-gb", Flag: "scaleway-disk-gb", Default: fmt.Sprint(DefaultDiskGB), Help: "root volume size in GB (local storage)"},
-		{Name: "prepared", Flag: "scaleway-prepared", Default: "false",
-			Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "work-root", Flag: "scaleway-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
-		{Name: "owner", Flag: "scaleway-owner", Help: "owner tag on servers (default: the OS user)"},
-		{Name: "boot-timeout", Flag: "scaleway-boot-timeout", Default: DefaultBootTimeout.String(),
-			Help: "how long to wait for a new server's address and SSH"},
+	}, cloud.BoxOptions(Name, "owner tag on servers", "server", DefaultBootTimeout), []provider.Option{
 		cloud.EndpointOption(Name, "Scaleway", ""),
-	},
+	}),
 }
 
 // Provider is the registered Scaleway provider.

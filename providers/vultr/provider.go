@@ -99,19 +99,14 @@ var spec = provider.Spec{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	Coordinator: provider.CoordinatorSupported,
-	Options: []provider.Option{
+	Options: slices.Concat([]provider.Option{
 		{Name: "plan", Flag: "vultr-plan", Default: DefaultPlans,
 			Help: "plans to try in order, comma-separated (the next one when a region has none available)"},
 		{Name: "region", Flag: "vultr-region", Default: DefaultRegions, Help: "regions to try in order, comma-separated"},
 		{Name: "os-id", Flag: "vultr-os-id", Default: fmt.Sprint(DefaultOSID), Help: "operating system ID (2136 is Debian 12 x64; see GET /v2/os)"},
-		{Name: "prepared", Flag: "vultr-prepared", Default: "false",
-			Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "work-root", Flag: "vultr-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
-		{Name: "owner", Flag: "vultr-owner", Help: "owner tag on instances (default: the OS user)"},
-		{Name: "boot-timeout", Flag: "vultr-boot-timeout", Default: DefaultBootTimeout.String(),
-			Help: "how long to wait for a new instance's address and SSH"},
+	}, cloud.BoxOptions(Name, "owner tag on instances", "instance", DefaultBootTimeout), []provider.Option{
 		cloud.EndpointOption(Name, "Vultr", "scheme, host and port only"),
-	},
+	}),
 }
 
 // Provider is the registered Vultr provider.
