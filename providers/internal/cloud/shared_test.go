@@ -109,3 +109,15 @@ func TestBoxDefaults(t *testing.T) {
 		t.Errorf("BoxDefaults replaced a set address map")
 	}
 }
+
+func TestBoxOptions(t *testing.T) {
+	want := []provider.Option{
+		{Name: "prepared", Flag: "acme-prepared", Default: "false", Help: "the image already has git and tar: install nothing at boot"},
+		{Name: "work-root", Flag: "acme-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
+		{Name: "owner", Flag: "acme-owner", Help: "owner tag on boxes (default: the OS user)"},
+		{Name: "boot-timeout", Flag: "acme-boot-timeout", Default: "7m0s", Help: "how long to wait for a new box's address and SSH"},
+	}
+	if diff := cmp.Diff(want, cloud.BoxOptions("acme", "owner tag on boxes", "box", 7*time.Minute)); diff != "" {
+		t.Errorf("BoxOptions (-want +got):\n%s", diff)
+	}
+}
