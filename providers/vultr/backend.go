@@ -353,28 +353,16 @@ func (b *Backend) Resolve(ctx context.Context, req provider.ResolveRequest) (pro
 }
 
 func (b *Backend) resolve(ctx context.Context, ref string) (provider.LeaseTarget, error) {
-	var found []govultr.Instance
-	var err error
-	switch {
-	case lease.IsID(ref):
-		found, err = b.instances(ctx, ref, nil)
-	case lease.ValidSlug(ref):
-		found, err = b.instances(ctx, "", map[string]string{cloud.LabelSlug: ref})
-	default:
-		return provider.LeaseTarget{}, fmt.Errorf("%q is neither a lease ID nor a slug: %w", ref, provider.ErrNotFound)
-	}
+	inst, err := cloud.ResolveLive(ctx, ref, func(ctx context.Context, leaseID, slug string) ([]govultr.Instance, error) {
+		if slug != "" {
+			return b.instances(ctx, "", map[string]string{cloud.LabelSlug: slug})
+		}
+		return b.instances(ctx, leaseID, nil)
+	}, func(inst govultr.Instance) bool { return live(&inst) }, "instance", func(inst govultr.Instance) any { return inst.ID })
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
-	found = slices.DeleteFunc(found, func(inst govultr.Instance) bool { return !live(&inst) })
-	switch len(found) {
-	case 0:
-		return provider.LeaseTarget{}, fmt.Errorf("no running instance: %w", provider.ErrNotFound)
-	case 1:
-		return b.target(&found[0])
-	default:
-		return provider.LeaseTarget{}, fmt.Errorf("%d running instances (%s, %s, ...): %w", len(found), found[0].ID, found[1].ID, provider.ErrConflict)
-	}
+	return b.target(&inst)
 }
 
 // live reports whether inst is a running box of a lease that is ready.

@@ -1,12 +1,15 @@
 package cloud
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
@@ -89,5 +92,37 @@ func BoxDefaults(workRoot, owner *string, ports *[]int, boot *time.Duration, boo
 	}
 	if *mapAddress == nil {
 		*mapAddress = func(h string, p int) (string, int) { return h, p }
+	}
+}
+
+// ResolveLive finds the one live resource of a lease by ref, its lease ID
+// or slug. find lists resources by lease ID (slug empty) or by slug
+// (leaseID empty); live says which are running boxes of a ready lease;
+// noun ("server") and id name them in the errors: ErrNotFound when none is
+// live, ErrConflict when more than one is.
+func ResolveLive[R any](ctx context.Context, ref string, find func(ctx context.Context, leaseID, slug string) ([]R, error),
+	live func(R) bool, noun string, id func(R) any) (R, error) {
+	var zero R
+	var found []R
+	var err error
+	switch {
+	case lease.IsID(ref):
+		found, err = find(ctx, ref, "")
+	case lease.ValidSlug(ref):
+		found, err = find(ctx, "", ref)
+	default:
+		return zero, fmt.Errorf("%q is neither a lease ID nor a slug: %w", ref, provider.ErrNotFound)
+	}
+	if err != nil {
+		return zero, err
+	}
+	found = slices.DeleteFunc(found, func(r R) bool { return !live(r) })
+	switch len(found) {
+	case 0:
+		return zero, fmt.Errorf("no running %s: %w", noun, provider.ErrNotFound)
+	case 1:
+		return found[0], nil
+	default:
+		return zero, fmt.Errorf("%d running %ss (%v, %v, ...): %w", len(found), noun, id(found[0]), id(found[1]), provider.ErrConflict)
 	}
 }

@@ -2,6 +2,7 @@ package cloud_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -119,5 +120,40 @@ func TestBoxOptions(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, cloud.BoxOptions("acme", "owner tag on boxes", "box", 7*time.Minute)); diff != "" {
 		t.Errorf("BoxOptions (-want +got):\n%s", diff)
+	}
+}
+
+func TestResolveLive(t *testing.T) {
+	type box struct {
+		id   int
+		live bool
+	}
+	byLease := map[string][]box{"one": {{1, true}, {2, false}}, "none": {{3, false}}, "two": {{4, true}, {5, true}}}
+	var asked []string
+	find := func(_ context.Context, leaseID, slug string) ([]box, error) {
+		asked = append(asked, leaseID+"/"+slug)
+		if slug == "broken" {
+			return nil, errors.New("api down")
+		}
+		return byLease[slug], nil
+	}
+	resolve := func(ref string) (box, error) {
+		return cloud.ResolveLive(context.Background(), ref, find, func(b box) bool { return b.live }, "box", func(b box) any { return b.id })
+	}
+	if b, err := resolve("one"); err != nil || b.id != 1 {
+		t.Errorf("resolve(one) = %v, %v; want box 1", b, err)
+	}
+	if _, err := resolve("none"); !errors.Is(err, provider.ErrNotFound) || err.Error() != "no running box: "+provider.ErrNotFound.Error() {
+		t.Errorf("resolve(none) error = %v, want no running box", err)
+	}
+	if _, err := resolve("two"); !errors.Is(err, provider.ErrConflict) || !strings.HasPrefix(err.Error(), "2 running boxs (4, 5, ...): ") {
+		t.Errorf("resolve(two) error = %v, want a conflict naming boxes 4 and 5", err)
+	}
+	if _, err := resolve("broken"); err == nil || err.Error() != "api down" {
+		t.Errorf("resolve(broken) error = %v, want the find error", err)
+	}
+	asked = nil
+	if _, err := resolve("Not A Ref!"); !errors.Is(err, provider.ErrNotFound) || len(asked) != 0 {
+		t.Errorf("resolve(bad ref) = %v after asking %v; want ErrNotFound without a lookup", err, asked)
 	}
 }
