@@ -198,11 +198,8 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 		Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
-	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
-		return Config{}, fmt.Errorf("azure provider: %w", err)
-	}
-	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
-		return Config{}, fmt.Errorf("azure provider: %w", err)
+	if c.Prepared, c.BootTimeout, err = cloud.ParseBootOptions(Name, cfg); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }
@@ -218,22 +215,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.ResourceGroup, DefaultResourceGroup)
 	def(&c.VMSize, DefaultVMSize)
 	def(&c.Image, DefaultImage)
-	def(&c.WorkRoot, cloud.DefaultWorkRoot)
-	if c.Owner == "" {
-		c.Owner = cloud.CurrentUser()
-	}
-	if len(c.Ports) == 0 {
-		c.Ports = cloud.DefaultPorts()
-	}
-	if c.BootTimeout == 0 {
-		c.BootTimeout = DefaultBootTimeout
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 2 * time.Second
-	}
-	if c.MapAddress == nil {
-		c.MapAddress = func(h string, p int) (string, int) { return h, p }
-	}
+	cloud.BoxDefaults(&c.WorkRoot, &c.Owner, &c.Ports, &c.BootTimeout, DefaultBootTimeout, &c.PollInterval, &c.MapAddress)
 	switch {
 	case c.SubscriptionID == "":
 		return c, fmt.Errorf("azure provider: no subscription (set the subscription option or %s): %w", SubscriptionEnv, provider.ErrPrecondition)

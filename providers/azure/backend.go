@@ -668,8 +668,8 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 }
 
 func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	if req.ExpiresAt.IsZero() || req.Now.IsZero() {
-		return provider.LeaseTarget{}, errors.New("no time or expiry given")
+	if err := cloud.CheckTouch(req); err != nil {
+		return provider.LeaseTarget{}, err
 	}
 	id := req.Lease.LeaseID
 	if !lease.IsID(id) {

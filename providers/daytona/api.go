@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 )
 
 // maxErrorBody bounds how much of an error response is read into an error.
@@ -213,7 +214,7 @@ func (c *client) toolboxURL(s sandbox, elems ...string) (string, error) {
 	base := c.toolbox
 	if base == "" {
 		base = strings.TrimRight(s.ToolboxProxyURL, "/")
-		if u, err := url.Parse(base); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		if _, ok := delegated.ParseHTTPURL(base); !ok {
 			return "", fmt.Errorf("sandbox %s has no usable toolbox proxy URL (%q)", s.ID, s.ToolboxProxyURL)
 		}
 	}

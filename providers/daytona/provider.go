@@ -28,7 +28,6 @@ package daytona
 
 import (
 	"fmt"
-	"net/url"
 	"os"
 	"path"
 	"strings"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 )
 
 // Name is the provider's registered name.
@@ -124,8 +124,7 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 	}
 	c.APIKey = os.Getenv(APIKeyEnv)
 	if c.APIKey == "" {
-		return nil, fmt.Errorf("daytona provider: %s is not set: create an API key in the Daytona dashboard and export it: %w",
-			APIKeyEnv, provider.ErrUnauthenticated)
+		return nil, cloud.MissingCredential(Name, APIKeyEnv, "create an API key in the Daytona dashboard and export it")
 	}
 	return New(c, rt)
 }
@@ -174,8 +173,7 @@ func (c Config) withDefaults() (Config, error) {
 		if u.v == "" {
 			continue
 		}
-		p, err := url.Parse(u.v)
-		if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
+		if _, ok := delegated.ParseBaseURL(u.v); !ok {
 			return c, fmt.Errorf("daytona provider: %s %q: want an http or https URL without query", u.name, u.v)
 		}
 	}

@@ -29,12 +29,13 @@ package e2b
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path"
 	"strings"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 )
 
 // Name is the provider's registered name.
@@ -120,8 +121,7 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 	}
 	c.APIKey = os.Getenv(APIKeyEnv)
 	if c.APIKey == "" {
-		return nil, fmt.Errorf("e2b provider: %s is not set: create an API key in the E2B dashboard and export it: %w",
-			APIKeyEnv, provider.ErrUnauthenticated)
+		return nil, cloud.MissingCredential(Name, APIKeyEnv, "create an API key in the E2B dashboard and export it")
 	}
 	return New(c, rt)
 }
@@ -178,8 +178,7 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 func checkBaseURL(key, v string) error {
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+	if u, ok := delegated.ParseBaseURL(v); !ok || u.User != nil {
 		return fmt.Errorf("e2b provider: config %q %q is not an http(s) base URL like %s", key, v, DefaultAPIURL)
 	}
 	return nil

@@ -219,28 +219,16 @@ func (b *Backend) Resolve(ctx context.Context, req provider.ResolveRequest) (pro
 }
 
 func (b *Backend) resolve(ctx context.Context, ref string) (provider.LeaseTarget, error) {
-	var found []*hcloud.Server
-	var err error
-	switch {
-	case lease.IsID(ref):
-		found, err = b.servers(ctx, ref, nil)
-	case lease.ValidSlug(ref):
-		found, err = b.servers(ctx, "", map[string]string{cloud.LabelSlug: ref})
-	default:
-		return provider.LeaseTarget{}, fmt.Errorf("%q is neither a lease ID nor a slug: %w", ref, provider.ErrNotFound)
-	}
+	srv, err := cloud.ResolveLive(ctx, ref, func(ctx context.Context, leaseID, slug string) ([]*hcloud.Server, error) {
+		if slug != "" {
+			return b.servers(ctx, "", map[string]string{cloud.LabelSlug: slug})
+		}
+		return b.servers(ctx, leaseID, nil)
+	}, live, "server", func(s *hcloud.Server) any { return s.ID })
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
-	found = slices.DeleteFunc(found, func(s *hcloud.Server) bool { return !live(s) })
-	switch len(found) {
-	case 0:
-		return provider.LeaseTarget{}, fmt.Errorf("no running server: %w", provider.ErrNotFound)
-	case 1:
-		return b.target(found[0])
-	default:
-		return provider.LeaseTarget{}, fmt.Errorf("%d running servers (%d, %d, ...): %w", len(found), found[0].ID, found[1].ID, provider.ErrConflict)
-	}
+	return b.target(srv)
 }
 
 // live reports whether s is a running box of a lease that is ready.
@@ -257,16 +245,8 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 	if err != nil {
 		return nil, fmt.Errorf("list hetzner leases: %w", err)
 	}
-	out := make([]provider.LeaseTarget, 0, len(all))
-	for _, s := range all {
-		t, err := b.target(s)
-		if err != nil {
-			b.rt.Logger.Warn("hetzner server with unreadable labels", "server", s.ID, "err", err)
-			continue
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return cloud.Targets(b.rt.Logger, all, b.target, "hetzner server with unreadable labels", "server",
+		func(s *hcloud.Server) any { return s.ID }), nil
 }
 
 // Touch records activity on the lease's server: its last_touched_at and
@@ -280,8 +260,8 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 }
 
 func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	if req.ExpiresAt.IsZero() || req.Now.IsZero() {
-		return provider.LeaseTarget{}, errors.New("no time or expiry given")
+	if err := cloud.CheckTouch(req); err != nil {
+		return provider.LeaseTarget{}, err
 	}
 	srv, err := b.leaseServer(ctx, req.Lease)
 	if err != nil {

@@ -95,20 +95,15 @@ var spec = provider.Spec{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	Coordinator: provider.CoordinatorSupported,
-	Options: []provider.Option{
+	Options: slices.Concat([]provider.Option{
 		{Name: "server-type", Flag: "hetzner-server-type", Default: DefaultServerTypes,
 			Help: "server types to try in order, comma-separated (the next one when Hetzner has no capacity)"},
 		{Name: "location", Flag: "hetzner-location", Default: DefaultLocations,
 			Help: "locations to try in order, comma-separated"},
 		{Name: "image", Flag: "hetzner-image", Default: DefaultImage, Help: "system image"},
-		{Name: "prepared", Flag: "hetzner-prepared", Default: "false",
-			Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "work-root", Flag: "hetzner-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
-		{Name: "owner", Flag: "hetzner-owner", Help: "owner label on servers (default: the OS user)"},
-		{Name: "boot-timeout", Flag: "hetzner-boot-timeout", Default: DefaultBootTimeout.String(),
-			Help: "how long to wait for a new server's address and SSH"},
+	}, cloud.BoxOptions(Name, "owner label on servers", "server", DefaultBootTimeout), []provider.Option{
 		cloud.EndpointOption(Name, "Hetzner Cloud", ""),
-	},
+	}),
 }
 
 // Provider is the registered Hetzner provider.
@@ -130,8 +125,7 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 	}
 	c.Token = os.Getenv(TokenEnv)
 	if c.Token == "" {
-		return nil, fmt.Errorf("hetzner provider: %s is not set: create an API token (read & write) in the Hetzner Cloud console and export it: %w",
-			TokenEnv, provider.ErrUnauthenticated)
+		return nil, cloud.MissingCredential(Name, TokenEnv, "create an API token (read & write) in the Hetzner Cloud console and export it")
 	}
 	return New(c, rt)
 }
@@ -140,59 +134,29 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // the option that is wrong.
 func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
-		ServerTypes: list(cfg["server-type"]), Locations: list(cfg["location"]),
+		ServerTypes: cloud.List(cfg["server-type"]), Locations: cloud.List(cfg["location"]),
 		Image: strings.TrimSpace(cfg["image"]), WorkRoot: cfg["work-root"], Owner: cfg["owner"],
 		Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
-	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
-		return Config{}, fmt.Errorf("hetzner provider: %w", err)
-	}
-	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
-		return Config{}, fmt.Errorf("hetzner provider: %w", err)
+	if c.Prepared, c.BootTimeout, err = cloud.ParseBootOptions(Name, cfg); err != nil {
+		return Config{}, err
 	}
 	return c, nil
-}
-
-func list(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 // withDefaults fills in defaults and validates c.
 func (c Config) withDefaults() (Config, error) {
 	if len(c.ServerTypes) == 0 {
-		c.ServerTypes = list(DefaultServerTypes)
+		c.ServerTypes = cloud.List(DefaultServerTypes)
 	}
 	if len(c.Locations) == 0 {
-		c.Locations = list(DefaultLocations)
+		c.Locations = cloud.List(DefaultLocations)
 	}
 	if c.Image == "" {
 		c.Image = DefaultImage
 	}
-	if c.WorkRoot == "" {
-		c.WorkRoot = cloud.DefaultWorkRoot
-	}
-	if c.Owner == "" {
-		c.Owner = cloud.CurrentUser()
-	}
-	if len(c.Ports) == 0 {
-		c.Ports = cloud.DefaultPorts()
-	}
-	if c.BootTimeout == 0 {
-		c.BootTimeout = DefaultBootTimeout
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 2 * time.Second
-	}
-	if c.MapAddress == nil {
-		c.MapAddress = func(h string, p int) (string, int) { return h, p }
-	}
+	cloud.BoxDefaults(&c.WorkRoot, &c.Owner, &c.Ports, &c.BootTimeout, DefaultBootTimeout, &c.PollInterval, &c.MapAddress)
 	switch {
 	case c.Token == "":
 		return c, fmt.Errorf("hetzner provider: no API token (set %s): %w", TokenEnv, provider.ErrUnauthenticated)

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,21 +107,16 @@ var spec = provider.Spec{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	Coordinator: provider.CoordinatorSupported,
-	Options: []provider.Option{
+	Options: slices.Concat([]provider.Option{
 		{Name: "commercial-type", Flag: "scaleway-commercial-type", Default: DefaultCommercialTypes,
 			Help: "Instance types with local storage to try in order, comma-separated (the next one when one is out of stock)"},
 		{Name: "zone", Flag: "scaleway-zone", Default: DefaultZones,
 			Help: "zones to try in order, comma-separated; list and cleanup search all", Locates: true},
 		{Name: "image", Flag: "scaleway-image", Default: DefaultImage, Help: "image label or ID"},
 		{Name: "disk-gb", Flag: "scaleway-disk-gb", Default: fmt.Sprint(DefaultDiskGB), Help: "root volume size in GB (local storage)"},
-		{Name: "prepared", Flag: "scaleway-prepared", Default: "false",
-			Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "work-root", Flag: "scaleway-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
-		{Name: "owner", Flag: "scaleway-owner", Help: "owner tag on servers (default: the OS user)"},
-		{Name: "boot-timeout", Flag: "scaleway-boot-timeout", Default: DefaultBootTimeout.String(),
-			Help: "how long to wait for a new server's address and SSH"},
+	}, cloud.BoxOptions(Name, "owner tag on servers", "server", DefaultBootTimeout), []provider.Option{
 		cloud.EndpointOption(Name, "Scaleway", ""),
-	},
+	}),
 }
 
 // Provider is the registered Scaleway provider.
@@ -151,30 +147,17 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // naming the option that is wrong.
 func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
-		CommercialTypes: list(cfg["commercial-type"]), Zones: list(cfg["zone"]), Image: strings.TrimSpace(cfg["image"]),
+		CommercialTypes: cloud.List(cfg["commercial-type"]), Zones: cloud.List(cfg["zone"]), Image: strings.TrimSpace(cfg["image"]),
 		WorkRoot: cfg["work-root"], Owner: cfg["owner"], Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
 	if c.DiskGB, err = cfg.Int("disk-gb"); err != nil {
 		return Config{}, fmt.Errorf("scaleway provider: %w", err)
 	}
-	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
-		return Config{}, fmt.Errorf("scaleway provider: %w", err)
-	}
-	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
-		return Config{}, fmt.Errorf("scaleway provider: %w", err)
+	if c.Prepared, c.BootTimeout, err = cloud.ParseBootOptions(Name, cfg); err != nil {
+		return Config{}, err
 	}
 	return c, nil
-}
-
-func list(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 var (
@@ -186,32 +169,15 @@ var (
 // the secret key.
 func (c Config) withDefaults() (Config, error) {
 	if len(c.CommercialTypes) == 0 {
-		c.CommercialTypes = list(DefaultCommercialTypes)
+		c.CommercialTypes = cloud.List(DefaultCommercialTypes)
 	}
 	if len(c.Zones) == 0 {
-		c.Zones = list(DefaultZones)
+		c.Zones = cloud.List(DefaultZones)
 	}
 	if c.Image == "" {
 		c.Image = DefaultImage
 	}
-	if c.WorkRoot == "" {
-		c.WorkRoot = cloud.DefaultWorkRoot
-	}
-	if c.Owner == "" {
-		c.Owner = cloud.CurrentUser()
-	}
-	if len(c.Ports) == 0 {
-		c.Ports = cloud.DefaultPorts()
-	}
-	if c.BootTimeout == 0 {
-		c.BootTimeout = DefaultBootTimeout
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 2 * time.Second
-	}
-	if c.MapAddress == nil {
-		c.MapAddress = func(h string, p int) (string, int) { return h, p }
-	}
+	cloud.BoxDefaults(&c.WorkRoot, &c.Owner, &c.Ports, &c.BootTimeout, DefaultBootTimeout, &c.PollInterval, &c.MapAddress)
 	switch {
 	case !validation.IsAccessKey(c.AccessKey):
 		return c, fmt.Errorf("scaleway provider: the access key (%s) is not SCW and 17 characters: %w", AccessKeyEnv, provider.ErrUnauthenticated)

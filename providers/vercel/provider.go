@@ -28,13 +28,14 @@ package vercel
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path"
 	"strings"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 )
 
 // Name is the provider's registered name.
@@ -119,8 +120,7 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 	}
 	c.Token = os.Getenv(TokenEnv)
 	if c.Token == "" {
-		return nil, fmt.Errorf("vercel provider: %s is not set: create an access token in the Vercel dashboard (Account Settings, Tokens) and export it: %w",
-			TokenEnv, provider.ErrUnauthenticated)
+		return nil, cloud.MissingCredential(Name, TokenEnv, "create an access token in the Vercel dashboard (Account Settings, Tokens) and export it")
 	}
 	if c.Team == "" {
 		c.Team = os.Getenv(TeamEnv)
@@ -164,12 +164,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.KillGrace = DefaultKillGrace
 	}
 	c.Endpoint = strings.TrimRight(c.Endpoint, "/")
-	switch u, err := url.Parse(c.Endpoint); {
+	switch _, ok := delegated.ParseHTTPURL(c.Endpoint); {
 	case c.Token == "":
 		return c, fmt.Errorf("vercel provider: no API token (set %s): %w", TokenEnv, provider.ErrUnauthenticated)
 	case c.Project == "":
 		return c, fmt.Errorf("vercel provider: no project: set the project option or %s", ProjectEnv)
-	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
+	case !ok:
 		return c, fmt.Errorf("vercel provider: config \"endpoint\" %q is not an http(s) URL", c.Endpoint)
 	case c.VCPUs < 1:
 		return c, fmt.Errorf("vercel provider: config \"vcpus\" is %d, want at least 1", c.VCPUs)

@@ -353,28 +353,16 @@ func (b *Backend) Resolve(ctx context.Context, req provider.ResolveRequest) (pro
 }
 
 func (b *Backend) resolve(ctx context.Context, ref string) (provider.LeaseTarget, error) {
-	var found []govultr.Instance
-	var err error
-	switch {
-	case lease.IsID(ref):
-		found, err = b.instances(ctx, ref, nil)
-	case lease.ValidSlug(ref):
-		found, err = b.instances(ctx, "", map[string]string{cloud.LabelSlug: ref})
-	default:
-		return provider.LeaseTarget{}, fmt.Errorf("%q is neither a lease ID nor a slug: %w", ref, provider.ErrNotFound)
-	}
+	inst, err := cloud.ResolveLive(ctx, ref, func(ctx context.Context, leaseID, slug string) ([]govultr.Instance, error) {
+		if slug != "" {
+			return b.instances(ctx, "", map[string]string{cloud.LabelSlug: slug})
+		}
+		return b.instances(ctx, leaseID, nil)
+	}, func(inst govultr.Instance) bool { return live(&inst) }, "instance", func(inst govultr.Instance) any { return inst.ID })
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
-	found = slices.DeleteFunc(found, func(inst govultr.Instance) bool { return !live(&inst) })
-	switch len(found) {
-	case 0:
-		return provider.LeaseTarget{}, fmt.Errorf("no running instance: %w", provider.ErrNotFound)
-	case 1:
-		return b.target(&found[0])
-	default:
-		return provider.LeaseTarget{}, fmt.Errorf("%d running instances (%s, %s, ...): %w", len(found), found[0].ID, found[1].ID, provider.ErrConflict)
-	}
+	return b.target(&inst)
 }
 
 // live reports whether inst is a running box of a lease that is ready.
@@ -390,16 +378,8 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 	if err != nil {
 		return nil, fmt.Errorf("list vultr leases: %w", err)
 	}
-	out := make([]provider.LeaseTarget, 0, len(all))
-	for _, inst := range all {
-		t, err := b.target(&inst)
-		if err != nil {
-			b.rt.Logger.Warn("vultr instance with unreadable tags", "instance", inst.ID, "err", err)
-			continue
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return cloud.Targets(b.rt.Logger, all, func(inst govultr.Instance) (provider.LeaseTarget, error) { return b.target(&inst) },
+		"vultr instance with unreadable tags", "instance", func(inst govultr.Instance) any { return inst.ID }), nil
 }
 
 // Touch records activity on the lease's instance: its last_touched_at and
@@ -413,8 +393,8 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 }
 
 func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	if req.ExpiresAt.IsZero() || req.Now.IsZero() {
-		return provider.LeaseTarget{}, errors.New("no time or expiry given")
+	if err := cloud.CheckTouch(req); err != nil {
+		return provider.LeaseTarget{}, err
 	}
 	inst, err := b.leaseInstance(ctx, req.Lease)
 	if err != nil {

@@ -99,19 +99,14 @@ var spec = provider.Spec{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	Coordinator: provider.CoordinatorSupported,
-	Options: []provider.Option{
+	Options: slices.Concat([]provider.Option{
 		{Name: "plan", Flag: "vultr-plan", Default: DefaultPlans,
 			Help: "plans to try in order, comma-separated (the next one when a region has none available)"},
 		{Name: "region", Flag: "vultr-region", Default: DefaultRegions, Help: "regions to try in order, comma-separated"},
 		{Name: "os-id", Flag: "vultr-os-id", Default: fmt.Sprint(DefaultOSID), Help: "operating system ID (2136 is Debian 12 x64; see GET /v2/os)"},
-		{Name: "prepared", Flag: "vultr-prepared", Default: "false",
-			Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "work-root", Flag: "vultr-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
-		{Name: "owner", Flag: "vultr-owner", Help: "owner tag on instances (default: the OS user)"},
-		{Name: "boot-timeout", Flag: "vultr-boot-timeout", Default: DefaultBootTimeout.String(),
-			Help: "how long to wait for a new instance's address and SSH"},
+	}, cloud.BoxOptions(Name, "owner tag on instances", "instance", DefaultBootTimeout), []provider.Option{
 		cloud.EndpointOption(Name, "Vultr", "scheme, host and port only"),
-	},
+	}),
 }
 
 // Provider is the registered Vultr provider.
@@ -132,8 +127,7 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 	}
 	c.APIKey = os.Getenv(APIKeyEnv)
 	if c.APIKey == "" {
-		return nil, fmt.Errorf("vultr provider: %s is not set: create an API key in the Vultr customer portal (Account, API) and export it: %w",
-			APIKeyEnv, provider.ErrUnauthenticated)
+		return nil, cloud.MissingCredential(Name, APIKeyEnv, "create an API key in the Vultr customer portal (Account, API) and export it")
 	}
 	return New(c, rt)
 }
@@ -142,30 +136,17 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // naming the option that is wrong.
 func ParseConfig(cfg provider.Config) (Config, error) {
 	c := Config{
-		Plans: list(cfg["plan"]), Regions: list(cfg["region"]),
+		Plans: cloud.List(cfg["plan"]), Regions: cloud.List(cfg["region"]),
 		WorkRoot: cfg["work-root"], Owner: cfg["owner"], Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
 	if c.OSID, err = cfg.Int("os-id"); err != nil {
 		return Config{}, fmt.Errorf("vultr provider: %w", err)
 	}
-	if c.Prepared, err = cfg.Bool("prepared"); err != nil {
-		return Config{}, fmt.Errorf("vultr provider: %w", err)
-	}
-	if c.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
-		return Config{}, fmt.Errorf("vultr provider: %w", err)
+	if c.Prepared, c.BootTimeout, err = cloud.ParseBootOptions(Name, cfg); err != nil {
+		return Config{}, err
 	}
 	return c, nil
-}
-
-func list(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
@@ -173,32 +154,15 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 // withDefaults fills in defaults and validates c.
 func (c Config) withDefaults() (Config, error) {
 	if len(c.Plans) == 0 {
-		c.Plans = list(DefaultPlans)
+		c.Plans = cloud.List(DefaultPlans)
 	}
 	if len(c.Regions) == 0 {
-		c.Regions = list(DefaultRegions)
+		c.Regions = cloud.List(DefaultRegions)
 	}
 	if c.OSID == 0 {
 		c.OSID = DefaultOSID
 	}
-	if c.WorkRoot == "" {
-		c.WorkRoot = cloud.DefaultWorkRoot
-	}
-	if c.Owner == "" {
-		c.Owner = cloud.CurrentUser()
-	}
-	if len(c.Ports) == 0 {
-		c.Ports = cloud.DefaultPorts()
-	}
-	if c.BootTimeout == 0 {
-		c.BootTimeout = DefaultBootTimeout
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 2 * time.Second
-	}
-	if c.MapAddress == nil {
-		c.MapAddress = func(h string, p int) (string, int) { return h, p }
-	}
+	cloud.BoxDefaults(&c.WorkRoot, &c.Owner, &c.Ports, &c.BootTimeout, DefaultBootTimeout, &c.PollInterval, &c.MapAddress)
 	switch {
 	case c.APIKey == "":
 		return c, fmt.Errorf("vultr provider: no API key (set %s): %w", APIKeyEnv, provider.ErrUnauthenticated)

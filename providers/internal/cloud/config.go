@@ -136,3 +136,18 @@ func CheckAcquire(req provider.AcquireRequest, now time.Time) error {
 	}
 	return nil
 }
+
+// BoxOptions are the options every VM cloud has after its own, in this
+// order: prepared, work-root, owner and boot-timeout. ownerHelp says what
+// the owner option sets ("owner tag on servers"); box names what boots
+// ("server"); bootTimeout is the boot-timeout default.
+func BoxOptions(providerName, ownerHelp, box string, bootTimeout time.Duration) []provider.Option {
+	flag := func(name string) string { return providerName + "-" + name }
+	return []provider.Option{
+		{Name: "prepared", Flag: flag("prepared"), Default: "false", Help: "the image already has git and tar: install nothing at boot"},
+		{Name: "work-root", Flag: flag("work-root"), Default: DefaultWorkRoot, Help: "work root on the box", Locates: true},
+		{Name: "owner", Flag: flag("owner"), Help: ownerHelp + " (default: the OS user)"},
+		{Name: "boot-timeout", Flag: flag("boot-timeout"), Default: bootTimeout.String(),
+			Help: "how long to wait for a new " + box + "'s address and SSH"},
+	}
+}

@@ -2,6 +2,7 @@ package tagcloud
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,18 +95,14 @@ func (c Cloud) CheckToken(token string) error {
 // prepared, work-root, owner, boot-timeout and endpoint.
 func (c Cloud) Spec() []provider.Option {
 	flag := func(name string) string { return c.Provider + "-" + name }
-	return []provider.Option{
+	return slices.Concat([]provider.Option{
 		{Name: "size", Flag: flag("size"), Default: c.Sizes,
 			Help: c.SizeWord + "s to try in order, comma-separated (the next one when " + c.Name + " has no capacity)"},
 		{Name: "region", Flag: flag("region"), Default: c.Regions, Help: c.RegionWord + "s to try in order, comma-separated"},
 		{Name: "image", Flag: flag("image"), Default: c.Image, Help: "system image"},
-		{Name: "prepared", Flag: flag("prepared"), Default: "false", Help: "the image already has git and tar: install nothing at boot"},
-		{Name: "work-root", Flag: flag("work-root"), Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
-		{Name: "owner", Flag: flag("owner"), Help: "owner tag on machines (default: the OS user)"},
-		{Name: "boot-timeout", Flag: flag("boot-timeout"), Default: DefaultBootTimeout.String(),
-			Help: "how long to wait for a new machine's address and SSH"},
+	}, cloud.BoxOptions(c.Provider, "owner tag on machines", "machine", DefaultBootTimeout), []provider.Option{
 		cloud.EndpointOption(c.Provider, c.Name, ""),
-	}
+	})
 }
 
 // Parse turns raw options into Options, naming the option that is wrong.
@@ -115,11 +112,8 @@ func (c Cloud) Parse(cfg provider.Config) (Options, error) {
 		WorkRoot: cfg["work-root"], Owner: strings.TrimSpace(cfg["owner"]), Endpoint: strings.TrimSpace(cfg["endpoint"]),
 	}
 	var err error
-	if o.Prepared, err = cfg.Bool("prepared"); err != nil {
-		return Options{}, fmt.Errorf("%s provider: %w", c.Provider, err)
-	}
-	if o.BootTimeout, err = cfg.Duration("boot-timeout"); err != nil {
-		return Options{}, fmt.Errorf("%s provider: %w", c.Provider, err)
+	if o.Prepared, o.BootTimeout, err = cloud.ParseBootOptions(c.Provider, cfg); err != nil {
+		return Options{}, err
 	}
 	return o, nil
 }

@@ -363,29 +363,13 @@ func (b *Backend) Resolve(ctx context.Context, req provider.ResolveRequest) (pro
 }
 
 func (b *Backend) resolve(ctx context.Context, ref string) (Machine, error) {
-	var found []Machine
-	var err error
-	switch {
-	case lease.IsID(ref):
-		found, err = b.machines(ctx, ref)
-	case lease.ValidSlug(ref):
-		found, err = b.machines(ctx, "")
-		found = slices.DeleteFunc(found, func(m Machine) bool { return b.labels(m)[cloud.LabelSlug] != ref })
-	default:
-		return Machine{}, fmt.Errorf("%q is neither a lease ID nor a slug: %w", ref, provider.ErrNotFound)
-	}
-	if err != nil {
-		return Machine{}, err
-	}
-	found = slices.DeleteFunc(found, func(m Machine) bool { return !b.live(m) })
-	switch len(found) {
-	case 0:
-		return Machine{}, fmt.Errorf("no running machine: %w", provider.ErrNotFound)
-	case 1:
-		return found[0], nil
-	default:
-		return Machine{}, fmt.Errorf("%d running machines (%s, %s, ...): %w", len(found), found[0].ID, found[1].ID, provider.ErrConflict)
-	}
+	return cloud.ResolveLive(ctx, ref, func(ctx context.Context, leaseID, slug string) ([]Machine, error) {
+		if slug == "" {
+			return b.machines(ctx, leaseID)
+		}
+		found, err := b.machines(ctx, "")
+		return slices.DeleteFunc(found, func(m Machine) bool { return b.labels(m)[cloud.LabelSlug] != slug }), err
+	}, b.live, "machine", func(m Machine) any { return m.ID })
 }
 
 // List returns every crabbox machine of the provider, whatever its state.
@@ -395,16 +379,8 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 	if err != nil {
 		return nil, fmt.Errorf("list %s leases: %w", b.cfg.Provider, err)
 	}
-	out := make([]provider.LeaseTarget, 0, len(all))
-	for _, m := range all {
-		t, err := b.target(m)
-		if err != nil {
-			b.log.Warn(b.cfg.Provider+" machine with unreadable tags", "machine", m.ID, "err", err)
-			continue
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return cloud.Targets(b.log, all, b.target, b.cfg.Provider+" machine with unreadable tags", "machine",
+		func(m Machine) any { return m.ID }), nil
 }
 
 // Touch records activity on the lease's machine: its last_touched_at and
@@ -418,8 +394,8 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 }
 
 func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
-	if req.ExpiresAt.IsZero() || req.Now.IsZero() {
-		return provider.LeaseTarget{}, errors.New("no time or expiry given")
+	if err := cloud.CheckTouch(req); err != nil {
+		return provider.LeaseTarget{}, err
 	}
 	m, err := b.leaseMachine(ctx, req.Lease)
 	if err != nil {
