@@ -337,3 +337,19 @@ type DoctorBackend interface {
 	Backend
 	Doctor(ctx context.Context) ([]Check, error)
 }
+
+// SSHLoginBackend is an SSH-lease backend whose boxes are reached with a
+// short-lived login that is itself a credential, such as a sandbox
+// gateway that takes an access token as the SSH user name. The LeaseTarget
+// it returns from Acquire, Resolve, List and Touch holds no such secret
+// (its User is a neutral name, for display); the library asks SSHLogin for
+// a fresh login each time it connects to a lease and keeps the answer only
+// in memory, for that connection: it is never written to the lease store,
+// a log, an error, history or a command line.
+type SSHLoginBackend interface {
+	SSHLeaseBackend
+	// SSHLogin returns where and as whom to connect to req.Lease now. The
+	// login stays valid for at least req.ValidFor when the provider lets
+	// the caller choose (it may be valid for longer).
+	SSHLogin(ctx context.Context, req SSHLoginRequest) (SSHLogin, error)
+}

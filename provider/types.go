@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"time"
 )
 
@@ -188,3 +190,31 @@ type StatusRequest struct {
 type StopRequest struct {
 	ID string
 }
+
+// SSHLoginRequest asks an SSHLoginBackend for a login to a lease.
+type SSHLoginRequest struct {
+	Lease LeaseTarget
+	// ValidFor is how long the connection is expected to need the login
+	// to stay valid (zero: the provider's default).
+	ValidFor time.Duration
+}
+
+// SSHLogin is where and as whom to connect to a lease, for one
+// connection. User is a secret: never store, log or print it, and never
+// pass it on a command line.
+type SSHLogin struct {
+	Host string
+	Port int
+	User string
+	// ExpiresAt is when the login stops working; zero means unknown.
+	ExpiresAt time.Time
+}
+
+// String hides the user name, so that formatting a login with %v or a
+// logger never shows the secret.
+func (l SSHLogin) String() string {
+	return fmt.Sprintf("%s:%d (user hidden)", l.Host, l.Port)
+}
+
+// LogValue hides the user name from slog.
+func (l SSHLogin) LogValue() slog.Value { return slog.StringValue(l.String()) }
