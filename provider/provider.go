@@ -67,6 +67,10 @@ const (
 	// sandboxes (a DelegatedFileBackend), so the library syncs into them
 	// and sends only what changed on reuse.
 	FeatureFiles Feature = "files"
+	// FeatureSSHLogin: leases are reached with a short-lived login that is
+	// itself a credential (an SSHLoginBackend); the library asks for one
+	// at each connection and never stores it.
+	FeatureSSHLogin Feature = "ssh-login"
 )
 
 // CoordinatorSupport says whether a coordinator can broker the provider's leases.
