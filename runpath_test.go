@@ -3,7 +3,6 @@ package crabbox_test
 import (
 	"bytes"
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,9 +67,7 @@ func TestOneRunPath(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// The first line: a timed-out command's shell may add "Terminated".
-				first, _, _ := strings.Cut(out.String(), "\n")
-				got := outcome{Exit: res.ExitCode, TimedOut: res.TimedOut, Output: first + "\n"}
+				got := outcome{Exit: res.ExitCode, TimedOut: res.TimedOut, Output: out.String()}
 				entries, err := c.History().List(0)
 				if err != nil || len(entries) == 0 || entries[0].RunID != res.RunID {
 					t.Fatalf("history = %+v, %v; want run %s first", entries, err, res.RunID)

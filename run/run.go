@@ -123,11 +123,14 @@ type Result struct {
 // finish. See the package documentation for the exit status and
 // cancellation rules.
 func Run(ctx context.Context, client *ssh.Client, req Command) (Result, error) {
-	command, err := req.commandLine()
+	desc, err := req.commandLine()
 	if err != nil {
 		return Result{ExitCode: ExitUnknown}, fmt.Errorf("run: %w", err)
 	}
-	desc := command
+	command := desc
+	if len(req.Command) > 0 {
+		command = execLine(req.Command)
+	}
 	if err := ctx.Err(); err != nil {
 		return Result{ExitCode: canceledCode(err)}, fmt.Errorf("run %q: %w", desc, err)
 	}
@@ -179,6 +182,32 @@ func (req Command) commandLine() (string, error) {
 	default:
 		return "", errors.New("no command: set Command or Shell")
 	}
+}
+
+// execLine is the shell line that runs argv: the program replaces the
+// shell that would otherwise wait for it (exec), as sh -c does with a
+// single command. So no shell stands between the command and the
+// wrapper, and none reports the command's death by a signal on its
+// stderr ("Terminated"): a command ended by a signal looks exactly as it
+// does over a plain ssh. A builtin without a program of its name (cd,
+// exit, export, ...) runs in the shell as before.
+func execLine(argv []string) string {
+	line := remote.CommandLine(argv)
+	if shellOnly[argv[0]] {
+		return line
+	}
+	return "exec " + line
+}
+
+// shellOnly are the POSIX sh builtins that exec would not find as a
+// program, or whose effect is on the shell itself.
+var shellOnly = map[string]bool{
+	".": true, ":": true, "alias": true, "bg": true, "break": true, "cd": true, "command": true,
+	"continue": true, "eval": true, "exec": true, "exit": true, "export": true, "fc": true,
+	"fg": true, "getopts": true, "hash": true, "jobs": true, "local": true, "read": true,
+	"readonly": true, "return": true, "set": true, "shift": true, "source": true, "times": true,
+	"trap": true, "type": true, "ulimit": true, "umask": true, "unalias": true, "unset": true,
+	"wait": true,
 }
 
 // check validates what the command words and line do not: the

@@ -55,6 +55,9 @@ func TestExitCodes(t *testing.T) {
 		{"killed by KILL", run.Command{Command: []string{"sh", "-c", "kill -KILL $$"}}, run.Result{ExitCode: 137, Signal: "KILL"}},
 		{"command not found", run.Command{Command: []string{"crabbox-no-such-command"}}, run.Result{ExitCode: 127}},
 		{"reserved word as command", run.Command{Command: []string{"if"}}, run.Result{ExitCode: 127}},
+		// Builtins with no program of their name still run in the shell.
+		{"argv exit 3", run.Command{Command: []string{"exit", "3"}}, run.Result{ExitCode: 3}},
+		{"argv cd", run.Command{Command: []string{"cd", "/"}}, run.Result{ExitCode: 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -102,6 +105,25 @@ func TestStdoutAndStderrSeparate(t *testing.T) {
 	}
 	if diff := cmp.Diff("err1\nerr2\n", stderr.String()); diff != "" {
 		t.Errorf("stderr (-want +got):\n%s", diff)
+	}
+}
+
+// A command ended by a signal leaves its stderr as it was: no shell
+// between it and the wrapper reports "Terminated", as over a plain ssh.
+func TestSignalDeathAddsNothingToStderr(t *testing.T) {
+	client := dial(t)
+	for _, sig := range []string{"TERM", "KILL", "HUP"} {
+		var stdout, stderr bytes.Buffer
+		res, err := run.Run(t.Context(), client, run.Command{
+			Command: []string{"sh", "-c", "echo before; kill -" + sig + " $$"},
+			Stdout:  &stdout, Stderr: &stderr,
+		})
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if res.Signal != sig || stdout.String() != "before\n" || stderr.String() != "" {
+			t.Errorf("kill -%s: signal %q, stdout %q, stderr %q; want %s, \"before\\n\", nothing on stderr", sig, res.Signal, stdout.String(), stderr.String(), sig)
+		}
 	}
 }
 

@@ -120,7 +120,13 @@ func steps(d time.Duration) int {
 func wrapperScript(nonce, marker, command, dir, precondition string, env map[string]string, grace time.Duration) string {
 	var b strings.Builder
 	b.WriteString("{\n")
-	b.WriteString("unset CDPATH\nexec 3<&0\n")
+	// The wrapper's own stderr is /dev/null and the command's is fd 4: a
+	// shell reports a child that died by a signal ("Terminated") on its
+	// stderr, which the command's output must not carry. The command is
+	// started in a subshell that takes the redirections and execs it,
+	// because dash applies a simple command's redirections in the shell
+	// itself (it vforks) and would report through them.
+	b.WriteString("unset CDPATH\nexec 3<&0 4>&2 2>/dev/null\n")
 	b.WriteString(killFuncs)
 	fmt.Fprintf(&b, "crabbox_fail() { printf '%%s %%s\\n' %s \"$1\"; exit 125; }\n", remote.Quote(marker))
 	if precondition != "" {
@@ -136,7 +142,7 @@ func wrapperScript(nonce, marker, command, dir, precondition string, env map[str
 	}
 	fmt.Fprintf(&b, "crabbox_d=%s\n", runDir(nonce))
 	fmt.Fprintf(&b, "mkdir -m 700 -- \"$crabbox_d\" 2>/dev/null || crabbox_fail %s\n", statusRunDir)
-	fmt.Fprintf(&b, "{ while read -r crabbox_l; do :; done; crabbox_kill \"$crabbox_d\" %d %d; } 0<&3 3<&- >/dev/null 2>&1 &\n",
+	fmt.Fprintf(&b, "{ while read -r crabbox_l; do :; done; crabbox_kill \"$crabbox_d\" %d %d; } 0<&3 3<&- 4>&- >/dev/null 2>&1 &\n",
 		steps(publishWait), steps(grace))
 	b.WriteString("crabbox_w=$!\n")
 	fmt.Fprintf(&b, "printf '%%s %%s\\n' %s %s\n", remote.Quote(marker), statusOK)
@@ -156,15 +162,13 @@ func wrapperScript(nonce, marker, command, dir, precondition string, env map[str
 	tramp := remote.Quote(trampoline)
 
 	b.WriteString("if command -v setsid >/dev/null 2>&1; then\n")
-	fmt.Fprintf(&b, "\t{ %s setsid sh -c %s </dev/null 2>&4 3<&- 4>&-; } 4>&2 2>/dev/null\n", assign.String(), tramp)
+	fmt.Fprintf(&b, "\t(%s setsid sh -c %s </dev/null 2>&4 3<&- 4>&-)\n", assign.String(), tramp)
 	b.WriteString("\tcrabbox_s=$?\nelse\n")
 	b.WriteString("\tset -m 2>/dev/null\n")
-	fmt.Fprintf(&b, "\t%s sh -c %s </dev/null 3<&- &\n", assign.String(), tramp)
-	b.WriteString("\t{ wait $!; } 2>/dev/null\n\tcrabbox_s=$?\n\tset +m 2>/dev/null\nfi\n")
+	fmt.Fprintf(&b, "\t(%s sh -c %s </dev/null 2>&4 3<&- 4>&-) &\n", assign.String(), tramp)
+	b.WriteString("\twait $!\n\tcrabbox_s=$?\n\tset +m\nfi\n")
 	fmt.Fprintf(&b, "crabbox_kill \"$crabbox_d\" 0 %d >/dev/null 2>&1\n", steps(grace))
-	// Reaping the watchdog with stderr closed keeps a job-controlling
-	// shell from reporting it as terminated.
-	b.WriteString("{ kill \"$crabbox_w\"; wait \"$crabbox_w\"; } 2>/dev/null\n")
+	b.WriteString("kill \"$crabbox_w\"; wait \"$crabbox_w\"\n")
 	b.WriteString("rm -rf -- \"$crabbox_d\"\n")
 	b.WriteString("exit \"$crabbox_s\"\n")
 	b.WriteString("}\n")

@@ -65,11 +65,8 @@ func TestConformanceFiles(t *testing.T) {
 			}
 			return b
 		},
-		Timeout: 2 * time.Minute,
-		// The exit codes of signals are right (143, 137), but the example
-		// runs commands through crabbox's SSH run wrapper, whose shell says
-		// "Terminated" on stderr, which the suite's signal cases refuse.
-		Signals:      false,
+		Timeout:      2 * time.Minute,
+		Signals:      true,
 		ProcessTable: runtime.GOOS == "linux",
 	})
 }
