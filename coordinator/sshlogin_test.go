@@ -218,14 +218,34 @@ func TestSSHLoginOnlyInOwnersConnectAnswers(t *testing.T) {
 				t.Errorf("SSHLogin was asked with lease user %q, want the stored %q", u, neutralUser)
 			}
 		}
-		if strings.Contains(logs.String(), secretPrefix) {
-			t.Errorf("the server logged a login:\n%s", logs.String())
+
+		// A fixed-ID create and its replay carry a login too.
+		put := loginReq(t)
+		put.CreateAttemptID = ""
+		var created, replayed api.LeaseResponse
+		e.do("PUT", leasePath(put.LeaseID, ""), alice, put, http.StatusCreated, &created)
+		e.do("PUT", leasePath(put.LeaseID, ""), alice, put, http.StatusOK, &replayed)
+		check("fixed-ID create", created.Lease, login(3, e.clock.Now().Add(30*time.Minute)))
+		check("fixed-ID replay", replayed.Lease, login(3, e.clock.Now().Add(30*time.Minute)))
+
+		// A registered lease never reaches the provider.
+		var reg api.LeaseResponse
+		e.do("PUT", leasePath("static-host-1", "/registration"), alice,
+			api.RegistrationRequest{Provider: loginProvider, Host: "127.0.0.3", SSHUser: neutralUser}, http.StatusCreated, &reg)
+		if got := e.get(alice, "static-host-1"); got.SSHUser != neutralUser || !got.SSHLoginExpiresAt.IsZero() {
+			t.Errorf("registered lease: user %q, login expiry %v", got.SSHUser, got.SSHLoginExpiresAt)
+		}
+		if n, _ := lf.issued(); n != 3 {
+			t.Errorf("%d logins issued, want 3", n)
 		}
 
 		// The plain provider's leases are answered as stored.
 		plain := e.create(alice, leaseReq(t))
 		if plain.SSHUser != "crabbox" || !plain.SSHLoginExpiresAt.IsZero() {
 			t.Errorf("plain provider's lease: user %q, login expiry %v", plain.SSHUser, plain.SSHLoginExpiresAt)
+		}
+		if strings.Contains(logs.String(), secretPrefix) {
+			t.Errorf("the server logged a login:\n%s", logs.String())
 		}
 	})
 }
