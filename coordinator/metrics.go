@@ -66,7 +66,7 @@ func newMetrics(s *Server) *metrics {
 		}, []string{"provider"}),
 		sshLoginFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "crabbox_coordinator_ssh_login_failures_total",
-			Help: "Lease answers refused because the provider could not issue an SSH login, by provider.",
+			Help: "SSH logins a provider could not issue for a lease answer, by provider.",
 		}, []string{"provider"}),
 	}
 	m.registry.MustRegister(m.requests, m.latency, m.provisionFailures, m.touchFailures,
