@@ -65,15 +65,13 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, id auth.Ide
 		return s.fromStore(r, err, "creating the lease", "lease "+spec.LeaseID)
 	}
 	if res.Replayed {
-		writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: toAPILease(res.Lease)})
-		return nil
+		return s.writeLease(w, r, id, http.StatusOK, res.Lease)
 	}
 	l, e := s.provision(r, backend, res.Lease, spec)
 	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusCreated, api.LeaseResponse{Lease: toAPILease(l)})
-	return nil
+	return s.writeLease(w, r, id, http.StatusCreated, l)
 }
 
 // putLease serves PUT /v1/leases/{id}: a fixed-ID create keyed by the
@@ -116,14 +114,23 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request, id auth.Identi
 		if res.Lease.State == store.StateProvisioning {
 			status = http.StatusAccepted
 		}
-		writeJSON(w, status, api.LeaseResponse{Lease: toAPILease(res.Lease)})
-		return nil
+		return s.writeLease(w, r, id, status, res.Lease)
 	}
 	l, e := s.provision(r, backend, res.Lease, spec)
 	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusCreated, api.LeaseResponse{Lease: toAPILease(l)})
+	return s.writeLease(w, r, id, http.StatusCreated, l)
+}
+
+// writeLease answers with l as the caller connects to it: for its owner,
+// with a fresh SSH login where the provider needs one (see connectLease).
+func (s *Server) writeLease(w http.ResponseWriter, r *http.Request, id auth.Identity, status int, l store.Lease) *apiError {
+	out, e := s.connectLease(r, id, l)
+	if e != nil {
+		return e
+	}
+	writeJSON(w, status, api.LeaseResponse{Lease: out})
 	return nil
 }
 

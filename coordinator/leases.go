@@ -70,8 +70,7 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request, id auth.Identi
 	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: toAPILease(l)})
-	return nil
+	return s.writeLease(w, r, id, http.StatusOK, l)
 }
 
 // leaseFilter parses the list query. Without admin rights, owner and org
@@ -174,7 +173,14 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, id auth.Ident
 		return s.fromStore(r, err, "recording the heartbeat", "lease "+ref)
 	}
 	s.queueTouch(l)
-	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: toAPILease(l)})
+	out, e := s.connectLease(r, id, l)
+	if e != nil {
+		// The heartbeat is recorded, and that is what the client asked
+		// for: it gets the stored record, and the next answer asks the
+		// provider for a login again.
+		out = toAPILease(l)
+	}
+	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: out})
 	return nil
 }
 
@@ -249,6 +255,7 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, l store.Le
 		return s.fromStore(r, err, "releasing the lease", "lease "+leaseID)
 	}
 	s.touches.drop(l.ID)
+	s.logins.drop(l.ID)
 	if l.ReleaseDeletesServer {
 		s.wakeMaintenance()
 	}
@@ -279,6 +286,8 @@ func (s *Server) cancelCreate(w http.ResponseWriter, r *http.Request, id auth.Id
 	if res.Lease != nil {
 		l := toAPILease(*res.Lease)
 		out.Lease = &l
+		s.touches.drop(l.ID)
+		s.logins.drop(l.ID)
 		if res.Lease.ReleaseDeletesServer {
 			s.wakeMaintenance()
 		}

@@ -72,16 +72,18 @@ func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
 
 // Maintain runs one maintenance pass: it sends the provider touches that
 // heartbeats queued, if a touch pass is due (see Config.TouchInterval),
-// and it claims up to one batch of leases
-// that need cleanup (expired, or with a server deletion queued), deletes
-// their servers through their providers outside any transaction, and
-// commits each with its claim's fencing token. A failed delete is recorded
+// forgets the cached SSH logins near their expiry, and it claims up to
+// one batch of leases that need cleanup (expired, or with a server
+// deletion queued), deletes their servers through their providers
+// outside any transaction, and commits each with its claim's fencing
+// token. A failed delete is recorded
 // on the lease (cleanupError) and retried with backoff. It returns how many
 // leases it claimed. Safe to call from several processes at once: a lease
 // is claimed by one of them at a time.
 func (s *Server) Maintain(ctx context.Context) (int, error) {
 	s.sendTouches(ctx)
 	s.recheckTokens(ctx)
+	s.logins.prune(s.clock.Now())
 	claimed, err := s.store.ClaimForCleanup(ctx, s.clock.Now().UTC(), cleanupBatch, s.claimHold)
 	if err != nil {
 		return 0, fmt.Errorf("claim leases for cleanup: %w", err)
@@ -99,6 +101,7 @@ func (s *Server) Maintain(ctx context.Context) (int, error) {
 // stalled past the hold and another took the lease over), the delete is
 // abandoned and nothing is committed.
 func (s *Server) cleanup(ctx context.Context, l store.Lease) {
+	s.logins.drop(l.ID)
 	log := s.log.With(slog.String("lease", l.ID), slog.String("provider", l.Provider), slog.String("owner", l.Owner))
 	dctx, cancel := context.WithCancelCause(ctx)
 	renewing := make(chan struct{})

@@ -27,6 +27,8 @@ type metrics struct {
 	touchFailures     *prometheus.CounterVec
 	cleanups          *prometheus.CounterVec
 	cleanupFailures   *prometheus.CounterVec
+	sshLogins         *prometheus.CounterVec
+	sshLoginFailures  *prometheus.CounterVec
 	handler           http.Handler
 }
 
@@ -58,9 +60,17 @@ func newMetrics(s *Server) *metrics {
 			Name: "crabbox_coordinator_cleanup_failures_total",
 			Help: "Server deletions by the maintenance loop that failed, by provider.",
 		}, []string{"provider"}),
+		sshLogins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "crabbox_coordinator_ssh_logins_total",
+			Help: "SSH logins issued by providers whose logins are credentials, by provider.",
+		}, []string{"provider"}),
+		sshLoginFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "crabbox_coordinator_ssh_login_failures_total",
+			Help: "SSH logins a provider could not issue for a lease answer, by provider.",
+		}, []string{"provider"}),
 	}
 	m.registry.MustRegister(m.requests, m.latency, m.provisionFailures, m.touchFailures,
-		m.cleanups, m.cleanupFailures, &leaseCollector{s: s},
+		m.cleanups, m.cleanupFailures, m.sshLogins, m.sshLoginFailures, &leaseCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorLog: slogAdapter{s.log}})
 	return m

@@ -49,7 +49,11 @@ type Config struct {
 	// close it.
 	Store store.Store
 	// Providers are the server-side provider backends by provider name,
-	// built by the caller with the coordinator's own credentials.
+	// built by the caller with the coordinator's own credentials. A
+	// backend that is a provider.SSHLoginBackend is asked for a login
+	// whenever a lease's owner is answered with the lease to connect to
+	// (create, get, heartbeat); the login is cached in memory until near
+	// its expiry and never stored, listed or logged.
 	Providers map[string]provider.SSHLeaseBackend
 	// DefaultProvider is used when a lease request names none. Empty means
 	// the request must name one (or, with exactly one provider configured,
@@ -156,6 +160,8 @@ type Server struct {
 
 	// touches are the provider touches heartbeats queued.
 	touches touchQueue
+	// logins are the SSH logins issued to lease owners (see sshLogin).
+	logins loginCache
 	// wake nudges the maintenance loop after a release queued a deletion.
 	wake chan struct{}
 	// secret signs the user tokens IssueUserToken mints (nil: none).

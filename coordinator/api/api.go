@@ -146,6 +146,13 @@ type Lease struct {
 	// object), received at TelemetryAt.
 	Telemetry   json.RawMessage `json:"telemetry,omitempty"`
 	TelemetryAt time.Time       `json:"telemetryAt,omitzero"`
+	// SSHLoginExpiresAt is set when host, sshUser and sshPort are a
+	// short-lived login issued for this answer (a provider whose SSH
+	// user is an access token): when that login stops working. Such a
+	// login is only ever sent to the lease's owner, on the answers that
+	// connect (create, get, heartbeat), and is never stored; listings
+	// show the lease's neutral user.
+	SSHLoginExpiresAt time.Time `json:"sshLoginExpiresAt,omitzero"`
 }
 
 // TTL is the lease's time to live.

@@ -60,13 +60,50 @@ func Settings(name string, cfg provider.Config, linked bool) (api.LeaseRequest, 
 	return req, nil
 }
 
+// NeutralSSHUser is the user of the lease targets a brokered backend
+// returns for a provider whose SSH login is a credential
+// (provider.FeatureSSHLogin). It is for display only: the backend's
+// SSHLogin asks the coordinator for the real login at each connection.
+const NeutralSSHUser = "ssh-login"
+
+// Option configures NewBrokered.
+type Option func(*brokeredOptions)
+
+type brokeredOptions struct {
+	registry *provider.Registry
+}
+
+// WithRegistry sets the registry that tells NewBrokered whether the
+// provider's SSH login is a credential: when it holds the provider and
+// its Spec has provider.FeatureSSHLogin. The default is
+// provider.Default(), the providers linked into this program.
+func WithRegistry(r *provider.Registry) Option {
+	return func(o *brokeredOptions) { o.registry = r }
+}
+
 // NewBrokered returns the SSH-lease backend of provider name's leases
 // brokered by the coordinator coord: create, resolve, list, heartbeat and
 // release are coordinator calls (settings shapes each lease request; see
 // Settings), and the box it returns is reached directly over SSH. store is
 // the local lease store, whose claims hold each lease's idle timeout.
-func NewBrokered(coord *coordclient.Client, name string, settings api.LeaseRequest, store *lease.Store, clock clockwork.Clock) provider.SSHLeaseBackend {
-	return &brokeredBackend{name: name, coord: coord, store: store, clock: clock, extra: settings, pollInterval: 2 * time.Second}
+//
+// When the registry (see WithRegistry) declares the provider's SSH login
+// a credential (provider.FeatureSSHLogin), the backend is a
+// provider.SSHLoginBackend: its lease targets carry NeutralSSHUser, never
+// the login the coordinator sent, and SSHLogin reads the lease from the
+// coordinator to get a fresh one. Other providers' backends make no such
+// call.
+func NewBrokered(coord *coordclient.Client, name string, settings api.LeaseRequest, store *lease.Store, clock clockwork.Clock, opts ...Option) provider.SSHLeaseBackend {
+	o := brokeredOptions{registry: provider.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	b := &brokeredBackend{name: name, coord: coord, store: store, clock: clock, extra: settings, pollInterval: 2 * time.Second}
+	if p, err := o.registry.Lookup(name); err == nil && p.Spec().Has(provider.FeatureSSHLogin) {
+		b.login = true
+		return &brokeredLoginBackend{brokeredBackend: b}
+	}
+	return b
 }
 
 // brokeredBackend is the backend NewBrokered returns.
@@ -77,17 +114,56 @@ type brokeredBackend struct {
 	clock        clockwork.Clock
 	extra        api.LeaseRequest
 	pollInterval time.Duration
+	// login: the provider's SSH login is a credential, kept out of the
+	// lease targets (see brokeredLoginBackend).
+	login bool
 }
 
 func (b *brokeredBackend) Spec() provider.Spec {
+	features := []provider.Feature{provider.FeatureSSH}
+	if b.login {
+		features = append(features, provider.FeatureSSHLogin)
+	}
 	return provider.Spec{
 		Name:        b.name,
 		Description: "leases brokered by the coordinator at " + b.coord.URL(),
 		Kind:        provider.KindSSHLease,
 		Targets:     []provider.Target{provider.TargetLinux},
-		Features:    []provider.Feature{provider.FeatureSSH},
+		Features:    features,
 		Coordinator: provider.CoordinatorSupported,
 	}
+}
+
+// brokeredLoginBackend is the backend NewBrokered returns for a provider
+// whose SSH login is a credential: the coordinator sends a fresh login to
+// the lease's owner in every lease answer that connects (create, get,
+// heartbeat), which the lease targets leave out and SSHLogin hands over.
+type brokeredLoginBackend struct {
+	*brokeredBackend
+}
+
+// SSHLogin reads the lease from the coordinator and returns the login in
+// its answer, which the coordinator marks with sshLoginExpiresAt (an
+// answer without it holds only the neutral user: an error). The
+// coordinator decides how long the login stays valid (until the lease's
+// expiry, at least), so req.ValidFor is not sent.
+func (b *brokeredLoginBackend) SSHLogin(ctx context.Context, req provider.SSHLoginRequest) (provider.SSHLogin, error) {
+	id := req.Lease.LeaseID
+	l, err := b.coord.GetLease(ctx, id)
+	if err != nil {
+		return provider.SSHLogin{}, fmt.Errorf("SSH login for lease %s: %w", id, err)
+	}
+	t, err := b.reach(id, l)
+	if err != nil {
+		return provider.SSHLogin{}, err
+	}
+	if l.SSHLoginExpiresAt.IsZero() {
+		// The answer holds the stored, neutral user: this coordinator
+		// does not issue logins (or not to this caller).
+		return provider.SSHLogin{}, fmt.Errorf("coordinator lease %s: the answer carries no SSH login (sshLoginExpiresAt); the coordinator at %s may be too old to broker provider %q, or the lease belongs to someone else",
+			id, b.coord.URL(), b.name)
+	}
+	return provider.SSHLogin{Host: t.Host, Port: t.Port, User: t.User, ExpiresAt: l.SSHLoginExpiresAt}, nil
 }
 
 func (b *brokeredBackend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
@@ -119,7 +195,19 @@ func seconds(d time.Duration) int { return int(d / time.Second) }
 
 // target converts the coordinator's lease into an SSH target, rejecting an
 // answer for another lease or provider, or one that cannot be reached.
+// For a provider whose login is a credential, the target's user is
+// NeutralSSHUser: the library stores targets.
 func (b *brokeredBackend) target(id string, l api.Lease) (provider.LeaseTarget, error) {
+	t, err := b.reach(id, l)
+	if err == nil && b.login {
+		t.User = NeutralSSHUser
+	}
+	return t, err
+}
+
+// reach is target with the user the coordinator sent. Its errors never
+// name the user.
+func (b *brokeredBackend) reach(id string, l api.Lease) (provider.LeaseTarget, error) {
 	bad := func(format string, args ...any) (provider.LeaseTarget, error) {
 		return provider.LeaseTarget{}, fmt.Errorf("coordinator lease %s: "+format, append([]any{id}, args...)...)
 	}
