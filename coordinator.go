@@ -178,7 +178,7 @@ func (c *Client) brokered(name string) (provider.SSHLeaseBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := coordbroker.NewBrokered(c.broker.coord, canonical, settings, c.store, c.rt.Clock)
+	b := coordbroker.NewBrokered(c.broker.coord, canonical, settings, c.store, c.rt.Clock, coordbroker.WithRegistry(c.registry))
 	c.broker.backends[key] = b
 	return b, nil
 }
