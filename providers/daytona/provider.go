@@ -22,6 +22,14 @@
 // process group (SIGTERM, then SIGKILL), then the output files; the API has
 // no way to send another signal to a command.
 //
+// In SSH mode (option ssh, Config.SSH) Configure returns an *SSHBackend
+// instead: an SSH-lease backend (provider.SSHLoginBackend) over the same
+// sandboxes, reached through Daytona's SSH gateway. The gateway takes a
+// short-lived access token as the SSH user name, so SSHLogin mints one for
+// each connection and the library never stores it; the lease targets name
+// the sandbox's OS user. The coordinator brokers Daytona leases in this
+// mode.
+//
 // The API key comes only from the DAYTONA_API_KEY environment variable (or
 // Config.APIKey for Go callers); it is never a flag, an argument or logged.
 package daytona
