@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -291,6 +292,27 @@ func TestSSHModeThroughTheLibrary(t *testing.T) {
 	echo(again)
 	if n := len(f.minted()); n != 4 {
 		t.Errorf("%d tokens minted, want 4", n)
+	}
+	// And after every token was revoked through the API.
+	if err := again.Close(); err != nil {
+		t.Fatal(err)
+	}
+	revoke, err := http.NewRequestWithContext(ctx, http.MethodDelete, f.server.URL+"/api/sandbox/"+again.Target().CloudID+"/ssh-access", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoke.Header.Set("Authorization", "Bearer "+f.key)
+	resp, err := f.server.Client().Do(revoke)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("revoke the tokens: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if again, err = c.Resolve(ctx, "lib-crab"); err != nil {
+		t.Fatal(err)
+	}
+	echo(again)
+	if n := len(f.minted()); n != 5 {
+		t.Errorf("%d tokens minted, want 5", n)
 	}
 	_, openErr := again.OpenSSHCommand(ctx)
 	if !errors.Is(openErr, provider.ErrPrecondition) {
