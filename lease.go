@@ -603,8 +603,9 @@ func (l *Lease) dialLogin(ctx context.Context, lb provider.SSHLoginBackend, s le
 }
 
 // loginValidFor is how long a login to a lease expiring at expires should
-// stay valid: until the expiry, at least a minute and at most an hour (a
-// connection that outlives its login keeps working; a new one asks again).
+// stay valid: until the expiry, at least a minute and at most an hour. A
+// gateway checks the login when the connection opens (Daytona's does), so
+// a connection may outlive it; a new connection asks for a new one.
 func loginValidFor(now, expires time.Time) time.Duration {
 	return min(max(expires.Sub(now), time.Minute), time.Hour)
 }
