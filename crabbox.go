@@ -26,6 +26,7 @@ import (
 	"maps"
 	"slices"
 	gosync "sync"
+	"time"
 
 	coordbroker "github.com/crabbox-dev/crabbox/coordinator/broker"
 
@@ -71,6 +72,9 @@ type Client struct {
 
 	// syncLimits, if set, replaces the sync guardrails' defaults (tests).
 	syncLimits *sync.Limits
+	// loginPauses, if set, replaces loginPauses: the pauses between the
+	// dials of a login lease's connection (tests).
+	loginPauses []time.Duration
 	// startWatch starts a checkout's change watcher (WithChangeWatch).
 	startWatch func(ctx context.Context, root, socket string) error
 }

@@ -1,6 +1,8 @@
 package crabbox
 
 import (
+	"time"
+
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
@@ -29,3 +31,7 @@ const ExitCrabboxFailure = exitCrabboxFailure
 
 // SetSyncLimits replaces the client's sync guardrails.
 func SetSyncLimits(c *Client, l sync.Limits) { c.syncLimits = &l }
+
+// SetLoginPauses replaces the pauses between the dials of a login lease's
+// connection.
+func SetLoginPauses(c *Client, pauses []time.Duration) { c.loginPauses = pauses }

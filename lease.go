@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -481,6 +482,16 @@ func (l *Lease) Close() error {
 
 // SSH returns the lease's SSH connection, dialing it on first use with the
 // lease key and the pinned host key.
+//
+// A lease of a provider.SSHLoginBackend is reached with a short-lived
+// login that is itself a secret (a gateway token as user name): SSH asks
+// the backend for a fresh login at each dial, connects where and as it
+// says, and keeps it only for that dial; it is never stored, logged or
+// part of an error. Such a gateway may let a connection in before the box
+// behind it answers (a sandbox whose SSH server is still starting), so a
+// new connection is proven with an empty session and, when that fails
+// after the host key was accepted, dialed again a few times (with a fresh
+// login each time) for up to about 15 seconds.
 func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
 	if l.delegated != nil {
 		return nil, l.errNoSSH("connect")
@@ -491,30 +502,112 @@ func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
 		return l.conn, nil
 	}
 	s := l.snapshot()
+	if lb, ok := l.backend.(provider.SSHLoginBackend); ok {
+		conn, err := l.dialLogin(ctx, lb, s)
+		if err != nil {
+			return nil, err
+		}
+		l.conn = conn
+		return conn, nil
+	}
 	t := s.Target
-	addr := net.JoinHostPort(t.Host, strconv.Itoa(t.Port))
+	conn, _, err := l.dial(ctx, s, t.Host, t.Port, t.User)
+	if err != nil {
+		return nil, err
+	}
+	l.conn = conn
+	return conn, nil
+}
+
+// dial connects to host:port as user with the lease key, checking the
+// box's host key against the lease's pin (or pinning it). keyAccepted
+// reports whether the box's host key was seen and accepted, so that a
+// failure after it happened behind the right server. Errors name the
+// lease and the address, never the user.
+func (l *Lease) dial(ctx context.Context, s lease.Grant, host string, port int, user string) (conn *ssh.Client, keyAccepted bool, err error) {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	check := l.client.store.HostKeyCallback(s.Claim.ID)
+	var accepted atomic.Bool // set by the handshake's goroutine
 	cfg := &ssh.ClientConfig{
-		User:            t.User,
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(s.Key.Signer)},
-		HostKeyCallback: l.client.store.HostKeyCallback(s.Claim.ID),
-		Timeout:         30 * time.Second,
+		User: user,
+		Auth: []ssh.AuthMethod{ssh.PublicKeys(s.Key.Signer)},
+		HostKeyCallback: func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+			if err := check(hostname, remote, key); err != nil {
+				return err
+			}
+			accepted.Store(true)
+			return nil
+		},
+		Timeout: 30 * time.Second,
 	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("connect to lease %s at %s: %w", s.Claim.ID, addr, err)
+		return nil, false, fmt.Errorf("connect to lease %s at %s: %w", s.Claim.ID, addr, err)
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(deadline)
 	}
-	conn, chans, reqs, err := ssh.NewClientConn(remote.QuickAck(nc), addr, cfg)
+	c, chans, reqs, err := ssh.NewClientConn(remote.QuickAck(nc), addr, cfg)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("connect to lease %s at %s: %w", s.Claim.ID, addr, err)
+		return nil, accepted.Load(), fmt.Errorf("connect to lease %s at %s: %w", s.Claim.ID, addr, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	l.conn = ssh.NewClient(conn, chans, reqs)
-	return l.conn, nil
+	return ssh.NewClient(c, chans, reqs), true, nil
+}
+
+// loginPauses are the pauses between the dials of a login lease's
+// connection (see Lease.SSH): one more dial than pauses, about 15 seconds
+// in all.
+var loginPauses = []time.Duration{
+	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second,
+}
+
+// dialLogin connects to a lease of a login backend (see Lease.SSH).
+func (l *Lease) dialLogin(ctx context.Context, lb provider.SSHLoginBackend, s lease.Grant) (*ssh.Client, error) {
+	id := s.Claim.ID
+	pauses := loginPauses
+	if l.client.loginPauses != nil {
+		pauses = l.client.loginPauses
+	}
+	for attempt := 0; ; attempt++ {
+		login, err := lb.SSHLogin(ctx, provider.SSHLoginRequest{Lease: s.Target, ValidFor: loginValidFor(l.client.rt.Clock.Now(), s.Claim.ExpiresAt)})
+		if err != nil {
+			return nil, fmt.Errorf("connect to lease %s: SSH login: %w", id, err)
+		}
+		if login.Host == "" || login.User == "" || login.Port <= 0 || login.Port > 65535 {
+			return nil, fmt.Errorf("connect to lease %s: the provider's SSH login lacks a host, port or user (%s)", id, login)
+		}
+		conn, accepted, err := l.dial(ctx, s, login.Host, login.Port, login.User)
+		if err == nil {
+			// Prove that the box behind the gateway answers.
+			var sess *ssh.Session
+			if sess, err = conn.NewSession(); err == nil {
+				sess.Close()
+				return conn, nil
+			}
+			conn.Close()
+			err = fmt.Errorf("connect to lease %s at %s: open a session: %w", id, net.JoinHostPort(login.Host, strconv.Itoa(login.Port)), err)
+		}
+		if !accepted || ctx.Err() != nil || attempt == len(pauses) {
+			return nil, err
+		}
+		l.client.log.Debug("SSH login not answered yet; retrying", "lease", id, "attempt", attempt+1, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (after: %w)", ctx.Err(), err)
+		case <-l.client.rt.Clock.After(pauses[attempt]):
+		}
+	}
+}
+
+// loginValidFor is how long a login to a lease expiring at expires should
+// stay valid: until the expiry, at least a minute and at most an hour. A
+// gateway checks the login when the connection opens (Daytona's does), so
+// a connection may outlive it; a new connection asks for a new one.
+func loginValidFor(now, expires time.Time) time.Duration {
+	return min(max(expires.Sub(now), time.Minute), time.Hour)
 }
 
 // SyncOptions control a sync.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/internal/atomicfile"
 	"github.com/crabbox-dev/crabbox/internal/remote"
+	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/sync"
 )
 
@@ -127,6 +128,11 @@ func forwardResizes(sess *ssh.Session, sizes <-chan WindowSize, done <-chan stru
 // and a known_hosts file (written into the state directory, mode 0600)
 // holding the pinned host key, checked strictly. A box whose host key is not
 // pinned yet is connected to once to pin it.
+//
+// A lease of a provider.SSHLoginBackend has no such command line: its
+// login is a secret that must not be put in argv (where other users of the
+// machine and shell history see it), so OpenSSHCommand returns an error
+// matching provider.ErrPrecondition; Shell opens its shell natively.
 func (l *Lease) OpenSSHCommand(ctx context.Context) ([]string, error) {
 	return l.openSSHCommand(ctx, "")
 }
@@ -138,6 +144,10 @@ func (l *Lease) OpenSSHCommandIn(ctx context.Context, dir string) ([]string, err
 }
 
 func (l *Lease) openSSHCommand(ctx context.Context, dir string) ([]string, error) {
+	if _, ok := l.backend.(provider.SSHLoginBackend); ok {
+		return nil, fmt.Errorf("OpenSSH command line for lease %s: provider %q reaches its boxes with a short-lived login that crabbox never puts on a command line; open the shell with crabbox ssh (without --print) instead: %w",
+			l.ID(), l.Provider(), provider.ErrPrecondition)
+	}
 	store := l.client.store
 	claim, err := store.Get(l.ID())
 	if err == nil && claim.PinnedHostKey == "" {

@@ -350,6 +350,16 @@ type DoctorBackend interface {
 // a fresh login each time it connects to a lease and keeps the answer only
 // in memory, for that connection: it is never written to the lease store,
 // a log, an error, history or a command line.
+//
+// A gateway may let a connection in before the box behind it answers (a
+// sandbox whose SSH server is still starting): the library proves each
+// new connection with an empty session and, when that fails after the
+// host key was accepted, asks for a new login and dials again, for about
+// 15 seconds. The host key pinned on first use is whatever the login's
+// host presents (a gateway's own key). Such leases have no OpenSSH
+// command line.
+//
+// Errors of SSHLogin must not contain the login's user either.
 type SSHLoginBackend interface {
 	SSHLeaseBackend
 	// SSHLogin returns where and as whom to connect to req.Lease now. The

@@ -452,6 +452,13 @@ func serverBackends(cfgs map[string]provider.Config, rt provider.Runtime) (map[s
 		if err != nil {
 			return out, fmt.Errorf("coordinator config: %w", err)
 		}
+		// A provider that runs commands itself by default but declares
+		// coordinator support has SSH leases in its SSH mode (daytona's
+		// ssh option): the coordinator brokers those.
+		if _, ok := spec.Option("ssh"); ok && spec.Kind != provider.KindSSHLease &&
+			spec.Coordinator == provider.CoordinatorSupported && raw["ssh"] == "" {
+			cfg["ssh"] = "true"
+		}
 		b, err := p.Configure(cfg, rt)
 		if err != nil {
 			return out, fmt.Errorf("coordinator config: provider %q: %w", name, err)

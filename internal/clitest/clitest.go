@@ -123,7 +123,8 @@ type timing struct {
 }
 
 // DelegatedWarmLease walks the warm-lease workflow of a delegated provider
-// with files through the command, in a checkout of GitRepo's: warmup; run
+// with files (or of an SSH-lease provider, whose syncs send only what
+// changed too) through the command, in a checkout of GitRepo's: warmup; run
 // --id, which sends both files; untracked.txt edited, run --id by slug,
 // which sends only it; run --id again with nothing changed, which sends
 // nothing; status; stop; and list, which is then empty. provider is the

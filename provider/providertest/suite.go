@@ -150,7 +150,7 @@ func testLifecycle(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend
 		t.Errorf("Resolve after Touch: ExpiresAt = %v, want %v", again.ExpiresAt, later)
 	}
 
-	checkSSH(t, spec, target, key)
+	checkSSH(t, ctx, b, target, key)
 
 	if err := b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: target}); err != nil {
 		t.Fatalf("ReleaseLease: %v", err)
@@ -212,9 +212,36 @@ func findListed(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend, i
 }
 
 // checkSSH connects with the lease key (or the target's key file), pinning
-// the target's host key when it has one, and runs a command in the work root.
-func checkSSH(t *testing.T, spec provider.Spec, target provider.LeaseTarget, key lease.Key) {
+// the target's host key when it has one, and runs a command in the work
+// root. A backend that declares provider.FeatureSSHLogin must implement
+// provider.SSHLoginBackend, and is connected to as its login says.
+func checkSSH(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend, target provider.LeaseTarget, key lease.Key) {
 	t.Helper()
+	spec := b.Spec()
+	host, port, user := target.Host, target.Port, target.User
+	lb, ok := b.(provider.SSHLoginBackend)
+	switch {
+	case spec.Has(provider.FeatureSSHLogin) && !ok:
+		t.Fatalf("spec declares %s but the backend does not implement provider.SSHLoginBackend", provider.FeatureSSHLogin)
+	case ok && !spec.Has(provider.FeatureSSHLogin):
+		t.Errorf("the backend implements provider.SSHLoginBackend but its spec does not declare %s", provider.FeatureSSHLogin)
+	}
+	if ok {
+		login, err := lb.SSHLogin(ctx, provider.SSHLoginRequest{Lease: target, ValidFor: 10 * time.Minute})
+		if err != nil {
+			t.Fatalf("SSHLogin: %v", err)
+		}
+		if login.Host == "" || login.Port <= 0 || login.User == "" {
+			t.Fatalf("SSHLogin = %v, want a host, a port and a user", login)
+		}
+		if login.User == target.User {
+			t.Errorf("SSHLogin's user is the target's user %q: a login backend's target must not hold its secret", target.User)
+		}
+		if !login.ExpiresAt.IsZero() && login.ExpiresAt.Before(time.Now().Add(9*time.Minute)) {
+			t.Errorf("SSHLogin expires at %v, before the 10 minutes asked for", login.ExpiresAt)
+		}
+		host, port, user = login.Host, login.Port, login.User
+	}
 	signer := key.Signer
 	if target.KeyFile != "" {
 		k, err := lease.LoadKeyFile(target.KeyFile)
@@ -231,9 +258,9 @@ func checkSSH(t *testing.T, spec provider.Spec, target provider.LeaseTarget, key
 		}
 		hostKey = ssh.FixedHostKey(pub)
 	}
-	addr := net.JoinHostPort(target.Host, strconv.Itoa(target.Port))
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	client, err := ssh.Dial("tcp", addr, &ssh.ClientConfig{
-		User: target.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		User: user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
 		HostKeyCallback: hostKey, Timeout: 30 * time.Second,
 	})
 	if err != nil {

@@ -63,20 +63,32 @@ func (b *Backend) Warmup(ctx context.Context, req provider.WarmupRequest) (provi
 	return v, nil
 }
 
-func (b *Backend) warmup(ctx context.Context, req provider.WarmupRequest) (view provider.LeaseView, err error) {
+func (b *Backend) warmup(ctx context.Context, req provider.WarmupRequest) (provider.LeaseView, error) {
+	s, err := b.start(ctx, req)
+	if err != nil {
+		return provider.LeaseView{}, err
+	}
+	return b.view(s)
+}
+
+// start creates the lease's sandbox, labelled with the lease's ownership
+// labels, waits until it has started, records its work root in its
+// labels and labels it ready; it returns the sandbox as labelled. If a
+// step fails, or ctx ends, it deletes the sandbox (or labels it failed).
+func (b *Backend) start(ctx context.Context, req provider.WarmupRequest) (s sandbox, err error) {
 	now := b.rt.Clock.Now().UTC()
 	if !req.ExpiresAt.After(now) {
-		return view, fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), now.Format(time.RFC3339))
+		return s, fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
 	if _, ok := req.Labels[LabelWorkRoot]; ok {
-		return view, fmt.Errorf("label %q is reserved for crabbox", LabelWorkRoot)
+		return s, fmt.Errorf("label %q is reserved for crabbox", LabelWorkRoot)
 	}
 	labels, err := cloud.NewLabels(provider.AcquireRequest{
 		LeaseID: req.LeaseID, Slug: req.Slug, TTL: req.TTL, IdleTimeout: req.IdleTimeout,
 		CreatedAt: now, ExpiresAt: req.ExpiresAt, Labels: req.Labels,
 	}, cloud.LabelOptions{Provider: Name, Owner: b.cfg.Owner})
 	if err != nil {
-		return view, err
+		return s, err
 	}
 	body := createSandbox{
 		Name: sandboxName(req.LeaseID), Snapshot: b.cfg.Snapshot, User: b.cfg.User, Target: b.cfg.Target,
@@ -89,29 +101,28 @@ func (b *Backend) warmup(ctx context.Context, req provider.WarmupRequest) (view 
 	rb := cloud.NewRollback(b.rt.Logger.With("lease", req.LeaseID), 0)
 	defer rb.Finish(ctx, &err)
 	rb.Add(cloud.StepCreate, "sandbox "+body.Name, func(ctx context.Context) error { return b.deleteOrMark(ctx, body.Name) })
-	var s sandbox
 	if err := b.api.json(ctx, "create sandbox", jsonBody(http.MethodPost, b.api.api("sandbox"), body), &s); err != nil {
-		return view, err
+		return s, err
 	}
 	if s.ID == "" {
-		return view, errors.New("create sandbox: the answer has no sandbox ID")
+		return s, errors.New("create sandbox: the answer has no sandbox ID")
 	}
 	if s, err = b.waitStarted(ctx, s); err != nil {
-		return view, err
+		return s, err
 	}
 	root := b.cfg.WorkRoot
 	if root == "" {
 		if root, err = b.homeWorkRoot(ctx, s); err != nil {
-			return view, err
+			return s, err
 		}
 	}
 	ready := cloud.WithState(s.Labels, cloud.StateReady)
 	ready[LabelWorkRoot] = root
 	if err := b.replaceLabels(ctx, s.ID, ready); err != nil {
-		return view, err
+		return s, err
 	}
 	s.Labels = ready
-	return b.view(s)
+	return s, nil
 }
 
 // minutesUntil is the whole minutes from now to t, rounded up, at least 1:
@@ -381,20 +392,25 @@ func (b *Backend) stop(ctx context.Context, ref string) error {
 // when Daytona reports none) to req.ExpiresAt; its labels record the
 // activity and the new expiry.
 func (b *Backend) Touch(ctx context.Context, req provider.DelegatedTouchRequest) (provider.LeaseView, error) {
-	v, err := b.touch(ctx, req)
-	if err != nil {
-		return provider.LeaseView{}, fmt.Errorf("daytona touch %s: %w", req.ID, err)
+	s, err := b.touch(ctx, req)
+	if err == nil {
+		var v provider.LeaseView
+		if v, err = b.view(s); err == nil {
+			return v, nil
+		}
 	}
-	return v, nil
+	return provider.LeaseView{}, fmt.Errorf("daytona touch %s: %w", req.ID, err)
 }
 
-func (b *Backend) touch(ctx context.Context, req provider.DelegatedTouchRequest) (provider.LeaseView, error) {
+// touch moves the auto-stop interval and the labels of the sandbox of
+// req.ID (see Touch) and returns the sandbox as labelled.
+func (b *Backend) touch(ctx context.Context, req provider.DelegatedTouchRequest) (sandbox, error) {
 	if req.Now.IsZero() || !req.ExpiresAt.After(req.Now) {
-		return provider.LeaseView{}, fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), req.Now.Format(time.RFC3339))
+		return sandbox{}, fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), req.Now.Format(time.RFC3339))
 	}
 	s, err := b.find(ctx, req.ID)
 	if err != nil {
-		return provider.LeaseView{}, err
+		return sandbox{}, err
 	}
 	since := req.Now
 	if t, err := time.Parse(time.RFC3339Nano, s.LastActivityAt); err == nil {
@@ -402,12 +418,12 @@ func (b *Backend) touch(ctx context.Context, req provider.DelegatedTouchRequest)
 	}
 	minutes := strconv.Itoa(minutesUntil(since, req.ExpiresAt))
 	if err := b.api.json(ctx, "set the auto-stop interval", request{method: http.MethodPost, url: b.api.api("sandbox", s.ID, "autostop", minutes)}, nil); err != nil {
-		return provider.LeaseView{}, err
+		return sandbox{}, err
 	}
 	labels := cloud.Touch(s.Labels, req.Now, req.ExpiresAt)
 	if err := b.replaceLabels(ctx, s.ID, labels); err != nil {
-		return provider.LeaseView{}, err
+		return sandbox{}, err
 	}
 	s.Labels = labels
-	return b.view(s)
+	return s, nil
 }

@@ -18,7 +18,10 @@ func TestSpec(t *testing.T) {
 	if err != nil || p.Spec().Name != daytona.Name {
 		t.Errorf("lookup daytona: %v", err)
 	}
-	for _, name := range []string{"api-url", "toolbox-url", "target", "snapshot", "image", "user", "work-root", "start-timeout"} {
+	if s.Coordinator != provider.CoordinatorSupported {
+		t.Errorf("coordinator support %q, want supported (in SSH mode)", s.Coordinator)
+	}
+	for _, name := range []string{"api-url", "toolbox-url", "target", "snapshot", "image", "user", "work-root", "start-timeout", "ssh", "ssh-gateway"} {
 		if _, ok := s.Option(name); !ok {
 			t.Errorf("no option %q", name)
 		}
@@ -53,10 +56,31 @@ func TestConfigure(t *testing.T) {
 		t.Errorf("backend %T is an SSH-lease backend", b)
 	}
 
+	b, err = configure(provider.Config{"api-url": "http://127.0.0.1:1/api/", "ssh": "true", "ssh-gateway": "127.0.0.1:2222"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, ok := b.(provider.SSHLoginBackend)
+	if !ok {
+		t.Fatalf("backend %T with ssh=true is not an SSHLoginBackend", b)
+	}
+	if _, ok := b.(provider.DelegatedRunBackend); ok {
+		t.Errorf("backend %T with ssh=true is also a delegated backend", b)
+	}
+	for _, f := range []provider.Feature{provider.FeatureSSH, provider.FeatureSSHLogin, provider.FeatureCleanup, provider.FeatureDoctor, provider.FeatureSelfExpiry} {
+		if spec := sb.Spec(); spec.Kind != provider.KindSSHLease || !spec.Has(f) || spec.Has(provider.FeatureFiles) {
+			t.Errorf("SSH-mode spec kind %s, features %v: want ssh-lease with %s and without files", spec.Kind, spec.Features, f)
+		}
+	}
+
 	for _, tc := range []struct {
 		cfg  provider.Config
 		want string
 	}{
+		{provider.Config{"ssh": "yes please"}, "ssh"},
+		{provider.Config{"ssh": "true", "ssh-gateway": "gateway.example"}, "ssh-gateway"},
+		{provider.Config{"ssh": "true", "ssh-gateway": "gateway.example:0"}, "ssh-gateway"},
+		{provider.Config{"ssh": "true", "ssh-gateway": ":22"}, "ssh-gateway"},
 		{provider.Config{"api-url": "ftp://example.invalid"}, "api-url"},
 		{provider.Config{"api-url": "https://x.invalid/api?x=1"}, "api-url"},
 		{provider.Config{"toolbox-url": "not a url"}, "toolbox-url"},

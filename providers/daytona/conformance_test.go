@@ -26,6 +26,6 @@ func TestConformance(t *testing.T) {
 		},
 		Signals:          true,
 		ProcessTable:     runtime.GOOS == "linux",
-		IgnoreGoroutines: cloudtest.IgnoreGoroutines(),
+		IgnoreGoroutines: append(cloudtest.IgnoreGoroutines(), gatewayGoroutines()...),
 	})
 }

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/crabbox-dev/crabbox/internal/testgateway"
 )
 
 // fault is what the fake does to one API call.
@@ -59,6 +61,16 @@ type fakeDaytona struct {
 	startState string
 	creates    []json.RawMessage
 	calls      []string
+
+	// SSH access (fake_ssh_test.go).
+	gateway *testgateway.Gateway
+	tokens  map[string]*fakeToken
+	// sshDown is how many more channels through the gateway find the
+	// sandbox's SSH server not up yet.
+	sshDown int
+	// sshCommandPort, if set, is the port the SSH accesses' commands
+	// name instead of the gateway's.
+	sshCommandPort int
 }
 
 type fakeSandbox struct {
@@ -70,6 +82,7 @@ type fakeSandbox struct {
 	dir                                     string // the sandbox's file system
 	polls                                   int
 	sessions                                map[string]*fakeSession
+	box                                     *testgateway.Box // its SSH server, once reached
 }
 
 type fakeSession struct{ commands map[string]*fakeCommand }
@@ -89,7 +102,7 @@ func newFakeDaytona(t *testing.T) *fakeDaytona {
 	f := &fakeDaytona{
 		t: t, key: "dtn_test_" + uuid.NewString(), root: t.TempDir(),
 		sandboxes: map[string]*fakeSandbox{}, faults: map[string]fault{}, hung: make(chan string, 16),
-		pageSize: 2, startPolls: 1,
+		pageSize: 2, startPolls: 1, tokens: map[string]*fakeToken{},
 	}
 	mux := http.NewServeMux()
 	api := map[string]http.HandlerFunc{
@@ -110,12 +123,20 @@ func newFakeDaytona(t *testing.T) *fakeDaytona {
 		"POST /toolbox/{id}/files/upload":                            f.upload,
 		"POST /toolbox/{id}/files/permissions":                       f.permissions,
 		"GET /toolbox/{id}/files/download":                           f.download,
+		"POST /api/sandbox/{ref}/ssh-access":                         f.createSSHAccess,
+		"DELETE /api/sandbox/{ref}/ssh-access":                       f.revokeSSHAccess,
 	}
 	for pattern, h := range api {
 		op := pattern
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { f.serve(op, h, w, r) })
 	}
 	f.server = httptest.NewServer(mux)
+	gw, err := testgateway.Start(testgateway.Config{Login: f.sshLogin})
+	if err != nil {
+		f.server.Close()
+		t.Fatal(err)
+	}
+	f.gateway = gw
 	t.Cleanup(f.close)
 	return f
 }
@@ -138,6 +159,7 @@ const (
 	opUpload        = "POST /toolbox/{id}/files/upload"
 	opPermissions   = "POST /toolbox/{id}/files/permissions"
 	opDownload      = "GET /toolbox/{id}/files/download"
+	opSSHAccess     = "POST /api/sandbox/{ref}/ssh-access"
 )
 
 func (f *fakeDaytona) setFault(op string, k fault) {
@@ -331,9 +353,13 @@ func (f *fakeDaytona) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	delete(f.sandboxes, s.ID)
 	sessions := slices.Collect(maps.Values(s.sessions))
+	box := s.box
 	f.mu.Unlock()
 	for _, sess := range sessions {
 		f.kill(sess)
+	}
+	if box != nil {
+		_ = box.Close()
 	}
 	s.State = "destroyed"
 	reply(w, http.StatusOK, f.sandboxJSON(s))
@@ -757,13 +783,23 @@ func (f *fakeDaytona) running() (sessions, commands int) {
 
 func (f *fakeDaytona) close() {
 	f.server.Close()
+	if err := f.gateway.Close(); err != nil {
+		f.t.Errorf("close the SSH gateway: %v", err)
+	}
 	f.mu.Lock()
 	var sessions []*fakeSession
+	var boxes []*testgateway.Box
 	for _, s := range f.sandboxes {
 		sessions = append(sessions, slices.Collect(maps.Values(s.sessions))...)
+		if s.box != nil {
+			boxes = append(boxes, s.box)
+		}
 	}
 	f.mu.Unlock()
 	for _, sess := range sessions {
 		f.kill(sess)
+	}
+	for _, b := range boxes {
+		_ = b.Close()
 	}
 }

@@ -22,6 +22,14 @@
 // process group (SIGTERM, then SIGKILL), then the output files; the API has
 // no way to send another signal to a command.
 //
+// In SSH mode (option ssh, Config.SSH) Configure returns an *SSHBackend
+// instead: an SSH-lease backend (provider.SSHLoginBackend) over the same
+// sandboxes, reached through Daytona's SSH gateway. The gateway takes a
+// short-lived access token as the SSH user name, so SSHLogin mints one for
+// each connection and the library never stores it; the lease targets name
+// the sandbox's OS user. The coordinator brokers Daytona leases in this
+// mode.
+//
 // The API key comes only from the DAYTONA_API_KEY environment variable (or
 // Config.APIKey for Go callers); it is never a flag, an argument or logged.
 package daytona
@@ -80,17 +88,26 @@ type Config struct {
 	// PollInterval is the pause between polls of a starting sandbox and of
 	// a running command's output; DefaultPollInterval when zero.
 	PollInterval time.Duration
+	// SSH selects SSH mode: Configure returns an *SSHBackend (see NewSSH),
+	// whose leases crabbox reaches through Daytona's SSH gateway, instead
+	// of a delegated *Backend. New ignores it.
+	SSH bool
+	// SSHGateway, if set, is the gateway's host:port, replacing the one
+	// each SSH access names in its sshCommand (self-hosted Daytona, tests).
+	SSHGateway string
 }
 
 var spec = provider.Spec{
 	Name:        Name,
-	Description: "a Daytona sandbox per lease; commands and files through its toolbox API (key from DAYTONA_API_KEY)",
+	Description: "a Daytona sandbox per lease; commands and files through its toolbox API, or over SSH through Daytona's SSH gateway with ssh=true (key from DAYTONA_API_KEY)",
 	Kind:        provider.KindDelegatedRun,
 	Targets:     []provider.Target{provider.TargetLinux},
 	Features: []provider.Feature{
 		provider.FeatureFiles, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
-	Coordinator: provider.CoordinatorUnsupported,
+	// A coordinator brokers SSH leases only: it configures the provider
+	// in SSH mode.
+	Coordinator: provider.CoordinatorSupported,
 	Options: []provider.Option{
 		{Name: "api-url", Flag: "daytona-api-url", Default: DefaultAPIURL, Help: "base URL of Daytona's REST API", Locates: true},
 		{Name: "toolbox-url", Flag: "daytona-toolbox-url",
@@ -104,6 +121,10 @@ var spec = provider.Spec{
 		{Name: "owner", Flag: "daytona-owner", Help: "owner label on sandboxes (default: the OS user)"},
 		{Name: "start-timeout", Flag: "daytona-start-timeout", Default: DefaultStartTimeout.String(),
 			Help: "how long to wait for a new sandbox to start"},
+		{Name: "ssh", Flag: "daytona-ssh", Default: "false", Locates: true,
+			Help: "SSH mode: lease sandboxes as SSH boxes reached through Daytona's SSH gateway (crabbox syncs and runs over SSH; crabbox ssh works; a coordinator can broker them)"},
+		{Name: "ssh-gateway", Flag: "daytona-ssh-gateway", Locates: true,
+			Help: "host:port of Daytona's SSH gateway in SSH mode (default: the one each SSH access names; self-hosted Daytona listens on port 2222)"},
 	},
 }
 
@@ -116,7 +137,8 @@ func init() { provider.Register(Provider{}) }
 func (Provider) Spec() provider.Spec { return spec.Clone() }
 
 // Configure parses cfg (already merged with the Spec's defaults), takes the
-// API key from DAYTONA_API_KEY and returns a *Backend. It makes no API call.
+// API key from DAYTONA_API_KEY and returns a *Backend, or an *SSHBackend
+// when the ssh option is true. It makes no API call.
 func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
 	c, err := ParseConfig(cfg)
 	if err != nil {
@@ -125,6 +147,9 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 	c.APIKey = os.Getenv(APIKeyEnv)
 	if c.APIKey == "" {
 		return nil, cloud.MissingCredential(Name, APIKeyEnv, "create an API key in the Daytona dashboard and export it")
+	}
+	if c.SSH {
+		return NewSSH(c, rt)
 	}
 	return New(c, rt)
 }
@@ -137,9 +162,13 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 		Target: strings.TrimSpace(cfg["target"]), Snapshot: strings.TrimSpace(cfg["snapshot"]),
 		Image: strings.TrimSpace(cfg["image"]), User: strings.TrimSpace(cfg["user"]),
 		WorkRoot: strings.TrimSpace(cfg["work-root"]), Owner: cfg["owner"],
+		SSHGateway: strings.TrimSpace(cfg["ssh-gateway"]),
 	}
 	var err error
 	if c.StartTimeout, err = cfg.Duration("start-timeout"); err != nil {
+		return Config{}, fmt.Errorf("daytona provider: %w", err)
+	}
+	if c.SSH, err = cfg.Bool("ssh"); err != nil {
 		return Config{}, fmt.Errorf("daytona provider: %w", err)
 	}
 	return c, nil
@@ -178,6 +207,11 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	c.APIURL, c.ToolboxURL = strings.TrimRight(c.APIURL, "/"), strings.TrimRight(c.ToolboxURL, "/")
+	if c.SSHGateway != "" {
+		if _, _, err := splitGateway(c.SSHGateway); err != nil {
+			return c, fmt.Errorf("daytona provider: ssh-gateway: %w", err)
+		}
+	}
 	if c.WorkRoot != "" {
 		if err := checkSandboxPath(c.WorkRoot); err != nil {
 			return c, fmt.Errorf("daytona provider: work-root: %w", err)
@@ -217,4 +251,7 @@ var (
 	_ provider.DelegatedTouchBackend = (*Backend)(nil)
 	_ provider.CleanupBackend        = (*Backend)(nil)
 	_ provider.DoctorBackend         = (*Backend)(nil)
+	_ provider.SSHLoginBackend       = (*SSHBackend)(nil)
+	_ provider.CleanupBackend        = (*SSHBackend)(nil)
+	_ provider.DoctorBackend         = (*SSHBackend)(nil)
 )
