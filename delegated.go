@@ -52,15 +52,33 @@ func fileBackend(b provider.DelegatedRunBackend) (provider.DelegatedFileBackend,
 // delegatedFor returns the delegated backend req's run would use: the
 // provider of its lease to reuse, or of the lease it acquires.
 func (c *Client) delegatedFor(req RunRequest) (provider.DelegatedRunBackend, bool) {
-	name := req.Acquire.Provider
 	if req.Lease != "" {
 		cl, err := c.store.Find(req.Lease)
 		if err != nil {
 			return nil, false // resolving reports it
 		}
-		name = cl.Provider
+		return c.delegatedOf(cl)
 	}
-	return c.delegatedRunBackend(name)
+	return c.delegatedRunBackend(req.Acquire.Provider)
+}
+
+// delegatedOf is delegatedRunBackend for the lease of cl, reached with the
+// settings its claim recorded: a provider that has both kinds of lease
+// (Daytona's ssh option) keeps each lease on the kind it was made as,
+// whatever the configuration says now.
+func (c *Client) delegatedOf(cl lease.Claim) (provider.DelegatedRunBackend, bool) {
+	if c.broker != nil || cl.Route == lease.RouteBrokered {
+		return nil, false
+	}
+	b, err := c.backend(cl.Provider, cl.Config)
+	if err != nil {
+		return nil, false // the SSH path reports the error
+	}
+	if _, ok := b.(provider.SSHLeaseBackend); ok {
+		return nil, false
+	}
+	db, ok := b.(provider.DelegatedRunBackend)
+	return db, ok
 }
 
 // checkDelegated refuses, before anything is created, a run whose options

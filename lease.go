@@ -187,7 +187,7 @@ func (c *Client) resolve(ctx context.Context, ref string, touchNow bool) (*Lease
 	if err != nil {
 		return nil, err
 	}
-	if db, ok := c.delegatedRunBackend(claim.Provider); ok {
+	if db, ok := c.delegatedOf(claim); ok {
 		cl, err := c.store.ResolveDelegated(ctx, db, claim.ID)
 		if err != nil {
 			return nil, err
@@ -341,7 +341,7 @@ func (c *Client) liveIDs(ctx context.Context, cl lease.Claim, cache map[string]m
 	if ids, ok := cache[key]; ok {
 		return ids, nil
 	}
-	if db, ok := c.delegatedRunBackend(cl.Provider); ok {
+	if db, ok := c.delegatedOf(cl); ok {
 		return c.delegatedLiveIDs(ctx, key, db, cache) // delegated.go
 	}
 	b, err := c.leaseBackend(cl)
@@ -377,7 +377,7 @@ func (c *Client) Status(ctx context.Context, ref string) (LeaseInfo, error) {
 		return LeaseInfo{}, err
 	}
 	info := infoOf(claim, c.rt.Clock.Now())
-	if db, ok := c.delegatedRunBackend(claim.Provider); ok {
+	if db, ok := c.delegatedOf(claim); ok {
 		return c.statusDelegated(ctx, db, info) // delegated.go
 	}
 	if info.State == StateReady {
@@ -423,7 +423,7 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	if db, ok := c.delegatedRunBackend(claim.Provider); ok {
+	if db, ok := c.delegatedOf(claim); ok {
 		return c.store.Stop(ctx, db, claim)
 	}
 	b, err := c.leaseBackend(claim)

@@ -99,6 +99,9 @@ type Option struct {
 	// reaches that lease with them later, whatever the configuration says
 	// then. It must never be set on a secret.
 	Locates bool
+	// Bool marks a yes/no option (read with Config.Bool): its flag given
+	// alone (--external-files) means true, and --flag=false turns it off.
+	Bool bool
 }
 
 // Spec describes a provider. It is the single source for the capability

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
 	"strings"
 	"testing"
 
@@ -123,6 +124,41 @@ func TestFlags(t *testing.T) {
 	}
 	if f := fs.Lookup("ssh-port"); f == nil || !strings.Contains(f.Usage, `ssh default "22"`) {
 		t.Errorf("ssh-port flag usage does not name its default: %+v", f)
+	}
+}
+
+// A boolean option's flag may be given alone for true, or with a value;
+// a value that is not a boolean is refused when the flags are parsed.
+func TestBoolFlags(t *testing.T) {
+	spec := provider.Spec{Name: "x", Options: []provider.Option{
+		{Name: "files", Flag: "x-files", Default: "false", Bool: true}, {Name: "ssh", Flag: "x-ssh", Default: "false", Bool: true},
+		{Name: "host", Flag: "x-host"},
+	}}
+	for _, tt := range []struct {
+		args []string
+		want provider.Config
+	}{
+		{[]string{"--x-files", "--x-host", "h"}, provider.Config{"files": "true", "host": "h"}},
+		{[]string{"--x-files=false", "--x-ssh=true"}, provider.Config{"files": "false", "ssh": "true"}},
+		{nil, provider.Config{}},
+	} {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		flags := provider.RegisterFlags(fs, spec)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatalf("Parse(%q): %v", tt.args, err)
+		}
+		if diff := cmp.Diff(tt.want, flags.Apply(spec, nil)); diff != "" {
+			t.Errorf("Parse(%q): Apply (-want +got):\n%s", tt.args, diff)
+		}
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	provider.RegisterFlags(fs, spec)
+	if err := fs.Parse([]string{"--x-files=maybe"}); err == nil || !strings.Contains(err.Error(), `"maybe" is not a boolean`) {
+		t.Errorf("--x-files=maybe: err = %v, want it refused as not a boolean", err)
+	}
+	if err := fs.Parse([]string{"--x-host"}); err == nil {
+		t.Error("--x-host without a value parsed; want an error (only boolean options stand alone)")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -102,7 +103,9 @@ func RegisterFlags(fs *flag.FlagSet, specs ...Spec) *Flags {
 			if o.Default != "" {
 				help += fmt.Sprintf(" (%s default %q)", spec.Name, o.Default)
 			}
-			f.values[o.Flag] = fs.String(o.Flag, "", help)
+			v := new(string)
+			fs.Var(&optionFlag{v: v, isBool: o.Bool}, o.Flag, help)
+			f.values[o.Flag] = v
 		}
 	}
 	return f
@@ -125,6 +128,36 @@ func (f *Flags) Apply(spec Spec, cfg Config) Config {
 	}
 	return out
 }
+
+// optionFlag is an option's flag: it keeps the text it is given. A
+// boolean option's flag may be given alone, for true; the others print as
+// string flags in usage.
+type optionFlag struct {
+	v      *string
+	isBool bool
+}
+
+func (f *optionFlag) String() string {
+	if f == nil || f.v == nil {
+		return ""
+	}
+	return *f.v
+}
+
+func (f *optionFlag) Set(s string) error {
+	if f.isBool {
+		if _, err := strconv.ParseBool(s); err != nil {
+			return fmt.Errorf("%q is not a boolean (true or false)", s)
+		}
+	}
+	*f.v = s
+	return nil
+}
+
+func (f *optionFlag) IsBoolFlag() bool { return f.isBool }
+
+// Get makes the flag a flag.Getter.
+func (f *optionFlag) Get() any { return f.String() }
 
 // unknownProviderError is Lookup's error for a name no provider has.
 type unknownProviderError string

@@ -106,7 +106,11 @@ func providerFlagsHelp(fs *flag.FlagSet) string {
 			if o.Default != "" {
 				help += fmt.Sprintf(" (default %s)", o.Default)
 			}
-			lines = append(lines, fmt.Sprintf("    --%s string\t%s\n", o.Flag, help))
+			kind := " string"
+			if o.Bool {
+				kind = "" // given alone for true
+			}
+			lines = append(lines, fmt.Sprintf("    --%s%s\t%s\n", o.Flag, kind, help))
 		}
 		if len(lines) == 0 {
 			continue

@@ -321,12 +321,41 @@ func (r registeredCleanupBackend) Cleanup(ctx context.Context, req provider.Clea
 // record of it (created on acquire, heartbeated on touch, released on
 // release). Failing to update that record is logged, never fatal, and the
 // coordinator never touches the box.
+// The backend keeps b's cleanup and, for a provider whose SSH login is a
+// credential, b's SSHLogin: the login is b's own, never registered.
 func NewRegistered(b provider.SSHLeaseBackend, coord *coordclient.Client, store *lease.Store, log *slog.Logger) provider.SSHLeaseBackend {
 	r := &registeredBackend{SSHLeaseBackend: b, coord: coord, store: store, log: log}
-	if cb, ok := b.(provider.CleanupBackend); ok {
-		return registeredCleanupBackend{registeredBackend: r, cleanup: cb}
+	cb, cleanup := b.(provider.CleanupBackend)
+	lb, login := b.(provider.SSHLoginBackend)
+	switch {
+	case cleanup && login:
+		return registeredCleanupLoginBackend{registeredCleanupBackend{r, cb}, lb}
+	case cleanup:
+		return registeredCleanupBackend{r, cb}
+	case login:
+		return registeredLoginBackend{r, lb}
 	}
 	return r
+}
+
+// registeredLoginBackend keeps the direct backend's SSHLogin.
+type registeredLoginBackend struct {
+	*registeredBackend
+	login provider.SSHLoginBackend
+}
+
+func (r registeredLoginBackend) SSHLogin(ctx context.Context, req provider.SSHLoginRequest) (provider.SSHLogin, error) {
+	return r.login.SSHLogin(ctx, req)
+}
+
+// registeredCleanupLoginBackend keeps both.
+type registeredCleanupLoginBackend struct {
+	registeredCleanupBackend
+	login provider.SSHLoginBackend
+}
+
+func (r registeredCleanupLoginBackend) SSHLogin(ctx context.Context, req provider.SSHLoginRequest) (provider.SSHLogin, error) {
+	return r.login.SSHLogin(ctx, req)
 }
 
 func (r *registeredBackend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -268,5 +269,27 @@ func TestBrokeredSSHLoginWithoutOne(t *testing.T) {
 	}
 	if _, err := lb.SSHLogin(t.Context(), provider.SSHLoginRequest{Lease: tg}); err == nil || !strings.Contains(err.Error(), "no SSH login") {
 		t.Errorf("SSHLogin = %v, want an error saying the answer carries no login", err)
+	}
+}
+
+// A registered backend keeps the direct backend's SSHLogin (the login is
+// the provider's, never the coordinator's), and has none when the direct
+// backend has none.
+func TestRegisteredKeepsSSHLogin(t *testing.T) {
+	f := newFixture(t)
+	direct := loginBox{&box{name: gate, clock: f.clock}}
+	r := broker.NewRegistered(direct, f.coord, f.store, slog.New(slog.DiscardHandler))
+	lb, ok := r.(provider.SSHLoginBackend)
+	if !ok {
+		t.Fatalf("registered %T is not an SSHLoginBackend", r)
+	}
+	tg := provider.LeaseTarget{LeaseID: lease.NewID()}
+	got, err := lb.SSHLogin(t.Context(), provider.SSHLoginRequest{Lease: tg, ValidFor: time.Hour})
+	want := provider.SSHLogin{Host: "127.0.0.2", Port: 2200, User: secretPrefix + "1", ExpiresAt: start.Add(time.Hour)}
+	if err != nil || got != want {
+		t.Errorf("SSHLogin through the registered backend = %s %q, %v; want the direct backend's first login", got, got.User, err)
+	}
+	if _, ok := broker.NewRegistered(&box{name: plain, clock: f.clock}, f.coord, f.store, slog.New(slog.DiscardHandler)).(provider.SSHLoginBackend); ok {
+		t.Error("a registered backend without a login is an SSHLoginBackend")
 	}
 }

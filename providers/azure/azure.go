@@ -145,7 +145,7 @@ var spec = provider.Spec{
 			Help: "address range (CIDR) allowed to reach the boxes' SSH ports; required to create boxes"},
 		{Name: "market", Flag: "azure-market", Default: MarketSpot,
 			Help: "spot (falls back to regular when Azure has no capacity) or regular"},
-		{Name: "prepared", Flag: "azure-prepared", Default: "false", Help: "the image already has git and tar: install nothing at boot"},
+		{Name: "prepared", Flag: "azure-prepared", Default: "false", Bool: true, Help: "the image already has git and tar: install nothing at boot"},
 		{Name: "boot-timeout", Flag: "azure-boot-timeout", Default: DefaultBootTimeout.String(),
 			Help: "how long to wait for a new VM's address and SSH"},
 		{Name: "work-root", Flag: "azure-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},

@@ -121,7 +121,7 @@ var spec = provider.Spec{
 		{Name: "owner", Flag: "daytona-owner", Help: "owner label on sandboxes (default: the OS user)"},
 		{Name: "start-timeout", Flag: "daytona-start-timeout", Default: DefaultStartTimeout.String(),
 			Help: "how long to wait for a new sandbox to start"},
-		{Name: "ssh", Flag: "daytona-ssh", Default: "false", Locates: true,
+		{Name: "ssh", Flag: "daytona-ssh", Default: "false", Locates: true, Bool: true,
 			Help: "SSH mode: lease sandboxes as SSH boxes reached through Daytona's SSH gateway (crabbox syncs and runs over SSH; crabbox ssh works; a coordinator can broker them)"},
 		{Name: "ssh-gateway", Flag: "daytona-ssh-gateway", Locates: true,
 			Help: "host:port of Daytona's SSH gateway in SSH mode (default: the one each SSH access names; self-hosted Daytona listens on port 2222)"},

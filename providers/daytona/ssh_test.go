@@ -343,3 +343,61 @@ func TestSSHCommandWorkflow(t *testing.T) {
 	}
 	tokensIn(t, f, state)
 }
+
+// Each lease stays the kind it was made as, whatever the flags of a later
+// command say: an SSH-mode lease made with a bare --daytona-ssh is run,
+// shown and stopped without it (over the gateway, never the toolbox), and a
+// delegated lease still runs through the toolbox under --daytona-ssh.
+func TestLeaseKeepsItsMode(t *testing.T) {
+	f := newFakeDaytona(t)
+	env := append(clitest.StateEnv(t),
+		"CRABBOX_PROVIDER=daytona", "DAYTONA_API_KEY="+f.key, "CRABBOX_DAYTONA_API_URL="+f.server.URL+"/api",
+		"CRABBOX_DAYTONA_OWNER=tester", "CRABBOX_DAYTONA_SSH_GATEWAY="+f.gateway.Addr())
+	run := clitest.Command(clitest.Build(t), env)
+	repo := clitest.GitRepo(t)
+	mustRun := func(args ...string) clitest.Result {
+		t.Helper()
+		r := run(t, repo, args...)
+		if r.Code != 0 {
+			t.Fatalf("crabbox %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), r.Code, r.Stdout, r.Stderr)
+		}
+		return r
+	}
+	ops := func() map[string]int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		n := map[string]int{}
+		for _, op := range f.calls {
+			n[op]++
+		}
+		return n
+	}
+
+	mustRun("warmup", "--daytona-ssh", "--slug", "ssh-crab")
+	mustRun("warmup", "--slug", "toolbox-crab")
+	before := ops()
+	if r := mustRun("run", "--id", "ssh-crab", "--quiet", "--", "cat", "committed.txt"); r.Stdout != "committed\n" {
+		t.Errorf("run on the SSH-mode lease: stdout %q", r.Stdout)
+	}
+	after := ops()
+	if after[opSSHAccess] == before[opSSHAccess] || after[opSession] != before[opSession] {
+		t.Errorf("run --id ssh-crab without --daytona-ssh: %d SSH accesses and %d toolbox sessions; want it over SSH",
+			after[opSSHAccess]-before[opSSHAccess], after[opSession]-before[opSession])
+	}
+	if r := mustRun("run", "--daytona-ssh", "--id", "toolbox-crab", "--quiet", "--", "cat", "committed.txt"); r.Stdout != "committed\n" {
+		t.Errorf("run on the delegated lease: stdout %q", r.Stdout)
+	}
+	if again := ops(); again[opSession] == after[opSession] || again[opSSHAccess] != after[opSSHAccess] {
+		t.Errorf("run --daytona-ssh --id toolbox-crab: %d toolbox sessions and %d SSH accesses; want it through the toolbox",
+			again[opSession]-after[opSession], again[opSSHAccess]-after[opSSHAccess])
+	}
+	for _, slug := range []string{"ssh-crab", "toolbox-crab"} {
+		if r := mustRun("status", slug); !strings.Contains(r.Stdout, "ready") {
+			t.Errorf("status %s: %q, want it ready", slug, r.Stdout)
+		}
+		mustRun("stop", slug)
+	}
+	if n := f.sandboxCount(); n != 0 {
+		t.Errorf("%d sandboxes left after stop", n)
+	}
+}

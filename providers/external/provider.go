@@ -104,7 +104,7 @@ var spec = provider.Spec{
 		{Name: "timeout", Flag: "external-timeout", Default: DefaultTimeout.String(), Help: "time limit of one call of the program; then its process group is stopped"},
 		{Name: "mode", Flag: "external-mode", Default: ModeSSHLease, Help: "ssh-lease (crabbox syncs and runs over SSH) or delegated-run (the program's run operation does)", Locates: true},
 		{Name: "work-root", Flag: "external-work-root", Default: DefaultWorkRoot, Help: "work root on the box when the program names none", Locates: true},
-		{Name: "files", Flag: "external-files", Default: "false", Help: "delegated-run: crabbox syncs through the program's write-file/read-file operations (capabilities.files), sending only changes on reuse", Locates: true},
+		{Name: "files", Flag: "external-files", Default: "false", Bool: true, Help: "delegated-run: crabbox syncs through the program's write-file/read-file operations (capabilities.files), sending only changes on reuse", Locates: true},
 	},
 }
 

@@ -144,7 +144,7 @@ func CheckAcquire(req provider.AcquireRequest, now time.Time) error {
 func BoxOptions(providerName, ownerHelp, box string, bootTimeout time.Duration) []provider.Option {
 	flag := func(name string) string { return providerName + "-" + name }
 	return []provider.Option{
-		{Name: "prepared", Flag: flag("prepared"), Default: "false", Help: "the image already has git and tar: install nothing at boot"},
+		{Name: "prepared", Flag: flag("prepared"), Default: "false", Bool: true, Help: "the image already has git and tar: install nothing at boot"},
 		{Name: "work-root", Flag: flag("work-root"), Default: DefaultWorkRoot, Help: "work root on the box", Locates: true},
 		{Name: "owner", Flag: flag("owner"), Help: ownerHelp + " (default: the OS user)"},
 		{Name: "boot-timeout", Flag: flag("boot-timeout"), Default: bootTimeout.String(),
