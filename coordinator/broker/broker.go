@@ -197,7 +197,15 @@ func seconds(d time.Duration) int { return int(d / time.Second) }
 // answer for another lease or provider, or one that cannot be reached.
 // For a provider whose login is a credential, the target's user is
 // NeutralSSHUser: the library stores targets.
+//
+// An answer that carries a login (sshLoginExpiresAt) for a provider this
+// program does not know as one is refused, so that the credential is
+// never stored as a target's user.
 func (b *brokeredBackend) target(id string, l api.Lease) (provider.LeaseTarget, error) {
+	if !b.login && !l.SSHLoginExpiresAt.IsZero() {
+		return provider.LeaseTarget{}, fmt.Errorf("coordinator lease %s: provider %q's SSH login is a credential issued per connection, and this crabbox does not link provider %q to ask for one: %w",
+			id, b.name, b.name, provider.ErrPrecondition)
+	}
 	t, err := b.reach(id, l)
 	if err == nil && b.login {
 		t.User = NeutralSSHUser

@@ -293,3 +293,21 @@ func TestRegisteredKeepsSSHLogin(t *testing.T) {
 		t.Error("a registered backend without a login is an SSHLoginBackend")
 	}
 }
+
+// A program that does not know the provider's login is a credential (its
+// registry lacks the provider) refuses an answer carrying one, naming the
+// provider, instead of keeping the login as the lease target's user.
+func TestBrokeredUnknownLoginRefused(t *testing.T) {
+	f := newFixture(t)
+	b := f.brokered(gate, broker.WithRegistry(provider.NewRegistry()))
+	if _, ok := b.(provider.SSHLoginBackend); ok {
+		t.Fatalf("brokered %s without a registry entry is an SSHLoginBackend", gate)
+	}
+	tg, err := b.Acquire(t.Context(), acquireReq(t))
+	if err == nil || !errors.Is(err, provider.ErrPrecondition) || !strings.Contains(err.Error(), `provider "`+gate+`"`) {
+		t.Fatalf("Acquire = %+v, %v; want a precondition error naming %s", tg, err, gate)
+	}
+	if strings.Contains(err.Error(), secretPrefix) {
+		t.Errorf("the error names the login: %v", err)
+	}
+}

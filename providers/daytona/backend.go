@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"time"
 
@@ -48,7 +49,15 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 }
 
 // Spec describes the Daytona provider.
-func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
+// Spec describes the Daytona provider in delegated mode: the provider's
+// spec without its SSH-mode features.
+func (b *Backend) Spec() provider.Spec {
+	spec := Provider{}.Spec()
+	spec.Features = slices.DeleteFunc(spec.Features, func(f provider.Feature) bool {
+		return f == provider.FeatureSSH || f == provider.FeatureSSHLogin || f == provider.FeaturePTY
+	})
+	return spec
+}
 
 // Warmup creates the lease's sandbox and waits until it has started. If a
 // step fails, or ctx ends, it deletes the sandbox (found by its name, so a

@@ -5,14 +5,37 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	"github.com/crabbox-dev/crabbox/coordinator/broker"
+	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/daytona"
 )
 
 func TestSpec(t *testing.T) {
+	// The provider has both kinds of lease: a broker reads its static spec
+	// to learn that SSH-mode logins are credentials.
 	s := daytona.Provider{}.Spec()
-	if s.Kind != provider.KindDelegatedRun || !s.Has(provider.FeatureFiles) || !s.Has(provider.FeatureCleanup) || s.Has(provider.FeatureSSH) {
-		t.Errorf("spec %+v: want a delegated-run provider with files and cleanup, without ssh", s)
+	if s.Kind != provider.KindDelegatedRun || !s.Has(provider.FeatureFiles) || !s.Has(provider.FeatureCleanup) ||
+		!s.Has(provider.FeatureSSH) || !s.Has(provider.FeatureSSHLogin) {
+		t.Errorf("spec %+v: want a delegated-run provider with files and cleanup, and ssh with ssh-login", s)
+	}
+	b, err := daytona.New(daytona.Config{APIKey: "k"}, provider.Runtime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds := b.Spec(); ds.Has(provider.FeatureSSH) || ds.Has(provider.FeatureSSHLogin) || !ds.Has(provider.FeatureFiles) {
+		t.Errorf("delegated backend's features %v: want files, without ssh or ssh-login", ds.Features)
+	}
+	// So a client brokering daytona asks the coordinator for each login.
+	coord, err := coordclient.New("http://127.0.0.1:1", "token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bb := broker.NewBrokered(coord, daytona.Name, api.LeaseRequest{}, nil, clockwork.NewRealClock()); !isLogin(bb) {
+		t.Errorf("brokered daytona backend %T is not a provider.SSHLoginBackend", bb)
 	}
 	p, err := provider.Default().Lookup("daytona")
 	if err != nil || p.Spec().Name != daytona.Name {
@@ -101,4 +124,9 @@ func TestConfigure(t *testing.T) {
 	if _, err := p.Spec().Resolve(provider.Config{"api-key": "x"}); err == nil {
 		t.Error("an api-key option exists: the key must come only from the environment")
 	}
+}
+
+func isLogin(b provider.Backend) bool {
+	_, ok := b.(provider.SSHLoginBackend)
+	return ok
 }

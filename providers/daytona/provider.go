@@ -102,8 +102,11 @@ var spec = provider.Spec{
 	Description: "a Daytona sandbox per lease; commands and files through its toolbox API, or over SSH through Daytona's SSH gateway with ssh=true (key from DAYTONA_API_KEY)",
 	Kind:        provider.KindDelegatedRun,
 	Targets:     []provider.Target{provider.TargetLinux},
+	// Both kinds of lease: files for delegated leases, the SSH features for
+	// SSH-mode ones (ssh=true); each backend's own Spec has its kind's.
 	Features: []provider.Feature{
-		provider.FeatureFiles, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor,
+		provider.FeatureFiles, provider.FeatureSSH, provider.FeatureSSHLogin, provider.FeaturePTY,
+		provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	// A coordinator brokers SSH leases only: it configures the provider
 	// in SSH mode.
