@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -224,39 +223,11 @@ func newGatedClient(t *testing.T, g *gated, state string) (*crabbox.Client, *syn
 	return c, logs
 }
 
-// noTokenIn fails t if a minted token appears in any file under dir or in
+// noTokenIn fails t if a login g minted is in any file under dir or in
 // the texts.
 func noTokenIn(t *testing.T, g *gated, dir string, texts ...string) {
 	t.Helper()
-	tokens := g.logins()
-	if len(tokens) == 0 {
-		t.Fatal("no login was minted")
-	}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		body, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		for _, tok := range tokens {
-			if bytes.Contains(body, []byte(tok)) {
-				t.Errorf("state file %s holds a login token", p)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, text := range texts {
-		for _, tok := range tokens {
-			if strings.Contains(text, tok) {
-				t.Errorf("text #%d holds a login token: %q", i, text)
-			}
-		}
-	}
+	testgateway.NoSecretsIn(t, g.logins(), dir, texts...)
 }
 
 // A lease of an SSH-login backend is reached with a fresh login per

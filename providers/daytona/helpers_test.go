@@ -16,12 +16,18 @@ import (
 )
 
 // newBackend returns a backend speaking to f, with a fast poll.
-func newBackend(t *testing.T, f *fakeDaytona, edit ...func(*daytona.Config)) *daytona.Backend {
-	t.Helper()
-	c := daytona.Config{
+// testConfig is the configuration of a backend speaking to f, with a
+// fast poll.
+func testConfig(f *fakeDaytona) daytona.Config {
+	return daytona.Config{
 		APIKey: f.key, APIURL: f.server.URL + "/api", Owner: "tester",
 		PollInterval: 5 * time.Millisecond, StartTimeout: time.Minute,
 	}
+}
+
+func newBackend(t *testing.T, f *fakeDaytona, edit ...func(*daytona.Config)) *daytona.Backend {
+	t.Helper()
+	c := testConfig(f)
 	for _, e := range edit {
 		e(&c)
 	}

@@ -16,9 +16,41 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/daytona"
 )
 
-// Whatever step of Warmup fails, hangs or loses its answer, no sandbox
-// is left.
-func TestWarmupLeavesNothingOnFailure(t *testing.T) {
+// startMode is a way a lease starts its sandbox: Warmup (delegated) or
+// Acquire (SSH mode), with a backend configured by c and rt, for a lease
+// made at now. The rollback tests run through both.
+type startMode struct {
+	name  string
+	start func(ctx context.Context, c daytona.Config, rt provider.Runtime, now time.Time) error
+}
+
+var startModes = []startMode{
+	{"warmup", func(ctx context.Context, c daytona.Config, rt provider.Runtime, now time.Time) error {
+		b, err := daytona.New(c, rt)
+		if err != nil {
+			return err
+		}
+		req := warmupRequest("lost-crab")
+		req.ExpiresAt = now.Add(time.Hour)
+		_, err = b.Warmup(ctx, req)
+		return err
+	}},
+	{"ssh acquire", func(ctx context.Context, c daytona.Config, rt provider.Runtime, now time.Time) error {
+		c.SSH = true
+		b, err := daytona.NewSSH(c, rt)
+		if err != nil {
+			return err
+		}
+		req := acquireRequest("lost-crab")
+		req.CreatedAt, req.ExpiresAt = now, now.Add(time.Hour)
+		_, err = b.Acquire(ctx, req)
+		return err
+	}},
+}
+
+// Whatever step of Warmup or an SSH-mode Acquire fails, hangs or loses its
+// answer, no sandbox is left.
+func TestStartLeavesNothingOnFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		op    string
@@ -38,65 +70,64 @@ func TestWarmupLeavesNothingOnFailure(t *testing.T) {
 		{"labelling ready fails", opLabels, failFirst, ""},
 		{"labelling ready hangs after labelling", opLabels, stall, ""},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeDaytona(t)
-			f.startState = tc.state
-			if tc.op != "" {
-				f.setFault(tc.op, tc.fault)
-			}
-			b := newBackend(t, f)
-			ctx, cancel := context.WithCancel(testContext(t))
-			defer cancel()
-			if tc.fault == hang || tc.fault == stall {
-				go func() {
-					select {
-					case <-f.hung:
-						cancel()
-					case <-ctx.Done():
-					}
-				}()
-			}
-			_, err := b.Warmup(ctx, warmupRequest("lost-crab"))
-			if err == nil {
-				t.Fatal("warmup succeeded")
-			}
-			if n := f.sandboxCount(); n != 0 {
-				t.Errorf("%d sandboxes left after %v, want none", n, err)
-			}
-		})
+		for _, mode := range startModes {
+			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
+				f := newFakeDaytona(t)
+				f.startState = tc.state
+				if tc.op != "" {
+					f.setFault(tc.op, tc.fault)
+				}
+				ctx, cancel := context.WithCancel(testContext(t))
+				defer cancel()
+				if tc.fault == hang || tc.fault == stall {
+					go func() {
+						select {
+						case <-f.hung:
+							cancel()
+						case <-ctx.Done():
+						}
+					}()
+				}
+				err := mode.start(ctx, testConfig(f), provider.Runtime{HTTPClient: f.server.Client()}, time.Now())
+				if err == nil {
+					t.Fatalf("%s succeeded", mode.name)
+				}
+				if n := f.sandboxCount(); n != 0 {
+					t.Errorf("%d sandboxes left after %v, want none", n, err)
+				}
+			})
+		}
 	}
 }
 
 // A sandbox that never starts is deleted once the start timeout passes.
-func TestWarmupStartTimeout(t *testing.T) {
-	f := newFakeDaytona(t)
-	f.startPolls = 1 << 30
-	clock := clockwork.NewFakeClock()
-	b, err := daytona.New(daytona.Config{APIKey: f.key, APIURL: f.server.URL + "/api", StartTimeout: time.Minute, PollInterval: time.Second},
-		provider.Runtime{HTTPClient: f.server.Client(), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testContext(t)
-	done := make(chan error, 1)
-	go func() {
-		req := warmupRequest("")
-		req.ExpiresAt = clock.Now().Add(time.Hour)
-		_, err := b.Warmup(ctx, req)
-		done <- err
-	}()
-	for range 60 {
-		if err := clock.BlockUntilContext(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
-		clock.Advance(time.Second)
-	}
-	err = <-done
-	if !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "has not started within 1m0s") {
-		t.Errorf("warmup: %v, want a start timeout", err)
-	}
-	if n := f.sandboxCount(); n != 0 {
-		t.Errorf("%d sandboxes left, want none", n)
+func TestStartTimeout(t *testing.T) {
+	for _, mode := range startModes {
+		t.Run(mode.name, func(t *testing.T) {
+			f := newFakeDaytona(t)
+			f.startPolls = 1 << 30
+			clock := clockwork.NewFakeClock()
+			c := testConfig(f)
+			c.StartTimeout, c.PollInterval = time.Minute, time.Second
+			ctx := testContext(t)
+			done := make(chan error, 1)
+			go func() {
+				done <- mode.start(ctx, c, provider.Runtime{HTTPClient: f.server.Client(), Clock: clock}, clock.Now())
+			}()
+			for range 60 {
+				if err := clock.BlockUntilContext(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				clock.Advance(time.Second)
+			}
+			err := <-done
+			if !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "has not started within 1m0s") {
+				t.Errorf("%s: %v, want a start timeout", mode.name, err)
+			}
+			if n := f.sandboxCount(); n != 0 {
+				t.Errorf("%d sandboxes left, want none", n)
+			}
+		})
 	}
 }
 

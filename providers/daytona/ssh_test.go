@@ -4,21 +4,17 @@ package daytona_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"io/fs"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
 	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/internal/clitest"
+	"github.com/crabbox-dev/crabbox/internal/testgateway"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
@@ -31,10 +27,8 @@ import (
 // poll; the gateway is the one each SSH access names.
 func newSSHBackend(t *testing.T, f *fakeDaytona, edit ...func(*daytona.Config)) *daytona.SSHBackend {
 	t.Helper()
-	c := daytona.Config{
-		APIKey: f.key, APIURL: f.server.URL + "/api", Owner: "tester", SSH: true,
-		PollInterval: 5 * time.Millisecond, StartTimeout: time.Minute,
-	}
+	c := testConfig(f)
+	c.SSH = true
 	for _, e := range edit {
 		e(&c)
 	}
@@ -135,117 +129,11 @@ func TestSSHLogin(t *testing.T) {
 	}
 }
 
-// Whatever step of Acquire fails, hangs or loses its answer, no sandbox
-// is left.
-func TestSSHAcquireLeavesNothingOnFailure(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		op    string
-		fault fault
-		state string
-	}{
-		{"create fails", opCreate, failFirst, ""},
-		{"create answer lost", opCreate, loseReply, ""},
-		{"create hangs after creating", opCreate, stall, ""},
-		{"sandbox errors", "", noFault, "error"},
-		{"home directory fails", opHome, failFirst, ""},
-		{"labelling ready fails", opLabels, failFirst, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeDaytona(t)
-			f.startState = tc.state
-			if tc.op != "" {
-				f.setFault(tc.op, tc.fault)
-			}
-			b := newSSHBackend(t, f)
-			ctx, cancel := context.WithCancel(testContext(t))
-			defer cancel()
-			if tc.fault == stall {
-				go func() {
-					select {
-					case <-f.hung:
-						cancel()
-					case <-ctx.Done():
-					}
-				}()
-			}
-			_, err := b.Acquire(ctx, acquireRequest("lost-crab"))
-			if err == nil {
-				t.Fatal("acquire succeeded")
-			}
-			if n := f.sandboxCount(); n != 0 {
-				t.Errorf("%d sandboxes left after %v, want none", n, err)
-			}
-		})
-	}
-}
-
-// A sandbox that never starts is deleted once the start timeout passes.
-func TestSSHAcquireStartTimeout(t *testing.T) {
-	f := newFakeDaytona(t)
-	f.startPolls = 1 << 30
-	clock := clockwork.NewFakeClock()
-	b, err := daytona.NewSSH(daytona.Config{APIKey: f.key, APIURL: f.server.URL + "/api", StartTimeout: time.Minute, PollInterval: time.Second, SSH: true},
-		provider.Runtime{HTTPClient: f.server.Client(), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testContext(t)
-	done := make(chan error, 1)
-	go func() {
-		req := acquireRequest("")
-		req.CreatedAt, req.ExpiresAt = clock.Now(), clock.Now().Add(time.Hour)
-		_, err := b.Acquire(ctx, req)
-		done <- err
-	}()
-	for range 60 {
-		if err := clock.BlockUntilContext(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
-		clock.Advance(time.Second)
-	}
-	err = <-done
-	if !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "has not started within 1m0s") {
-		t.Errorf("acquire: %v, want a start timeout", err)
-	}
-	if n := f.sandboxCount(); n != 0 {
-		t.Errorf("%d sandboxes left, want none", n)
-	}
-}
-
-// tokensIn fails t if a token f minted is in any file under dir or in
+// tokensIn fails t if a login f minted is in any file under dir or in
 // the texts.
 func tokensIn(t *testing.T, f *fakeDaytona, dir string, texts ...string) {
 	t.Helper()
-	tokens := f.minted()
-	if len(tokens) == 0 {
-		t.Fatal("no token was minted")
-	}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		body, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		for _, tok := range tokens {
-			if bytes.Contains(body, []byte(tok)) {
-				t.Errorf("%s holds an SSH access token", p)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, text := range texts {
-		for _, tok := range tokens {
-			if strings.Contains(text, tok) {
-				t.Errorf("text #%d holds an SSH access token: %q", i, text)
-			}
-		}
-	}
+	testgateway.NoSecretsIn(t, f.minted(), dir, texts...)
 }
 
 // Through the library: a lease's first connection waits out a sandbox
