@@ -113,7 +113,7 @@ func TestBoxDefaults(t *testing.T) {
 
 func TestBoxOptions(t *testing.T) {
 	want := []provider.Option{
-		{Name: "prepared", Flag: "acme-prepared", Default: "false", Help: "the image already has git and tar: install nothing at boot"},
+		{Name: "prepared", Flag: "acme-prepared", Default: "false", Bool: true, Help: "the image already has git and tar: install nothing at boot"},
 		{Name: "work-root", Flag: "acme-work-root", Default: cloud.DefaultWorkRoot, Help: "work root on the box", Locates: true},
 		{Name: "owner", Flag: "acme-owner", Help: "owner tag on boxes (default: the OS user)"},
 		{Name: "boot-timeout", Flag: "acme-boot-timeout", Default: "7m0s", Help: "how long to wait for a new box's address and SSH"},
