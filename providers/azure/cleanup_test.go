@@ -179,39 +179,13 @@ func TestCleanupRechecksBeforeDeleting(t *testing.T) {
 // claim and the lease's resources behind.
 func killAfterCreate(t *testing.T, e *env, store *lease.Store) lease.Claim {
 	t.Helper()
-	b := e.backend(t)
-	key, err := lease.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := e.rt.Clock.Now().UTC().Truncate(time.Second)
-	c, err := store.Create(lease.Claim{
-		ID: lease.NewID(), Provider: azure.Name, State: lease.StateAcquiring,
-		CreatedAt: now, LastTouchedAt: now, ExpiresAt: now.Add(lease.DefaultIdleTimeout),
-		TTLSeconds: int64(lease.DefaultTTL / time.Second), IdleSeconds: int64(lease.DefaultIdleTimeout / time.Second),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SaveKey(c.ID, key); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(testCtx(t))
-	defer cancel()
-	e.arm.setFault("GET "+kindVM, fault{hang: true, times: 1, onHang: func() { e.arm.kill(true); cancel() }})
-	_, err = b.Acquire(ctx, provider.AcquireRequest{
-		LeaseID: c.ID, Slug: c.Slug, PublicKey: key.AuthorizedKey(), TTL: c.TTL(), IdleTimeout: c.IdleTimeout(),
-		CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt,
-	})
-	if err == nil {
-		t.Fatal("Acquire succeeded though the process was killed")
-	}
-	e.arm.kill(false) // the API is fine; the process that called it is gone
+	c := cloudtest.KilledAcquire(t, testCtx(t), e.backend(t), store, azure.Name, e.rt.Clock.Now(),
+		func(cancel func()) {
+			e.arm.setFault("GET "+kindVM, fault{hang: true, times: 1, onHang: func() { e.arm.kill(true); cancel() }})
+		},
+		func() { e.arm.kill(false) })
 	if vm, nic, pip := e.arm.names(kindVM), e.arm.names(kindNIC), e.arm.names(kindPIP); len(vm) != 1 || len(nic) != 1 || len(pip) != 1 {
 		t.Fatalf("after the kill: VMs %v, NICs %v, public IPs %v; want the one each a crash leaves", vm, nic, pip)
-	}
-	if got, err := store.Get(c.ID); err != nil || got.State != lease.StateAcquiring {
-		t.Fatalf("claim after the kill: %+v, %v; want it still acquiring", got, err)
 	}
 	return c
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/gcp"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 // boxLabels are a crabbox box's labels, in GCP form, for a lease of prov.
@@ -77,60 +78,29 @@ func TestCleanupOwnership(t *testing.T) {
 		}
 	}
 
-	type outcome struct {
-		Delete, Deleted bool
-		Reason          string
-	}
-	decide := func(dryRun bool) map[string]outcome {
-		ds, err := b.Cleanup(context.Background(), provider.CleanupRequest{DryRun: dryRun, Now: now, Claimed: claimed})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]outcome{}
-		for _, d := range ds {
-			if d.Err != nil {
-				t.Errorf("decision for %s failed: %v", d.LeaseID, d.Err)
-			}
-			out[d.LeaseID] = outcome{d.Delete, d.Deleted, d.Reason}
-		}
-		return out
-	}
-	check := func(what string, got, want map[string]outcome) {
-		t.Helper()
-		for id, w := range want {
-			g, ok := got[id]
-			if !ok || g.Delete != w.Delete || g.Deleted != w.Deleted || !strings.Contains(g.Reason, w.Reason) {
-				t.Errorf("%s decision for %s = %+v (made: %v), want %+v (reason containing)", what, id, g, ok, w)
-			}
-		}
-		for id, g := range got {
-			if _, ok := want[id]; !ok {
-				t.Errorf("%s decided about %s, which is not a gcp crabbox instance of the zones: %+v", what, id, g)
-			}
-		}
-	}
-	check("dry run", decide(true), map[string]outcome{
-		ours:     {true, false, "expired at"},
-		oursB:    {true, false, "state failed"},
-		theirs:   {false, false, "another client's box"},
-		kept:     {true, false, "expired at"},
-		keptLive: {false, false, "keep=true: kept while live until"},
-		renewed:  {true, false, "expired at"},
-		fresh:    {false, false, "live until"},
-	})
+	const others = "a gcp crabbox instance of the zones"
+	cloudtest.CheckDecisions(t, "dry run", cloudtest.Decide(t, b, true, now, claimed), map[string]cloudtest.Outcome{
+		ours:     cloudtest.WouldDelete("expired at"),
+		oursB:    cloudtest.WouldDelete("state failed"),
+		theirs:   cloudtest.Left("another client's box"),
+		kept:     cloudtest.WouldDelete("expired at"),
+		keptLive: cloudtest.Left("keep=true: kept while live until"),
+		renewed:  cloudtest.WouldDelete("expired at"),
+		fresh:    cloudtest.Left("live until"),
+	}, others)
 	if n := len(e.api.instanceList()); n != 10 || len(e.api.log()) != 0 {
 		t.Fatalf("dry run changed the project: %d instances, mutations %v", n, e.api.log())
 	}
 
-	check("cleanup", decide(false), map[string]outcome{
-		ours:     {true, true, "expired at"},
-		oursB:    {true, true, "state failed"},
-		theirs:   {false, false, "another client's box"},
-		kept:     {true, true, "expired at"},
-		keptLive: {false, false, "keep=true: kept while live until"},
-		renewed:  {false, false, "changed since listed: live until"},
-		fresh:    {false, false, "live until"},
-	})
+	cloudtest.CheckDecisions(t, "cleanup", cloudtest.Decide(t, b, false, now, claimed), map[string]cloudtest.Outcome{
+		ours:     cloudtest.Deleted("expired at"),
+		oursB:    cloudtest.Deleted("state failed"),
+		theirs:   cloudtest.Left("another client's box"),
+		kept:     cloudtest.Deleted("expired at"),
+		keptLive: cloudtest.Left("keep=true: kept while live until"),
+		renewed:  cloudtest.Left("changed since listed: live until"),
+		fresh:    cloudtest.Left("live until"),
+	}, others)
 	var left []string
 	for _, in := range e.api.instanceList() {
 		left = append(left, in.GetName())
