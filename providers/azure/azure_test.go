@@ -89,16 +89,7 @@ func (e *env) backend(t *testing.T) *azure.Backend {
 
 func newRequest(t *testing.T, now time.Time) (provider.AcquireRequest, lease.Key) {
 	t.Helper()
-	key, err := lease.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now = now.UTC().Truncate(time.Second)
-	return provider.AcquireRequest{
-		LeaseID: lease.NewID(), Slug: "tidal-lobster", PublicKey: key.AuthorizedKey(),
-		TTL: lease.DefaultTTL, IdleTimeout: lease.DefaultIdleTimeout, CreatedAt: now, ExpiresAt: now.Add(lease.DefaultIdleTimeout),
-		Labels: map[string]string{"suite": "azure"},
-	}, key
+	return cloudtest.NewRequest(t, now, "azure")
 }
 
 // checkEmpty fails unless the fake subscription has no lease resource and

@@ -15,6 +15,7 @@ import (
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/gcp"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
 func TestMain(m *testing.M) {
@@ -79,16 +80,7 @@ func (e *env) backend(t *testing.T, edit ...func(*gcp.Config)) *gcp.Backend {
 
 func newRequest(t *testing.T, now time.Time) (provider.AcquireRequest, lease.Key) {
 	t.Helper()
-	key, err := lease.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now = now.UTC().Truncate(time.Second)
-	return provider.AcquireRequest{
-		LeaseID: lease.NewID(), Slug: "tidal-lobster", PublicKey: key.AuthorizedKey(),
-		TTL: lease.DefaultTTL, IdleTimeout: lease.DefaultIdleTimeout, CreatedAt: now, ExpiresAt: now.Add(lease.DefaultIdleTimeout),
-		Labels: map[string]string{"suite": "GCP"},
-	}, key
+	return cloudtest.NewRequest(t, now, "GCP")
 }
 
 // events normalises the fake's mutation log.

@@ -221,16 +221,8 @@ func Run(t *testing.T, h Harness) {
 // NewRequest makes an acquire request with a fresh identity and key.
 func NewRequest(t *testing.T, now time.Time) provider.AcquireRequest {
 	t.Helper()
-	key, err := lease.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now = now.UTC().Truncate(time.Second)
-	return provider.AcquireRequest{
-		LeaseID: lease.NewID(), Slug: "tidal-lobster", PublicKey: key.AuthorizedKey(),
-		TTL: lease.DefaultTTL, IdleTimeout: lease.DefaultIdleTimeout, CreatedAt: now, ExpiresAt: now.Add(lease.DefaultIdleTimeout),
-		Labels: map[string]string{"suite": "tagcloud"},
-	}
+	req, _ := cloudtest.NewRequest(t, now, "tagcloud")
+	return req
 }
 
 // AwaitLimit bounds how long Await waits for an acquire to end, and then

@@ -103,3 +103,19 @@ func KilledAcquire(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend
 func Left(reason string) Outcome        { return Outcome{Reason: reason} }
 func WouldDelete(reason string) Outcome { return Outcome{Delete: true, Reason: reason} }
 func Deleted(reason string) Outcome     { return Outcome{Delete: true, Deleted: true, Reason: reason} }
+
+// NewRequest makes an acquire request with a fresh identity and lease
+// key, made at now (to the second), labelled suite=suite, and the key.
+func NewRequest(t *testing.T, now time.Time, suite string) (provider.AcquireRequest, lease.Key) {
+	t.Helper()
+	key, err := lease.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.UTC().Truncate(time.Second)
+	return provider.AcquireRequest{
+		LeaseID: lease.NewID(), Slug: "tidal-lobster", PublicKey: key.AuthorizedKey(),
+		TTL: lease.DefaultTTL, IdleTimeout: lease.DefaultIdleTimeout, CreatedAt: now, ExpiresAt: now.Add(lease.DefaultIdleTimeout),
+		Labels: map[string]string{"suite": suite},
+	}, key
+}
