@@ -3,9 +3,7 @@ package external_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,13 +17,8 @@ import (
 
 func fakeDelegated(t *testing.T, mode string) (*external.DelegatedBackend, string) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := filepath.Join(t.TempDir(), "requests.jsonl")
-	env, _ := json.Marshal(map[string]string{fakeEnv: mode, fakeLogEnv: log, "GORACE": "atexit_sleep_ms=0"})
-	cfg, err := external.ParseConfig(provider.Config{"command": exe, "mode": external.ModeDelegatedRun, "env": string(env)})
+	raw, log := delegatedConfig(t, mode, nil)
+	cfg, err := external.ParseConfig(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,20 +40,40 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// fake returns a backend whose program is this test binary in the given
-// mode, and the file where the fake logs the requests it got.
-func fake(t *testing.T, mode string, edit ...func(*external.Config)) (*external.Backend, string) {
+// fakeCommand is this test binary as a provider program in the given
+// mode: its path, the environment that selects the mode, and the file
+// where it logs the requests it got.
+func fakeCommand(t *testing.T, mode string) (exe string, env map[string]string, log string) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := filepath.Join(t.TempDir(), "requests.jsonl")
-	cfg := external.Config{
-		Command: exe, Timeout: time.Minute,
-		// GORACE: a race-enabled test binary otherwise lingers a second at exit.
-		Env: map[string]string{fakeEnv: mode, fakeLogEnv: log, "GORACE": "atexit_sleep_ms=0"},
+	log = filepath.Join(t.TempDir(), "requests.jsonl")
+	// GORACE: a race-enabled test binary otherwise lingers a second at exit.
+	return exe, map[string]string{fakeEnv: mode, fakeLogEnv: log, "GORACE": "atexit_sleep_ms=0"}, log
+}
+
+// delegatedConfig is the raw configuration of the fake program in mode as
+// a delegated-run provider, with extra settings, and its request log.
+func delegatedConfig(t *testing.T, mode string, extra provider.Config) (provider.Config, string) {
+	t.Helper()
+	exe, env, log := fakeCommand(t, mode)
+	envJSON, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
 	}
+	cfg := provider.Config{"command": exe, "mode": external.ModeDelegatedRun, "env": string(envJSON)}
+	maps.Copy(cfg, extra)
+	return cfg, log
+}
+
+// fake returns a backend whose program is this test binary in the given
+// mode, and the file where the fake logs the requests it got.
+func fake(t *testing.T, mode string, edit ...func(*external.Config)) (*external.Backend, string) {
+	t.Helper()
+	exe, env, log := fakeCommand(t, mode)
+	cfg := external.Config{Command: exe, Timeout: time.Minute, Env: env}
 	for _, e := range edit {
 		e(&cfg)
 	}

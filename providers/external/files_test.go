@@ -3,11 +3,8 @@ package external_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -25,15 +22,8 @@ import (
 // test binary in the given mode.
 func fakeFilesBackend(t *testing.T, mode string) (*external.DelegatedFileBackend, string) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := filepath.Join(t.TempDir(), "requests.jsonl")
-	env, _ := json.Marshal(map[string]string{fakeEnv: mode, fakeLogEnv: log, "GORACE": "atexit_sleep_ms=0"})
-	b, err := external.Provider{}.Configure(provider.Config{
-		"command": exe, "mode": external.ModeDelegatedRun, "files": "true", "env": string(env), "timeout": "1m",
-	}, provider.Runtime{})
+	raw, log := delegatedConfig(t, mode, provider.Config{"files": "true", "timeout": "1m"})
+	b, err := external.Provider{}.Configure(raw, provider.Runtime{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,13 +166,8 @@ func TestReadFile(t *testing.T) {
 // A program without capabilities.files cannot back files = true; nothing
 // is acquired.
 func TestFilesNeedCapability(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := filepath.Join(t.TempDir(), "requests.jsonl")
-	env, _ := json.Marshal(map[string]string{fakeEnv: "run", fakeLogEnv: log, "GORACE": "atexit_sleep_ms=0"})
-	c, err := external.ParseConfig(provider.Config{"command": exe, "mode": external.ModeDelegatedRun, "files": "true", "env": string(env)})
+	raw, log := delegatedConfig(t, "run", provider.Config{"files": "true"})
+	c, err := external.ParseConfig(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
