@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -114,7 +115,12 @@ type Spec struct {
 	Targets     []Target
 	Features    []Feature
 	Coordinator CoordinatorSupport
-	Options     []Option
+	// CoordinatorSettings are settings a coordinator server configures
+	// the provider with unless its configuration sets them: what makes a
+	// provider with both kinds of lease hand out SSH leases, which is all
+	// a coordinator brokers (Daytona's ssh=true).
+	CoordinatorSettings Config
+	Options             []Option
 }
 
 // Has reports whether the spec declares feature f.
@@ -127,6 +133,7 @@ func (s Spec) Clone() Spec {
 	s.Targets = slices.Clone(s.Targets)
 	s.Features = slices.Clone(s.Features)
 	s.Options = slices.Clone(s.Options)
+	s.CoordinatorSettings = maps.Clone(s.CoordinatorSettings)
 	return s
 }
 

@@ -177,13 +177,16 @@ func TestSpecCloneSharesNothing(t *testing.T) {
 	orig := provider.Spec{
 		Name: "x", Aliases: []string{"a"}, Targets: []provider.Target{provider.TargetLinux},
 		Features: []provider.Feature{provider.FeatureSSH}, Options: []provider.Option{{Name: "o"}},
+		CoordinatorSettings: provider.Config{"ssh": "true"},
 	}
 	want := provider.Spec{
 		Name: "x", Aliases: []string{"a"}, Targets: []provider.Target{provider.TargetLinux},
 		Features: []provider.Feature{provider.FeatureSSH}, Options: []provider.Option{{Name: "o"}},
+		CoordinatorSettings: provider.Config{"ssh": "true"},
 	}
 	c := orig.Clone()
 	c.Aliases[0], c.Targets[0], c.Features[0], c.Options[0].Name = "b", "other", "other", "p"
+	c.CoordinatorSettings["ssh"] = "false"
 	if diff := cmp.Diff(want, orig); diff != "" {
 		t.Errorf("changing the clone changed the original (-want +got):\n%s", diff)
 	}

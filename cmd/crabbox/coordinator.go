@@ -452,12 +452,10 @@ func serverBackends(cfgs map[string]provider.Config, rt provider.Runtime) (map[s
 		if err != nil {
 			return out, fmt.Errorf("coordinator config: %w", err)
 		}
-		// A provider that runs commands itself by default but declares
-		// coordinator support has SSH leases in its SSH mode (daytona's
-		// ssh option): the coordinator brokers those.
-		if _, ok := spec.Option("ssh"); ok && spec.Kind != provider.KindSSHLease &&
-			spec.Coordinator == provider.CoordinatorSupported && raw["ssh"] == "" {
-			cfg["ssh"] = "true"
+		for k, v := range spec.CoordinatorSettings {
+			if raw[k] == "" {
+				cfg[k] = v
+			}
 		}
 		b, err := p.Configure(cfg, rt)
 		if err != nil {

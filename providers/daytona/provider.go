@@ -110,7 +110,8 @@ var spec = provider.Spec{
 	},
 	// A coordinator brokers SSH leases only: it configures the provider
 	// in SSH mode.
-	Coordinator: provider.CoordinatorSupported,
+	Coordinator:         provider.CoordinatorSupported,
+	CoordinatorSettings: provider.Config{"ssh": "true"},
 	Options: []provider.Option{
 		{Name: "api-url", Flag: "daytona-api-url", Default: DefaultAPIURL, Help: "base URL of Daytona's REST API", Locates: true},
 		{Name: "toolbox-url", Flag: "daytona-toolbox-url",
