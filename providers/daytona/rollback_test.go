@@ -77,17 +77,7 @@ func TestStartLeavesNothingOnFailure(t *testing.T) {
 				if tc.op != "" {
 					f.setFault(tc.op, tc.fault)
 				}
-				ctx, cancel := context.WithCancel(testContext(t))
-				defer cancel()
-				if tc.fault == hang || tc.fault == stall {
-					go func() {
-						select {
-						case <-f.hung:
-							cancel()
-						case <-ctx.Done():
-						}
-					}()
-				}
+				ctx := f.cancelOnHang(t, tc.fault)
 				err := mode.start(ctx, testConfig(f), provider.Runtime{HTTPClient: f.server.Client()}, time.Now())
 				if err == nil {
 					t.Fatalf("%s succeeded", mode.name)
@@ -183,17 +173,7 @@ func TestRunLeavesNothingOnFailure(t *testing.T) {
 			b := newBackend(t, f)
 			v := warmup(t, testContext(t), b, "")
 			f.setFault(tc.op, tc.fault)
-			ctx, cancel := context.WithCancel(testContext(t))
-			defer cancel()
-			if tc.fault == hang || tc.fault == stall {
-				go func() {
-					select {
-					case <-f.hung:
-						cancel()
-					case <-ctx.Done():
-					}
-				}()
-			}
+			ctx := f.cancelOnHang(t, tc.fault)
 			_, err := b.Run(ctx, provider.DelegatedRunRequest{LeaseID: v.ID, Command: []string{"sleep", "1000"}, Stdout: io.Discard, Stderr: io.Discard})
 			if err == nil {
 				t.Fatal("run succeeded")
@@ -272,4 +252,22 @@ func TestCleanup(t *testing.T) {
 	if n := f.sandboxCount(); n != 2 {
 		t.Errorf("%d sandboxes left, want 2", n)
 	}
+}
+
+// cancelOnHang returns a context for a call that k makes fail: with a
+// hanging fault, it is cancelled once the fake holds the call, as a caller
+// giving up would.
+func (f *fakeDaytona) cancelOnHang(t *testing.T, k fault) context.Context {
+	ctx, cancel := context.WithCancel(testContext(t))
+	t.Cleanup(cancel)
+	if k == hang || k == stall {
+		go func() {
+			select {
+			case <-f.hung:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx
 }
