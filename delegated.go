@@ -28,10 +28,16 @@ import (
 // DelegatedRunBackend that is not also an SSH-lease backend. Brokered
 // clients never take the delegated path: the coordinator owns providers.
 func (c *Client) delegatedRunBackend(name string) (provider.DelegatedRunBackend, bool) {
+	return c.delegatedAt(name, nil)
+}
+
+// delegatedAt is delegatedRunBackend for the backend configured with the
+// settings in at laid over the client's (see Client.backend).
+func (c *Client) delegatedAt(name string, at provider.Config) (provider.DelegatedRunBackend, bool) {
 	if c.broker != nil {
 		return nil, false
 	}
-	b, err := c.Backend(name)
+	b, err := c.backend(name, at)
 	if err != nil {
 		return nil, false // the SSH path reports the error
 	}
@@ -67,18 +73,10 @@ func (c *Client) delegatedFor(req RunRequest) (provider.DelegatedRunBackend, boo
 // (Daytona's ssh option) keeps each lease on the kind it was made as,
 // whatever the configuration says now.
 func (c *Client) delegatedOf(cl lease.Claim) (provider.DelegatedRunBackend, bool) {
-	if c.broker != nil || cl.Route == lease.RouteBrokered {
+	if cl.Route == lease.RouteBrokered {
 		return nil, false
 	}
-	b, err := c.backend(cl.Provider, cl.Config)
-	if err != nil {
-		return nil, false // the SSH path reports the error
-	}
-	if _, ok := b.(provider.SSHLeaseBackend); ok {
-		return nil, false
-	}
-	db, ok := b.(provider.DelegatedRunBackend)
-	return db, ok
+	return c.delegatedAt(cl.Provider, cl.Config)
 }
 
 // checkDelegated refuses, before anything is created, a run whose options
