@@ -77,6 +77,9 @@ type Client struct {
 	loginPauses []time.Duration
 	// startWatch starts a checkout's change watcher (WithChangeWatch).
 	startWatch func(ctx context.Context, root, socket string) error
+	// startShare starts serving a lease's shared connection
+	// (WithSharedConnections).
+	startShare func(ctx context.Context, leaseID, socket string) error
 }
 
 // Option configures a Client.
@@ -92,6 +95,7 @@ type options struct {
 	configs     map[string]provider.Config
 	broker      brokerOptions
 	startWatch  func(ctx context.Context, root, socket string) error
+	startShare  func(ctx context.Context, leaseID, socket string) error
 }
 
 // WithProvider selects the provider for new leases (default "local").
@@ -158,6 +162,25 @@ func WithChangeWatch(start func(ctx context.Context, root, socket string) error)
 	return func(o *options) { o.startWatch = start }
 }
 
+// WithSharedConnections lets the processes that reuse a warm lease share
+// one SSH connection to its box, as OpenSSH's ControlMaster does: a
+// reused lease (Resolve) connects through the lease's shared connection,
+// served on a Unix socket under the state directory, when one answers,
+// which saves the TCP connection, key exchange and authentication of each
+// process (most of the cost of a short command on a warm box). When none
+// answers, the lease connects as usual and start(ctx, leaseID, socket) is
+// called to start serving one for the next process, for instance by
+// running Client.ShareConnection in a process that outlives this one;
+// start must not wait for it. Only the processes of the user who owns the
+// state directory can use a shared connection. Leases reached through
+// per-connection logins (provider.SSHLoginBackend) and delegated leases
+// are never shared, and the option does nothing on systems without Unix
+// socket peer credentials (Windows). The crabbox command starts
+// `crabbox share` processes.
+func WithSharedConnections(start func(ctx context.Context, leaseID, socket string) error) Option {
+	return func(o *options) { o.startShare = start }
+}
+
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.rt.Logger = l } }
 
@@ -194,7 +217,7 @@ func New(opts ...Option) (*Client, error) {
 	c := &Client{
 		registry: o.registry, ownRegistry: o.ownRegistry, store: store, rt: rt, log: rt.Logger,
 		provider: o.provider, configs: o.configs, backends: map[string]provider.Backend{},
-		held: map[*Lease]struct{}{}, startWatch: o.startWatch,
+		held: map[*Lease]struct{}{}, startWatch: o.startWatch, startShare: o.startShare,
 	}
 	if err := c.setupBroker(o.broker); err != nil {
 		return nil, err

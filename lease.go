@@ -22,6 +22,7 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/internal/remote"
+	"github.com/crabbox-dev/crabbox/internal/sshmux"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run"
@@ -58,6 +59,10 @@ type Lease struct {
 	// backend, which has no SSH (delegated.go).
 	delegated provider.DelegatedRunBackend
 	keep      *lease.Keepalive // holds the lease as last touched
+
+	// shared marks a lease resolved for reuse, whose connection may be
+	// shared with other processes (WithSharedConnections).
+	shared bool
 
 	// connMu guards conn and is held while dialing.
 	connMu gosync.Mutex
@@ -202,7 +207,9 @@ func (c *Client) resolve(ctx context.Context, ref string, touchNow bool) (*Lease
 	if err != nil {
 		return nil, err
 	}
-	return c.hold(b, l, touchNow), nil
+	h := c.hold(b, l, touchNow)
+	h.shared = true
+	return h, nil
 }
 
 // LeaseInfo is a lease as list and status report it.
@@ -430,6 +437,7 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
+	c.stopSharing(ctx, claim.ID)
 	return c.store.Release(ctx, b, claim)
 }
 
@@ -448,6 +456,9 @@ const releaseTimeout = 2 * time.Minute
 // release did not finish.
 func (l *Lease) Release(ctx context.Context) error {
 	closeErr := l.Close()
+	if l.shared {
+		l.client.stopSharing(ctx, l.snapshot().Claim.ID)
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	release := func() error { return l.client.store.Release(rctx, l.backend, l.snapshot().Claim) }
@@ -510,13 +521,103 @@ func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
 		l.conn = conn
 		return conn, nil
 	}
+	socket := l.shareSocket()
+	if socket != "" {
+		conn, err := sshmux.Dial(ctx, socket)
+		if err == nil {
+			l.conn = conn
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		l.client.log.Debug("no shared connection", "lease", s.Claim.ID, "err", err)
+		if !errors.Is(err, sshmux.ErrNoServer) {
+			socket = "" // one serves, but lost the box: it ends on its own
+		}
+	}
 	t := s.Target
 	conn, _, err := l.dial(ctx, s, t.Host, t.Port, t.User)
 	if err != nil {
 		return nil, err
 	}
 	l.conn = conn
+	if socket != "" {
+		if err := l.client.startShare(ctx, s.Claim.ID, socket); err != nil {
+			l.client.log.Debug("start sharing the connection", "lease", s.Claim.ID, "err", err)
+		}
+	}
 	return conn, nil
+}
+
+// shareSocket is where the lease's connection is shared, or "" when it is
+// not (see WithSharedConnections).
+func (l *Lease) shareSocket() string {
+	if !l.shared || l.client.startShare == nil || !sshmux.Supported() {
+		return ""
+	}
+	return l.client.shareSocket(l.snapshot().Claim.ID)
+}
+
+// shareSocket is where the connection of lease id is shared.
+func (c *Client) shareSocket(id string) string {
+	return filepath.Join(c.store.Dir(), "share", id+".sock")
+}
+
+// stopSharing ends the shared connection of lease id, if one is served:
+// the lease is being released.
+func (c *Client) stopSharing(ctx context.Context, id string) {
+	if c.startShare == nil || !sshmux.Supported() {
+		return
+	}
+	if err := sshmux.Stop(ctx, c.shareSocket(id)); err != nil {
+		c.log.Debug("stop the shared connection", "lease", id, "err", err)
+	}
+}
+
+// ShareConnection serves the SSH connection of the lease ref to the
+// processes that reuse it (see WithSharedConnections) on socket, until
+// nobody used it for idle (zero means 10 minutes), the lease is released
+// or its box stops answering, or ctx ends; ready, if set, is called once
+// it serves. It does not keep the lease alive: only the processes that use
+// it do. A lease of a delegated backend, or reached through
+// per-connection logins, cannot be shared.
+func (c *Client) ShareConnection(ctx context.Context, ref, socket string, idle time.Duration, ready func()) error {
+	claim, err := c.store.Find(ref)
+	if err != nil {
+		return err
+	}
+	if _, ok := c.delegatedOf(claim); ok {
+		return fmt.Errorf("lease %s is a delegated sandbox: it has no SSH connection to share", claim.ID)
+	}
+	b, err := c.leaseBackend(claim)
+	if err != nil {
+		return err
+	}
+	if _, ok := b.(provider.SSHLoginBackend); ok {
+		return fmt.Errorf("lease %s is reached with a login per connection: its connection is not shared", claim.ID)
+	}
+	g, err := c.store.Resolve(ctx, b, claim.ID)
+	if err != nil {
+		return err
+	}
+	l := &Lease{client: c, backend: b}
+	t := g.Target
+	conn, _, err := l.dial(ctx, g, t.Host, t.Port, t.User)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return sshmux.ListenAndServe(ctx, socket, sshmux.Config{
+		Upstream: conn,
+		Idle:     idle,
+		Alive: func() bool {
+			_, err := c.store.Get(claim.ID)
+			return err == nil
+		},
+		Clock:  c.rt.Clock,
+		Logger: c.log,
+	}, ready)
 }
 
 // dial connects to host:port as user with the lease key, checking the

@@ -67,7 +67,7 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP).`,
 		FlagSet: flag.NewFlagSet("crabbox", flag.ContinueOnError),
 		Subcommands: []*ffcli.Command{
-			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(), a.agentCmd(), a.watchCmd(),
+			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(), a.agentCmd(), a.watchCmd(), a.shareCmd(),
 			a.sshCmd(), a.heartbeatCmd(), a.cleanupCmd(), a.providersCmd(), a.doctorCmd(), a.configCmd(),
 			a.historyCmd(),
 			a.logsCmd(),
@@ -289,6 +289,9 @@ func (a *app) client(lf *leaseFlags, detach bool) (*crabbox.Client, error) {
 	}
 	opts := append(lf.settings.ClientOptions(), crabbox.WithLogger(logger))
 	if o, ok := watchOption(); ok {
+		opts = append(opts, o)
+	}
+	if o, ok := shareOption(); ok {
 		opts = append(opts, o)
 	}
 	if local := lf.settings.Providers["local"]; local["agent"] == "" && detach {

@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 	// No test starts a change watcher unless it asks for one: in-process
 	// runs would start this test binary as one.
 	os.Setenv(envSyncWatch, "0")
+	// Nor shares a connection (see TestRunWithSharedConnection).
+	os.Setenv(envShare, "0")
 	testenv.Main(m, nil, testsshd.Tests)
 }
 

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/sshmux"
+)
+
+// envShare turns shared connections off when "0", "false", "off" or "no".
+const envShare = "CRABBOX_SHARED_CONNECTIONS"
+
+func (a *app) shareCmd() *ffcli.Command {
+	fs, lf := newLeaseFlagSet("share")
+	socket := fs.String("socket", "", "the Unix socket to serve the connection on")
+	return &ffcli.Command{
+		Name:       "share",
+		ShortUsage: "crabbox share --socket PATH ID",
+		ShortHelp:  "share a warm lease's SSH connection with later runs (started by crabbox itself)",
+		LongHelp: `Hold one SSH connection to a warm lease's box and let later crabbox
+commands of the same user use it through a Unix socket, as OpenSSH's
+ControlMaster does, so that run --id, ssh and sync skip connecting. crabbox
+starts this itself when a warm lease is reused; it ends after 10 minutes
+without use, when the lease is released, or when the box stops answering, and
+there is no need to run it by hand. It does not keep the lease alive. Set
+CRABBOX_SHARED_CONNECTIONS=0 to never start one.
+
+It prints "ready" on stdout once it serves.`,
+		FlagSet: fs,
+		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
+			if *socket == "" || len(args) != 1 {
+				return usagef("share: want --socket PATH and one lease ID")
+			}
+			return a.withClient(lf, false, func(c *crabbox.Client) error {
+				err := c.ShareConnection(ctx, args[0], *socket, 0, func() { fmt.Fprintln(a.stdout, "ready") })
+				switch {
+				case errors.Is(err, sshmux.ErrIdle), errors.Is(err, sshmux.ErrStopped),
+					errors.Is(err, sshmux.ErrNotAlive), errors.Is(err, context.Canceled):
+					return nil // its ordinary ends
+				}
+				return err
+			})
+		}),
+	}
+}
+
+// shareOption lets the client share warm leases' connections (see
+// crabbox.WithSharedConnections), unless CRABBOX_SHARED_CONNECTIONS turns
+// it off or the platform cannot.
+func shareOption() (crabbox.Option, bool) {
+	switch strings.ToLower(os.Getenv(envShare)) {
+	case "0", "false", "off", "no":
+		return nil, false
+	}
+	if !sshmux.Supported() {
+		return nil, false
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, false
+	}
+	return crabbox.WithSharedConnections(func(ctx context.Context, id, socket string) error {
+		return startSharer(exe, id, socket)
+	}), true
+}

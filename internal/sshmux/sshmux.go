@@ -1,0 +1,544 @@
+// Package sshmux shares one SSH connection to a box among processes, as
+// OpenSSH's ControlMaster does.
+//
+// A process holding a connection serves it on a Unix socket (Serve); other
+// processes of the same user reach the box through it (Dial) with an SSH
+// connection of their own to that socket, whose channels and requests the
+// server forwards to the box. That local hop costs a key exchange in memory
+// instead of a TCP connection, a key exchange and an authentication with
+// the box (and, with OpenSSH's sshd, a new server process), so a short
+// command through a shared connection costs about one round trip to the
+// box.
+//
+// Trust: both ends check the other's user ID through the socket's peer
+// credentials before the SSH handshake (SO_PEERCRED on Linux,
+// LOCAL_PEERCRED on macOS), so only processes of the user who owns the
+// lease keys use or serve a shared connection; the socket also lives in a
+// directory only that user can enter. The local hop's host key is an
+// ephemeral one the server makes; the peer credentials, not the key,
+// authenticate the server. Supported reports where this works.
+package sshmux
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	gosync "sync"
+	"time"
+
+	"github.com/gofrs/flock"
+	"github.com/jonboulle/clockwork"
+	"golang.org/x/crypto/ssh"
+)
+
+// Request types of the local hop, answered by the server itself.
+const (
+	// aliveRequest asks whether the box still answers: the server replies
+	// true after a keepalive round trip to it.
+	aliveRequest = "alive@crabbox.dev"
+	// stopRequest ends the server (its lease was released).
+	stopRequest = "stop@crabbox.dev"
+)
+
+// upstreamKeepalive is the request that proves the box answers: sshd (and
+// crabbox's own server) reply to it, with failure, which is an answer.
+const upstreamKeepalive = "keepalive@openssh.com"
+
+// ErrNoServer marks a Dial that found no server on the socket.
+var ErrNoServer = errors.New("no shared connection")
+
+// Defaults of Config.
+const (
+	DefaultIdle      = 10 * time.Minute
+	DefaultCheck     = 2 * time.Second
+	DefaultKeepalive = 30 * time.Second
+	// pingTimeout bounds a keepalive round trip to the box.
+	pingTimeout = 15 * time.Second
+	// handshakeTimeout bounds the local hop's SSH handshake.
+	handshakeTimeout = 10 * time.Second
+)
+
+// Config says what Serve shares and for how long.
+type Config struct {
+	// Upstream is the connection to the box. Serve does not close it.
+	Upstream *ssh.Client
+	// Idle ends Serve after this long without a connected process
+	// (default DefaultIdle).
+	Idle time.Duration
+	// Check is how often Serve checks Alive and that its socket is still
+	// in place (default DefaultCheck); Keepalive how often it proves the
+	// box answers when nobody uses it (default DefaultKeepalive).
+	Check, Keepalive time.Duration
+	// Alive, if set, is asked on each connection and every Check: false
+	// ends Serve (the lease was released, say).
+	Alive func() bool
+	// Clock drives the timers (default the real clock).
+	Clock clockwork.Clock
+	// Logger receives diagnostics (default discard).
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Idle <= 0 {
+		c.Idle = DefaultIdle
+	}
+	if c.Check <= 0 {
+		c.Check = DefaultCheck
+	}
+	if c.Keepalive <= 0 {
+		c.Keepalive = DefaultKeepalive
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Alive == nil {
+		c.Alive = func() bool { return true }
+	}
+}
+
+// Why Serve ended.
+var (
+	ErrIdle         = errors.New("no process used the shared connection")
+	ErrStopped      = errors.New("stopped")
+	ErrUpstreamGone = errors.New("the connection to the box ended")
+	ErrNotAlive     = errors.New("no longer wanted")
+)
+
+// ListenAndServe serves cfg.Upstream on the Unix socket at path, in a
+// directory only this user can enter (made if missing), until ctx ends or
+// Serve does; it removes the socket when it ends. A lock next to the socket
+// lets only one server serve it: when another holds it, ListenAndServe
+// fails with an error naming it at once. ready, if set, is called once the
+// socket accepts connections.
+func ListenAndServe(ctx context.Context, path string, cfg Config, ready func()) error {
+	if !Supported() {
+		return errors.ErrUnsupported
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	lock := flock.New(path + ".lock")
+	locked, err := lock.TryLock()
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", lock.Path(), err)
+	}
+	if !locked {
+		return fmt.Errorf("another process serves %s", path)
+	}
+	defer lock.Unlock()
+	// Under the lock, whatever is at path is a dead server's socket.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return err
+	}
+	ln.SetUnlinkOnClose(false) // removed below only while it is still ours
+	id, err := socketID(path)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer func() {
+		if now, err := socketID(path); err == nil && now.same(id) {
+			os.Remove(path)
+		}
+	}()
+	alive := cfg.Alive
+	cfg.Alive = func() bool {
+		if now, err := socketID(path); err != nil || !now.same(id) {
+			return false
+		}
+		return alive == nil || alive()
+	}
+	if ready != nil {
+		ready()
+	}
+	return Serve(ctx, ln, cfg)
+}
+
+// Serve shares cfg.Upstream with the processes that connect to ln until ctx
+// ends, the upstream connection ends, nobody connected for cfg.Idle, a
+// process asks it to stop, or cfg.Alive says false; it closes ln and every
+// connection it accepted (which closes the channels they opened on the box)
+// and returns why (ErrIdle, ErrStopped, ErrUpstreamGone, ErrNotAlive or
+// ctx's error).
+func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
+	cfg.defaults()
+	if cfg.Upstream == nil {
+		return errors.New("sshmux: no upstream connection")
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	signer, err := ssh.NewSignerFromKey(key)
+	if err != nil {
+		return err
+	}
+	m := &mux{cfg: cfg, conns: map[net.Conn]struct{}{}, stop: make(chan struct{}), events: make(chan int, 16)}
+	m.server.NoClientAuth = true
+	m.server.AddHostKey(signer)
+
+	upstreamDone := make(chan struct{})
+	go func() {
+		cfg.Upstream.Wait()
+		close(upstreamDone)
+	}()
+	accepted := make(chan net.Conn)
+	acceptDone := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				acceptDone <- err
+				return
+			}
+			accepted <- c
+		}
+	}()
+
+	var why error
+	idle := cfg.Clock.NewTimer(cfg.Idle)
+	check := cfg.Clock.NewTicker(cfg.Check)
+	keepalive := cfg.Clock.NewTicker(cfg.Keepalive)
+	n := 0 // connected processes
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			why = ctx.Err()
+			break loop
+		case <-upstreamDone:
+			why = ErrUpstreamGone
+			break loop
+		case <-m.stop:
+			why = ErrStopped
+			break loop
+		case err := <-acceptDone:
+			why = fmt.Errorf("accept: %w", err)
+			break loop
+		case <-idle.Chan():
+			if n == 0 {
+				why = ErrIdle
+				break loop
+			}
+		case <-check.Chan():
+			if !cfg.Alive() {
+				why = ErrNotAlive
+				break loop
+			}
+		case <-keepalive.Chan():
+			if n == 0 && !m.ping() {
+				why = ErrUpstreamGone
+				break loop
+			}
+		case c := <-accepted:
+			if !cfg.Alive() {
+				c.Close()
+				why = ErrNotAlive
+				break loop
+			}
+			if err := checkPeer(c); err != nil {
+				cfg.Logger.Warn("refused a connection", "err", err)
+				c.Close()
+				continue
+			}
+			m.add(c)
+			n++
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.serveConn(c)
+				m.events <- -1
+			}()
+		case d := <-m.events:
+			n += d
+			if n == 0 {
+				idle.Reset(cfg.Idle)
+			}
+		}
+	}
+	idle.Stop()
+	check.Stop()
+	keepalive.Stop()
+	ln.Close()
+	m.closeAll()
+	// Drain the accept loop and the connections' ends.
+	for {
+		select {
+		case c := <-accepted:
+			c.Close()
+			continue
+		case <-acceptDone:
+		}
+		break
+	}
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	for {
+		select {
+		case <-m.events:
+			continue
+		case <-done:
+		}
+		break
+	}
+	return why
+}
+
+// mux is one Serve's state.
+type mux struct {
+	cfg    Config
+	server ssh.ServerConfig
+	wg     gosync.WaitGroup
+	// events carries -1 when a connection ends.
+	events chan int
+
+	mu       gosync.Mutex
+	conns    map[net.Conn]struct{}
+	closed   bool
+	stop     chan struct{}
+	stopOnce gosync.Once
+}
+
+func (m *mux) add(c net.Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		c.Close()
+		return
+	}
+	m.conns[c] = struct{}{}
+}
+
+func (m *mux) remove(c net.Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.conns, c)
+}
+
+func (m *mux) closeAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	for c := range m.conns {
+		c.Close()
+	}
+}
+
+// ping reports whether the box answers a keepalive in time.
+func (m *mux) ping() bool {
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := m.cfg.Upstream.SendRequest(upstreamKeepalive, true, nil)
+		done <- err
+	}()
+	t := m.cfg.Clock.NewTimer(pingTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err == nil
+	case <-t.Chan():
+		return false
+	}
+}
+
+// serveConn serves one process's connection until it ends.
+func (m *mux) serveConn(c net.Conn) {
+	defer m.remove(c)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
+	sc, chans, reqs, err := ssh.NewServerConn(c, &m.server)
+	if err != nil {
+		m.cfg.Logger.Debug("handshake", "err", err)
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	defer sc.Close()
+	var wg gosync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { m.globalRequests(reqs) })
+	for nc := range chans {
+		wg.Go(func() { m.forward(nc) })
+	}
+}
+
+// globalRequests answers the local hop's own requests and forwards the
+// others to the box.
+func (m *mux) globalRequests(reqs <-chan *ssh.Request) {
+	for r := range reqs {
+		switch r.Type {
+		case aliveRequest:
+			r.Reply(m.ping(), nil)
+		case stopRequest:
+			r.Reply(true, nil)
+			m.stopOnce.Do(func() { close(m.stop) })
+		default:
+			ok, payload, err := m.cfg.Upstream.SendRequest(r.Type, r.WantReply, r.Payload)
+			if r.WantReply {
+				r.Reply(ok && err == nil, payload)
+			}
+		}
+	}
+}
+
+// forward opens nc's channel on the box and copies between the two until
+// both ends closed: data both ways (stderr included), requests both ways
+// (exec, signal, window-change; exit-status, exit-signal), end of data as
+// it comes. The caller's side is closed only once everything the box sent
+// was passed on, so the exit status always follows the whole output.
+func (m *mux) forward(nc ssh.NewChannel) {
+	up, upReqs, err := m.cfg.Upstream.OpenChannel(nc.ChannelType(), nc.ExtraData())
+	if err != nil {
+		var oe *ssh.OpenChannelError
+		if errors.As(err, &oe) {
+			nc.Reject(oe.Reason, oe.Message)
+		} else {
+			nc.Reject(ssh.ConnectionFailed, "the shared connection to the box failed")
+		}
+		return
+	}
+	down, downReqs, err := nc.Accept()
+	if err != nil {
+		up.Close()
+		ssh.DiscardRequests(upReqs)
+		return
+	}
+	var wg gosync.WaitGroup
+	// Caller to box: input, then its end; a caller's close closes the
+	// box's channel (ending the command there as a dropped connection
+	// would).
+	wg.Go(func() {
+		io.Copy(up, down)
+		up.CloseWrite()
+	})
+	wg.Go(func() { io.Copy(up.Stderr(), down.Stderr()) })
+	wg.Go(func() {
+		forwardRequests(downReqs, up)
+		up.Close()
+	})
+	// Box to caller.
+	var out gosync.WaitGroup
+	out.Go(func() { io.Copy(down, up) })
+	out.Go(func() { io.Copy(down.Stderr(), up.Stderr()) })
+	forwardRequests(upReqs, down)
+	out.Wait()
+	down.CloseWrite()
+	down.Close()
+	wg.Wait()
+}
+
+// forwardRequests sends each request of reqs to ch, replying with ch's
+// answer, until reqs is closed.
+func forwardRequests(reqs <-chan *ssh.Request, ch ssh.Channel) {
+	for r := range reqs {
+		ok, err := ch.SendRequest(r.Type, r.WantReply, r.Payload)
+		if r.WantReply {
+			r.Reply(ok && err == nil, nil)
+		}
+	}
+}
+
+// Dial connects to the server on socket and checks that the box answers
+// through it. It fails with an error wrapping ErrNoServer when no server
+// listens there (or it is not this user's), and with another error when
+// the server no longer reaches the box; either way the caller connects to
+// the box itself.
+func Dial(ctx context.Context, socket string) (*ssh.Client, error) {
+	if !Supported() {
+		return nil, fmt.Errorf("%w: %w", ErrNoServer, errors.ErrUnsupported)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoServer, err)
+	}
+	if err := checkPeer(c); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: %w", ErrNoServer, err)
+	}
+	deadline := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	cfg := &ssh.ClientConfig{
+		User: "crabbox",
+		// The peer credentials checked above authenticate the server.
+		HostKeyCallback: func(string, net.Addr, ssh.PublicKey) error { return nil },
+	}
+	sc, chans, reqs, err := ssh.NewClientConn(c, "crabbox-mux", cfg)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: handshake: %w", ErrNoServer, err)
+	}
+	client := ssh.NewClient(sc, chans, reqs)
+	ok, _, err := client.SendRequest(aliveRequest, true, nil)
+	if err == nil && !ok {
+		err = errors.New("the box did not answer through it")
+	}
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("shared connection on %s: %w", socket, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	if ctx.Err() != nil {
+		client.Close()
+		return nil, ctx.Err()
+	}
+	return client, nil
+}
+
+// Stop asks the server on socket, if any, to end, and returns once it
+// answered (or at once when none listens).
+func Stop(ctx context.Context, socket string) error {
+	if !Supported() {
+		return nil
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil // none
+	}
+	defer c.Close()
+	if err := checkPeer(c); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
+	sc, chans, reqs, err := ssh.NewClientConn(c, "crabbox-mux", &ssh.ClientConfig{
+		User:            "crabbox",
+		HostKeyCallback: func(string, net.Addr, ssh.PublicKey) error { return nil },
+	})
+	if err != nil {
+		return fmt.Errorf("stop the shared connection on %s: %w", socket, err)
+	}
+	client := ssh.NewClient(sc, chans, reqs)
+	defer client.Close()
+	if _, _, err := client.SendRequest(stopRequest, true, nil); err != nil {
+		return fmt.Errorf("stop the shared connection on %s: %w", socket, err)
+	}
+	return nil
+}
