@@ -177,7 +177,13 @@ func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, erro
 		return nil, err
 	}
 	c.log.Info("lease acquired", "lease", l.Claim.ID, "slug", l.Claim.Slug, "provider", l.Claim.Provider)
-	return c.hold(b, l, false), nil
+	h := c.hold(b, l, false)
+	if hb, ok := b.(provider.ConnectionHandoff); ok {
+		// The connection the provider prepared the box with: no need to
+		// connect again.
+		h.conn = hb.TakeConnection(l.Claim.ID)
+	}
+	return h, nil
 }
 
 // Resolve finds a live lease by ID or slug among this client's claims.

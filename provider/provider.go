@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // Kind is a provider's execution model.
@@ -280,6 +282,23 @@ type SSHLeaseBackend interface {
 	// ReleaseLease deletes the box (or, for hosts crabbox does not own, only
 	// the lease's work directory).
 	ReleaseLease(ctx context.Context, req ReleaseRequest) error
+}
+
+// ConnectionHandoff is an SSHLeaseBackend whose Acquire connects to the box
+// itself (to prepare it, as the ssh provider does on a host it does not
+// own) and hands that connection to the library, which would otherwise
+// connect again at once: one handshake fewer per new lease.
+//
+// The connection must be authenticated as the returned target's user with
+// its key and checked against its host key, exactly as the library would
+// connect. The library takes it right after Acquire returns; one not taken
+// soon (a minute), or whose lease is released first, is closed by the
+// backend, and Close closes the rest (the io.Closer duty of Backend).
+type ConnectionHandoff interface {
+	SSHLeaseBackend
+	// TakeConnection returns the connection Acquire opened to the box of
+	// lease id, now the caller's to close, or nil (none, or taken).
+	TakeConnection(id string) *ssh.Client
 }
 
 // DelegatedRunBackend owns a sandbox service's lease lifecycle and runs

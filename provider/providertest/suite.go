@@ -112,6 +112,7 @@ func testLifecycle(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend
 		}
 	})
 	checkTarget(t, spec, req, target)
+	checkHandoff(t, b, req.LeaseID, target)
 
 	byID, err := b.Resolve(ctx, provider.ResolveRequest{ID: req.LeaseID})
 	if err != nil {
@@ -396,5 +397,35 @@ func testNoLeak(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend) {
 				}
 			}
 		})
+	}
+}
+
+// checkHandoff checks a ConnectionHandoff's connection after Acquire: it
+// reaches the box as the target's user, and is handed over once.
+func checkHandoff(t *testing.T, b provider.SSHLeaseBackend, id string, target provider.LeaseTarget) {
+	t.Helper()
+	hb, ok := b.(provider.ConnectionHandoff)
+	if !ok {
+		return
+	}
+	c := hb.TakeConnection(id)
+	if c == nil {
+		return // none: the library connects itself
+	}
+	defer c.Close()
+	if again := hb.TakeConnection(id); again != nil {
+		again.Close()
+		t.Error("TakeConnection handed the same lease's connection over twice")
+	}
+	if c.User() != target.User {
+		t.Errorf("handed-over connection logged in as %q, want the target's user %q", c.User(), target.User)
+	}
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatalf("session on the handed-over connection: %v", err)
+	}
+	defer sess.Close()
+	if err := sess.Run("true"); err != nil {
+		t.Errorf("true on the handed-over connection: %v", err)
 	}
 }

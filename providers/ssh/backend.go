@@ -30,11 +30,13 @@ type Backend struct {
 	log     *slog.Logger
 	records *records
 	pins    *pins
+	handoff handoffs
 }
 
 var (
-	_ provider.SSHLeaseBackend = (*Backend)(nil)
-	_ provider.CleanupBackend  = (*Backend)(nil)
+	_ provider.SSHLeaseBackend   = (*Backend)(nil)
+	_ provider.CleanupBackend    = (*Backend)(nil)
+	_ provider.ConnectionHandoff = (*Backend)(nil)
 )
 
 // Spec describes the provider.
@@ -64,7 +66,7 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	if err := b.records.create(r); err != nil {
 		return provider.LeaseTarget{}, fail(err)
 	}
-	hostKey, touched, err := b.prepare(ctx, r)
+	client, hostKey, touched, err := b.prepare(ctx, r)
 	if err != nil {
 		return provider.LeaseTarget{}, errors.Join(fail(err), b.rollback(ctx, r, touched))
 	}
@@ -72,8 +74,12 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 		r.State, r.HostKey = stateReady, lease.FormatPublicKey(hostKey)
 	})
 	if err != nil {
+		client.Close()
 		return provider.LeaseTarget{}, errors.Join(fail(err), b.rollback(ctx, r, true))
 	}
+	// The connection is the one the library would open: the target's user,
+	// key file and host key. Hand it over (TakeConnection).
+	b.handoff.put(b.clock, r.LeaseID, client)
 	return ready.target(), nil
 }
 
@@ -123,34 +129,35 @@ func (b *Backend) newRecord(req provider.AcquireRequest) (record, error) {
 }
 
 // prepare connects to r's host, checks its tools and creates the lease
-// directory. touched reports whether the host may have been changed, so a
-// rollback must visit it.
-func (b *Backend) prepare(ctx context.Context, r record) (hostKey cryptossh.PublicKey, touched bool, err error) {
+// directory, and returns the connection. touched reports whether the host
+// may have been changed, so a rollback must visit it.
+func (b *Backend) prepare(ctx context.Context, r record) (client *cryptossh.Client, hostKey cryptossh.PublicKey, touched bool, err error) {
 	dir, err := r.leaseDir()
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	client, hostKey, err := b.connect(ctx, r)
+	client, hostKey, err = b.connect(ctx, r)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	defer client.Close()
 	stdout, stderr, err := run(ctx, client, shellCommand(prepareScript, dir))
+	if err == nil && strings.Contains(stdout, markerReady) {
+		return client, hostKey, true, nil
+	}
+	client.Close()
 	var exit *cryptossh.ExitError
 	exited := errors.As(err, &exit)
 	switch {
-	case err == nil && strings.Contains(stdout, markerReady):
-		return hostKey, true, nil
 	case err != nil && !exited:
 		// The connection broke or ctx ended: the directory may exist.
-		return nil, true, fmt.Errorf("prepare %s: %w", dir, err)
+		return nil, nil, true, fmt.Errorf("prepare %s: %w", dir, err)
 	case !strings.Contains(stdout, markerSh):
-		return nil, false, fmt.Errorf("cannot run sh as %s (crabbox needs a POSIX sh and tar on the host): %s", r.User, exitDetail(errOr(err, "no output"), stderr))
+		return nil, nil, false, fmt.Errorf("cannot run sh as %s (crabbox needs a POSIX sh and tar on the host): %s", r.User, exitDetail(errOr(err, "no output"), stderr))
 	case strings.Contains(stdout, markerMissing):
 		_, missing, _ := strings.Cut(stdout, markerMissing)
-		return nil, false, fmt.Errorf("the host has no %s in the PATH of %s (crabbox needs a POSIX sh and tar on the host)", strings.Join(strings.Fields(missing), ", "), r.User)
+		return nil, nil, false, fmt.Errorf("the host has no %s in the PATH of %s (crabbox needs a POSIX sh and tar on the host)", strings.Join(strings.Fields(missing), ", "), r.User)
 	default:
-		return nil, false, fmt.Errorf("create work directory %s as %s: %s (the work root must be writable by the user, or creatable)", dir, r.User, exitDetail(errOr(err, "no confirmation"), stderr))
+		return nil, nil, false, fmt.Errorf("create work directory %s as %s: %s (the work root must be writable by the user, or creatable)", dir, r.User, exitDetail(errOr(err, "no confirmation"), stderr))
 	}
 }
 
@@ -233,6 +240,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest)
 	if !lease.IsID(id) {
 		return fmt.Errorf("release lease %q: malformed lease ID: want cbx_ and 12 lowercase hex digits", id)
 	}
+	b.handoff.drop(id, nil)
 	r, err := b.records.get(id)
 	if errors.Is(err, provider.ErrNotFound) {
 		return nil

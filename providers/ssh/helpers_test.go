@@ -41,6 +41,7 @@ func newBackend(t *testing.T, cfg sshp.Config, stateDir string) *sshp.Backend {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(func() { b.Close() })
 	return b
 }
 

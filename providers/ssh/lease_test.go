@@ -387,6 +387,7 @@ func TestConcurrentAcquiresPinOnce(t *testing.T) {
 			b, err := sshp.New(cfg, provider.Runtime{StateDir: stateDir})
 			if err == nil {
 				_, err = b.Acquire(t.Context(), req)
+				b.Close()
 			}
 			errs <- err
 		}()
