@@ -1308,10 +1308,13 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 	if opened != nil {
 		opened(e.Path)
 	}
+	// Read at offsets: dataRegions may have moved the file's offset, on a
+	// dense file that only looks sparse (ZFS with compression reports
+	// fewer blocks than the file's data).
 	h := sha256.New()
 	var n int64
 	for n < size {
-		k, err := f.Read(buf[:min(int64(len(buf)), size-n)])
+		k, err := f.ReadAt(buf[:min(int64(len(buf)), size-n)], n)
 		if k > 0 {
 			h.Write(buf[:k])
 			if _, err := tw.Write(buf[:k]); err != nil {
@@ -1319,7 +1322,7 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 			}
 			n += int64(k)
 		}
-		if errors.Is(err, io.EOF) {
+		if errors.Is(err, io.EOF) && n < size {
 			clear(buf)
 			for n < size {
 				k, err := tw.Write(buf[:min(int64(len(buf)), size-n)])
@@ -1330,7 +1333,7 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 			}
 			return n, "", fileStamp{}, false, fmt.Errorf("%q %w", e.Path, errShrank)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, io.EOF) {
 			return n, "", fileStamp{}, false, fmt.Errorf("send %q: %w", e.Path, err)
 		}
 	}
