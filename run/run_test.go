@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -365,7 +364,7 @@ func TestCancelKillsProcessGroup(t *testing.T) {
 			defer cancel()
 			stdoutR, stdoutW := io.Pipe()
 			done := startRunContext(t, ctx, client, run.Command{Shell: tt.shell, Stdout: stdoutW, KillGrace: tt.grace}, stdoutW)
-			pgid := readStarted(t, stdoutR)
+			pgid := testsshd.ReadStarted(t, stdoutR)
 			go io.Copy(io.Discard, stdoutR)
 
 			cancel()
@@ -376,7 +375,7 @@ func TestCancelKillsProcessGroup(t *testing.T) {
 			if r.res.ExitCode != run.ExitCanceled {
 				t.Errorf("ExitCode = %d, want %d", r.res.ExitCode, run.ExitCanceled)
 			}
-			assertGroupGone(t, dial(t), pgid)
+			testsshd.AssertGroupGone(t, dial(t), pgid)
 		})
 	}
 }
@@ -393,7 +392,7 @@ func TestLeftoverProcessesKilledAtExit(t *testing.T) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("Run = %+v, %v; want exit 0", res, err)
 	}
-	assertGroupGone(t, client, parseStarted(t, stdout.String()))
+	testsshd.AssertGroupGone(t, client, testsshd.ParseStarted(t, stdout.String()))
 }
 
 func TestCancelWhileStarting(t *testing.T) {
@@ -413,7 +412,7 @@ func TestCancelWhileStarting(t *testing.T) {
 			t.Errorf("Run error = %v, want context.Canceled", r.err)
 		}
 		if out := stdout.String(); out != "" {
-			assertGroupGone(t, client, parseStarted(t, out))
+			testsshd.AssertGroupGone(t, client, testsshd.ParseStarted(t, out))
 		}
 	}
 }
@@ -446,7 +445,7 @@ func TestConnectionLossKillsCommand(t *testing.T) {
 	client := s.Dial(t)
 	stdoutR, stdoutW := io.Pipe()
 	done := startRun(t, client, run.Command{Shell: "sleep 1000 & echo started $$; wait", Stdout: stdoutW}, stdoutW)
-	pgid := readStarted(t, stdoutR)
+	pgid := testsshd.ReadStarted(t, stdoutR)
 	go io.Copy(io.Discard, stdoutR)
 
 	client.Close()
@@ -457,7 +456,7 @@ func TestConnectionLossKillsCommand(t *testing.T) {
 	if r.res.ExitCode != run.ExitUnknown {
 		t.Errorf("ExitCode = %d, want %d", r.res.ExitCode, run.ExitUnknown)
 	}
-	assertGroupGone(t, s.Dial(t), pgid)
+	testsshd.AssertGroupGone(t, s.Dial(t), pgid)
 }
 
 type failingWriter struct{ err error }
@@ -479,7 +478,7 @@ func TestFailingWriterStopsCommand(t *testing.T) {
 	if res.ExitCode != run.ExitUnknown {
 		t.Errorf("ExitCode = %d, want %d", res.ExitCode, run.ExitUnknown)
 	}
-	assertGroupGone(t, client, parseStarted(t, stderr.String()))
+	testsshd.AssertGroupGone(t, client, testsshd.ParseStarted(t, stderr.String()))
 }
 
 func TestPrecondition(t *testing.T) {
@@ -587,59 +586,3 @@ func TestAllowEnv(t *testing.T) {
 }
 
 // readStarted reads the "started PGID" line the test commands print.
-func readStarted(t *testing.T, r io.Reader) string {
-	t.Helper()
-	line, err := bufio.NewReader(r).ReadString('\n')
-	if err != nil {
-		t.Fatalf("read started line: %v (got %q)", err, line)
-	}
-	return parseStarted(t, line)
-}
-
-func parseStarted(t *testing.T, s string) string {
-	t.Helper()
-	pgid, ok := strings.CutPrefix(strings.TrimSpace(s), "started ")
-	if !ok || pgid == "" {
-		t.Fatalf("want a %q line, got %q", "started PGID", s)
-	}
-	return pgid
-}
-
-// assertGroupGone checks over SSH, polling for a bounded time, that no live
-// (non-zombie) process of group pgid remains on the box.
-func assertGroupGone(t *testing.T, client *ssh.Client, pgid string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		left := groupMembers(t, client, pgid)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of group %s still running: %q", pgid, left)
-		}
-		tick := time.NewTimer(50 * time.Millisecond)
-		<-tick.C
-	}
-}
-
-func groupMembers(t *testing.T, client *ssh.Client, pgid string) []string {
-	t.Helper()
-	sess, err := client.NewSession()
-	if err != nil {
-		t.Fatalf("open session: %v", err)
-	}
-	defer sess.Close()
-	out, err := sess.Output("ps -eo pgid=,stat=,pid=,args=")
-	if err != nil {
-		t.Fatalf("ps on the box: %v", err)
-	}
-	var left []string
-	for line := range strings.Lines(string(out)) {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == pgid && !strings.HasPrefix(f[1], "Z") {
-			left = append(left, strings.TrimSpace(line))
-		}
-	}
-	return slices.Clip(left)
-}

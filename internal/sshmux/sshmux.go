@@ -67,7 +67,8 @@ const (
 
 // Config says what Serve shares and for how long.
 type Config struct {
-	// Upstream is the connection to the box. Serve does not close it.
+	// Upstream is the connection to the box. Serve closes it when it ends,
+	// which ends every channel it opened there.
 	Upstream *ssh.Client
 	// Idle ends Serve after this long without a connected process
 	// (default DefaultIdle).
@@ -174,9 +175,9 @@ func ListenAndServe(ctx context.Context, path string, cfg Config, ready func()) 
 
 // Serve shares cfg.Upstream with the processes that connect to ln until ctx
 // ends, the upstream connection ends, nobody connected for cfg.Idle, a
-// process asks it to stop, or cfg.Alive says false; it closes ln and every
-// connection it accepted (which closes the channels they opened on the box)
-// and returns why (ErrIdle, ErrStopped, ErrUpstreamGone, ErrNotAlive or
+// process asks it to stop, or cfg.Alive says false; it closes ln, every
+// connection it accepted and cfg.Upstream (which ends the channels they
+// opened on the box) and returns why (ErrIdle, ErrStopped, ErrUpstreamGone, ErrNotAlive or
 // ctx's error).
 func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	cfg.defaults()
@@ -202,6 +203,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	}()
 	accepted := make(chan net.Conn)
 	acceptDone := make(chan error, 1)
+	acceptEnded := false
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -231,6 +233,7 @@ loop:
 			why = ErrStopped
 			break loop
 		case err := <-acceptDone:
+			acceptEnded = true
 			why = fmt.Errorf("accept: %w", err)
 			break loop
 		case <-idle.Chan():
@@ -279,15 +282,17 @@ loop:
 	keepalive.Stop()
 	ln.Close()
 	m.closeAll()
+	// The channels opened on the box end with the upstream connection,
+	// even one that no longer answers.
+	cfg.Upstream.Close()
 	// Drain the accept loop and the connections' ends.
-	for {
+	for !acceptEnded {
 		select {
 		case c := <-accepted:
 			c.Close()
-			continue
 		case <-acceptDone:
+			acceptEnded = true
 		}
-		break
 	}
 	done := make(chan struct{})
 	go func() {

@@ -3,14 +3,12 @@
 package sshmux_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,13 +187,13 @@ func TestCancelKillsCommandThroughSharedConnection(t *testing.T) {
 		pw.Close()
 		done <- err
 	}()
-	pgid := readStarted(t, pr)
+	pgid := testsshd.ReadStarted(t, pr)
 	go io.Copy(io.Discard, pr)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run: %v, want context.Canceled", err)
 	}
-	assertGroupGone(t, s.upstream, pgid)
+	testsshd.AssertGroupGone(t, s.upstream, pgid)
 }
 
 // A caller that goes away (its process killed) takes its commands with it,
@@ -213,13 +211,13 @@ func TestCallerGoneKillsCommand(t *testing.T) {
 		pw.Close()
 		done <- err
 	}()
-	pgid := readStarted(t, pr)
+	pgid := testsshd.ReadStarted(t, pr)
 	go io.Copy(io.Discard, pr)
 	client.Close()
 	if err := <-done; err == nil {
 		t.Error("Run after its connection closed: nil error")
 	}
-	assertGroupGone(t, s.upstream, pgid)
+	testsshd.AssertGroupGone(t, s.upstream, pgid)
 }
 
 func TestUpstreamGoneEndsServe(t *testing.T) {
@@ -345,47 +343,5 @@ func TestDialWithoutServer(t *testing.T) {
 	_, err := sshmux.Dial(t.Context(), filepath.Join(t.TempDir(), "none.sock"))
 	if !errors.Is(err, sshmux.ErrNoServer) {
 		t.Errorf("Dial = %v, want ErrNoServer", err)
-	}
-}
-
-func readStarted(t *testing.T, r io.Reader) string {
-	t.Helper()
-	line, err := bufio.NewReader(r).ReadString('\n')
-	pgid, ok := strings.CutPrefix(strings.TrimSpace(line), "started ")
-	if err != nil || !ok {
-		t.Fatalf("want a started line, got %q, %v", line, err)
-	}
-	return pgid
-}
-
-// assertGroupGone checks, polling for a bounded time, that no live process
-// of group pgid remains on the box.
-func assertGroupGone(t *testing.T, client *ssh.Client, pgid string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		sess, err := client.NewSession()
-		if err != nil {
-			t.Fatalf("open session: %v", err)
-		}
-		out, err := sess.Output("ps -eo pgid=,stat=,pid=,args=")
-		sess.Close()
-		if err != nil {
-			t.Fatalf("ps on the box: %v", err)
-		}
-		var left []string
-		for line := range strings.Lines(string(out)) {
-			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == pgid && !strings.HasPrefix(f[1], "Z") {
-				left = append(left, strings.TrimSpace(line))
-			}
-		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of group %s still running: %q", pgid, slices.Clip(left))
-		}
-		time.Sleep(20 * time.Millisecond) // the box's process table, not ours to wait on
 	}
 }

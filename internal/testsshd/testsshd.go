@@ -9,9 +9,14 @@
 package testsshd
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"os"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -66,4 +71,66 @@ func (s *Server) Dial(t testing.TB) *ssh.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// ReadStarted reads a "started PGID" line, as tests' commands print
+// their process group with `echo started $$`, and returns PGID.
+func ReadStarted(t testing.TB, r io.Reader) string {
+	t.Helper()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read started line: %v (got %q)", err, line)
+	}
+	return ParseStarted(t, line)
+}
+
+// ParseStarted returns PGID of a "started PGID" line.
+func ParseStarted(t testing.TB, s string) string {
+	t.Helper()
+	pgid, ok := strings.CutPrefix(strings.TrimSpace(s), "started ")
+	if !ok || pgid == "" {
+		t.Fatalf("want a %q line, got %q", "started PGID", s)
+	}
+	return pgid
+}
+
+// AssertGroupGone checks over SSH, polling for a bounded time, that no live
+// (non-zombie) process of group pgid remains on the box.
+func AssertGroupGone(t testing.TB, client *ssh.Client, pgid string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := GroupMembers(t, client, pgid)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of group %s still running: %q", pgid, left)
+		}
+		tick := time.NewTimer(50 * time.Millisecond) // the box's process table, not ours to wait on
+		<-tick.C
+	}
+}
+
+// GroupMembers lists the live (non-zombie) processes of group pgid on the
+// box, as ps prints them.
+func GroupMembers(t testing.TB, client *ssh.Client, pgid string) []string {
+	t.Helper()
+	sess, err := client.NewSession()
+	if err != nil {
+		t.Fatalf("open session: %v", err)
+	}
+	defer sess.Close()
+	out, err := sess.Output("ps -eo pgid=,stat=,pid=,args=")
+	if err != nil {
+		t.Fatalf("ps on the box: %v", err)
+	}
+	var left []string
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == pgid && !strings.HasPrefix(f[1], "Z") {
+			left = append(left, strings.TrimSpace(line))
+		}
+	}
+	return slices.Clip(left)
 }
