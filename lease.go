@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -576,9 +577,13 @@ func (c *Client) stopSharing(ctx context.Context, id string) {
 	if c.startShare == nil || !sshmux.Supported() {
 		return
 	}
-	if err := sshmux.Stop(ctx, c.shareSocket(id)); err != nil {
+	socket := c.shareSocket(id)
+	if err := sshmux.Stop(ctx, socket); err != nil {
 		c.log.Debug("stop the shared connection", "lease", id, "err", err)
 	}
+	// The lease is gone: so is any use of its lock and log.
+	os.Remove(socket + ".lock")
+	os.Remove(socket + ".log")
 }
 
 // ShareConnection serves the SSH connection of the lease ref to the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -118,6 +119,9 @@ func TestSharedConnection(t *testing.T) {
 		t.Errorf("ShareConnection after Stop = %v, want ErrStopped", err)
 	}
 	noLeases(t, owner)
+	if left, _ := filepath.Glob(filepath.Join(state, "share", "*")); len(left) > 0 {
+		t.Errorf("files of the shared connection left after Stop: %q", left)
+	}
 }
 
 // A lease whose sharing cannot start still runs, on its own connection.
