@@ -463,9 +463,9 @@ const releaseTimeout = 2 * time.Minute
 // release did not finish.
 func (l *Lease) Release(ctx context.Context) error {
 	closeErr := l.Close()
-	if l.shared {
-		l.client.stopSharing(ctx, l.snapshot().Claim.ID)
-	}
+	// Another process may share the lease's connection, even when this one
+	// acquired it.
+	l.client.stopSharing(ctx, l.snapshot().Claim.ID)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	release := func() error { return l.client.store.Release(rctx, l.backend, l.snapshot().Claim) }
@@ -571,12 +571,18 @@ func (c *Client) shareSocket(id string) string {
 	return filepath.Join(c.store.Dir(), "share", id+".sock")
 }
 
+// stopSharingTimeout bounds asking a shared connection to end.
+const stopSharingTimeout = 5 * time.Second
+
 // stopSharing ends the shared connection of lease id, if one is served:
 // the lease is being released.
 func (c *Client) stopSharing(ctx context.Context, id string) {
 	if c.startShare == nil || !sshmux.Supported() {
 		return
 	}
+	// A release goes on when ctx is cancelled (Ctrl-C), and so does this.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopSharingTimeout)
+	defer cancel()
 	socket := c.shareSocket(id)
 	if err := sshmux.Stop(ctx, socket); err != nil {
 		c.log.Debug("stop the shared connection", "lease", id, "err", err)

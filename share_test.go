@@ -35,7 +35,7 @@ func (l *lockedBuffer) String() string {
 
 // Processes that reuse a warm lease share one connection to its box: the
 // first reuse connects and starts sharing, the later ones go through the
-// shared connection, and stopping the lease ends it.
+// shared connection, and releasing the lease ends it.
 func TestSharedConnection(t *testing.T) {
 	if !sshmux.Supported() {
 		t.Skip("shared connections need Unix socket peer credentials (Linux, macOS)")
@@ -112,15 +112,17 @@ func TestSharedConnection(t *testing.T) {
 		t.Errorf("the acquiring handle started sharing: %q", starts)
 	}
 
-	if err := owner.Stop(ctx, box.ID()); err != nil {
-		t.Fatalf("Stop: %v", err)
+	// Releasing the lease ends its sharing, even from the handle that
+	// acquired it (crabbox stop does the same through Client.Stop).
+	if err := box.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
 	}
 	if err := <-ended; !errors.Is(err, sshmux.ErrStopped) {
-		t.Errorf("ShareConnection after Stop = %v, want ErrStopped", err)
+		t.Errorf("ShareConnection after Release = %v, want ErrStopped", err)
 	}
 	noLeases(t, owner)
 	if left, _ := filepath.Glob(filepath.Join(state, "share", "*")); len(left) > 0 {
-		t.Errorf("files of the shared connection left after Stop: %q", left)
+		t.Errorf("files of the shared connection left after Release: %q", left)
 	}
 }
 
