@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 	"github.com/crabbox-dev/crabbox/internal/testgateway"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
@@ -191,29 +192,11 @@ func (g *gated) setDown(n int) {
 	g.down = n
 }
 
-// syncBuffer is a log destination safe for the client's goroutines.
-type syncBuffer struct {
-	mu  gosync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // newGatedClient is a client of g, logging at debug level into the
 // returned buffer; state is its state directory.
-func newGatedClient(t *testing.T, g *gated, state string) (*crabbox.Client, *syncBuffer) {
+func newGatedClient(t *testing.T, g *gated, state string) (*crabbox.Client, *logbuf.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := crabbox.New(crabbox.WithStateDir(state), crabbox.WithBackend(g), crabbox.WithLogger(log))
 	if err != nil {
@@ -271,7 +254,7 @@ func TestSSHLoginPerConnection(t *testing.T) {
 	}
 
 	// A shell through the same login path.
-	var out syncBuffer
+	var out logbuf.Buffer
 	code, err := l.Shell(ctx, crabbox.ShellOptions{Stdin: strings.NewReader("echo shell; exit 4\n"), Stdout: &out, Stderr: &out})
 	if err != nil || code != 4 || out.String() != "shell\n" {
 		t.Errorf("Shell = %d, %v, output %q; want 4 and %q", code, err, out.String(), "shell\n")

@@ -12,26 +12,9 @@ import (
 	"testing"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 	"github.com/crabbox-dev/crabbox/internal/sshmux"
 )
-
-// lockedBuffer is a log destination for several goroutines.
-type lockedBuffer struct {
-	mu gosync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Processes that reuse a warm lease share one connection to its box: the
 // first reuse connects and starts sharing, the later ones go through the
@@ -82,7 +65,7 @@ func TestSharedConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer box.Close()
-	var log lockedBuffer
+	var log logbuf.Buffer
 	other := newClient(t, state, crabbox.WithSharedConnections(start),
 		crabbox.WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	for i := range 3 {

@@ -20,6 +20,7 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/store/sqlite"
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
@@ -95,35 +96,17 @@ func (f *loginFake) askedUsers() []string {
 	return append([]string(nil), f.users...)
 }
 
-// logBuffer collects a server's logs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func withLogger(w *logBuffer) option {
+func withLogger(w *logbuf.Buffer) option {
 	return func(c *coordinator.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 }
 
 // loginEnv is a coordinator with the login provider besides the fake one.
-func loginEnv(t *testing.T, open opener) (*env, *loginFake, *logBuffer) {
+func loginEnv(t *testing.T, open opener) (*env, *loginFake, *logbuf.Buffer) {
 	clock := clockwork.NewFakeClockAt(start)
 	lf := newLoginFake(clock)
-	logs := &logBuffer{}
+	logs := &logbuf.Buffer{}
 	e := newEnv(t, open(t), clock, newFake(), withBackend(loginProvider, lf), withLogger(logs))
 	return e, lf, logs
 }

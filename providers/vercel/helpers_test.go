@@ -15,6 +15,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/vercel"
@@ -26,14 +27,14 @@ type env struct {
 	clock *clockwork.FakeClock
 	fake  *fakeVercel
 	b     *vercel.Backend
-	log   *syncBuffer
+	log   *logbuf.Buffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Millisecond))
 	f := newFake(t, clock)
-	e := &env{t: t, clock: clock, fake: f, log: &syncBuffer{}}
+	e := &env{t: t, clock: clock, fake: f, log: &logbuf.Buffer{}}
 	e.b = e.backend(vercel.Config{})
 	return e
 }
@@ -93,27 +94,9 @@ func checkNoToken(t *testing.T, what, s string) {
 	}
 }
 
-// syncBuffer is a buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // signalWriter collects output and closes seen once it contains want.
 type signalWriter struct {
-	syncBuffer
+	logbuf.Buffer
 	want string
 	seen chan struct{}
 	once sync.Once
@@ -124,7 +107,7 @@ func newSignalWriter(want string) *signalWriter {
 }
 
 func (w *signalWriter) Write(p []byte) (int, error) {
-	n, err := w.syncBuffer.Write(p)
+	n, err := w.Buffer.Write(p)
 	if strings.Contains(w.String(), w.want) {
 		w.once.Do(func() { close(w.seen) })
 	}

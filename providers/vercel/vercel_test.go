@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/crabbox-dev/crabbox/internal/logbuf"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/vercel"
 )
@@ -71,7 +72,7 @@ func TestLifecycle(t *testing.T) {
 	if code != 3 || stdout != "hi from crab in "+dir+"\n" || stderr != "oops\n" {
 		t.Errorf("Run = %d, %q, %q; want 3, hi from crab in %s, oops", code, stdout, stderr, dir)
 	}
-	var out syncBuffer
+	var out logbuf.Buffer
 	res, err := e.b.Run(ctx, provider.DelegatedRunRequest{
 		LeaseID: v.ID, Command: []string{"sh", "-c", "echo $GREETING; cat note.txt"}, Dir: dir,
 		Env: map[string]string{"GREETING": "hello"}, Stdout: &out,
