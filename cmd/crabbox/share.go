@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
@@ -54,11 +53,7 @@ It prints "ready" on stdout once it serves.`,
 // crabbox.WithSharedConnections), unless CRABBOX_SHARED_CONNECTIONS turns
 // it off or the platform cannot.
 func shareOption() (crabbox.Option, bool) {
-	switch strings.ToLower(os.Getenv(envShare)) {
-	case "0", "false", "off", "no":
-		return nil, false
-	}
-	if !sshmux.Supported() {
+	if envOff(envShare) || !sshmux.Supported() {
 		return nil, false
 	}
 	exe, err := os.Executable()

@@ -51,11 +51,7 @@ It prints "ready" on stdout once the checkout is watched.`,
 // crabbox.WithChangeWatch), unless CRABBOX_SYNC_WATCH turns it off or the
 // platform has none.
 func watchOption() (crabbox.Option, bool) {
-	switch strings.ToLower(os.Getenv(envSyncWatch)) {
-	case "0", "false", "off", "no":
-		return nil, false
-	}
-	if !watch.Supported() {
+	if envOff(envSyncWatch) || !watch.Supported() {
 		return nil, false
 	}
 	exe, err := os.Executable()
@@ -65,4 +61,14 @@ func watchOption() (crabbox.Option, bool) {
 	return crabbox.WithChangeWatch(func(ctx context.Context, root, socket string) error {
 		return startWatcher(ctx, exe, root, socket)
 	}), true
+}
+
+// envOff reports whether the environment variable name turns something
+// off: "0", "false", "off" or "no", in any case.
+func envOff(name string) bool {
+	switch strings.ToLower(os.Getenv(name)) {
+	case "0", "false", "off", "no":
+		return true
+	}
+	return false
 }

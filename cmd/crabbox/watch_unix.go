@@ -7,9 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -21,26 +18,15 @@ const watcherStartTimeout = 5 * time.Second
 // own, so that it outlives this process, and waits until it is ready; its
 // diagnostics go to socket.log.
 func startWatcher(ctx context.Context, exe, root, socket string) error {
-	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
-		return err
-	}
-	log, err := os.OpenFile(socket+".log", os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	defer log.Close() // the watcher has its own copy
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	cmd := exec.Command(exe, "watch", "--socket", socket, root)
-	cmd.Stdout, cmd.Stderr, cmd.Dir = w, log, "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
+	cmd, err := startDetached(exe, []string{"watch", "--socket", socket, root}, socket+".log", w)
 	w.Close() // the watcher has its own copy
 	if err != nil {
-		return fmt.Errorf("start watcher %s: %w", exe, err)
+		return err
 	}
 	defer cmd.Process.Release()
 	ready := make(chan error, 1)
