@@ -192,7 +192,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	m := &mux{cfg: cfg, conns: map[net.Conn]struct{}{}, stop: make(chan struct{}), events: make(chan int, 16)}
+	m := &mux{cfg: cfg, conns: map[net.Conn]struct{}{}, stop: make(chan struct{}), ended: make(chan struct{}, 16)}
 	m.server.NoClientAuth = true
 	m.server.AddHostKey(signer)
 
@@ -268,10 +268,10 @@ loop:
 			go func() {
 				defer m.wg.Done()
 				m.serveConn(c)
-				m.events <- -1
+				m.ended <- struct{}{}
 			}()
-		case d := <-m.events:
-			n += d
+		case <-m.ended:
+			n--
 			if n == 0 {
 				idle.Reset(cfg.Idle)
 			}
@@ -299,13 +299,12 @@ loop:
 		m.wg.Wait()
 		close(done)
 	}()
-	for {
+	for waiting := true; waiting; {
 		select {
-		case <-m.events:
-			continue
+		case <-m.ended:
 		case <-done:
+			waiting = false
 		}
-		break
 	}
 	return why
 }
@@ -315,12 +314,13 @@ type mux struct {
 	cfg    Config
 	server ssh.ServerConfig
 	wg     gosync.WaitGroup
-	// events carries -1 when a connection ends.
-	events chan int
+	// ended receives one value when a connection ends.
+	ended chan struct{}
 
-	mu       gosync.Mutex
-	conns    map[net.Conn]struct{}
-	closed   bool
+	mu    gosync.Mutex
+	conns map[net.Conn]struct{} // connected, guarded by mu
+
+	// stop is closed when a process asks Serve to end.
 	stop     chan struct{}
 	stopOnce gosync.Once
 }
@@ -328,10 +328,6 @@ type mux struct {
 func (m *mux) add(c net.Conn) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		c.Close()
-		return
-	}
 	m.conns[c] = struct{}{}
 }
 
@@ -344,7 +340,6 @@ func (m *mux) remove(c net.Conn) {
 func (m *mux) closeAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.closed = true
 	for c := range m.conns {
 		c.Close()
 	}
@@ -469,6 +464,50 @@ func forwardRequests(reqs <-chan *ssh.Request, ch ssh.Channel) {
 // the server no longer reaches the box; either way the caller connects to
 // the box itself.
 func Dial(ctx context.Context, socket string) (*ssh.Client, error) {
+	client, err := connect(ctx, socket)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { client.Close() })
+	defer stop()
+	// The server answers within its keepalive timeout.
+	ok, _, err := client.SendRequest(aliveRequest, true, nil)
+	if err == nil && !ok {
+		err = errors.New("the box did not answer through it")
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("shared connection on %s: %w", socket, err)
+	}
+	return client, nil
+}
+
+// Stop asks the server on socket, if any, to end, and returns once it
+// answered (or at once when none listens).
+func Stop(ctx context.Context, socket string) error {
+	client, err := connect(ctx, socket)
+	if errors.Is(err, ErrNoServer) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	stop := context.AfterFunc(ctx, func() { client.Close() })
+	defer stop()
+	if _, _, err := client.SendRequest(stopRequest, true, nil); err != nil {
+		return fmt.Errorf("stop the shared connection on %s: %w", socket, err)
+	}
+	return nil
+}
+
+// connect makes the local hop's SSH connection to the server on socket,
+// after checking that it runs as this user. ctx bounds it, and its end
+// closes the connection until connect returns.
+func connect(ctx context.Context, socket string) (*ssh.Client, error) {
 	if !Supported() {
 		return nil, fmt.Errorf("%w: %w", ErrNoServer, errors.ErrUnsupported)
 	}
@@ -488,62 +527,15 @@ func Dial(ctx context.Context, socket string) (*ssh.Client, error) {
 	_ = c.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	cfg := &ssh.ClientConfig{
+	sc, chans, reqs, err := ssh.NewClientConn(c, "crabbox-mux", &ssh.ClientConfig{
 		User: "crabbox",
 		// The peer credentials checked above authenticate the server.
 		HostKeyCallback: func(string, net.Addr, ssh.PublicKey) error { return nil },
-	}
-	sc, chans, reqs, err := ssh.NewClientConn(c, "crabbox-mux", cfg)
+	})
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("%w: handshake: %w", ErrNoServer, err)
 	}
-	client := ssh.NewClient(sc, chans, reqs)
-	ok, _, err := client.SendRequest(aliveRequest, true, nil)
-	if err == nil && !ok {
-		err = errors.New("the box did not answer through it")
-	}
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("shared connection on %s: %w", socket, err)
-	}
 	_ = c.SetDeadline(time.Time{})
-	if ctx.Err() != nil {
-		client.Close()
-		return nil, ctx.Err()
-	}
-	return client, nil
-}
-
-// Stop asks the server on socket, if any, to end, and returns once it
-// answered (or at once when none listens).
-func Stop(ctx context.Context, socket string) error {
-	if !Supported() {
-		return nil
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", socket)
-	if err != nil {
-		return nil // none
-	}
-	defer c.Close()
-	if err := checkPeer(c); err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
-	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	sc, chans, reqs, err := ssh.NewClientConn(c, "crabbox-mux", &ssh.ClientConfig{
-		User:            "crabbox",
-		HostKeyCallback: func(string, net.Addr, ssh.PublicKey) error { return nil },
-	})
-	if err != nil {
-		return fmt.Errorf("stop the shared connection on %s: %w", socket, err)
-	}
-	client := ssh.NewClient(sc, chans, reqs)
-	defer client.Close()
-	if _, _, err := client.SendRequest(stopRequest, true, nil); err != nil {
-		return fmt.Errorf("stop the shared connection on %s: %w", socket, err)
-	}
-	return nil
+	return ssh.NewClient(sc, chans, reqs), nil
 }

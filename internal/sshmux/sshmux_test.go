@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -271,16 +272,10 @@ func TestStopEndsServe(t *testing.T) {
 }
 
 func TestNotAliveEndsServe(t *testing.T) {
-	alive := make(chan bool, 1)
-	alive <- true
-	s := share(t, sshmux.Config{Alive: func() bool {
-		v := <-alive
-		alive <- v
-		return v
-	}})
+	var gone atomic.Bool
+	s := share(t, sshmux.Config{Alive: func() bool { return !gone.Load() }})
 	s.dial(t)
-	<-alive
-	alive <- false
+	gone.Store(true)
 	if _, err := sshmux.Dial(t.Context(), s.socket); err == nil {
 		t.Error("Dial succeeded once the lease was gone")
 	}
