@@ -31,10 +31,7 @@ func (h *handoffs) put(clock clockwork.Clock, id string, c *cryptossh.Client) {
 	if h.conns == nil {
 		h.conns = map[string]handed{}
 	}
-	if old, ok := h.conns[id]; ok {
-		old.timer.Stop()
-		old.client.Close()
-	}
+	// Lease IDs are new at each Acquire: nothing is there yet.
 	h.conns[id] = handed{client: c, timer: clock.AfterFunc(handoffTTL, func() { h.drop(id, c) })}
 }
 
@@ -55,14 +52,13 @@ func (h *handoffs) take(id string) *cryptossh.Client {
 func (h *handoffs) drop(id string, c *cryptossh.Client) {
 	h.mu.Lock()
 	hc, ok := h.conns[id]
-	if ok && (c == nil || hc.client == c) {
+	ok = ok && (c == nil || hc.client == c)
+	if ok {
 		delete(h.conns, id)
-		hc.timer.Stop()
-	} else {
-		ok = false
 	}
 	h.mu.Unlock()
 	if ok {
+		hc.timer.Stop()
 		hc.client.Close()
 	}
 }
