@@ -68,7 +68,10 @@ type Client struct {
 	mu       gosync.Mutex
 	backends map[string]provider.Backend
 	held     map[*Lease]struct{} // lease handles not yet closed
-	closed   bool
+	// watchWanted maps the checkouts whose sync found no change watcher
+	// to the watcher's socket, until the sync is done and starts it.
+	watchWanted map[string]string
+	closed      bool
 
 	// syncLimits, if set, replaces the sync guardrails' defaults (tests).
 	syncLimits *sync.Limits
@@ -152,10 +155,11 @@ func WithRuntime(rt provider.Runtime) Option { return func(o *options) { o.rt = 
 // they changed (see sync.Options.Changes and package sync/watch). A
 // sync asks the checkout's watcher, listening on a Unix socket under the
 // state directory; when none answers (and the checkout was not refused
-// within watch.RetryRefused), start(ctx, root, socket) is called to start
-// one, for instance by running watch.ListenAndServe in a process or
-// goroutine that outlives the sync. start must not wait for the watcher:
-// that sync lists the checkout as usual, and the next one asks. Only
+// within watch.RetryRefused), that sync lists the checkout as usual and,
+// once it is done (before a run's command), start(ctx, root, socket) is
+// called to start one, for instance by running watch.ListenAndServe in a
+// process or goroutine that outlives the sync; the next sync asks it.
+// start should not wait for the watcher's walk of the checkout. Only
 // Linux has watchers (watch.Supported); elsewhere the option does
 // nothing. The crabbox command starts `crabbox watch` processes.
 func WithChangeWatch(start func(ctx context.Context, root, socket string) error) Option {
@@ -217,7 +221,7 @@ func New(opts ...Option) (*Client, error) {
 	c := &Client{
 		registry: o.registry, ownRegistry: o.ownRegistry, store: store, rt: rt, log: rt.Logger,
 		provider: o.provider, configs: o.configs, backends: map[string]provider.Backend{},
-		held: map[*Lease]struct{}{}, startWatch: o.startWatch, startShare: o.startShare,
+		held: map[*Lease]struct{}{}, watchWanted: map[string]string{}, startWatch: o.startWatch, startShare: o.startShare,
 	}
 	if err := c.setupBroker(o.broker); err != nil {
 		return nil, err

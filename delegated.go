@@ -273,6 +273,7 @@ func (l *Lease) syncPrepared(ctx context.Context, prep *preparation) (sync.Stats
 	if err != nil {
 		return sync.Stats{}, err
 	}
+	defer l.client.startWantedWatch(ctx, prepared.Root())
 	if err := l.syncTo(prepared); err != nil {
 		return sync.Stats{}, err
 	}

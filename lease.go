@@ -771,6 +771,7 @@ func (l *Lease) Sync(ctx context.Context, dir string, opts SyncOptions) (sync.St
 	if err != nil {
 		return sync.Stats{}, err
 	}
+	defer l.client.startWantedWatch(ctx, p.Root())
 	if err := l.syncTo(p); err != nil {
 		return sync.Stats{}, err
 	}
@@ -854,7 +855,11 @@ func (c *Client) changeClock(root string) sync.ChangeClock {
 	return &watchClock{c: c, root: root, client: watch.Client{Socket: watch.SocketPath(filepath.Join(c.store.Dir(), "watch"), root)}}
 }
 
-// watchClock asks a checkout's watcher, and starts one when none answers.
+// watchClock asks a checkout's watcher. When none answers, it notes that
+// the checkout wants one, which startWantedWatch starts once the sync is
+// done: the watcher's first walk of the checkout then takes no CPU from
+// the sync (a first sync is CPU-bound). Only a later sync trusts what a
+// watcher says, so starting it late misses nothing.
 type watchClock struct {
 	c      *Client
 	root   string
@@ -863,7 +868,7 @@ type watchClock struct {
 
 func (w *watchClock) Clock(ctx context.Context) (string, error) {
 	token, err := w.client.Clock(ctx)
-	w.started(ctx, err)
+	w.wanted(err)
 	return token, err
 }
 
@@ -871,18 +876,33 @@ func (w *watchClock) Clock(ctx context.Context) (string, error) {
 // edits lists only the files they named.
 func (w *watchClock) Changes(ctx context.Context, since string) (string, []string, bool, error) {
 	token, paths, all, err := w.client.Changes(ctx, since)
-	w.started(ctx, err)
+	w.wanted(err)
 	return token, paths, all, err
 }
 
-// started starts a watcher when err says none answers (and none refused
-// the checkout lately).
-func (w *watchClock) started(ctx context.Context, err error) {
+// wanted notes that the checkout wants a watcher when err says none
+// answers (and none refused the checkout lately).
+func (w *watchClock) wanted(err error) {
 	if !errors.Is(err, watch.ErrNoWatcher) || watch.Refused(w.client.Socket, w.c.rt.Clock.Now()) != "" {
 		return
 	}
-	if serr := w.c.startWatch(ctx, w.root, w.client.Socket); serr != nil {
-		w.c.log.Debug("start change watcher", "root", w.root, "err", serr)
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	w.c.watchWanted[w.root] = w.client.Socket
+}
+
+// startWantedWatch starts the watcher that a sync of the checkout at root
+// found missing, if any; a sync calls it once it is done.
+func (c *Client) startWantedWatch(ctx context.Context, root string) {
+	c.mu.Lock()
+	socket, ok := c.watchWanted[root]
+	delete(c.watchWanted, root)
+	c.mu.Unlock()
+	if !ok || ctx.Err() != nil {
+		return
+	}
+	if err := c.startWatch(ctx, root, socket); err != nil {
+		c.log.Debug("start change watcher", "root", root, "err", err)
 	}
 }
 

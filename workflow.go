@@ -496,6 +496,9 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 	}
 	res.Timing.Sync = c.rt.Clock.Since(syncStart)
 	res.SyncSkipped = req.NoSync || res.Sync.Skipped
+	if prepared != nil {
+		c.startWantedWatch(ctx, prepared.Root())
+	}
 	if err != nil || req.SyncOnly {
 		return res, err
 	}
