@@ -166,10 +166,11 @@ func (s *Server) Log() string { return s.log.String() }
 // behind, and waits for sshd to exit. It returns what it found left behind.
 func (s *Server) Close() (leftBehind []string) {
 	victims := descendants(s.cmd.Process.Pid)
-	s.kill()
+	s.cmd.Process.Kill()
 	for _, v := range victims {
 		killPID(v)
 	}
+	<-s.exited
 	return sweep(s.Port, startTimeout)
 }
 
@@ -186,6 +187,10 @@ func (s *Server) start(dir string, port int) error {
 	// Its own process group: Ctrl-C at a terminal reaches only the program
 	// that started it, which then stops it.
 	s.cmd.SysProcAttr = ownProcessGroup()
+	// A connection's own sshd process holds the log pipe as long as its
+	// client stays connected: Wait must not wait for it once the
+	// listener has exited.
+	s.cmd.WaitDelay = time.Second
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("run %s: %w", SSHDPath, err)
 	}
