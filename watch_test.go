@@ -103,14 +103,12 @@ func TestRunStartsChangeWatchOnceSynced(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "ran")
 	start, starts := serveWatchers(t, func(string) {
 		// The local box's work root is in the state directory.
-		var synced []string
-		filepath.WalkDir(state, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.Name() == "committed.txt" {
-				synced = append(synced, p)
-			}
+		synced := false
+		filepath.WalkDir(state, func(_ string, d fs.DirEntry, err error) error {
+			synced = synced || (err == nil && d.Name() == "committed.txt")
 			return nil
 		})
-		if len(synced) == 0 {
+		if !synced {
 			t.Errorf("the watcher started before the sync was done: no committed.txt in %s", state)
 		}
 		if _, err := os.Stat(marker); err == nil {

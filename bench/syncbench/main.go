@@ -453,10 +453,8 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 		tarDest := filepath.Join(b.remote, fmt.Sprintf("tar%d", i))
 		floorDest := filepath.Join(b.remote, fmt.Sprintf("floor%d", i))
 
-		pipe := "tar --exclude=./.git -cf - . | ssh " + shellJoin(b.sshArgs) + " " + shellQuote(b.login) + " " +
-			shellQuote("mkdir -p "+shellQuote(tarDest)+" && tar -xf - -C "+shellQuote(tarDest))
-		floorPipe := "ssh -c aes128-gcm@openssh.com " + shellJoin(b.sshArgs) + " " + shellQuote(b.login) + " " +
-			shellQuote("mkdir -p "+shellQuote(floorDest)+" && tar -xf - -C "+shellQuote(floorDest)) + " < " + shellQuote(archive)
+		pipe := "tar --exclude=./.git -cf - . | " + b.untarOnBox(tarDest)
+		floorPipe := b.untarOnBox(floorDest, "-c", "aes128-gcm@openssh.com") + " < " + shellQuote(archive)
 		tools := []func() error{
 			func() error {
 				s, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--sync-only", "--keep", "--quiet")
@@ -655,9 +653,17 @@ func (b *bench) timedCrabEnv(ctx context.Context, state, workRoot string, args .
 	return s, nil
 }
 
+// untarOnBox is the ssh command line, with extra ssh options, that
+// extracts the archive on its standard input into dest on the box.
+func (b *bench) untarOnBox(dest string, opts ...string) string {
+	return shellJoin(append(append([]string{"ssh"}, opts...), b.sshArgs...)) + " " + shellQuote(b.login) + " " +
+		shellQuote("mkdir -p "+shellQuote(dest)+" && tar -xf - -C "+shellQuote(dest))
+}
+
 // awaitWatcher waits, untimed, until the change watcher that crabbox
-// starts once a first sync is done answers (or up to a minute), so that
-// its walk of the checkout is not timed as part of the next tool's run.
+// starts once a first sync is done answers (or refuses the checkout, or a
+// minute passes), so that its walk of the checkout is not timed as part of
+// the next tool's run.
 func (b *bench) awaitWatcher(ctx context.Context, state string) {
 	if !watch.Supported() {
 		return
@@ -665,7 +671,7 @@ func (b *bench) awaitWatcher(ctx context.Context, state string) {
 	c := watch.Client{Socket: watch.SocketPath(filepath.Join(state, "watch"), b.src)}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if _, err := c.Clock(ctx); err == nil || ctx.Err() != nil {
+		if _, err := c.Clock(ctx); err == nil || ctx.Err() != nil || watch.Refused(c.Socket, time.Now()) != "" {
 			return
 		}
 		if time.Now().After(deadline) {
