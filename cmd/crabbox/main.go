@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"os"
-	"runtime"
 
 	"github.com/crabbox-dev/crabbox/cmd/crabbox/internal/quickstart"
 	_ "github.com/crabbox-dev/crabbox/providers/all"
@@ -14,11 +13,6 @@ import (
 
 func main() {
 	quickstart.Done()
-	// The sync's scans run on one goroutine fewer than GOMAXPROCS, so
-	// that network reads (the SSH handshake's round trips) find an idle P
-	// instead of waiting up to 10 ms each for the scheduler; one more P
-	// than processors keeps every processor scanning (sync/workers.go).
-	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1)
 	// SIGINT, SIGTERM and SIGHUP cancel ctx: the run ends cleanly (remote
 	// group ended, one-shot lease released, acquire rolled back) and Main
 	// exits 128+signal. A second signal a moment later exits at once.

@@ -1,7 +1,8 @@
-// Package quickstart keeps the garbage collector off while the program
-// starts: through the packages' initialisation, and then for the first
-// Window of main, which most commands (a run on a warm lease with nothing
-// to sync, a list, a status) do not outlive.
+// Package quickstart tunes the runtime for the start of the program: it
+// keeps the garbage collector off through the packages' initialisation and
+// then, with one spare P for the scheduler, for the first Window of main,
+// which most commands (a run on a warm lease with nothing to sync, a list,
+// a status) do not outlive.
 //
 // crabbox links every provider's SDK, and their package initialisers
 // (protocol buffer registries above all) allocate megabytes: with the
@@ -19,11 +20,21 @@
 // with GOMEMLIMIT, if lower) makes the collector run should the heap grow
 // that large anyway; afterwards GOGC and GOMEMLIMIT apply as set.
 //
+// The spare P is for the checkout's listing, which runs on one goroutine
+// fewer than GOMAXPROCS (sync/workers.go) beside the SSH handshake: its
+// network reads find an idle P instead of waiting up to 10 ms each for the
+// scheduler, while every processor lists. A no-op run that lists a
+// 20,000-file checkout takes ~20% less time with it. Past the window it
+// goes: a transfer that outlives the listing has one goroutine that reads,
+// hashes and encrypts, and an idle P only makes the scheduler wake and park
+// threads around it (a 240 MB first sync took ~10% longer with it).
+//
 // It is state of the process, not of a library: only the crabbox command
 // imports it.
 package quickstart
 
 import (
+	"runtime"
 	"runtime/debug"
 	"time"
 )
@@ -38,13 +49,17 @@ const (
 // percent is the collector's setting (GOGC, or 100) before it was turned off.
 var percent = debug.SetGCPercent(-1)
 
-// Done bounds the heap by StartLimit and turns the collector back on as it
-// was set once Window has passed. main calls it first.
+// Done bounds the heap by StartLimit and adds a P; once Window has passed,
+// it turns the collector back on as it was set and takes the P away. main
+// calls it first.
 func Done() {
 	limit := debug.SetMemoryLimit(-1) // -1 reads it
 	debug.SetMemoryLimit(min(limit, StartLimit))
+	procs := runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(procs + 1)
 	time.AfterFunc(Window, func() {
 		debug.SetMemoryLimit(limit)
 		debug.SetGCPercent(percent)
+		runtime.GOMAXPROCS(procs)
 	})
 }
