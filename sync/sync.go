@@ -24,7 +24,8 @@
 // Listing and hashing run on GOMAXPROCS-1 goroutines (at least one), so
 // that the network reads they usually run beside, an SSH handshake above
 // all, find an idle P: a program that wants every processor scanning sets
-// GOMAXPROCS one above their number, as the crabbox command does.
+// GOMAXPROCS one above their number, as the crabbox command does while it
+// starts (and not for a transfer, where an idle P costs more than it gives).
 package sync
 
 import (

@@ -16,7 +16,8 @@ import (
 // Go program notices a goroutine's network read completing only on an idle
 // P, or every 10 ms when none is idle: with every P busy stat'ing, each
 // round trip of the handshake would wait up to 10 ms for the scheduler.
-// The crabbox command gives itself one more P than processors, so that it
+// The crabbox command gives itself one more P than processors for its
+// first 250 ms, when its listing runs beside the handshake, so that it
 // loses no parallelism to this.
 func scanWorkers() int {
 	return min(16, max(1, runtime.GOMAXPROCS(0)-1))

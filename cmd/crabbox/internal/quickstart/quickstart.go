@@ -52,12 +52,15 @@ var percent = debug.SetGCPercent(-1)
 // Done bounds the heap by StartLimit and adds a P; once Window has passed,
 // it turns the collector back on as it was set and takes the P away. main
 // calls it first.
-func Done() {
+func Done() { done(func(d time.Duration, f func()) { time.AfterFunc(d, f) }) }
+
+// done is Done with the timer's start as a parameter (tests).
+func done(after func(time.Duration, func())) {
 	limit := debug.SetMemoryLimit(-1) // -1 reads it
 	debug.SetMemoryLimit(min(limit, StartLimit))
 	procs := runtime.GOMAXPROCS(0)
 	runtime.GOMAXPROCS(procs + 1)
-	time.AfterFunc(Window, func() {
+	after(Window, func() {
 		debug.SetMemoryLimit(limit)
 		debug.SetGCPercent(percent)
 		runtime.GOMAXPROCS(procs)
