@@ -30,7 +30,8 @@ size. crabbox starts this itself on Linux, one per checkout, and it ends
 after 30 minutes without a question or when the checkout is removed; there
 is no need to run it by hand. Set CRABBOX_SYNC_WATCH=0 to never start one.
 
-It prints "ready" on stdout once the checkout is watched.`,
+It prints "ready" on stdout once it answers on the socket; a question asked
+before it has walked the checkout waits for the walk.`,
 		FlagSet: fs,
 		Exec: func(ctx context.Context, args []string) error {
 			if *socket == "" || len(args) != 1 {
@@ -41,7 +42,7 @@ It prints "ready" on stdout once the checkout is watched.`,
 				return err
 			}
 			return watch.ListenAndServe(ctx, root, *socket, watch.ServeOptions{
-				Ready: func() { fmt.Fprintln(a.stdout, "ready") },
+				Listening: func() { fmt.Fprintln(a.stdout, "ready") },
 			})
 		},
 	}

@@ -76,6 +76,11 @@ type ServeOptions struct {
 	// Ready, if set, is called once the checkout is watched and questions
 	// are answered.
 	Ready func()
+	// Listening, if set, is called by ListenAndServe once this watcher
+	// holds the checkout and listens on its socket, before it walks the
+	// checkout: a question asked from then on waits for the walk and is
+	// answered, and no other watcher of the checkout starts.
+	Listening func()
 }
 
 const (
@@ -244,6 +249,9 @@ func ListenAndServe(ctx context.Context, root, socket string, opts ServeOptions)
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", root, err)
+	}
+	if opts.Listening != nil {
+		opts.Listening()
 	}
 	err = Serve(ctx, root, ln, opts)
 	os.Remove(socket)

@@ -376,3 +376,44 @@ func TestChangesOfAnOldWatcher(t *testing.T) {
 		t.Fatalf("Changes of an old watcher: %q %q %t %v; want its clock, everything changed", tok, paths, all, err)
 	}
 }
+
+// ListenAndServe says it listens before it walks the checkout (a walk that
+// refuses it comes after), a question asked then is answered once the walk
+// is done, and a second watcher of the checkout neither listens nor serves.
+func TestListenAndServeListensBeforeTheWalk(t *testing.T) {
+	t.Run("refused by the walk", func(t *testing.T) {
+		root := checkout(t)
+		listening := false
+		err := ListenAndServe(context.Background(), root, SocketPath(t.TempDir(), root), ServeOptions{
+			MaxDirs:   2,
+			Listening: func() { listening = true },
+		})
+		if !errors.Is(err, ErrUnsupported) || !listening {
+			t.Fatalf("ListenAndServe: %v, listening %v; want ErrUnsupported after listening", err, listening)
+		}
+	})
+	t.Run("answers and holds the checkout", func(t *testing.T) {
+		root := checkout(t)
+		sock := SocketPath(t.TempDir(), root)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		asked := make(chan error, 1)
+		served := make(chan error, 1)
+		go func() {
+			served <- ListenAndServe(ctx, root, sock, ServeOptions{Listening: func() {
+				go func() { _, err := (Client{Socket: sock}).Clock(ctx); asked <- err }()
+			}})
+		}()
+		if err := <-asked; err != nil {
+			t.Fatalf("clock asked once listening: %v", err)
+		}
+		second := ListenAndServe(ctx, root, sock, ServeOptions{Listening: func() { t.Error("a second watcher listens") }})
+		if second != nil {
+			t.Errorf("second watcher: %v, want nil (the first serves)", second)
+		}
+		cancel()
+		if err := <-served; err != nil {
+			t.Fatalf("first watcher: %v", err)
+		}
+	})
+}
