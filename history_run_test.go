@@ -54,10 +54,22 @@ func TestRunScriptIsRecordedInHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(log) != out.String() || !strings.Contains(string(log), "out\n") || !strings.Contains(string(log), "committed\n2 b c\n") {
+	// stdout and stderr are two streams: "err" may come anywhere after
+	// "out", so the lines are checked one by one.
+	if string(log) != out.String() || !containsAll(string(log), "out\n", "err\n", "committed\n", "2 b c\n") {
 		t.Errorf("stored log = %q, want what the run printed (%q)", log, out.String())
 	}
 	noLeases(t, c)
+}
+
+// containsAll reports whether s contains every one of subs.
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
 
 func TestRunTimeoutExits124AndReleases(t *testing.T) {
