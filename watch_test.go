@@ -33,7 +33,7 @@ func serveWatchers(t *testing.T, check func(root string)) (start func(context.Co
 		sockets = append(sockets, socket)
 		ready := make(chan struct{})
 		wg.Go(func() {
-			watch.ListenAndServe(context.Background(), root, socket, watch.ServeOptions{Ready: func() { close(ready) }})
+			watch.ListenAndServe(context.Background(), root, socket, watch.ServeOptions{Listening: func() { close(ready) }})
 		})
 		<-ready
 		return nil

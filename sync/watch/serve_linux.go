@@ -83,9 +83,6 @@ func Serve(ctx context.Context, root string, ln net.Listener, opts ServeOptions)
 	questions := make(chan question)
 	wg.Go(func() { accept(quit, &wg, ln, questions) })
 
-	if opts.Ready != nil {
-		opts.Ready()
-	}
 	idle := time.NewTimer(cmp.Or(opts.Idle, DefaultIdle))
 	defer idle.Stop()
 	check := time.NewTicker(cmp.Or(opts.Check, 10*time.Second))

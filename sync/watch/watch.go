@@ -73,9 +73,6 @@ type ServeOptions struct {
 	// Check is how often Serve makes sure its socket is still its own
 	// (a removed or replaced socket ends it); zero means 10 seconds.
 	Check time.Duration
-	// Ready, if set, is called once the checkout is watched and questions
-	// are answered.
-	Ready func()
 	// Listening, if set, is called by ListenAndServe once this watcher
 	// holds the checkout and listens on its socket, before it walks the
 	// checkout: a question asked from then on waits for the walk and is
