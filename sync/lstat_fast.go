@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -170,6 +171,22 @@ func retryEINTR(fn func() error) error {
 			return err
 		}
 	}
+}
+
+// openDir opens the directory rel below the root ("" for the root), not
+// following a final symlink. On Linux, os.Open makes a directory's
+// descriptor non-blocking, offers it to the poller, which refuses it, and
+// makes it blocking again: four system calls that os.NewFile skips.
+func (r *rootDir) openDir(rel string) (*os.File, error) {
+	var fd int
+	err := retryEINTR(func() (err error) {
+		fd, err = unix.Openat(r.fd, cmp.Or(rel, "."), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: filepath.Join(r.path, rel), Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(r.path, rel)), nil
 }
 
 // untrackedCacheSupported: directory mtimes and ctimes tell when entries

@@ -79,6 +79,11 @@ func (r *rootDir) openFile(rel string) (*regularFile, error) {
 // files.
 const untrackedCacheSupported = false
 
+// openDir opens the directory rel below the root ("" for the root).
+func (r *rootDir) openDir(rel string) (*os.File, error) {
+	return os.Open(filepath.Join(r.path, filepath.FromSlash(rel)))
+}
+
 func (r *rootDir) stampAt(string) (stamp, error) { return stamp{}, errors.ErrUnsupported }
 
 func stampFile(string) (stamp, error) { return stamp{}, errors.ErrUnsupported }

@@ -483,7 +483,7 @@ func readDirOf(root *rootDir, rel string) (dirRead, error) {
 	if d.st.Mode&sIFMT != sIFDIR {
 		return d, fmt.Errorf("%s is no longer a directory", rel)
 	}
-	f, err := os.Open(filepath.Join(root.path, filepath.FromSlash(rel)))
+	f, err := root.openDir(rel)
 	if err != nil {
 		return d, err
 	}
