@@ -3,7 +3,7 @@
 // Command syncbench measures crabbox's sync against rsync and tar over ssh,
 // side by side on one machine, as DESIGN.md's "Performance targets" ask.
 //
-//	go run ./bench/syncbench [-files 20000] [-runs 5] [-seed 1] [-curve 20000,100000,200000]
+//	go run ./bench/syncbench [-files 20000] [-runs 5] [-seed 1] [-curve 20000,100000,200000] [-compare BIN] [-first-only]
 //
 // It starts its own OpenSSH sshd on a free 127.0.0.1 port with generated
 // keys, builds a synthetic git checkout of -files files, builds crabbox and
@@ -17,7 +17,12 @@
 // many files and times a no-op run and an incremental resync again, with
 // crabbox's peak memory (the child's maximum resident set size) in the
 // no-op runs: the cost of a sync should grow with what changed, not with
-// the tree. The machine's load average is printed before and after. Everything it
+// the tree. The machine's load average is printed before and after.
+//
+// To weigh a change to the first sync, -compare BIN times the first full
+// sync of another crabbox binary too (a build of the commit before, say),
+// taking turns with the others, and reports this build against it;
+// -first-only stops after the first full sync. Everything it
 // creates lives in one directory under os.TempDir (set TMPDIR=/dev/shm to put
 // it on tmpfs), removed with sshd killed on exit and on Ctrl-C. It installs
 // nothing: sshd, ssh, rsync, tar and git must be present. Only 127.0.0.1 is
@@ -63,13 +68,15 @@ func main() {
 	flag.BoolVar(&cfg.verbose, "v", false, "print every timed command and its duration")
 	flag.StringVar(&cfg.login, "login", "", "account every tool logs in as (default: crabbox-bench when run as root, else the current user)")
 	curve := flag.String("curve", "20000,100000,200000", "comma-separated checkout sizes of the tree-size curve (\"\" for none)")
+	flag.StringVar(&cfg.compare, "compare", "", "another crabbox binary whose first full sync is timed too, for an A/B comparison")
+	flag.BoolVar(&cfg.firstOnly, "first-only", false, "time the first full sync only (no resyncs, no curve)")
 	flag.Parse()
 	var err error
 	if cfg.curve, err = parseSizes(*curve); err != nil || cfg.files < 20 || cfg.runs < 1 || flag.NArg() != 0 {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "syncbench: -curve:", err)
 		}
-		fmt.Fprintln(os.Stderr, "usage: syncbench [-files N>=20] [-runs N>=1] [-seed N] [-curve N,N,...] [-v]")
+		fmt.Fprintln(os.Stderr, "usage: syncbench [-files N>=20] [-runs N>=1] [-seed N] [-curve N,N,...] [-compare BIN] [-first-only] [-v]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -92,6 +99,8 @@ type config struct {
 	seed        uint64
 	verbose     bool
 	login       string
+	compare     string // another crabbox binary to time the first sync of
+	firstOnly   bool
 }
 
 // benchAccount is the account root's benchmark logs in as.
@@ -166,6 +175,18 @@ type bench struct {
 func run(ctx context.Context, cfg config) (err error) {
 	if err := checkRequirements(); err != nil {
 		return err
+	}
+	if cfg.compare != "" {
+		var err error
+		if cfg.compare, err = exec.LookPath(cfg.compare); err != nil {
+			return fmt.Errorf("-compare: %w", err)
+		}
+		if cfg.compare, err = filepath.Abs(cfg.compare); err != nil {
+			return fmt.Errorf("-compare: %w", err)
+		}
+	}
+	if cfg.firstOnly {
+		cfg.curve = nil
 	}
 	repo, err := moduleRoot()
 	if err != nil {
@@ -431,6 +452,7 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 	full := row{scenario: "first full sync", baseline: "rsync -a"}
 	tar := row{scenario: "first full sync", baseline: "tar|ssh|tar", target: 1.25, note: "crabbox <= 0.8x"}
 	floor := row{scenario: "first full sync", baseline: "floor (below)"}
+	compared := row{scenario: "first full sync", baseline: "-compare build"}
 	noop := row{scenario: "no-op resync", baseline: "rsync -a --delete", target: 6}
 	incr := row{scenario: incrementalScenario, baseline: "rsync -a --delete", target: 4}
 	noopRun := row{scenario: "no-op run -- true", baseline: "rsync && ssh true", target: 10}
@@ -452,6 +474,8 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 		rsyncDest = filepath.Join(b.remote, fmt.Sprintf("rsync%d", i))
 		tarDest := filepath.Join(b.remote, fmt.Sprintf("tar%d", i))
 		floorDest := filepath.Join(b.remote, fmt.Sprintf("floor%d", i))
+		otherState := filepath.Join(b.base, fmt.Sprintf("compare-state%d", i))
+		otherRoot := filepath.Join(b.remote, fmt.Sprintf("compare%d", i))
 
 		pipe := "tar --exclude=./.git -cf - . | " + b.untarOnBox(tarDest)
 		floorPipe := b.untarOnBox(floorDest, "-c", "aes128-gcm@openssh.com") + " < " + shellQuote(archive)
@@ -461,6 +485,9 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 				full.add(s)
 				tar.add(s)
 				floor.add(s)
+				if b.cfg.compare != "" {
+					compared.add(s)
+				}
 				if err != nil {
 					return err
 				}
@@ -483,6 +510,19 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 				return err
 			},
 		}
+		if b.cfg.compare != "" {
+			tools = append(tools, func() error {
+				other := *b
+				other.crabbox = b.cfg.compare
+				s, err := other.timedCrabEnv(ctx, otherState, otherRoot, "run", "--sync-only", "--keep", "--quiet")
+				compared.base = append(compared.base, s.d)
+				if err != nil {
+					return err
+				}
+				b.awaitWatcher(ctx, otherState)
+				return nil
+			})
+		}
 		// Each tool goes first in turn: the first run after the previous
 		// round's copies are removed pays for the file system's cleanup.
 		for k := range tools {
@@ -493,11 +533,20 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 
 		os.RemoveAll(tarDest)
 		os.RemoveAll(floorDest)
+		os.RemoveAll(otherState)
+		os.RemoveAll(otherRoot)
 		if !last {
 			os.RemoveAll(state)
 			os.RemoveAll(workRoot)
 			os.RemoveAll(rsyncDest)
 		}
+	}
+	first := []row{full, tar, floor}
+	if b.cfg.compare != "" {
+		first = append(first, compared)
+	}
+	if b.cfg.firstOnly {
+		return first, nil
 	}
 	id, err := b.leaseID(ctx, state, workRoot)
 	if err != nil {
@@ -519,7 +568,7 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 	if err := b.verify(ctx, state, workRoot, id, rsyncDest); err != nil {
 		return nil, err
 	}
-	return []row{full, tar, floor, noop, incr, noopRun}, nil
+	return append(first, noop, incr, noopRun), nil
 }
 
 const incrementalScenario = "incremental (10 edited in place, 1 new, 1 deleted)"
@@ -795,6 +844,9 @@ func printTable(w io.Writer, cfg config, rows []row) {
 	fmt.Fprintln(w, "\nfloor: the archive of the checkout, made beforehand (untimed), sent with ssh -c aes128-gcm@openssh.com")
 	fmt.Fprintln(w, "(crabbox's cipher) into tar -x: what moving the bytes through sshd into the box's tar costs, with nothing")
 	fmt.Fprintln(w, "listed, read or hashed: a first sync through sshd into tar cannot be faster")
+	if cfg.compare != "" {
+		fmt.Fprintf(w, "\n-compare build: %s; a ratio above 1 means this build's first sync is faster\n", cfg.compare)
+	}
 	fmt.Fprintf(w, "\ncrabbox's own timing (--timing-json, ms) of its median run:\n")
 	for i, r := range rows {
 		if i > 0 && rows[i-1].scenario == r.scenario {
