@@ -177,7 +177,6 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	if cfg.compare != "" {
-		var err error
 		if cfg.compare, err = exec.LookPath(cfg.compare); err != nil {
 			return fmt.Errorf("-compare: %w", err)
 		}
@@ -481,18 +480,14 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 		floorPipe := b.untarOnBox(floorDest, "-c", "aes128-gcm@openssh.com") + " < " + shellQuote(archive)
 		tools := []func() error{
 			func() error {
-				s, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--sync-only", "--keep", "--quiet")
+				s, err := b.firstSync(ctx, b.crabbox, state, workRoot)
 				full.add(s)
 				tar.add(s)
 				floor.add(s)
 				if b.cfg.compare != "" {
 					compared.add(s)
 				}
-				if err != nil {
-					return err
-				}
-				b.awaitWatcher(ctx, state)
-				return nil
+				return err
 			},
 			func() error {
 				d, err := b.timed(ctx, "rsync", b.rsyncArgs(rsyncDest)...)
@@ -512,15 +507,9 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 		}
 		if b.cfg.compare != "" {
 			tools = append(tools, func() error {
-				other := *b
-				other.crabbox = b.cfg.compare
-				s, err := other.timedCrabEnv(ctx, otherState, otherRoot, "run", "--sync-only", "--keep", "--quiet")
+				s, err := b.firstSync(ctx, b.cfg.compare, otherState, otherRoot)
 				compared.base = append(compared.base, s.d)
-				if err != nil {
-					return err
-				}
-				b.awaitWatcher(ctx, otherState)
-				return nil
+				return err
 			})
 		}
 		// Each tool goes first in turn: the first run after the previous
@@ -569,6 +558,19 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 	return append(first, noop, incr, noopRun), nil
+}
+
+// firstSync times the crabbox binary bin's first sync of the checkout into
+// workRoot, with state as its state directory, then waits, untimed, for
+// the change watcher it starts (see awaitWatcher).
+func (b *bench) firstSync(ctx context.Context, bin, state, workRoot string) (sample, error) {
+	c := *b
+	c.crabbox = bin
+	s, err := c.timedCrabEnv(ctx, state, workRoot, "run", "--sync-only", "--keep", "--quiet")
+	if err == nil {
+		b.awaitWatcher(ctx, state)
+	}
+	return s, err
 }
 
 const incrementalScenario = "incremental (10 edited in place, 1 new, 1 deleted)"
