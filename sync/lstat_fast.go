@@ -183,10 +183,11 @@ func (r *rootDir) openDir(rel string) (*os.File, error) {
 		fd, err = unix.Openat(r.fd, cmp.Or(rel, "."), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		return err
 	})
+	name := filepath.Join(r.path, rel)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: filepath.Join(r.path, rel), Err: err}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	return os.NewFile(uintptr(fd), filepath.Join(r.path, rel)), nil
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 // untrackedCacheSupported: directory mtimes and ctimes tell when entries
