@@ -89,7 +89,7 @@ func TestGolden(t *testing.T) {
 	t.Setenv("CRABBOX_CONFIG", filepath.Join(t.TempDir(), "none"))
 	t.Setenv("CRABBOX_TEST_MAIN", "1") // for the agent process the test binary starts
 	t.Chdir(repo)
-	replace := map[string]string{state: "$STATE", repo: "$REPO", filepath.Base(repo): "REPO"}
+	replace := map[string]string{state: "$STATE", repo: "$REPO"}
 
 	steps := []struct {
 		name string
