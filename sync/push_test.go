@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/internal/testsshd"
 )
 
@@ -681,4 +682,33 @@ func TestPushDiskFull(t *testing.T) {
 			sameTree(t, root, remoteDir)
 		})
 	}
+}
+
+// The box's tar gets TAR_OPTIONS asking for records of 128 blocks, which
+// GNU tar reads (fewer system calls) and other tars ignore; the tree,
+// with files larger than a record and one not a multiple of it, arrives
+// whole.
+func TestPushTarRecords(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 5, "v1")
+	big := make([]byte, 200<<10+123)
+	rand.Read(big)
+	write(t, root, "big.bin", string(big), 0o644)
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "tar-options")
+	tar := filepath.Join(dir, "tar")
+	script := "#!/bin/sh\nprintf '%s' \"$TAR_OPTIONS\" >" + remote.Quote(seen) + "\nexec tar \"$@\"\n"
+	if err := os.WriteFile(tar, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	remoteDir := t.TempDir()
+	push(t, client, Options{Root: root, RemoteDir: remoteDir, tar: tar})
+	got, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "--blocking-factor=128"; string(got) != want {
+		t.Errorf("TAR_OPTIONS of the box's tar = %q, want %q", got, want)
+	}
+	sameTree(t, root, remoteDir)
 }
