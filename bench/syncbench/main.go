@@ -11,7 +11,8 @@
 // turns to go first) for a first full sync (beside rsync, tar|ssh|tar and
 // the floor of any sync through sshd into the box's tar: an archive made
 // beforehand, untimed, sent with ssh -c aes128-gcm@openssh.com, the
-// cipher crabbox uses, into tar -x), a no-op resync, an incremental
+// cipher crabbox uses, into tar -x -b 128, the records crabbox has the
+// box's GNU tar read), a no-op resync, an incremental
 // resync (10 tracked files edited in place, 1 added, 1 deleted) and a
 // no-op run. Then, for each size of -curve, it makes a checkout of that
 // many files and times a no-op run and an incremental resync again, with
@@ -459,7 +460,8 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 	var state, workRoot, rsyncDest, id string
 	// The floor of any sync through sshd into the box's tar: the archive
 	// already made (untimed), so that nothing is listed or read, sent
-	// with the cipher crabbox's SSH client prefers.
+	// with the cipher crabbox's SSH client prefers into a tar reading
+	// records as large as crabbox has it read (see sync's transferStep).
 	archive := filepath.Join(b.base, "floor.tar")
 	if out, err := b.command(ctx, b.src, "tar", "--exclude=./.git", "-cf", archive, ".").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("tar -cf %s: %v\n%s", archive, err, out)
@@ -476,8 +478,8 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 		otherState := filepath.Join(b.base, fmt.Sprintf("compare-state%d", i))
 		otherRoot := filepath.Join(b.remote, fmt.Sprintf("compare%d", i))
 
-		pipe := "tar --exclude=./.git -cf - . | " + b.untarOnBox(tarDest)
-		floorPipe := b.untarOnBox(floorDest, "-c", "aes128-gcm@openssh.com") + " < " + shellQuote(archive)
+		pipe := "tar --exclude=./.git -cf - . | " + b.untarOnBox(tarDest, "")
+		floorPipe := b.untarOnBox(floorDest, "-b 128", "-c", "aes128-gcm@openssh.com") + " < " + shellQuote(archive)
 		tools := []func() error{
 			func() error {
 				s, err := b.firstSync(ctx, b.crabbox, state, workRoot)
@@ -705,10 +707,15 @@ func (b *bench) timedCrabEnv(ctx context.Context, state, workRoot string, args .
 }
 
 // untarOnBox is the ssh command line, with extra ssh options, that
-// extracts the archive on its standard input into dest on the box.
-func (b *bench) untarOnBox(dest string, opts ...string) string {
+// extracts the archive on its standard input into dest on the box, with
+// tar's options tarOpts (a shell word list, "" for none) before -C.
+func (b *bench) untarOnBox(dest, tarOpts string, opts ...string) string {
+	extract := "tar -xf - "
+	if tarOpts != "" {
+		extract += tarOpts + " "
+	}
 	return shellJoin(append(append([]string{"ssh"}, opts...), b.sshArgs...)) + " " + shellQuote(b.login) + " " +
-		shellQuote("mkdir -p "+shellQuote(dest)+" && tar -xf - -C "+shellQuote(dest))
+		shellQuote("mkdir -p "+shellQuote(dest)+" && "+extract+"-C "+shellQuote(dest))
 }
 
 // awaitWatcher waits, untimed, until the change watcher that crabbox
@@ -844,8 +851,9 @@ func printTable(w io.Writer, cfg config, rows []row) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nfloor: the archive of the checkout, made beforehand (untimed), sent with ssh -c aes128-gcm@openssh.com")
-	fmt.Fprintln(w, "(crabbox's cipher) into tar -x: what moving the bytes through sshd into the box's tar costs, with nothing")
-	fmt.Fprintln(w, "listed, read or hashed: a first sync through sshd into tar cannot be faster")
+	fmt.Fprintln(w, "(crabbox's cipher) into tar -x -b 128 (the records crabbox has the box's GNU tar read): what moving the")
+	fmt.Fprintln(w, "bytes through sshd into the box's tar costs, with nothing listed, read or hashed: a first sync through")
+	fmt.Fprintln(w, "sshd into tar cannot be faster")
 	if cfg.compare != "" {
 		fmt.Fprintf(w, "\n-compare build: %s; a ratio above 1 means this build's first sync is faster\n", cfg.compare)
 	}
