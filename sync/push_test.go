@@ -684,16 +684,17 @@ func TestPushDiskFull(t *testing.T) {
 	}
 }
 
-// The box's tar gets TAR_OPTIONS asking for records of 128 blocks, which
-// GNU tar reads (fewer system calls) and other tars ignore; the tree,
-// with files larger than a record and one not a multiple of it, arrives
-// whole.
+// The box's tar gets TAR_OPTIONS asking for records of 128 blocks and
+// files owned by whoever extracts them, which GNU tar reads (fewer system
+// calls) and other tars ignore; the tree, with files larger than a record
+// and one not a multiple of it, arrives whole, modes included.
 func TestPushTarRecords(t *testing.T) {
 	client := dial(t)
 	root := plainTree(t, 5, "v1")
 	big := make([]byte, 200<<10+123)
 	rand.Read(big)
 	write(t, root, "big.bin", string(big), 0o644)
+	write(t, root, "run.sh", "#!/bin/sh\n", 0o755)
 	dir := t.TempDir()
 	seen := filepath.Join(dir, "tar-options")
 	tar := filepath.Join(dir, "tar")
@@ -707,7 +708,7 @@ func TestPushTarRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "--blocking-factor=128"; string(got) != want {
+	if want := "--blocking-factor=128 --no-same-owner"; string(got) != want {
 		t.Errorf("TAR_OPTIONS of the box's tar = %q, want %q", got, want)
 	}
 	sameTree(t, root, remoteDir)

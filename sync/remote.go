@@ -341,9 +341,11 @@ fi
 	// reads its input in records of 20 blocks (10 KiB) and writes each
 	// file in pieces cut at those records; records of 128 blocks
 	// (64 KiB, a full pipe) take it 30% fewer system calls to extract a
-	// checkout of small files. Only GNU tar reads TAR_OPTIONS; the
-	// box's own come after, so they still win.
-	b.WriteString("if (cd -- \"$crabbox_parent\" && TAR_OPTIONS=\"--blocking-factor=128${TAR_OPTIONS:+ $TAR_OPTIONS}\" && export TAR_OPTIONS && exec " + remote.Quote(tar) + ` -xf -); then :; else
+	// checkout of small files. Run as root, it also gives each file the
+	// archive's owner, root (archive names no other), and then its mode
+	// again: two more calls a file for the owner root has anyway. Only
+	// GNU tar reads TAR_OPTIONS; the box's own come after, so they win.
+	b.WriteString("if (cd -- \"$crabbox_parent\" && TAR_OPTIONS=\"" + boxTarOptions + "${TAR_OPTIONS:+ $TAR_OPTIONS}\" && export TAR_OPTIONS && exec " + remote.Quote(tar) + ` -xf -); then :; else
 	crabbox_st=$?
 	rm -f -- "$s/manifest.tmp" "$s/fingerprint.tmp"
 	crabbox_fail "$crabbox_st"
@@ -355,6 +357,10 @@ exit 0
 `)
 	return b.String()
 }
+
+// boxTarOptions are the options transferStep gives the box's tar through
+// TAR_OPTIONS.
+const boxTarOptions = "--blocking-factor=128 --no-same-owner"
 
 // freeMarker starts the line of a failed transfer step giving the free
 // space and the directory on the box: "crabbox-sync free KB DIR".
