@@ -317,3 +317,38 @@ func TestListingCacheOffWhenGitIsPointedElsewhere(t *testing.T) {
 		t.Errorf("the cache answered %d listings with GIT_INDEX_FILE set", l.hits)
 	}
 }
+
+// A checkout's first listing builds no untracked cache (a first sync,
+// often a fresh checkout's only one, starts sooner without its walk); the
+// listing of a checkout synced before builds it, and the next uses it.
+func TestUntrackedCacheFromSecondListing(t *testing.T) {
+	if !untrackedCacheSupported {
+		t.Skip("this platform has no untracked cache")
+	}
+	client := dial(t)
+	root := gitTree(t)
+	cache := filepath.Join(t.TempDir(), "hashes")
+	opts := Options{Root: root, RemoteDir: t.TempDir(), CacheFile: cache, listingStart: time.Now().Add(time.Hour)}
+	push(t, client, opts)
+	if exists(cache + untrackedSuffix) {
+		t.Errorf("the first sync built the untracked cache")
+	}
+	write(t, root, "src/new.go", "package src\n", 0o644)
+	push(t, client, opts)
+	c := loadUntracked(cache + untrackedSuffix)
+	if c == nil {
+		t.Fatal("the second sync built no untracked cache")
+	}
+	var untracked []string
+	for _, e := range c.kept {
+		if !e.tracked {
+			untracked = append(untracked, e.path)
+		}
+	}
+	if diff := cmp.Diff([]string{"src/new.go", "untracked.txt"}, untracked); diff != "" {
+		t.Errorf("untracked files in the cache (-want +got):\n%s", diff)
+	}
+	write(t, root, "src/newer.go", "package src\n", 0o644)
+	push(t, client, opts)
+	sameTree(t, root, opts.RemoteDir)
+}
