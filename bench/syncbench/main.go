@@ -701,7 +701,7 @@ func (b *bench) timedCrabEnv(ctx context.Context, state, workRoot string, args .
 	}
 	s := sample{d: d, phases: phaseSummary(timing), rss: maxRSS(cmd.ProcessState), cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	if b.cfg.verbose {
-		fmt.Fprintf(os.Stderr, "  %8v  %4d MB  crabbox %s  [%s]\n", d.Round(time.Millisecond), s.rss>>20, strings.Join(args[4:], " "), s.phases)
+		fmt.Fprintf(os.Stderr, "  %8v  %4d MB  %s %s  [%s]\n", d.Round(time.Millisecond), s.rss>>20, filepath.Base(b.crabbox), strings.Join(args[4:], " "), s.phases)
 	}
 	return s, nil
 }
