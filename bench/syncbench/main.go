@@ -234,7 +234,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		"-i", b.srv.ClientKeyFile, "-p", strconv.Itoa(b.srv.Port)}
 	fmt.Fprintf(os.Stderr, "sshd on 127.0.0.1:%d for %s, work in %s\n", b.srv.Port, login, base)
 
-	loadBefore := loadAverage()
+	loadBefore, cpuBefore := loadAverage(), readCPUTimes()
 	if err := b.makeCheckout(ctx); err != nil {
 		return err
 	}
@@ -253,6 +253,10 @@ func run(ctx context.Context, cfg config) (err error) {
 	printTable(os.Stdout, cfg, rows)
 	printCurve(os.Stdout, cfg, points)
 	fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min): %s before, %s after\n", loadBefore, loadAverage())
+	// In a virtual machine, time the host gives other guests (steal)
+	// slows every tool at random: a run with much of it is not
+	// comparable with one without.
+	fmt.Fprintf(os.Stdout, "CPU time stolen by the hypervisor during the run: %s\n", stolen(cpuBefore, readCPUTimes()))
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 )
 
@@ -178,5 +179,22 @@ func TestAlternate(t *testing.T) {
 	}
 	if want := []string{"a", "b", "b", "a", "a", "b"}; !slices.Equal(order, want) {
 		t.Errorf("order = %v, want %v", order, want)
+	}
+}
+
+func TestStolen(t *testing.T) {
+	before := parseCPUTimes("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n")
+	after := parseCPUTimes("cpu  200 0 100 1500 10 0 15 175 7 0\n")
+	if diff := cmp.Diff(cpuTimes{total: 1000, steal: 35, ok: true}, before, cmp.AllowUnexported(cpuTimes{})); diff != "" {
+		t.Errorf("parseCPUTimes (-want +got):\n%s", diff)
+	}
+	// 1000 ticks passed, 140 of them stolen; guest time is not counted twice.
+	if got, want := stolen(before, after), "14.0%"; got != want {
+		t.Errorf("stolen = %q, want %q", got, want)
+	}
+	for _, bad := range []string{"", "cpu 1 2 3\n", "intr 5\n", "cpu  1 2 3 4 5 6 7 x\n"} {
+		if got := stolen(parseCPUTimes(bad), after); got != "unknown" {
+			t.Errorf("stolen from %q = %q, want unknown", bad, got)
+		}
 	}
 }
