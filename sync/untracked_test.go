@@ -320,7 +320,8 @@ func TestListingCacheOffWhenGitIsPointedElsewhere(t *testing.T) {
 
 // A checkout's first listing builds no untracked cache (a first sync,
 // often a fresh checkout's only one, starts sooner without its walk); the
-// listing of a checkout synced before builds it, and the next uses it.
+// listing of a checkout synced before builds it, and a sync after that,
+// listing with it, still finds a new untracked file.
 func TestUntrackedCacheFromSecondListing(t *testing.T) {
 	if !untrackedCacheSupported {
 		t.Skip("this platform has no untracked cache")

@@ -35,21 +35,16 @@ func parseCPUTimes(stat string) cpuTimes {
 	if len(f) < 9 || f[0] != "cpu" {
 		return cpuTimes{}
 	}
-	var t cpuTimes
-	for i, s := range f[1:] {
+	// Guest time, after steal, is already in user and nice.
+	t := cpuTimes{ok: true}
+	for _, s := range f[1:9] {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			return cpuTimes{}
 		}
-		if i >= 8 { // guest time is already in user and nice
-			break
-		}
 		t.total += v
-		if i == 7 {
-			t.steal = v
-		}
+		t.steal = v // the last of them
 	}
-	t.ok = true
 	return t
 }
 
