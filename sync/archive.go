@@ -192,7 +192,7 @@ func (a *archivePush) unpack(ctx context.Context, dir string, del []string, tar 
 	script := "crabbox_parent=" + remote.Quote(parent) + " s=" + remote.Quote(a.state) + "\n" +
 		"trap 'rm -f -- " + remote.Quote(archive) + "' EXIT\n" +
 		"mkdir -p -- " + remote.Quote(dir) + " && cd -- " + remote.Quote(dir) + " && exec <" + remote.Quote(archive) + " || exit 1\n" +
-		transferStep(del, tar, false, nil)
+		transferStep(del, tar, false, false, nil)
 	var stderr tail
 	res, err := a.b.Run(ctx, provider.DelegatedRunRequest{
 		LeaseID: a.lease, Command: []string{"sh", "-c", script}, Dir: a.state, Stdout: io.Discard, Stderr: &stderr,

@@ -310,7 +310,11 @@ func unescapeName(s string) string {
 // with the pending file, in the same process. Directories that held a
 // deleted path are removed when left empty, except those that hold a path
 // of the new file set (held), which the archive fills again.
-func transferStep(del []string, tar string, release bool, held func(dir string) bool) string {
+//
+// With pace, the step first prints paceMarker and "dots" when the box's tar
+// is GNU tar, which then prints a dot before every paceRecords records it
+// reads (see pacer), or "none" otherwise.
+func transferStep(del []string, tar string, release, pace bool, held func(dir string) bool) string {
 	var b strings.Builder
 	b.WriteString(`crabbox_fail() {
 	crabbox_st=$1
@@ -345,7 +349,20 @@ fi
 	// archive's owner, root (archive names no other), and then its mode
 	// again: two more calls a file for the owner root has anyway. Only
 	// GNU tar reads TAR_OPTIONS; the box's own come after, so they win.
-	b.WriteString("if (cd -- \"$crabbox_parent\" && TAR_OPTIONS=\"" + boxTarOptions + "${TAR_OPTIONS:+ $TAR_OPTIONS}\" && export TAR_OPTIONS && exec " + remote.Quote(tar) + ` -xf -); then :; else
+	extract := "exec " + remote.Quote(tar) + " -xf -"
+	if pace {
+		// The pace options come after TAR_OPTIONS, so they win: a dot
+		// is then always paceRecords records.
+		b.WriteString(`crabbox_pace=none
+case $(` + remote.Quote(tar) + ` --version 2>/dev/null) in 'tar (GNU tar) '*) crabbox_pace=dots ;; esac
+echo "` + paceMarker + `$crabbox_pace"
+`)
+		// GNU tar prints a dot before every paceRecords records of
+		// paceRecord bytes it reads.
+		paced := fmt.Sprintf("%s --blocking-factor=%d --checkpoint=%d --checkpoint-action=dot", extract, paceRecord/512, paceRecords)
+		extract = `if [ "$crabbox_pace" = dots ]; then ` + paced + "; else " + extract + "; fi"
+	}
+	b.WriteString("if (cd -- \"$crabbox_parent\" && TAR_OPTIONS=\"" + boxTarOptions + "${TAR_OPTIONS:+ $TAR_OPTIONS}\" && export TAR_OPTIONS && " + extract + `); then :; else
 	crabbox_st=$?
 	rm -f -- "$s/manifest.tmp" "$s/fingerprint.tmp"
 	crabbox_fail "$crabbox_st"

@@ -135,6 +135,9 @@ type Options struct {
 	opened func(path string)
 	// tar, if set, is the box's tar command instead of tar (tests).
 	tar string
+	// paced, if set, learns how a paced transfer step answered: "dots",
+	// "none", or "" when it said nothing (tests).
+	paced func(word string)
 	// listingStart, if set, replaces the listings' start time, which
 	// decides which directory stamps are too recent to cache (tests).
 	listingStart time.Time
@@ -649,6 +652,9 @@ type session struct {
 	saved chan struct{}
 	// pushed, if set, is the pushed file, read while the box answers.
 	pushed *pushedRead
+	// pacer, if set, paces the archive and reads the box's output after
+	// the transfer step starts.
+	pacer *pacer
 }
 
 // pushedRead is the pushed file read for a fingerprint, once done is
@@ -725,6 +731,11 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 	}
 	applyStart := time.Now()
 	waitErr := sess.Wait()
+	if s.pacer != nil {
+		// The box's output ends with the session.
+		sess.Close()
+		<-s.pacer.done
+	}
 	if s.saved != nil {
 		<-s.saved
 	}
@@ -954,11 +965,28 @@ func (s *session) converse(ctx context.Context) error {
 
 	transferStart := time.Now()
 	defer func() { s.stats.Transfer = time.Since(transferStart) }()
-	w := remoteWriter{s.stdin}
-	if _, err := w.Write(step(transferStep(del, cmp.Or(s.opts.tar, "tar"), true, holdsDir(local)))); err != nil {
+	var w io.Writer = remoteWriter{s.stdin}
+	// An archive that fits in the pace window is not worth the box's
+	// asking which tar it has.
+	pace := archiveSize(local, send) > paceWindow
+	if _, err := w.Write(step(transferStep(del, cmp.Or(s.opts.tar, "tar"), true, pace, holdsDir(local)))); err != nil {
 		return err
 	}
+	if pace {
+		s.pacer = newPacer(ctx, w, s.stdout, s.opts.paced)
+		w = s.pacer
+	}
 	return s.writeArchive(ctx, w, local, send, del, box)
+}
+
+// archiveSize is about the size of the archive sending local[send]: each
+// file's header and content, in blocks.
+func archiveSize(local []Entry, send []int) int64 {
+	var n int64
+	for _, i := range send {
+		n += 512 + (local[i].Size+511)&^511
+	}
+	return n
 }
 
 // plan decides what a push sends (indexes of local) and deletes: with
