@@ -48,6 +48,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
 
@@ -1334,19 +1335,71 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 		return writeSparse(tw.tw, tw.w, f, e, tw.name(e.Path), regions, buf)
 	}
 	size := f.info.size
-	hdr := &tar.Header{
-		Typeflag: tar.TypeReg,
-		Name:     e.Path,
-		Mode:     int64(e.Mode.Perm()),
-		Size:     size,
-		ModTime:  time.Unix(0, f.info.mtime),
-	}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return 0, "", fileStamp{}, false, err
+	// A name and size a plain ustar header holds (nearly every file) get
+	// one written here, with the content after it, as tar.Writer would
+	// write them, at a tenth of its cost; the rest go through it (PAX
+	// records for long or non-ASCII names).
+	var body io.Writer = tw
+	name, mtime := tw.name(e.Path), f.info.mtime/1e9
+	raw := plainUstar(name, size, mtime)
+	if raw {
+		// Finish the previous entry first.
+		if err := tw.tw.Flush(); err != nil {
+			return 0, "", fileStamp{}, false, err
+		}
+		if _, err := tw.w.Write(ustarHeader(name, tar.TypeReg, int64(e.Mode.Perm()), size, mtime)); err != nil {
+			return 0, "", fileStamp{}, false, err
+		}
+		body = tw.w
+	} else {
+		hdr := &tar.Header{
+			Typeflag: tar.TypeReg,
+			Name:     e.Path,
+			Mode:     int64(e.Mode.Perm()),
+			Size:     size,
+			ModTime:  time.Unix(mtime, 0),
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return 0, "", fileStamp{}, false, err
+		}
 	}
 	if opened != nil {
 		opened(e.Path)
 	}
+	n, sum, err := copyContent(body, f, e.Path, size, buf)
+	if raw && (err == nil || errors.Is(err, errShrank)) {
+		_, werr := tw.w.Write(make([]byte, blockPad(n)))
+		err = cmp.Or(werr, err)
+	}
+	switch {
+	case errors.Is(err, errShrank):
+		return n, "", fileStamp{}, false, fmt.Errorf("%q %w", e.Path, err)
+	case err != nil:
+		return n, "", fileStamp{}, false, err
+	}
+	return n, sum, fileStamp{mtime: f.info.mtime, ino: f.info.ino}, true, nil
+}
+
+// plainUstar reports whether a ustar header alone holds a file named name
+// of size bytes modified at mtime (Unix seconds): a name of at most 100
+// ASCII bytes, a size below 8 GiB, a time from 1970 to 6325.
+func plainUstar(name string, size, mtime int64) bool {
+	if len(name) > 100 || size >= 1<<33 || mtime < 0 || mtime >= 1<<33 {
+		return false
+	}
+	for i := range len(name) {
+		if name[i] >= utf8.RuneSelf || name[i] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// copyContent writes the size bytes of f, the file at name, to w and
+// returns their SHA-256. A file that shrinks meanwhile is padded with
+// zeros to size, to keep the archive whole, and fails with errShrank. buf
+// is scratch space.
+func copyContent(w io.Writer, f *regularFile, name string, size int64, buf []byte) (int64, string, error) {
 	// Read at offsets: dataRegions may have moved the file's offset, on a
 	// dense file that only looks sparse (ZFS with compression reports
 	// fewer blocks than the file's data).
@@ -1356,27 +1409,27 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 		k, err := f.ReadAt(buf[:min(int64(len(buf)), size-n)], n)
 		if k > 0 {
 			h.Write(buf[:k])
-			if _, err := tw.Write(buf[:k]); err != nil {
-				return n, "", fileStamp{}, false, err
+			if _, err := w.Write(buf[:k]); err != nil {
+				return n, "", err
 			}
 			n += int64(k)
 		}
 		if errors.Is(err, io.EOF) && n < size {
 			clear(buf)
 			for n < size {
-				k, err := tw.Write(buf[:min(int64(len(buf)), size-n)])
+				k, err := w.Write(buf[:min(int64(len(buf)), size-n)])
 				if err != nil {
-					return n, "", fileStamp{}, false, err
+					return n, "", err
 				}
 				n += int64(k)
 			}
-			return n, "", fileStamp{}, false, fmt.Errorf("%q %w", e.Path, errShrank)
+			return n, "", errShrank
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			return n, "", fileStamp{}, false, fmt.Errorf("send %q: %w", e.Path, err)
+			return n, "", fmt.Errorf("send %q: %w", name, err)
 		}
 	}
-	return n, hex.EncodeToString(h.Sum(nil)), fileStamp{mtime: f.info.mtime, ino: f.info.ino}, true, nil
+	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // tail keeps the end of a remote command's stderr for error messages.
