@@ -3,10 +3,12 @@ package sync
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"strings"
 	gosync "sync"
+	"time"
 )
 
 // A push paces its archive to the box's tar. sshd takes all the data its
@@ -36,7 +38,26 @@ const (
 	// and 1 MiB ran a 20,000-file first sync 7-15% faster than no pacing;
 	// 256 and 512 KiB, 0-5%.
 	paceWindow = 1 << 20
+	// paceMaxRTT is the longest round trip to the box at which a push
+	// paces: paceWindow a round trip is 1 GiB/s there. Over a longer
+	// link, pacing would cap the transfer below what the link may carry,
+	// and the link, not the push, is then what outruns tar, if anything.
+	paceMaxRTT = time.Millisecond
 )
+
+// nearBox reports whether the box is within paceMaxRTT: it times one
+// round trip of a keepalive request, which sshd, and a shared connection's
+// local hop passing it on, answer (with failure) at once.
+func (s *session) nearBox() bool {
+	if s.client == nil {
+		return false
+	}
+	start := time.Now()
+	if _, _, err := s.client.SendRequest("keepalive@openssh.com", true, nil); err != nil {
+		return false
+	}
+	return time.Since(start) <= cmp.Or(s.opts.paceMaxRTT, paceMaxRTT)
+}
 
 // paceMarker starts the transfer step's line saying whether it paces.
 const paceMarker = "crabbox-sync pace "

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -181,7 +182,8 @@ func TestPushPaced(t *testing.T) {
 	root := bigTree(t)
 	var words []string
 	remoteDir := t.TempDir()
-	push(t, client, Options{Root: root, RemoteDir: remoteDir, paced: func(w string) { words = append(words, w) }})
+	opts := Options{Root: root, RemoteDir: remoteDir, paced: func(w string) { words = append(words, w) }, paceMaxRTT: time.Hour}
+	push(t, client, opts)
 	want := []string{"none"}
 	if gnuTar(t) {
 		want = []string{"dots"}
@@ -194,9 +196,23 @@ func TestPushPaced(t *testing.T) {
 	// A small change fits in the window: no question asked.
 	write(t, root, "d0/f000.txt", "changed\n", 0o644)
 	words = nil
-	push(t, client, Options{Root: root, RemoteDir: remoteDir, paced: func(w string) { words = append(words, w) }})
+	push(t, client, opts)
 	if words != nil {
 		t.Errorf("a small push paced: %q", words)
+	}
+	sameTree(t, root, remoteDir)
+}
+
+// A box further than paceMaxRTT is not paced: the window would cap the
+// transfer at paceWindow a round trip.
+func TestPushFarBoxUnpaced(t *testing.T) {
+	client := dial(t)
+	root := bigTree(t)
+	var words []string
+	remoteDir := t.TempDir()
+	push(t, client, Options{Root: root, RemoteDir: remoteDir, paced: func(w string) { words = append(words, w) }, paceMaxRTT: time.Nanosecond})
+	if words != nil {
+		t.Errorf("a far box paced: %q", words)
 	}
 	sameTree(t, root, remoteDir)
 }
@@ -219,7 +235,7 @@ func TestPushPacedOtherTar(t *testing.T) {
 	}
 	var words []string
 	remoteDir := t.TempDir()
-	push(t, client, Options{Root: root, RemoteDir: remoteDir, tar: tar, paced: func(w string) { words = append(words, w) }})
+	push(t, client, Options{Root: root, RemoteDir: remoteDir, tar: tar, paced: func(w string) { words = append(words, w) }, paceMaxRTT: time.Hour})
 	if diff := cmp.Diff([]string{"none"}, words); diff != "" {
 		t.Errorf("pace lines (-want +got):\n%s", diff)
 	}

@@ -139,6 +139,9 @@ type Options struct {
 	// paced, if set, learns how a paced transfer step answered: "dots",
 	// "none", or "" when it said nothing (tests).
 	paced func(word string)
+	// paceMaxRTT, when not zero, replaces paceMaxRTT (tests: a loaded
+	// machine's loopback may take longer).
+	paceMaxRTT time.Duration
 	// listingStart, if set, replaces the listings' start time, which
 	// decides which directory stamps are too recent to cache (tests).
 	listingStart time.Time
@@ -644,6 +647,7 @@ type session struct {
 	// prepared is the time Prepare took, before the session.
 	prepared time.Duration
 
+	client *ssh.Client
 	sess   *ssh.Session
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
@@ -678,6 +682,7 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 		return err
 	}
 
+	s.client = client
 	sess, err := remote.NewSession(ctx, client)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -968,8 +973,8 @@ func (s *session) converse(ctx context.Context) error {
 	defer func() { s.stats.Transfer = time.Since(transferStart) }()
 	var w io.Writer = remoteWriter{s.stdin}
 	// An archive that fits in the pace window is not worth the box's
-	// asking which tar it has.
-	pace := archiveSize(local, send) > paceWindow
+	// asking which tar it has, nor is a link the window would slow.
+	pace := archiveSize(local, send) > paceWindow && s.nearBox()
 	if _, err := w.Write(step(transferStep(del, cmp.Or(s.opts.tar, "tar"), true, pace, holdsDir(local)))); err != nil {
 		return err
 	}
