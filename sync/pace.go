@@ -47,18 +47,30 @@ const (
 	paceMaxRTT = 2 * time.Millisecond
 )
 
-// nearBox reports whether the box is within paceMaxRTT: it times one
-// round trip of a keepalive request, which sshd, and a shared connection's
-// local hop passing it on, answer (with failure) at once.
-func (s *session) nearBox() bool {
+// nearBox reports whether the box is within paceMaxRTT: whether it answers
+// a keepalive request, which sshd, and a shared connection's local hop
+// passing it on, answer (with failure) at once, that soon. A box that does
+// not answer by then is far, or busy, or gone, which the transfer will
+// tell; the request's goroutine ends with its answer or the connection.
+func (s *session) nearBox(ctx context.Context) bool {
 	if s.client == nil {
 		return false
 	}
-	start := time.Now()
-	if _, _, err := s.client.SendRequest("keepalive@openssh.com", true, nil); err != nil {
+	answered := make(chan error, 1)
+	go func() {
+		_, _, err := s.client.SendRequest("keepalive@openssh.com", true, nil)
+		answered <- err
+	}()
+	t := time.NewTimer(cmp.Or(s.opts.paceMaxRTT, paceMaxRTT))
+	defer t.Stop()
+	select {
+	case err := <-answered:
+		return err == nil
+	case <-t.C:
+		return false
+	case <-ctx.Done():
 		return false
 	}
-	return time.Since(start) <= cmp.Or(s.opts.paceMaxRTT, paceMaxRTT)
 }
 
 // paceMarker starts the transfer step's line saying whether it paces.

@@ -3,9 +3,11 @@ package sync
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +16,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
+	"github.com/crabbox-dev/crabbox/internal/sshserver"
 )
 
 // countWriter counts what the pacer lets through.
@@ -247,4 +251,66 @@ func TestPushPacedOtherTar(t *testing.T) {
 		t.Errorf("tar's arguments (-want +got):\n%s", diff)
 	}
 	sameTree(t, root, remoteDir)
+}
+
+// A box that does not answer the keepalive within paceMaxRTT (here
+// crabbox's own SSH server, whose handler for it hangs) is not paced, and
+// the push neither waits for the answer nor fails.
+func TestPushKeepaliveUnanswered(t *testing.T) {
+	hostKey, clientKey := testSigner(t), testSigner(t)
+	hang := make(chan struct{})
+	srv, err := sshserver.New(sshserver.Config{
+		HostKey: hostKey, AuthorizedKey: clientKey.PublicKey(), Dir: t.TempDir(),
+		Requests: map[string]func([]byte) (bool, []byte){
+			"keepalive@openssh.com": func([]byte) (bool, []byte) { <-hang; return false, nil },
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	client, err := ssh.Dial("tcp", l.Addr().String(), &ssh.ClientConfig{
+		User: "crabbox", Auth: []ssh.AuthMethod{ssh.PublicKeys(clientKey)},
+		HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	t.Cleanup(func() { close(hang) }) // first: the handler returns, then the server closes
+
+	root := bigTree(t)
+	var words []string
+	remoteDir := t.TempDir()
+	push(t, client, Options{Root: root, RemoteDir: remoteDir, paced: func(w string) { words = append(words, w) }, paceMaxRTT: 50 * time.Millisecond})
+	if words != nil {
+		t.Errorf("a box that did not answer paced: %q", words)
+	}
+	sameTree(t, root, remoteDir)
+}
+
+func testSigner(t *testing.T) ssh.Signer {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

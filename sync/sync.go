@@ -974,7 +974,7 @@ func (s *session) converse(ctx context.Context) error {
 	var w io.Writer = remoteWriter{s.stdin}
 	// An archive that fits in the pace window is not worth the box's
 	// asking which tar it has, nor is a link the window would slow.
-	pace := archiveSize(local, send) > paceWindow && s.nearBox()
+	pace := archiveSize(local, send) > paceWindow && s.nearBox(ctx)
 	if _, err := w.Write(step(transferStep(del, cmp.Or(s.opts.tar, "tar"), true, pace, holdsDir(local)))); err != nil {
 		return err
 	}
