@@ -3,7 +3,6 @@ package sync
 import (
 	"bufio"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/internal/sshserver"
+	"github.com/crabbox-dev/crabbox/lease"
 )
 
 // countWriter counts what the pacer lets through.
@@ -257,7 +257,7 @@ func TestPushPacedOtherTar(t *testing.T) {
 // crabbox's own SSH server, whose handler for it hangs) is not paced, and
 // the push neither waits for the answer nor fails.
 func TestPushKeepaliveUnanswered(t *testing.T) {
-	hostKey, clientKey := testSigner(t), testSigner(t)
+	hostKey, clientKey := newKey(t), newKey(t)
 	hang := make(chan struct{})
 	srv, err := sshserver.New(sshserver.Config{
 		HostKey: hostKey, AuthorizedKey: clientKey.PublicKey(), Dir: t.TempDir(),
@@ -302,15 +302,11 @@ func TestPushKeepaliveUnanswered(t *testing.T) {
 	sameTree(t, root, remoteDir)
 }
 
-func testSigner(t *testing.T) ssh.Signer {
+func newKey(t *testing.T) ssh.Signer {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	k, err := lease.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return k.Signer
 }

@@ -3,7 +3,6 @@
 package sync
 
 import (
-	"archive/tar"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -125,27 +124,16 @@ func TestWriteSparseReadByGo(t *testing.T) {
 	dir := t.TempDir()
 	name := "a/" + longName
 	sum := sparseFile(t, filepath.Join(dir, filepath.FromSlash(name)), 3*minHoles, map[int64]string{5: "five", 2 * minHoles: "two"})
-	root, err := openRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.close()
-	var out bytes.Buffer
-	tw := &archive{tw: tar.NewWriter(&out), w: &out}
-	buf := make([]byte, copyBuffer)
+	var entries []Entry
 	for _, p := range []string{"before", name, "after"} {
 		if p != name {
 			if err := os.WriteFile(filepath.Join(dir, p), []byte(p), 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, _, _, ok, err := writeFile(tw, root, Entry{Path: p, Mode: 0o600}, buf, nil); err != nil || !ok {
-			t.Fatalf("writeFile %s: %v, %v", p, ok, err)
-		}
+		entries = append(entries, Entry{Path: p, Mode: 0o600})
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
+	out := archiveOf(t, dir, entries)
 	type entry struct {
 		Name   string
 		Mode   int64
@@ -153,20 +141,9 @@ func TestWriteSparseReadByGo(t *testing.T) {
 		SHA256 string
 	}
 	var got []entry
-	tr := tar.NewReader(&out)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := sha256.New()
-		if _, err := io.Copy(h, tr); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, entry{hdr.Name, hdr.Mode, hdr.Size, hex.EncodeToString(h.Sum(nil))})
+	for _, m := range readArchive(t, out.Bytes()) {
+		h := sha256.Sum256(m.body)
+		got = append(got, entry{m.hdr.Name, m.hdr.Mode, m.hdr.Size, hex.EncodeToString(h[:])})
 	}
 	hashOf := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 	want := []entry{

@@ -56,14 +56,14 @@ func TestWriteFileHeaders(t *testing.T) {
 	if err := os.Symlink("a", filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
-	root, err := openRoot(dir)
-	if err != nil {
-		t.Fatal(err)
+	var entries []Entry
+	for i, f := range files {
+		entries = append(entries, Entry{Path: f.name, Mode: f.mode})
+		if i == 2 {
+			entries = append(entries, Entry{Path: "link", Link: "a"})
+		}
 	}
-	defer root.close()
-	var out bytes.Buffer
-	tw := &archive{tw: tar.NewWriter(&out), w: &out}
-	buf := make([]byte, copyBuffer)
+	out := archiveOf(t, dir, entries)
 	type entry struct {
 		Name, Link, Body string
 		Type             byte
@@ -72,42 +72,20 @@ func TestWriteFileHeaders(t *testing.T) {
 	}
 	var want []entry
 	for i, f := range files {
-		e := Entry{Path: f.name, Mode: f.mode}
-		if _, _, _, ok, err := writeFile(tw, root, e, buf, nil); err != nil || !ok {
-			t.Fatalf("writeFile %s: %v, %v", f.name, ok, err)
-		}
 		want = append(want, entry{Name: f.name, Body: f.body, Type: tar.TypeReg, Mode: int64(f.mode), ModTime: mtime.Unix()})
 		if i == 2 {
-			if _, _, _, ok, err := writeFile(tw, root, Entry{Path: "link", Link: "a"}, buf, nil); err != nil || !ok {
-				t.Fatalf("writeFile link: %v, %v", ok, err)
-			}
 			want = append(want, entry{Name: "link", Link: "a", Type: tar.TypeSymlink, Mode: 0o777})
 		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
 	}
 	if out.Len()%512 != 0 {
 		t.Errorf("archive of %d bytes, not whole blocks", out.Len())
 	}
 
 	var got []entry
-	tr := tar.NewReader(bytes.NewReader(out.Bytes()))
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := entry{Name: hdr.Name, Link: hdr.Linkname, Body: string(body), Type: hdr.Typeflag, Mode: hdr.Mode}
-		if hdr.Typeflag == tar.TypeReg {
-			e.ModTime = hdr.ModTime.Unix()
+	for _, m := range readArchive(t, out.Bytes()) {
+		e := entry{Name: m.hdr.Name, Link: m.hdr.Linkname, Body: string(m.body), Type: m.hdr.Typeflag, Mode: m.hdr.Mode}
+		if m.hdr.Typeflag == tar.TypeReg {
+			e.ModTime = m.hdr.ModTime.Unix()
 		}
 		got = append(got, e)
 	}
@@ -137,5 +115,54 @@ func TestWriteFileHeaders(t *testing.T) {
 		if string(data) != f.body || fi.ModTime().Unix() != mtime.Unix() {
 			t.Errorf("%s extracted as %q modified %v; want %q modified %v", f.name, data, fi.ModTime(), f.body, mtime.Truncate(time.Second))
 		}
+	}
+}
+
+// archiveOf is the archive writeFile makes of entries, files under dir.
+func archiveOf(t *testing.T, dir string, entries []Entry) *bytes.Buffer {
+	t.Helper()
+	root, err := openRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.close()
+	var out bytes.Buffer
+	tw := &archive{tw: tar.NewWriter(&out), w: &out}
+	buf := make([]byte, copyBuffer)
+	for _, e := range entries {
+		if _, _, _, ok, err := writeFile(tw, root, e, buf, nil); err != nil || !ok {
+			t.Fatalf("writeFile %s: %v, %v", e.Path, ok, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+// member is an archive's entry as Go's archive/tar reads it.
+type member struct {
+	hdr  *tar.Header
+	body []byte
+}
+
+// readArchive reads every entry of the archive data with archive/tar.
+func readArchive(t *testing.T, data []byte) []member {
+	t.Helper()
+	var out []member
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, member{hdr, body})
 	}
 }
