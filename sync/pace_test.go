@@ -310,3 +310,26 @@ func newKey(t *testing.T) ssh.Signer {
 	}
 	return k.Signer
 }
+
+// What the box's tar prints on its standard output (a TAR_OPTIONS with -v
+// lists every file there) is read and dropped, paced or not: more than the
+// session's window of it must not stall the push.
+func TestPushTarOutputDrained(t *testing.T) {
+	client := dial(t)
+	for _, big := range []bool{false, true} {
+		t.Run(fmt.Sprintf("paced=%v", big), func(t *testing.T) {
+			root := plainTree(t, 5, "v1")
+			if big {
+				root = bigTree(t)
+			}
+			tar := filepath.Join(t.TempDir(), "tar")
+			script := "#!/bin/sh\n[ \"$1\" = --version ] || head -c 3000000 /dev/zero | tr '\\000' x\nexec tar \"$@\"\n"
+			if err := os.WriteFile(tar, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			remoteDir := t.TempDir()
+			push(t, client, Options{Root: root, RemoteDir: remoteDir, tar: tar, paceMaxRTT: time.Hour})
+			sameTree(t, root, remoteDir)
+		})
+	}
+}

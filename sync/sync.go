@@ -657,9 +657,11 @@ type session struct {
 	saved chan struct{}
 	// pushed, if set, is the pushed file, read while the box answers.
 	pushed *pushedRead
-	// pacer, if set, paces the archive and reads the box's output after
-	// the transfer step starts.
-	pacer *pacer
+	// drained, once the transfer step has started, is closed when the
+	// box's output, which the pacer reads or else is discarded, has
+	// ended: nothing the box's tar prints (a TAR_OPTIONS with -v lists
+	// every file) may fill the session's window and stall it.
+	drained chan struct{}
 }
 
 // pushedRead is the pushed file read for a fingerprint, once done is
@@ -737,10 +739,10 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 	}
 	applyStart := time.Now()
 	waitErr := sess.Wait()
-	if s.pacer != nil {
+	if s.drained != nil {
 		// The box's output ends with the session.
 		sess.Close()
-		<-s.pacer.done
+		<-s.drained
 	}
 	if s.saved != nil {
 		<-s.saved
@@ -979,8 +981,14 @@ func (s *session) converse(ctx context.Context) error {
 		return err
 	}
 	if pace {
-		s.pacer = newPacer(ctx, w, s.stdout, s.opts.paced)
-		w = s.pacer
+		p := newPacer(ctx, w, s.stdout, s.opts.paced)
+		w, s.drained = p, p.done
+	} else {
+		s.drained = make(chan struct{})
+		go func() {
+			defer close(s.drained)
+			_, _ = io.Copy(io.Discard, s.stdout)
+		}()
 	}
 	return s.writeArchive(ctx, w, local, send, del, box)
 }
