@@ -333,3 +333,29 @@ func TestPushTarOutputDrained(t *testing.T) {
 		})
 	}
 }
+
+// A paced push whose box's tar fails part way (a full disk) reports it as
+// it does unpaced, instead of waiting for dots that never come.
+func TestPushPacedTarFails(t *testing.T) {
+	if !gnuTar(t) {
+		t.Skip("the stand-in answers --version with this machine's tar, which must be GNU tar to be paced")
+	}
+	client := dial(t)
+	root := bigTree(t)
+	tar := filepath.Join(t.TempDir(), "tar")
+	script := "#!/bin/sh\n[ \"$1\" = --version ] && exec tar --version\n" +
+		"head -c 300000 >/dev/null\n" +
+		"echo 'tar: big0.bin: Cannot write: No space left on device' >&2\nexit 2\n"
+	if err := os.WriteFile(tar, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var words []string
+	remoteDir := t.TempDir()
+	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir, tar: tar, paced: func(w string) { words = append(words, w) }, paceMaxRTT: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "box disk full at "+remoteDir) {
+		t.Fatalf("push into a full disk: %v, want box disk full at %s", err, remoteDir)
+	}
+	if diff := cmp.Diff([]string{"dots"}, words); diff != "" {
+		t.Errorf("pace lines (-want +got):\n%s", diff)
+	}
+}
