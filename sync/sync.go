@@ -1350,8 +1350,9 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 	size := f.info.size
 	// A name and size a plain ustar header holds (nearly every file) get
 	// one written here, with the content after it, as tar.Writer would
-	// write them, at a tenth of its cost; the rest go through it (PAX
-	// records for long or non-ASCII names).
+	// write them, at less than half its cost (28 against 67 ms of a
+	// 20,000-file first sync); the rest go through it (PAX records for
+	// long or non-ASCII names).
 	var body io.Writer = tw
 	name, mtime := tw.name(e.Path), f.info.mtime/1e9
 	raw := plainUstar(name, size, mtime)
@@ -1395,7 +1396,8 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 
 // plainUstar reports whether a ustar header alone holds a file named name
 // of size bytes modified at mtime (Unix seconds): a name of at most 100
-// ASCII bytes, a size below 8 GiB, a time from 1970 to 6325.
+// ASCII bytes, a size below 8 GiB, a time from 1970 to 2242 (11 octal
+// digits each).
 func plainUstar(name string, size, mtime int64) bool {
 	if len(name) > 100 || size >= 1<<33 || mtime < 0 || mtime >= 1<<33 {
 		return false
