@@ -3,12 +3,15 @@ package sync
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"io"
 	"strings"
 	gosync "sync"
 	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
 // A push paces its archive to the box's tar. sshd takes all the data its
@@ -47,21 +50,14 @@ const (
 	paceMaxRTT = 2 * time.Millisecond
 )
 
-// nearBox reports whether the box is within paceMaxRTT: whether it answers
-// a keepalive request, which sshd, and a shared connection's local hop
+// nearBox reports whether the box is within maxRTT: whether it answers a
+// keepalive request, which sshd, and a shared connection's local hop
 // passing it on, answer (with failure) at once, that soon. A box that does
 // not answer by then is far, or busy, or gone, which the transfer will
-// tell; the request's goroutine ends with its answer or the connection.
-func (s *session) nearBox(ctx context.Context) bool {
-	if s.client == nil {
-		return false
-	}
-	answered := make(chan error, 1)
-	go func() {
-		_, _, err := s.client.SendRequest("keepalive@openssh.com", true, nil)
-		answered <- err
-	}()
-	t := time.NewTimer(cmp.Or(s.opts.paceMaxRTT, paceMaxRTT))
+// tell.
+func nearBox(ctx context.Context, client *ssh.Client, maxRTT time.Duration) bool {
+	answered := remote.Keepalive(client)
+	t := time.NewTimer(maxRTT)
 	defer t.Stop()
 	select {
 	case err := <-answered:
@@ -121,13 +117,14 @@ func (p *pacer) follow(out *bufio.Reader) {
 	if err != nil || !ok {
 		word = ""
 	}
-	if word != "dots" {
-		p.release()
+	paced := word == "dots"
+	if !paced {
+		p.release() // before learnt: a test writes once it learns
 	}
 	if p.learnt != nil {
 		p.learnt(word)
 	}
-	if word != "dots" {
+	if !paced {
 		_, _ = io.Copy(io.Discard, out)
 		return
 	}

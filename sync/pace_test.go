@@ -262,7 +262,7 @@ func TestPushKeepaliveUnanswered(t *testing.T) {
 	srv, err := sshserver.New(sshserver.Config{
 		HostKey: hostKey, AuthorizedKey: clientKey.PublicKey(), Dir: t.TempDir(),
 		Requests: map[string]func([]byte) (bool, []byte){
-			"keepalive@openssh.com": func([]byte) (bool, []byte) { <-hang; return false, nil },
+			remote.KeepaliveRequest: func([]byte) (bool, []byte) { <-hang; return false, nil },
 		},
 	})
 	if err != nil {
@@ -317,7 +317,7 @@ func newKey(t *testing.T) ssh.Signer {
 func TestPushTarOutputDrained(t *testing.T) {
 	client := dial(t)
 	for _, big := range []bool{false, true} {
-		t.Run(fmt.Sprintf("paced=%v", big), func(t *testing.T) {
+		t.Run(fmt.Sprintf("past the pace window=%v", big), func(t *testing.T) {
 			root := plainTree(t, 5, "v1")
 			if big {
 				root = bigTree(t)

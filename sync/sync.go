@@ -647,7 +647,6 @@ type session struct {
 	// prepared is the time Prepare took, before the session.
 	prepared time.Duration
 
-	client *ssh.Client
 	sess   *ssh.Session
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
@@ -684,7 +683,6 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 		return err
 	}
 
-	s.client = client
 	sess, err := remote.NewSession(ctx, client)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -729,7 +727,7 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 		return fmt.Errorf("start sync on the box: %w", err)
 	}
 
-	err = s.converse(ctx)
+	err = s.converse(ctx, client)
 	if err != nil && !errors.Is(err, errRemote) {
 		// A local failure aborts: the box stops at the end of its
 		// input, before installing anything.
@@ -901,7 +899,7 @@ func (s *session) fetchManifest() ([]byte, error) {
 }
 
 // converse runs the protocol of sessionScript.
-func (s *session) converse(ctx context.Context) error {
+func (s *session) converse(ctx context.Context, client *ssh.Client) error {
 	line, err := s.readLine()
 	if err != nil {
 		return err
@@ -976,7 +974,7 @@ func (s *session) converse(ctx context.Context) error {
 	var w io.Writer = remoteWriter{s.stdin}
 	// An archive that fits in the pace window is not worth the box's
 	// asking which tar it has, nor is a link the window would slow.
-	pace := archiveSize(local, send) > paceWindow && s.nearBox(ctx)
+	pace := archiveSize(local, send) > paceWindow && nearBox(ctx, client, cmp.Or(s.opts.paceMaxRTT, paceMaxRTT))
 	if _, err := w.Write(step(transferStep(del, cmp.Or(s.opts.tar, "tar"), true, pace, holdsDir(local)))); err != nil {
 		return err
 	}

@@ -31,3 +31,21 @@ func NewSession(ctx context.Context, client *ssh.Client) (*ssh.Session, error) {
 		return nil, ctx.Err()
 	}
 }
+
+// KeepaliveRequest is the global request that proves the box answers:
+// sshd (and crabbox's own server) reply to it, with failure, which is an
+// answer.
+const KeepaliveRequest = "keepalive@openssh.com"
+
+// Keepalive sends c a keepalive request and returns where its outcome
+// arrives: nil once the box answered, or the connection's error. Callers
+// wait on it as long as they choose; the request's goroutine ends with the
+// answer or with the connection.
+func Keepalive(c ssh.Conn) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := c.SendRequest(KeepaliveRequest, true, nil)
+		done <- err
+	}()
+	return done
+}

@@ -36,6 +36,8 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/jonboulle/clockwork"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
 // Request types of the local hop, answered by the server itself.
@@ -46,10 +48,6 @@ const (
 	// stopRequest ends the server (its lease was released).
 	stopRequest = "stop@crabbox.dev"
 )
-
-// upstreamKeepalive is the request that proves the box answers: sshd (and
-// crabbox's own server) reply to it, with failure, which is an answer.
-const upstreamKeepalive = "keepalive@openssh.com"
 
 // ErrNoServer marks a Dial that found no server on the socket.
 var ErrNoServer = errors.New("no shared connection")
@@ -347,11 +345,7 @@ func (m *mux) closeAll() {
 
 // ping reports whether the box answers a keepalive in time.
 func (m *mux) ping() bool {
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := m.cfg.Upstream.SendRequest(upstreamKeepalive, true, nil)
-		done <- err
-	}()
+	done := remote.Keepalive(m.cfg.Upstream)
 	t := m.cfg.Clock.NewTimer(pingTimeout)
 	defer t.Stop()
 	select {
