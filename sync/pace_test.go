@@ -328,7 +328,9 @@ func TestPushTarOutputDrained(t *testing.T) {
 				t.Fatal(err)
 			}
 			remoteDir := t.TempDir()
-			push(t, client, Options{Root: root, RemoteDir: remoteDir, tar: tar, paceMaxRTT: time.Hour})
+			if _, err := pushWithin(t, client, Options{Root: root, RemoteDir: remoteDir, tar: tar, paceMaxRTT: time.Hour}); err != nil {
+				t.Fatalf("Push: %v", err)
+			}
 			sameTree(t, root, remoteDir)
 		})
 	}
@@ -351,11 +353,24 @@ func TestPushPacedTarFails(t *testing.T) {
 	}
 	var words []string
 	remoteDir := t.TempDir()
-	_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir, tar: tar, paced: func(w string) { words = append(words, w) }, paceMaxRTT: time.Hour})
+	_, err := pushWithin(t, client, Options{Root: root, RemoteDir: remoteDir, tar: tar, paced: func(w string) { words = append(words, w) }, paceMaxRTT: time.Hour})
 	if err == nil || !strings.Contains(err.Error(), "box disk full at "+remoteDir) {
 		t.Fatalf("push into a full disk: %v, want box disk full at %s", err, remoteDir)
 	}
 	if diff := cmp.Diff([]string{"dots"}, words); diff != "" {
 		t.Errorf("pace lines (-want +got):\n%s", diff)
 	}
+}
+
+// pushWithin pushes, failing the test as a stall, not a hang, when the push
+// has not ended within a minute (these pushes take well under a second).
+func pushWithin(t *testing.T, client *ssh.Client, opts Options) (Stats, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	stats, err := Push(ctx, client, opts)
+	if ctx.Err() != nil {
+		t.Fatalf("the push stalled: %v", err)
+	}
+	return stats, err
 }
