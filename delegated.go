@@ -226,6 +226,10 @@ func (l *Lease) lifetimeReached(err error) error {
 	return fmt.Errorf("run on %s: %w (%s); the command was still running (%w)", l.ID(), ErrMaxLifetime, shortDuration(limit), err)
 }
 
+// killed reports whether a command's exit code is that of a command a
+// signal ended (128+N, or -1 where the provider has no code).
+func killed(code int) bool { return code > 128 || code < 0 }
+
 // holdDelegated is hold for a delegated lease.
 func (c *Client) holdDelegated(b provider.DelegatedRunBackend, cl lease.Claim, touchNow bool) *Lease {
 	return c.track(&Lease{client: c, delegated: b, keep: c.store.KeepDelegated(b, cl, c.log, touchNow)})
@@ -283,8 +287,14 @@ func (l *Lease) execDelegated(ctx context.Context, cmd run.Command, root, rel st
 	}
 	l.keep.Used()
 	res, err := l.delegated.Run(ctx, req)
-	if err != nil && ctx.Err() == nil {
-		if lerr := l.lifetimeReached(err); lerr != nil {
+	if ctx.Err() == nil && (err != nil || killed(res.ExitCode)) {
+		// A sandbox that reached its maximum lifetime breaks the stream
+		// (err) or kills the command with it (a signal's exit code).
+		cause := err
+		if cause == nil {
+			cause = fmt.Errorf("it ended with exit code %d", res.ExitCode)
+		}
+		if lerr := l.lifetimeReached(cause); lerr != nil {
 			return run.Result{}, lerr
 		}
 	}

@@ -5,6 +5,7 @@ package vercel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/vercel"
+	"github.com/crabbox-dev/crabbox/run"
 )
 
 // The plans' maximum session durations, and a duration, set max-lifetime;
@@ -141,5 +143,48 @@ func TestGoneSandbox(t *testing.T) {
 	}
 	if _, err := c.Status(ctx, id); !errors.Is(err, crabbox.ErrNotFound) {
 		t.Errorf("status after cleanup: %v, want ErrNotFound (the claim is dropped)", err)
+	}
+}
+
+// A command still running when Vercel stops the session at the plan's
+// maximum ends with an error that says so, not with the exit status of
+// the kill.
+func TestRunPastMaxLifetime(t *testing.T) {
+	e := newEnv(t)
+	c := lifetimeClient(t, e)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, crabbox.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	out := newSignalWriter("started\n")
+	done := make(chan error, 1)
+	go func() {
+		res, err := l.Exec(ctx, run.Command{Shell: "echo started; exec sleep 600", Dir: l.Workdir(t.TempDir()), Stdout: out})
+		if err == nil {
+			err = fmt.Errorf("exit %d", res.ExitCode)
+		}
+		done <- err
+	}()
+	select {
+	case <-out.seen:
+	case err := <-done:
+		t.Fatalf("run ended before the command started: %v", err)
+	}
+	for range 2 { // the lease is kept alive as it runs
+		e.clock.Advance(20 * time.Minute)
+		if err := l.Touch(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clock.Advance(5 * time.Minute)
+	if _, err := e.b.Status(ctx, provider.StatusRequest{ID: l.ID()}); !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("status at the plan's maximum: %v, want the session stopped", err)
+	}
+	err = <-done
+	const want = "sandbox reached its provider's maximum lifetime (45m)"
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, crabbox.ErrMaxLifetime) {
+		t.Errorf("run past the maximum lifetime: %v; want an error saying %q", err, want)
 	}
 }
