@@ -128,6 +128,7 @@ func unsupportedDelegated(req RunRequest, files bool) []string {
 // warmup is Acquire for a delegated backend.
 func (c *Client) warmup(ctx context.Context, b provider.DelegatedRunBackend, opts AcquireOptions) (*Lease, error) {
 	name := b.Spec().Name
+	opts = c.capLifetime(b, opts)
 	cl, err := c.store.Warmup(ctx, b, lease.Terms{
 		Slug: opts.Slug, TTL: opts.TTL, IdleTimeout: opts.IdleTimeout, Keep: opts.Keep, Labels: opts.Labels,
 		Route: lease.RouteDirect, Config: c.locators(name),
@@ -138,6 +139,96 @@ func (c *Client) warmup(ctx context.Context, b provider.DelegatedRunBackend, opt
 	c.log.Info("lease acquired", "lease", cl.ID, "slug", cl.Slug, "provider", cl.Provider)
 	return c.holdDelegated(b, cl, false), nil
 }
+
+// maxLifetime is the longest lifetime b's provider grants a box (a
+// provider.LifetimeCapper), or zero for none.
+func maxLifetime(b provider.Backend) time.Duration {
+	if lc, ok := b.(provider.LifetimeCapper); ok {
+		return max(lc.MaxLifetime(), 0)
+	}
+	return 0
+}
+
+// capLifetime caps opts.TTL to the longest lifetime b's provider grants,
+// so that a lease never claims to outlive its box. A TTL the caller asked
+// for is reported through opts.Warn (and logged); the default TTL is
+// capped with a log line only, as nobody asked for it.
+func (c *Client) capLifetime(b provider.Backend, opts AcquireOptions) AcquireOptions {
+	limit := maxLifetime(b)
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = lease.DefaultTTL
+	}
+	if limit == 0 || ttl <= limit {
+		return opts
+	}
+	msg := fmt.Sprintf("%s grants at most %s; the lease's TTL is %s, not %s",
+		b.Spec().Name, shortDuration(limit), shortDuration(limit), shortDuration(ttl))
+	c.log.Info("lease TTL capped to the provider's maximum lifetime", "provider", b.Spec().Name, "asked", ttl, "max", limit)
+	if opts.TTL != 0 && opts.Warn != nil {
+		opts.Warn(msg)
+	}
+	opts.TTL = limit
+	return opts
+}
+
+// shortDuration writes d as people say it: "1h", "90m", "45s".
+func shortDuration(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
+// ErrMaxLifetime is wrapped by the error of a command on a delegated
+// lease whose sandbox ended because it reached the longest lifetime its
+// provider grants (a provider.LifetimeCapper). Such errors also satisfy
+// errors.Is(err, ErrNotFound): the sandbox is gone.
+var ErrMaxLifetime error = goneError("sandbox reached its provider's maximum lifetime")
+
+// goneError is an error that says why a box is gone; it matches
+// provider.ErrNotFound.
+type goneError string
+
+func (e goneError) Error() string        { return string(e) }
+func (e goneError) Is(target error) bool { return target == provider.ErrNotFound }
+
+// lifetimeReached returns, for a command on l that failed, the error
+// saying that l's sandbox reached its provider's maximum lifetime, or nil
+// when it has not: the provider caps lifetimes and, by now, either the
+// lease has lived that long or the end the provider last granted has
+// passed and was earlier than the lease asked for (a plan with a smaller
+// cap than configured).
+func (l *Lease) lifetimeReached(err error) error {
+	limit := maxLifetime(l.delegated)
+	if limit == 0 {
+		return nil
+	}
+	cl := l.snapshot().Claim
+	now := l.client.rt.Clock.Now()
+	var granted time.Time
+	if cl.View != nil {
+		granted = cl.View.ExpiresAt
+	}
+	asked := lease.ExpiresAt(cl.CreatedAt, cl.LastTouchedAt, cl.TTL(), cl.IdleTimeout())
+	switch {
+	case now.Sub(cl.CreatedAt) >= limit:
+	case !granted.IsZero() && !now.Before(granted) && granted.Add(time.Second).Before(asked):
+		limit = granted.Sub(cl.CreatedAt).Round(time.Minute)
+	default:
+		return nil
+	}
+	return fmt.Errorf("run on %s: %w (%s); the command was still running (%w)", l.ID(), ErrMaxLifetime, shortDuration(limit), err)
+}
+
+// killed reports whether a command's exit code is that of a command a
+// signal ended (128+N, or -1 where the provider has no code).
+func killed(code int) bool { return code > 128 || code < 0 }
 
 // holdDelegated is hold for a delegated lease.
 func (c *Client) holdDelegated(b provider.DelegatedRunBackend, cl lease.Claim, touchNow bool) *Lease {
@@ -196,6 +287,17 @@ func (l *Lease) execDelegated(ctx context.Context, cmd run.Command, root, rel st
 	}
 	l.keep.Used()
 	res, err := l.delegated.Run(ctx, req)
+	if ctx.Err() == nil && (err != nil || killed(res.ExitCode)) {
+		// A sandbox that reached its maximum lifetime breaks the stream
+		// (err) or kills the command with it (a signal's exit code).
+		cause := err
+		if cause == nil {
+			cause = fmt.Errorf("it ended with exit code %d", res.ExitCode)
+		}
+		if lerr := l.lifetimeReached(cause); lerr != nil {
+			return run.Result{}, lerr
+		}
+	}
 	if err != nil {
 		if lost := l.keep.Err(); lost != nil {
 			err = fmt.Errorf("%w (%w)", err, lost)
@@ -325,7 +427,9 @@ func (c *Client) statusDelegated(ctx context.Context, b provider.DelegatedRunBac
 // cleanupDelegated sweeps the claims of a delegated backend as cleanup
 // does SSH leases: a claim whose warmup or release did not finish, whose
 // lease expired, or whose one-shot lease's process is gone is stopped and
-// dropped. Only leases this client holds a claim for are touched.
+// dropped, and the claim of a sandbox the provider no longer has (ended
+// by the provider, such as at its maximum lifetime) is dropped. Only
+// leases this client holds a claim for are touched.
 func (c *Client) cleanupDelegated(ctx context.Context, b provider.DelegatedRunBackend, name string, dryRun bool) ([]CleanupOutcome, error) {
 	claims, err := c.store.List()
 	if err != nil {
@@ -351,6 +455,10 @@ func (c *Client) cleanupDelegated(ctx context.Context, b provider.DelegatedRunBa
 			d.Reason = fmt.Sprintf("one-shot lease whose process (%s) is gone: releasing it", cl.Process)
 		default:
 			d.Action, d.Reason = CleanupKeep, "live until "+cl.ExpiresAt.Format(time.RFC3339)
+			if gone, ok := c.goneDelegated(ctx, b, cl, dryRun); ok {
+				out = append(out, gone)
+				continue
+			}
 		}
 		if d.Action == CleanupDelete {
 			d.Result = "dry run"
@@ -364,4 +472,28 @@ func (c *Client) cleanupDelegated(ctx context.Context, b provider.DelegatedRunBa
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// goneDelegated decides about a ready, unexpired claim whose sandbox the
+// provider no longer has: the claim is dropped. ok is false when the
+// provider still has it; a provider that cannot be asked keeps it, saying
+// why.
+func (c *Client) goneDelegated(ctx context.Context, b provider.DelegatedRunBackend, cl lease.Claim, dryRun bool) (d CleanupOutcome, ok bool) {
+	d = CleanupOutcome{LeaseID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, Action: CleanupDelete,
+		Reason: "sandbox is gone: dropping the claim"}
+	_, err := b.Status(ctx, provider.StatusRequest{ID: cl.ID})
+	switch {
+	case err == nil:
+		return d, false
+	case !errors.Is(err, provider.ErrNotFound):
+		d.Action, d.Reason = CleanupKeep, "live until "+cl.ExpiresAt.Format(time.RFC3339)+", but asking the provider failed: "+err.Error()
+	case dryRun:
+		d.Result = "dry run"
+	default:
+		d.Result = "claim dropped"
+		if err := c.store.Delete(cl.ID); err != nil {
+			d.Result = "failed: " + err.Error()
+		}
+	}
+	return d, true
 }

@@ -44,6 +44,10 @@ type AcquireOptions struct {
 	// die without releasing it, cleanup releases it at once.
 	Keep   bool
 	Labels map[string]string
+	// Warn, if set, receives one-line notices about the lease's terms:
+	// a TTL asked for beyond the longest lifetime the provider grants
+	// (a provider.LifetimeCapper) is capped to it, and Warn says so.
+	Warn func(string)
 }
 
 // Lease is a box held by this client: a claim in the lease store and, once
@@ -172,6 +176,7 @@ func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, erro
 	if err != nil {
 		return nil, err
 	}
+	opts = c.capLifetime(b, opts) // delegated.go
 	lo.Slug, lo.TTL, lo.IdleTimeout, lo.Keep, lo.Labels = opts.Slug, opts.TTL, opts.IdleTimeout, opts.Keep, opts.Labels
 	l, err := c.store.Acquire(ctx, b, lo)
 	if err != nil {

@@ -122,8 +122,10 @@ func (s *Store) ResolveDelegated(ctx context.Context, b provider.DelegatedRunBac
 
 // TouchDelegated records activity on a delegated lease: its expiry moves
 // to min(created+ttl, now+idle) in the claim and, when b moves expiry at
-// the provider (a provider.DelegatedTouchBackend), there too. Like Touch,
-// it does not revive an expired lease or one whose claim is gone.
+// the provider (a provider.DelegatedTouchBackend), there too; when the
+// provider grants an earlier end than asked (a sandbox at its plan's
+// maximum lifetime), the claim records the granted one. Like Touch, it
+// does not revive an expired lease or one whose claim is gone.
 func (s *Store) TouchDelegated(ctx context.Context, b provider.DelegatedRunBackend, c Claim) (Claim, error) {
 	cur, err := s.Get(c.ID)
 	if err != nil {
@@ -149,6 +151,9 @@ func (s *Store) TouchDelegated(ctx context.Context, b provider.DelegatedRunBacke
 				view.WorkRoot = cl.View.WorkRoot
 			}
 			cl.View = view
+			if g := view.ExpiresAt; !g.IsZero() && g.Before(expires) {
+				cl.ExpiresAt = g // what the provider granted, not what was asked
+			}
 		}
 		return nil
 	})

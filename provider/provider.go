@@ -123,6 +123,15 @@ type Spec struct {
 	// a coordinator brokers (Daytona's ssh=true).
 	CoordinatorSettings Config
 	Options             []Option
+	// LifetimeOption names the option (in Options) that sets the longest
+	// lifetime the provider's service grants a box, which a lease cannot
+	// exceed whatever it asks (a sandbox plan's maximum run time). Its
+	// value is a plan name of LifetimePlans or a duration; its backend
+	// implements LifetimeCapper. Empty means the service sets no such cap.
+	LifetimeOption string
+	// LifetimePlans are the plan names LifetimeOption takes, with the
+	// maximum lifetime of each as the service publishes it.
+	LifetimePlans map[string]time.Duration
 }
 
 // Has reports whether the spec declares feature f.
@@ -136,7 +145,32 @@ func (s Spec) Clone() Spec {
 	s.Features = slices.Clone(s.Features)
 	s.Options = slices.Clone(s.Options)
 	s.CoordinatorSettings = maps.Clone(s.CoordinatorSettings)
+	s.LifetimePlans = maps.Clone(s.LifetimePlans)
 	return s
+}
+
+// MaxLifetime is the maximum lifetime set by cfg's LifetimeOption (a plan
+// name of LifetimePlans or a duration such as 90m), or the option's
+// default when cfg does not set it; zero when the spec declares no cap.
+func (s Spec) MaxLifetime(cfg Config) (time.Duration, error) {
+	if s.LifetimeOption == "" {
+		return 0, nil
+	}
+	v := strings.TrimSpace(cfg[s.LifetimeOption])
+	if v == "" {
+		o, _ := s.Option(s.LifetimeOption)
+		v = o.Default
+	}
+	if d, ok := s.LifetimePlans[strings.ToLower(v)]; ok {
+		return d, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		plans := slices.Sorted(maps.Keys(s.LifetimePlans))
+		return 0, fmt.Errorf("provider %q: config %q: %q is neither a plan (%s) nor a positive duration (like 5h)",
+			s.Name, s.LifetimeOption, v, strings.Join(plans, ", "))
+	}
+	return d, nil
 }
 
 // Option returns the option named name.
@@ -355,6 +389,23 @@ type DelegatedTouchBackend interface {
 	// Touch makes the sandbox live until at least req.ExpiresAt and returns
 	// the lease as the provider now sees it.
 	Touch(ctx context.Context, req DelegatedTouchRequest) (LeaseView, error)
+}
+
+// LifetimeCapper is a backend whose service ends every box a fixed time
+// after its creation, whatever the lease asks for: a sandbox service that
+// stops its sandboxes at its plan's maximum run time. Backends that
+// implement it declare Spec.LifetimeOption. The library caps a new
+// lease's TTL to MaxLifetime (saying so when the caller asked for more),
+// and a command that fails once a lease has lived that long is reported
+// as having reached the provider's maximum lifetime.
+//
+// Its Touch (DelegatedTouchBackend) must return the expiry the service
+// granted, which may be earlier than asked: the library records that one.
+type LifetimeCapper interface {
+	Backend
+	// MaxLifetime is the longest the service lets a box live, from its
+	// creation, as configured; zero means no cap.
+	MaxLifetime() time.Duration
 }
 
 // CleanupBackend removes expired boxes that provably belong to the caller.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -177,17 +178,45 @@ func TestSpecCloneSharesNothing(t *testing.T) {
 	orig := provider.Spec{
 		Name: "x", Aliases: []string{"a"}, Targets: []provider.Target{provider.TargetLinux},
 		Features: []provider.Feature{provider.FeatureSSH}, Options: []provider.Option{{Name: "o"}},
-		CoordinatorSettings: provider.Config{"ssh": "true"},
+		CoordinatorSettings: provider.Config{"ssh": "true"}, LifetimePlans: map[string]time.Duration{"p": time.Hour},
 	}
 	want := provider.Spec{
 		Name: "x", Aliases: []string{"a"}, Targets: []provider.Target{provider.TargetLinux},
 		Features: []provider.Feature{provider.FeatureSSH}, Options: []provider.Option{{Name: "o"}},
-		CoordinatorSettings: provider.Config{"ssh": "true"},
+		CoordinatorSettings: provider.Config{"ssh": "true"}, LifetimePlans: map[string]time.Duration{"p": time.Hour},
 	}
 	c := orig.Clone()
 	c.Aliases[0], c.Targets[0], c.Features[0], c.Options[0].Name = "b", "other", "other", "p"
 	c.CoordinatorSettings["ssh"] = "false"
+	c.LifetimePlans["p"] = 2 * time.Hour
 	if diff := cmp.Diff(want, orig); diff != "" {
 		t.Errorf("changing the clone changed the original (-want +got):\n%s", diff)
+	}
+}
+
+// The lifetime option takes a plan name (any case) or a duration, falls
+// back to its default, and names the plans when it is neither; a spec
+// without one has no cap.
+func TestSpecMaxLifetime(t *testing.T) {
+	spec := provider.Spec{
+		Name: "x", Options: []provider.Option{{Name: "max-lifetime", Default: "small"}},
+		LifetimeOption: "max-lifetime",
+		LifetimePlans:  map[string]time.Duration{"small": time.Hour, "big": 24 * time.Hour},
+	}
+	for _, tc := range []struct {
+		value string
+		want  time.Duration
+	}{{"", time.Hour}, {"BIG", 24 * time.Hour}, {"90m", 90 * time.Minute}} {
+		if got, err := spec.MaxLifetime(provider.Config{"max-lifetime": tc.value}); err != nil || got != tc.want {
+			t.Errorf("max-lifetime %q: %v, %v; want %v", tc.value, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"huge", "0s", "-1h"} {
+		if _, err := spec.MaxLifetime(provider.Config{"max-lifetime": bad}); err == nil || !strings.Contains(err.Error(), "big, small") {
+			t.Errorf("max-lifetime %q: %v, want an error naming the plans", bad, err)
+		}
+	}
+	if got, err := (provider.Spec{Name: "y"}).MaxLifetime(nil); got != 0 || err != nil {
+		t.Errorf("no lifetime option: %v, %v; want no cap", got, err)
 	}
 }

@@ -98,6 +98,7 @@ func TestGolden(t *testing.T) {
 		{"providers", []string{"providers"}},
 		{"providers-json", []string{"providers", "--json"}},
 		{"providers-describe-ssh", []string{"providers", "describe", "ssh"}},
+		{"providers-describe-e2b", []string{"providers", "describe", "e2b"}},
 		{"list-empty-json", []string{"list", "--json"}},
 		{"sync-plan-json", []string{"sync-plan", "--json"}},
 		{"run-keep", []string{"run", "--keep", "--timing-json", "-", "--", "cat", "committed.txt"}},

@@ -4,8 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
@@ -69,6 +72,9 @@ environment variable, and the config file line "flag value".
 				return writeJSON(a.stdout, info)
 			}
 			fmt.Fprintf(a.stdout, "%s (%s): %s\n", info.Name, info.Kind, info.Description)
+			if m := info.MaxLifetime; m != nil {
+				fmt.Fprintf(a.stdout, "max lifetime: %s by default (--%s: a plan, %s; or a duration)\n", m.Default, m.Flag, plansText(m.Plans))
+			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "KEY\tFLAG\tENV\tDEFAULT\tHELP")
 			for _, o := range info.Options {
@@ -106,6 +112,27 @@ type providerDescription struct {
 	Features    []provider.Feature          `json:"features"`
 	Coordinator provider.CoordinatorSupport `json:"coordinator"`
 	Options     []optionDescription         `json:"options,omitempty"`
+	// MaxLifetime is set for a provider whose service ends its boxes at a
+	// maximum lifetime, to which crabbox caps every lease's TTL.
+	MaxLifetime *lifetimeDescription `json:"maxLifetime,omitempty"`
+}
+
+// lifetimeDescription is the longest lifetime a provider grants a box: the
+// default, the option that changes it, and the plans it names.
+type lifetimeDescription struct {
+	Default string            `json:"default"`
+	Key     string            `json:"key"`
+	Flag    string            `json:"flag"`
+	Plans   map[string]string `json:"plans"`
+}
+
+// plansText lists plans as "base 1h, pro 24h".
+func plansText(plans map[string]string) string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(plans)) {
+		out = append(out, name+" "+plans[name])
+	}
+	return strings.Join(out, ", ")
 }
 
 // optionDescription is one configuration key of a provider and the ways to set it.
@@ -150,5 +177,26 @@ func describe(s provider.Spec) providerDescription {
 		}
 		info.Options = append(info.Options, oi)
 	}
+	if o, ok := s.Option(s.LifetimeOption); ok {
+		m := &lifetimeDescription{Default: o.Default, Key: o.Name, Flag: o.Flag, Plans: map[string]string{}}
+		if d, err := s.MaxLifetime(nil); err == nil {
+			m.Default = shortDuration(d)
+		}
+		for name, d := range s.LifetimePlans {
+			m.Plans[name] = shortDuration(d)
+		}
+		info.MaxLifetime = m
+	}
 	return info
+}
+
+// shortDuration writes d as people say it: "1h", "45m", "90s".
+func shortDuration(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return d.String()
 }

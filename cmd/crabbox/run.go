@@ -109,6 +109,7 @@ the first word that is not a flag) is the command, flags included.
 			req.Stdout, req.Stderr = status.before(a.stdout), status.before(a.stderr)
 			req.SyncProgress = status.syncProgress()
 			req.SyncWarn = func(w string) { fmt.Fprintf(req.Stderr, "crabbox: %s\n", w) }
+			req.Acquire.Warn = req.SyncWarn
 			return a.withClient(lf, f.keep || f.keepOnFailure, func(c *crabbox.Client) error {
 				res, err := c.Run(ctx, req)
 				status.clear()

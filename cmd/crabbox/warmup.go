@@ -30,7 +30,8 @@ with crabbox run --id, release it with crabbox stop.
 				return usagef("warmup takes no arguments, got %q", args)
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
-				l, err := c.Acquire(ctx, crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Slug: *slug, Keep: true})
+				l, err := c.Acquire(ctx, crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Slug: *slug, Keep: true,
+					Warn: func(w string) { fmt.Fprintf(a.stderr, "crabbox: %s\n", w) }})
 				if err != nil {
 					return err
 				}

@@ -62,15 +62,23 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 // Spec describes the E2B provider.
 func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
 
+// MaxLifetime is the longest E2B lets a sandbox live, as configured (the
+// plan's maximum).
+func (b *Backend) MaxLifetime() time.Duration { return b.cfg.MaxLifetime }
+
 // Warmup creates the lease's sandbox from the template, with crabbox's
-// ownership labels as metadata and its timeout at the lease's expiry, and
-// makes the work root in it. If a step fails, or ctx ends, it kills every
+// ownership labels as metadata and its timeout at the lease's expiry (at
+// most the maximum lifetime away, which E2B would refuse), and makes the
+// work root in it. If a step fails, or ctx ends, it kills every
 // sandbox labelled with the lease before returning.
 func (b *Backend) Warmup(ctx context.Context, req provider.WarmupRequest) (view provider.LeaseView, err error) {
 	now := b.rt.Clock.Now().UTC()
 	expires := req.ExpiresAt
 	if expires.IsZero() {
 		expires = lease.ExpiresAt(now, now, req.TTL, req.IdleTimeout)
+	}
+	if cap := now.Add(b.cfg.MaxLifetime); expires.After(cap) {
+		expires = cap
 	}
 	if !lease.IsID(req.LeaseID) {
 		return view, fmt.Errorf("e2b provider: warmup: lease ID %q is not a crabbox lease ID", req.LeaseID)
@@ -188,7 +196,10 @@ func (b *Backend) killLease(ctx context.Context, id string) error {
 	return errors.Join(errs...)
 }
 
-// Touch moves the sandbox's timeout to req.ExpiresAt.
+// Touch moves the sandbox's timeout to req.ExpiresAt and returns the
+// lease with the end E2B granted: E2B answers a timeout past the plan's
+// maximum lifetime with 204 but ends the sandbox at that maximum, so the
+// sandbox's end is read back rather than assumed.
 func (b *Backend) Touch(ctx context.Context, req provider.DelegatedTouchRequest) (provider.LeaseView, error) {
 	sb, err := b.find(ctx, req.ID)
 	if err != nil {
@@ -202,7 +213,14 @@ func (b *Backend) Touch(ctx context.Context, req provider.DelegatedTouchRequest)
 	if err := b.api.setTimeout(ctx, sb.SandboxID, timeout); err != nil {
 		return provider.LeaseView{}, fmt.Errorf("e2b provider: touch %s: %w", req.ID, err)
 	}
-	sb.EndAt = now.Add(time.Duration(timeout) * time.Second)
+	granted, err := b.api.get(ctx, sb.SandboxID)
+	if err != nil {
+		return provider.LeaseView{}, fmt.Errorf("e2b provider: touch %s: read the granted end: %w", req.ID, err)
+	}
+	sb.EndAt = granted.EndAt
+	if sb.EndAt.IsZero() { // an answer without endAt: what was asked
+		sb.EndAt = now.Add(time.Duration(timeout) * time.Second)
+	}
 	v, _ := b.view(sb)
 	return v, nil
 }

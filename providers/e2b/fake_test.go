@@ -37,7 +37,10 @@ import (
 // way envd runs them (through /bin/sh, no process group of their own);
 // the sandboxes' filesystem is the real one, limited to a temporary root
 // which they share, and which is emptied when the last sandbox ends. A sandbox whose timeout has passed on the fake clock is killed,
-// as E2B does.
+// as E2B does: its commands' streams break off, as when the sandbox's VM
+// goes. Like E2B, the fake caps a sandbox's life at its plan's maximum
+// (maxLifetime from its start): a create asking for longer is refused,
+// and a timeout past it is answered 204 but ends the sandbox at the cap.
 type fakeE2B struct {
 	t        *testing.T
 	key      string
@@ -54,6 +57,8 @@ type fakeE2B struct {
 	faults    []fakeFault
 	pageSize  int
 	procs     sync.WaitGroup
+	// maxLifetime is the plan's maximum sandbox lifetime (1h, Base).
+	maxLifetime time.Duration
 }
 
 type fakeSandbox struct {
@@ -63,6 +68,8 @@ type fakeSandbox struct {
 	startedAt time.Time
 	endAt     time.Time
 	procs     map[uint32]*fakeProc
+	// expired is closed when the sandbox reaches its end.
+	expired chan struct{}
 }
 
 type fakeProc struct {
@@ -103,6 +110,7 @@ func newFake(t *testing.T) *fakeE2B {
 	f := &fakeE2B{
 		t: t, key: "e2b_test_key", template: "base", user: "user", root: root,
 		clock: clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)), sandboxes: map[string]*fakeSandbox{},
+		maxLifetime: time.Hour,
 	}
 	api := http.NewServeMux()
 	api.HandleFunc("POST /sandboxes", f.handleCreate)
@@ -206,6 +214,15 @@ func (f *fakeE2B) endAt(id string) time.Time {
 	return f.sandboxes[id].endAt
 }
 
+// end makes sandbox id reach its end now, as E2B ends a sandbox at its
+// timeout or its plan's maximum lifetime.
+func (f *fakeE2B) end(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sandboxes[id].endAt = f.clock.Now()
+	f.expireLocked()
+}
+
 // waitIdle waits until no command runs in any sandbox: every process and
 // whatever still held its output has ended.
 func (f *fakeE2B) waitIdle() { f.procs.Wait() }
@@ -214,6 +231,7 @@ func (f *fakeE2B) expireLocked() {
 	now := f.clock.Now()
 	for _, sb := range f.sandboxes {
 		if !now.Before(sb.endAt) {
+			close(sb.expired) // before its commands die: their streams break off
 			f.removeLocked(sb)
 		}
 	}
@@ -307,6 +325,10 @@ func (f *fakeE2B) handleCreate(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "timeout must be positive")
 		return
 	}
+	if max := f.maxLifetime; time.Duration(timeout)*time.Second > max {
+		apiError(w, http.StatusBadRequest, "Timeout cannot be greater than %d hours", int(max.Hours()))
+		return
+	}
 	var sb *fakeSandbox
 	create := func() {
 		f.mu.Lock()
@@ -316,6 +338,7 @@ func (f *fakeE2B) handleCreate(w http.ResponseWriter, r *http.Request) {
 		sb = &fakeSandbox{
 			id: fmt.Sprintf("i%04dfake", f.next), template: req.TemplateID, metadata: req.Metadata,
 			startedAt: now, endAt: now.Add(time.Duration(timeout) * time.Second), procs: map[uint32]*fakeProc{},
+			expired: make(chan struct{}),
 		}
 		if req.Secure {
 			sb.token = "tok_" + randomHex(8)
@@ -447,6 +470,9 @@ func (f *fakeE2B) handleTimeout(w http.ResponseWriter, r *http.Request) {
 	sb, ok := f.sandboxes[r.PathValue("id")]
 	if ok {
 		sb.endAt = f.clock.Now().Add(time.Duration(*req.Timeout) * time.Second)
+		if cap := sb.startedAt.Add(f.maxLifetime); sb.endAt.After(cap) {
+			sb.endAt = cap // granted silently: the answer is still 204
+		}
 	}
 	f.mu.Unlock()
 	if !ok {
@@ -632,8 +658,17 @@ func (f *fakeE2B) handleStart(w http.ResponseWriter, r *http.Request) {
 	go f.reap(sb, pid, cmd, ended)
 	select {
 	case end := <-ended:
+		select {
+		case <-sb.expired: // the sandbox went: no end event, the stream breaks
+			fw.finish()
+			panic(http.ErrAbortHandler)
+		default:
+		}
 		fw.frame(0, map[string]any{"event": map[string]any{"end": end}})
 		endStream("", "")
+	case <-sb.expired:
+		fw.finish()
+		panic(http.ErrAbortHandler)
 	case <-r.Context().Done():
 		// Like envd, a command outlives the stream that started it.
 	}

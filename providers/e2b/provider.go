@@ -17,7 +17,10 @@
 // step that fails, or a caller that gives up, kills what was made, found
 // by its lease label so that a create whose answer was lost is killed too.
 // A sandbox ends by itself at its timeout (E2B kills it), which Warmup
-// sets to the lease's expiry and Touch moves. A run that is cancelled kills
+// sets to the lease's expiry and Touch moves, and at the latest at its
+// plan's maximum lifetime (the max-lifetime option: Base 1h, Pro 24h),
+// which the backend reports as a provider.LifetimeCapper so that the
+// library caps leases to it; Touch returns the end E2B granted. A run that is cancelled kills
 // the remote command's whole process group before Run returns: commands
 // run in their own session (setsid, when the template has it).
 //
@@ -32,6 +35,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
@@ -51,7 +55,16 @@ const (
 	DefaultTemplate = "base"
 	DefaultUser     = "user"
 	DefaultWorkRoot = "/home/user/crabbox"
+	// DefaultPlan is the plan whose maximum sandbox lifetime applies
+	// unless the max-lifetime option names another: E2B's Base tier, the
+	// smallest cap.
+	DefaultPlan = "base"
 )
+
+// Plans are E2B's tiers and the longest each lets a sandbox run without
+// pausing, as E2B publishes them (e2b.dev/docs/sandbox): E2B ends a
+// sandbox then, and answers a longer timeout with 204 without granting it.
+var Plans = map[string]time.Duration{"base": time.Hour, "hobby": time.Hour, "pro": 24 * time.Hour}
 
 // EnvdPort is the port envd listens on in every sandbox; the sandbox's
 // envd host is "<EnvdPort>-<sandbox ID>.<domain>".
@@ -82,6 +95,9 @@ type Config struct {
 	WorkRoot string
 	// Owner is recorded in the owner label; the OS user when empty.
 	Owner string
+	// MaxLifetime is the longest E2B lets a sandbox live (the plan's
+	// maximum); Plans[DefaultPlan] when zero. Leases are capped to it.
+	MaxLifetime time.Duration
 }
 
 var spec = provider.Spec{
@@ -101,7 +117,11 @@ var spec = provider.Spec{
 		{Name: "user", Flag: "e2b-user", Default: DefaultUser, Help: "sandbox user that runs commands and owns files (empty: the template's default)"},
 		{Name: "work-root", Flag: "e2b-work-root", Default: DefaultWorkRoot, Help: "absolute directory in the sandbox under which checkouts are kept", Locates: true},
 		{Name: "owner", Flag: "e2b-owner", Help: "owner label on sandboxes (default: the OS user)"},
+		{Name: "max-lifetime", Flag: "e2b-max-lifetime", Default: DefaultPlan,
+			Help: "longest E2B lets a sandbox run, which caps every lease's TTL: the plan (base: 1h, pro: 24h) or a duration"},
 	},
+	LifetimeOption: "max-lifetime",
+	LifetimePlans:  Plans,
 }
 
 // Provider is the registered E2B provider.
@@ -129,10 +149,15 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // ParseConfig turns raw options into a Config (without the API key). New
 // validates it.
 func ParseConfig(cfg provider.Config) (Config, error) {
+	max, err := spec.MaxLifetime(cfg)
+	if err != nil {
+		return Config{}, err
+	}
 	return Config{
 		APIURL: strings.TrimSpace(cfg["api-url"]), Domain: strings.TrimSpace(cfg["domain"]),
 		SandboxURL: strings.TrimSpace(cfg["sandbox-url"]), Template: strings.TrimSpace(cfg["template"]),
 		User: strings.TrimSpace(cfg["user"]), WorkRoot: strings.TrimSpace(cfg["work-root"]), Owner: cfg["owner"],
+		MaxLifetime: max,
 	}, nil
 }
 
@@ -149,6 +174,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.WorkRoot == "" {
 		c.WorkRoot = DefaultWorkRoot
+	}
+	if c.MaxLifetime == 0 {
+		c.MaxLifetime = Plans[DefaultPlan]
+	}
+	if c.MaxLifetime < time.Second {
+		return c, fmt.Errorf("e2b provider: max lifetime %s is shorter than a second", c.MaxLifetime)
 	}
 	c.APIURL, c.SandboxURL = strings.TrimRight(c.APIURL, "/"), strings.TrimRight(c.SandboxURL, "/")
 	if c.APIKey == "" {
@@ -218,4 +249,5 @@ var (
 	_ provider.DelegatedFileBackend  = (*Backend)(nil)
 	_ provider.DelegatedTouchBackend = (*Backend)(nil)
 	_ provider.DoctorBackend         = (*Backend)(nil)
+	_ provider.LifetimeCapper        = (*Backend)(nil)
 )

@@ -97,6 +97,14 @@ func millis(ms int64) time.Time {
 	return time.UnixMilli(ms).UTC()
 }
 
+// sessionStart is when a session started, from which its timeout counts.
+func sessionStart(se sessionJSON) time.Time {
+	if se.StartedAt != 0 {
+		return millis(se.StartedAt)
+	}
+	return millis(se.CreatedAt)
+}
+
 // expiry is when the sandbox's session times out.
 func expiry(sb sandboxJSON, se *sessionJSON) time.Time {
 	if se != nil && se.ID != "" && !ended(se.Status) {
@@ -121,8 +129,12 @@ func (b *Backend) view(sb sandboxJSON, se *sessionJSON) provider.LeaseView {
 	}
 }
 
+// MaxLifetime is the longest Vercel lets a sandbox session run, as
+// configured (the plan's maximum).
+func (b *Backend) MaxLifetime() time.Duration { return b.cfg.MaxLifetime }
+
 // Warmup creates the lease's sandbox, tagged with the lease, whose session
-// times out at req.ExpiresAt. If the create call fails in a way that may
+// times out at req.ExpiresAt (at most the maximum lifetime away). If the create call fails in a way that may
 // have left a sandbox behind (a lost answer, a server error, ctx ending),
 // it deletes the lease's sandbox before returning.
 func (b *Backend) Warmup(ctx context.Context, req provider.WarmupRequest) (provider.LeaseView, error) {
@@ -137,6 +149,9 @@ func (b *Backend) Warmup(ctx context.Context, req provider.WarmupRequest) (provi
 	expires := req.ExpiresAt
 	if expires.IsZero() {
 		expires = now.Add(min(req.TTL, req.IdleTimeout))
+	}
+	if cap := now.Add(b.cfg.MaxLifetime); expires.After(cap) {
+		expires = cap
 	}
 	if !expires.After(now) {
 		return provider.LeaseView{}, fmt.Errorf("vercel: warm up %s: expiry %s is not after now (%s)",
@@ -307,13 +322,20 @@ func (b *Backend) delete(ctx context.Context, got sandboxAndSession) error {
 }
 
 // Touch extends the session's timeout so that it lasts at least until
-// req.ExpiresAt; a session that already lasts longer is left as it is.
+// req.ExpiresAt, or until the plan's maximum session duration from its
+// start if that comes first (Vercel refuses a longer one); a session that
+// already lasts longer is left as it is. The returned view's ExpiresAt is
+// the session's end as Vercel then reports it.
 func (b *Backend) Touch(ctx context.Context, req provider.DelegatedTouchRequest) (provider.LeaseView, error) {
 	got, err := b.live(ctx, req.ID)
 	if err != nil {
 		return provider.LeaseView{}, err
 	}
-	if more := req.ExpiresAt.Sub(expiry(got.Sandbox, &got.Session)); more > 0 {
+	want := req.ExpiresAt
+	if start := sessionStart(got.Session); !start.IsZero() && want.After(start.Add(b.cfg.MaxLifetime)) {
+		want = start.Add(b.cfg.MaxLifetime)
+	}
+	if more := want.Sub(expiry(got.Sandbox, &got.Session)); more > 0 {
 		ms := (more + time.Millisecond - 1).Milliseconds()
 		se, err := b.api.extendTimeout(ctx, got.Session.ID, ms)
 		if err != nil {

@@ -69,12 +69,17 @@ type fault struct {
 // TypeScript client. A sandbox is a directory under dir; its commands are
 // real local processes (each in its own process group) whose output is the
 // command's log stream. Sandbox paths are host paths, confined to dir.
+// Like Vercel, it holds a session's timeout to the account's maximum
+// (maxTimeout, Hobby's 45 minutes): a create or an extension asking for
+// more is refused.
 type fakeVercel struct {
 	t     testing.TB
 	dir   string
 	clock clockwork.Clock
 	srv   *httptest.Server
 	URL   string
+	// maxTimeout is the plan's maximum session duration.
+	maxTimeout time.Duration
 
 	mu        sync.Mutex
 	sandboxes map[string]*fakeSandbox // by name
@@ -128,6 +133,7 @@ func newFake(t testing.TB, clock clockwork.Clock) *fakeVercel {
 	f := &fakeVercel{
 		t: t, dir: t.TempDir(), clock: clock, sandboxes: map[string]*fakeSandbox{},
 		faults: map[string]*fault{}, closing: make(chan struct{}), created: map[string]createdAs{},
+		maxTimeout: 45 * time.Minute,
 	}
 	mux := http.NewServeMux()
 	route := func(pattern, op string, h func(http.ResponseWriter, *http.Request)) {
@@ -408,6 +414,9 @@ func (f *fakeVercel) create(w http.ResponseWriter, r *http.Request) {
 	case len(body.Tags) > 5:
 		apiError(w, http.StatusBadRequest, "bad_request", "at most 5 tags")
 		return
+	case time.Duration(body.Timeout)*time.Millisecond > f.maxTimeout:
+		apiError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("timeout exceeds the maximum allowed for your account (%dms)", f.maxTimeout.Milliseconds()))
+		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -529,6 +538,10 @@ func (f *fakeVercel) extend(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	s := f.session(w, r)
 	if s == nil {
+		return
+	}
+	if s.session.timeout+time.Duration(body.Duration)*time.Millisecond > f.maxTimeout {
+		apiError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("the total timeout cannot exceed the maximum allowed for your account (%dms)", f.maxTimeout.Milliseconds()))
 		return
 	}
 	s.session.timeout += time.Duration(body.Duration) * time.Millisecond

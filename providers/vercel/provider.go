@@ -9,8 +9,10 @@
 // when the caller gives up it kills the command (SIGTERM, then SIGKILL).
 // Files go in as a gzipped tar extracted at "/" and come out through the
 // file-read endpoint, so the library syncs checkouts into the sandbox.
-// Touch extends the session's timeout. Stop stops the session and deletes
-// the sandbox.
+// Touch extends the session's timeout, never past the plan's maximum
+// session duration (the max-lifetime option: Hobby 45m, Pro 24h), which
+// the backend reports as a provider.LifetimeCapper so that the library
+// caps leases to it. Stop stops the session and deletes the sandbox.
 //
 // Ownership: the sandbox's name is derived from the lease ID
 // ("crabbox-cbx-…", unique within the project) and its tags carry
@@ -58,7 +60,16 @@ const (
 	// DefaultKillGrace is how long a cancelled command has to end after
 	// SIGTERM before it gets SIGKILL.
 	DefaultKillGrace = 10 * time.Second
+	// DefaultPlan is the plan whose maximum sandbox duration applies
+	// unless the max-lifetime option names another: Hobby, the smallest.
+	DefaultPlan = "hobby"
 )
+
+// Plans are Vercel's plans and the longest each lets a sandbox session
+// run, as Vercel publishes them (Sandbox pricing and limits; Pro and
+// Enterprise sessions were raised from 5 hours to 24): the session stops
+// then, and a timeout extension past it is refused.
+var Plans = map[string]time.Duration{"hobby": 45 * time.Minute, "pro": 24 * time.Hour, "enterprise": 24 * time.Hour}
 
 // Config is the provider's typed configuration.
 type Config struct {
@@ -81,6 +92,10 @@ type Config struct {
 	// KillGrace is how long a cancelled command has between SIGTERM and
 	// SIGKILL; DefaultKillGrace when zero.
 	KillGrace time.Duration
+	// MaxLifetime is the longest Vercel lets a sandbox session run (the
+	// account's plan maximum); Plans[DefaultPlan] when zero. Leases are
+	// capped to it.
+	MaxLifetime time.Duration
 }
 
 var spec = provider.Spec{
@@ -99,7 +114,11 @@ var spec = provider.Spec{
 		{Name: "runtime", Flag: "vercel-runtime", Default: DefaultRuntime, Help: "sandbox runtime image, e.g. node24, node22, python3.13"},
 		{Name: "vcpus", Flag: "vercel-vcpus", Default: fmt.Sprint(DefaultVCPUs), Help: "virtual CPUs per sandbox (2048 MB of memory each)"},
 		{Name: "work-root", Flag: "vercel-work-root", Default: DefaultWorkRoot, Help: "absolute directory in the sandbox for checkouts", Locates: true},
+		{Name: "max-lifetime", Flag: "vercel-max-lifetime", Default: DefaultPlan,
+			Help: "longest Vercel lets a sandbox run, which caps every lease's TTL: the account's plan (hobby: 45m, pro, enterprise: 24h) or a duration"},
 	},
+	LifetimeOption: "max-lifetime",
+	LifetimePlans:  Plans,
 }
 
 // Provider is the registered Vercel Sandbox provider.
@@ -143,6 +162,9 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 	if c.VCPUs, err = cfg.Int("vcpus"); err != nil {
 		return Config{}, fmt.Errorf("vercel provider: %w", err)
 	}
+	if c.MaxLifetime, err = spec.MaxLifetime(cfg); err != nil {
+		return Config{}, err
+	}
 	return c, nil
 }
 
@@ -163,6 +185,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.KillGrace == 0 {
 		c.KillGrace = DefaultKillGrace
 	}
+	if c.MaxLifetime == 0 {
+		c.MaxLifetime = Plans[DefaultPlan]
+	}
 	c.Endpoint = strings.TrimRight(c.Endpoint, "/")
 	switch _, ok := delegated.ParseHTTPURL(c.Endpoint); {
 	case c.Token == "":
@@ -175,6 +200,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("vercel provider: config \"vcpus\" is %d, want at least 1", c.VCPUs)
 	case c.KillGrace < 0:
 		return c, fmt.Errorf("vercel provider: negative kill grace %s", c.KillGrace)
+	case c.MaxLifetime < time.Second:
+		return c, fmt.Errorf("vercel provider: max lifetime %s is shorter than a second", c.MaxLifetime)
 	}
 	if err := checkPath(c.WorkRoot); err != nil {
 		return c, fmt.Errorf("vercel provider: config \"work-root\": %w", err)
@@ -202,4 +229,5 @@ var (
 	_ provider.DelegatedTouchBackend = (*Backend)(nil)
 	_ provider.CleanupBackend        = (*Backend)(nil)
 	_ provider.DoctorBackend         = (*Backend)(nil)
+	_ provider.LifetimeCapper        = (*Backend)(nil)
 )

@@ -94,11 +94,11 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// Touch moves the session's timeout forward, never back.
-	got, err := e.b.Touch(ctx, provider.DelegatedTouchRequest{ID: v.ID, Now: now, ExpiresAt: now.Add(50 * time.Minute)})
-	if err != nil || !got.ExpiresAt.Equal(now.Add(50*time.Minute)) {
-		t.Errorf("Touch = %v, %v; want expiry %s", got.ExpiresAt, err, now.Add(50*time.Minute))
+	got, err := e.b.Touch(ctx, provider.DelegatedTouchRequest{ID: v.ID, Now: now, ExpiresAt: now.Add(40 * time.Minute)})
+	if err != nil || !got.ExpiresAt.Equal(now.Add(40*time.Minute)) {
+		t.Errorf("Touch = %v, %v; want expiry %s", got.ExpiresAt, err, now.Add(40*time.Minute))
 	}
-	if got, err := e.b.Touch(ctx, provider.DelegatedTouchRequest{ID: v.ID, Now: now, ExpiresAt: now.Add(10 * time.Minute)}); err != nil || !got.ExpiresAt.Equal(now.Add(50*time.Minute)) {
+	if got, err := e.b.Touch(ctx, provider.DelegatedTouchRequest{ID: v.ID, Now: now, ExpiresAt: now.Add(10 * time.Minute)}); err != nil || !got.ExpiresAt.Equal(now.Add(40*time.Minute)) {
 		t.Errorf("Touch to an earlier expiry = %v, %v; want it unchanged", got.ExpiresAt, err)
 	}
 
@@ -121,7 +121,7 @@ func TestLifecycle(t *testing.T) {
 		"create " + v.CloudID,
 		"write " + dir + "/bin/hello.sh", "write " + dir + "/note.txt",
 		"cmd " + v.CloudID + " sh", "cmd " + v.CloudID + " sh",
-		"extend " + v.CloudID + " by 1200000ms",
+		"extend " + v.CloudID + " by 600000ms",
 		"stop " + v.CloudID, "delete " + v.CloudID,
 	}
 	if diff := cmp.Diff(wantEvents, e.fake.Events()); diff != "" {
