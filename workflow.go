@@ -203,6 +203,9 @@ type RunResult struct {
 // (config, lease, connection, sync); the command's exit code, zero or not,
 // is in the result.
 func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	if err := c.ready(ctx, "run"); err != nil {
+		return RunResult{}, err
+	}
 	return c.recorded(ctx, req, func(req RunRequest, co sync.Checkout, started RunResult) (res RunResult, err error) {
 		res = started
 		if b, ok := c.delegatedFor(req); ok {
@@ -250,6 +253,9 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 // The lease is kept: req.Lease, Acquire, Keep and KeepOnFailure, which
 // choose and release a lease, apply to Client.Run only and are ignored.
 func (l *Lease) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	if err := l.use(ctx, "run"); err != nil {
+		return RunResult{}, err
+	}
 	req.Lease, req.Acquire, req.Keep, req.KeepOnFailure = l.ID(), AcquireOptions{}, false, false
 	return l.client.recorded(ctx, req, func(req RunRequest, co sync.Checkout, res RunResult) (RunResult, error) {
 		res.Kept = true
@@ -748,8 +754,9 @@ func displayCommand(req RunRequest) string {
 	return strings.Join(words, " ")
 }
 
-// History is the run history in the client's state directory.
-func (c *Client) History() *history.History { return history.Open(c.store.Dir()) }
+// History is the run history in the client's state directory. For a
+// Client not made by New every method of it fails.
+func (c *Client) History() *history.History { return history.Open(c.StateDir()) }
 
 // ErrCoordinatorRuns is wrapped by Runs's error when the coordinator could
 // not be asked for its runs: the local ones are still returned.
@@ -761,6 +768,9 @@ var ErrCoordinatorRuns = errors.New("coordinator runs not listed")
 // CI). A local run the coordinator also recorded is listed once, with its
 // CoordinatorRunID.
 func (c *Client) Runs(ctx context.Context, limit int) ([]history.Entry, error) {
+	if err := c.ready(ctx, "list runs"); err != nil {
+		return nil, err
+	}
 	local, err := c.History().List(limit)
 	if err != nil || c.broker == nil {
 		return local, err
@@ -790,6 +800,9 @@ func (c *Client) Runs(ctx context.Context, limit int) ([]history.Entry, error) {
 // coordinator, the coordinator's copy (a run made elsewhere, or looked up
 // by its coordinator run ID).
 func (c *Client) RunLog(ctx context.Context, runID string) ([]byte, error) {
+	if err := c.ready(ctx, "log of run "+runID); err != nil {
+		return nil, err
+	}
 	out, err := c.History().Log(runID)
 	if err == nil || c.broker == nil || !errors.Is(err, provider.ErrNotFound) {
 		return out, err
