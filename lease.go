@@ -77,7 +77,11 @@ type Lease struct {
 	conn   *ssh.Client
 
 	// closed is set by Close or Release: the handle is done (see use).
-	closed atomic.Bool}
+	closed atomic.Bool
+	// synced is the local directory last synced through the handle
+	// (SyncedDir).
+	synced atomic.Pointer[string]
+}
 
 // use says why l cannot do what (a phrase such as "sync"): a nil handle,
 // or one not made by Client.Acquire or Client.Resolve, a nil ctx, or a
@@ -98,6 +102,27 @@ func (l *Lease) use(ctx context.Context, what string) error {
 // errClosed is the error of what asked of the ended handle l.
 func (l *Lease) errClosed(what string) error {
 	return fmt.Errorf("%s on lease %s: the handle was closed or released: %w", what, l.ID(), ErrClosed)
+}
+
+// SyncedDir is the local directory (absolute) last synced to the box
+// through this handle, by Sync or by a Run that synced, or "" when it
+// synced nothing: the directory whose copy on the box a Run without
+// RunRequest.Root runs in.
+func (l *Lease) SyncedDir() string {
+	if l == nil {
+		return ""
+	}
+	if dir := l.synced.Load(); dir != nil {
+		return *dir
+	}
+	return ""
+}
+
+// noteSynced records that the checkout co was synced through the handle,
+// from its directory co.Rel.
+func (l *Lease) noteSynced(co sync.Checkout) {
+	dir := filepath.Join(co.Root, filepath.FromSlash(co.Rel))
+	l.synced.Store(&dir)
 }
 
 // ID is the lease ID (cbx_...).
@@ -856,7 +881,8 @@ type SyncOptions struct {
 // inside a git checkout stands for the whole checkout, and a directory
 // outside git is synced as it is. A home directory or a directory holding
 // one, and crabbox's state directory or a directory holding it, are refused
-// (ErrUnsafeSyncDir).
+// (ErrUnsafeSyncDir). Once synced, dir is the handle's SyncedDir: a Run
+// without RunRequest.Root runs in its copy on the box.
 func (l *Lease) Sync(ctx context.Context, dir string, opts SyncOptions) (sync.Stats, error) {
 	if err := l.use(ctx, "sync"); err != nil {
 		return sync.Stats{}, err
@@ -874,10 +900,15 @@ func (l *Lease) Sync(ctx context.Context, dir string, opts SyncOptions) (sync.St
 	if err := l.syncTo(p); err != nil {
 		return sync.Stats{}, err
 	}
+	push := l.pushPrepared
 	if l.delegated != nil {
-		return l.syncDelegated(ctx, p)
+		push = l.syncDelegated
 	}
-	return l.pushPrepared(ctx, p)
+	stats, err := push(ctx, p)
+	if err == nil {
+		l.noteSynced(co)
+	}
+	return stats, err
 }
 
 // prepareSync does the local half of a sync, which needs neither a box nor

@@ -45,13 +45,20 @@ type RunRequest struct {
 	// ScriptArgs are the script's arguments ($1, $2, ...); only with
 	// Script.
 	ScriptArgs []string
-	// Root is the local directory the run starts from (default: the
-	// current directory). It must be inside a git checkout, which it
-	// stands for: the whole checkout is synced, to the lease's Workdir
-	// for it, and the command runs in the same directory there. A Root
-	// outside any git checkout is refused (ErrNotCheckout), so that a run
-	// from the wrong directory uploads nothing, unless PlainDir or NoSync
-	// is set.
+	// Root is the local directory the run starts from. It must be inside
+	// a git checkout, which it stands for: the whole checkout is synced,
+	// to the lease's Workdir for it, and the command runs in the same
+	// directory there. A Root outside any git checkout is refused
+	// (ErrNotCheckout), so that a run from the wrong directory uploads
+	// nothing, unless PlainDir or NoSync is set.
+	//
+	// Client.Run defaults to the current directory. Lease.Run defaults to
+	// the handle's SyncedDir, the directory last synced through it (by
+	// Lease.Sync, or a Lease.Run that synced): the command runs in that
+	// directory's copy on the box, synced again unless NoSync. A Lease.Run
+	// without Root on a handle that synced nothing fails (ErrPrecondition)
+	// before anything happens: Lease.Run never takes its directory from
+	// the process's current directory.
 	Root string
 	// PlainDir lets Root be a plain directory outside any git checkout,
 	// named on purpose: it is synced as it is (every file but .git
@@ -246,7 +253,8 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 }
 
 // Run runs req on the held lease: sync the checkout holding req.Root (unless
-// NoSync), run the command in the matching directory, with req.Timeout
+// NoSync; an empty Root is the handle's SyncedDir, see RunRequest.Root),
+// run the command in the matching directory, with req.Timeout
 // (exit 124), JUnit counting, artifacts, downloads and captured streams
 // brought home, and the run recorded in the client's history
 // (RecordHistory) and with its coordinator, exactly as Client.Run does.
@@ -256,12 +264,24 @@ func (l *Lease) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 	if err := l.use(ctx, "run"); err != nil {
 		return RunResult{}, err
 	}
+	if req.Root == "" {
+		dir := l.SyncedDir()
+		if dir == "" {
+			return RunResult{}, fmt.Errorf("run on lease %s: no directory to run in: RunRequest.Root is empty and the handle synced nothing; set Root to the local directory whose copy on the box the command runs in: %w",
+				l.ID(), ErrPrecondition)
+		}
+		req.Root, req.PlainDir = dir, true // synced on purpose
+	}
 	req.Lease, req.Acquire, req.Keep, req.KeepOnFailure = l.ID(), AcquireOptions{}, false, false
 	return l.client.recorded(ctx, req, func(req RunRequest, co sync.Checkout, res RunResult) (RunResult, error) {
 		res.Kept = true
 		prep := l.client.prepare(ctx, req, co)
 		defer prep.stop()
-		return l.run(ctx, req, co, prep, res)
+		res, err := l.run(ctx, req, co, prep, res)
+		if err == nil && !req.NoSync {
+			l.noteSynced(co)
+		}
+		return res, err
 	})
 }
 
