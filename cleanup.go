@@ -55,6 +55,9 @@ type CleanupOutcome struct {
 // gone and releases claims whose acquire failed. Errors of one provider do
 // not stop the others; they are joined in the returned error.
 func (c *Client) Cleanup(ctx context.Context, opts CleanupOptions) ([]CleanupOutcome, error) {
+	if err := c.ready(ctx, "clean up"); err != nil {
+		return nil, err
+	}
 	names, err := c.cleanupProviders(opts.Provider)
 	if err != nil {
 		return nil, err

@@ -49,7 +49,34 @@ var (
 	// ErrExpired: the lease is past its expiry (errors.Is(err,
 	// ErrNotFound) holds too).
 	ErrExpired = lease.ErrExpired
+	// ErrClosed: the lease handle was closed (Lease.Close or
+	// Lease.Release, or Client.Close, which closes the handles it made), or
+	// the Client was closed. As with net.ErrClosed, it is the caller's
+	// mistake, and nothing was done.
+	ErrClosed = errors.New("use of closed handle")
 )
+
+// ready says why c cannot do what (a phrase such as "acquire a lease"):
+// a nil Client or one not made by New, a nil ctx, or a closed Client
+// (ErrClosed). Every method of Client that takes a context checks it
+// first, before anything is written.
+func (c *Client) ready(ctx context.Context, what string) error {
+	switch {
+	case c == nil || c.store == nil:
+		return fmt.Errorf("%s: %w", what, errNoClient)
+	case ctx == nil:
+		return fmt.Errorf("%s: nil context", what)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("%s: crabbox client: %w", what, ErrClosed)
+	}
+	return nil
+}
+
+// errNoClient is the error of a nil Client, or one not made by New.
+var errNoClient = errors.New("no crabbox client: the *crabbox.Client is nil or was not made by crabbox.New")
 
 // Client is the entry point of the library. It is safe for concurrent use.
 // Close it to stop what its providers run in-process.
@@ -256,8 +283,14 @@ func checkConfigs(o options) error {
 // leases alive) and closes every backend the client configured (each that
 // implements io.Closer), which stops whatever they run in-process (the
 // local provider's in-process boxes). Backends handed over with
-// WithBackend are the caller's to close. Close releases nothing.
+// WithBackend are the caller's to close. Close releases nothing: release
+// the leases that should not outlive the client first, for the handles it
+// closed return ErrClosed from then on, as do the client's own methods
+// that take a context. Closing a closed client returns nil.
 func (c *Client) Close() error {
+	if c == nil {
+		return fmt.Errorf("close: %w", errNoClient)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -284,16 +317,30 @@ func (c *Client) Close() error {
 }
 
 // StateDir is the client's state directory: the lease store (claims and
-// lease keys), the run history and the sync caches.
-func (c *Client) StateDir() string { return c.store.Dir() }
+// lease keys), the run history and the sync caches; "" for a Client not
+// made by New.
+func (c *Client) StateDir() string {
+	if c == nil || c.store == nil {
+		return ""
+	}
+	return c.store.Dir()
+}
 
 // DamagedClaims lists the claims in the lease store that could not be read
 // (see lease.Store.Damaged), as doctor reports them.
-func (c *Client) DamagedClaims() ([]lease.DamagedClaim, error) { return c.store.Damaged() }
+func (c *Client) DamagedClaims() ([]lease.DamagedClaim, error) {
+	if c == nil || c.store == nil {
+		return nil, fmt.Errorf("damaged claims: %w", errNoClient)
+	}
+	return c.store.Damaged()
+}
 
 // Backend returns the configured backend of the named provider ("" means the
 // client's default provider), configuring it on first use.
 func (c *Client) Backend(name string) (provider.Backend, error) {
+	if c == nil || c.store == nil {
+		return nil, fmt.Errorf("backend of provider %q: %w", name, errNoClient)
+	}
 	return c.backend(name, nil)
 }
 
@@ -313,7 +360,7 @@ func (c *Client) backend(name string, at provider.Config) (provider.Backend, err
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.closed {
-			return nil, errors.New("crabbox client is closed")
+			return nil, fmt.Errorf("provider %q: crabbox client: %w", name, ErrClosed)
 		}
 		return h.b, nil
 	}
@@ -335,7 +382,7 @@ func (c *Client) backend(name string, at provider.Config) (provider.Backend, err
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, errors.New("crabbox client is closed")
+		return nil, fmt.Errorf("provider %q: crabbox client: %w", spec.Name, ErrClosed)
 	}
 	if b, ok := c.backends[key]; ok {
 		return b, nil

@@ -21,6 +21,9 @@ type DoctorOptions struct {
 // installed, the provider configures, and the provider's own checks if it
 // has any. A failed check is a result, not an error.
 func (c *Client) Doctor(ctx context.Context, opts DoctorOptions) []provider.Check {
+	if err := c.ready(ctx, "doctor"); err != nil {
+		return []provider.Check{{Name: "crabbox client", Detail: err.Error()}}
+	}
 	name := opts.Provider
 	if name == "" {
 		name = c.provider

@@ -20,6 +20,9 @@ type HeartbeatOptions struct {
 // expiry to min(created+ttl, now+idle), and returns it as Status does.
 // An expired or vanished lease cannot be revived.
 func (c *Client) Heartbeat(ctx context.Context, ref string, opts HeartbeatOptions) (LeaseInfo, error) {
+	if err := c.ready(ctx, "heartbeat lease "+ref); err != nil {
+		return LeaseInfo{}, err
+	}
 	if opts.IdleTimeout < 0 || opts.IdleTimeout > 0 && opts.IdleTimeout < time.Second {
 		return LeaseInfo{}, fmt.Errorf("heartbeat lease %s: idle timeout %s: want at least 1s", ref, opts.IdleTimeout)
 	}

@@ -57,6 +57,13 @@ type AcquireOptions struct {
 // (a third of its idle timeout, at most a minute) and around every use
 // (sync, each command's start and end), until Close or Release. Close or
 // Release every Lease you acquire or resolve.
+//
+// Close or Release ends the handle: from then on every method that uses
+// the box (Sync, Run, Exec, SSH, Shell, Touch, Release, ...) returns an
+// error for which errors.Is(err, ErrClosed) holds, and never connects
+// again; Close returns nil. The accessors (ID, Claim, ...) still describe
+// the lease. A nil *Lease, or one not made by Client.Acquire or
+// Client.Resolve, and a nil context give an error, never a panic.
 type Lease struct {
 	client  *Client
 	backend provider.SSHLeaseBackend
@@ -72,6 +79,54 @@ type Lease struct {
 	// connMu guards conn and is held while dialing.
 	connMu gosync.Mutex
 	conn   *ssh.Client
+
+	// closed is set by Close or Release: the handle is done (see use).
+	closed atomic.Bool
+	// synced is the local directory last synced through the handle
+	// (SyncedDir).
+	synced atomic.Pointer[string]
+}
+
+// use says why l cannot do what (a phrase such as "sync"): a nil handle,
+// or one not made by Client.Acquire or Client.Resolve, a nil ctx, or a
+// handle ended by Close or Release (ErrClosed). Every method of Lease
+// that takes a context checks it first.
+func (l *Lease) use(ctx context.Context, what string) error {
+	switch {
+	case l == nil || l.keep == nil:
+		return fmt.Errorf("%s: no lease: the *crabbox.Lease is nil or was not made by Client.Acquire or Client.Resolve", what)
+	case ctx == nil:
+		return fmt.Errorf("%s on lease %s: nil context", what, l.ID())
+	case l.closed.Load():
+		return l.errClosed(what)
+	}
+	return nil
+}
+
+// errClosed is the error of what asked of the ended handle l.
+func (l *Lease) errClosed(what string) error {
+	return fmt.Errorf("%s on lease %s: the handle was closed or released: %w", what, l.ID(), ErrClosed)
+}
+
+// SyncedDir is the local directory (absolute) last synced to the box
+// through this handle, by Sync or by a Run that synced, or "" when it
+// synced nothing: the directory whose copy on the box a Run without
+// RunRequest.Root runs in.
+func (l *Lease) SyncedDir() string {
+	if l == nil {
+		return ""
+	}
+	if dir := l.synced.Load(); dir != nil {
+		return *dir
+	}
+	return ""
+}
+
+// noteSynced records that the checkout co was synced through the handle,
+// from its directory co.Rel.
+func (l *Lease) noteSynced(co sync.Checkout) {
+	dir := filepath.Join(co.Root, filepath.FromSlash(co.Rel))
+	l.synced.Store(&dir)
 }
 
 // ID is the lease ID (cbx_...).
@@ -92,7 +147,14 @@ func (l *Lease) Target() provider.LeaseTarget { return l.snapshot().Target }
 // Claim is the lease's record in the local store.
 func (l *Lease) Claim() lease.Claim { return l.snapshot().Claim }
 
-func (l *Lease) snapshot() lease.Grant { return l.keep.Grant() }
+// snapshot is the lease as last touched; nothing for a handle not made by
+// Acquire or Resolve, so that the accessors never panic.
+func (l *Lease) snapshot() lease.Grant {
+	if l == nil || l.keep == nil {
+		return lease.Grant{}
+	}
+	return l.keep.Grant()
+}
 
 // hold wraps a lease just acquired (touchNow false) or resolved for reuse
 // (touchNow true: resolving is a use) in a handle that keeps it alive.
@@ -118,7 +180,7 @@ func (c *Client) track(h *Lease) *Lease {
 // A delegated lease's sandbox is its own: its workdir is
 // <workRoot>/<name>-<hash>, with the sandbox's work root.
 func (l *Lease) Workdir(root string) string {
-	if l.delegated != nil {
+	if l != nil && l.delegated != nil {
 		return path.Join(l.sandboxRoot(), checkoutKey(root))
 	}
 	s := l.snapshot()
@@ -169,6 +231,9 @@ func safeName(base string) string {
 
 // Acquire leases a new box.
 func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, error) {
+	if err := c.ready(ctx, "acquire a lease"); err != nil {
+		return nil, err
+	}
 	if db, ok := c.delegatedRunBackend(opts.Provider); ok {
 		return c.warmup(ctx, db, opts) // delegated.go
 	}
@@ -196,6 +261,9 @@ func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, erro
 // Resolving a lease is a use of it: its expiry moves (in the background,
 // adding no wait), and the handle keeps it alive until Close or Release.
 func (c *Client) Resolve(ctx context.Context, ref string) (*Lease, error) {
+	if err := c.ready(ctx, "resolve lease "+ref); err != nil {
+		return nil, err
+	}
 	return c.resolve(ctx, ref, true)
 }
 
@@ -270,6 +338,9 @@ const (
 // it): a box that is no longer there is "gone", and one that could not be
 // asked is "unknown", with the reason in Error.
 func (c *Client) List(ctx context.Context) ([]LeaseInfo, error) {
+	if err := c.ready(ctx, "list leases"); err != nil {
+		return nil, err
+	}
 	claims, err := c.store.List()
 	if err != nil {
 		return nil, err
@@ -381,6 +452,9 @@ func (c *Client) liveIDs(ctx context.Context, cl lease.Claim, cache map[string]m
 
 // Status reports one lease by ID or slug.
 func (c *Client) Status(ctx context.Context, ref string) (LeaseInfo, error) {
+	if err := c.ready(ctx, "status of lease "+ref); err != nil {
+		return LeaseInfo{}, err
+	}
 	claim, err := c.store.Find(ref)
 	if errors.Is(err, provider.ErrNotFound) && c.broker != nil {
 		// Perhaps a coordinator lease made elsewhere.
@@ -435,6 +509,9 @@ func infoOf(cl lease.Claim, now time.Time) LeaseInfo {
 // up by ID at the client's provider, released there, and its damaged claim
 // dropped.
 func (c *Client) Stop(ctx context.Context, ref string) error {
+	if err := c.ready(ctx, "stop lease "+ref); err != nil {
+		return err
+	}
 	claim, err := c.store.Find(ref)
 	if d := (*lease.DamagedClaim)(nil); errors.As(err, &d) {
 		return c.stopDamaged(ctx, d) // cleanup.go
@@ -456,7 +533,12 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 // Touch records activity now, moving the lease's expiry to
 // min(created+ttl, now+idle). A held lease is touched on its own; Touch is
 // for callers that want the new expiry at once.
-func (l *Lease) Touch(ctx context.Context) error { return l.keep.Touch(ctx) }
+func (l *Lease) Touch(ctx context.Context) error {
+	if err := l.use(ctx, "touch"); err != nil {
+		return err
+	}
+	return l.keep.Touch(ctx)
+}
 
 // releaseTimeout bounds a release (of a held lease, or at the end of a
 // one-shot run), which goes on when the caller's context is cancelled.
@@ -466,8 +548,19 @@ const releaseTimeout = 2 * time.Minute
 // completes even when ctx is cancelled (it is bounded by its own timeout),
 // so `defer l.Release(ctx)` is safe; ctx's error is reported only if the
 // release did not finish.
+//
+// Release ends the handle, as Close does. Releasing an ended handle (a
+// second Release, or Release after Close) releases nothing and returns
+// ErrClosed: a closed handle no longer holds its lease; Client.Stop
+// releases a lease by ID.
 func (l *Lease) Release(ctx context.Context) error {
-	closeErr := l.Close()
+	if err := l.use(ctx, "release"); err != nil {
+		return err
+	}
+	ok, closeErr := l.end()
+	if !ok {
+		return l.errClosed("release")
+	}
 	// Another process may share the lease's connection, even when this one
 	// acquired it.
 	l.client.stopSharing(ctx, l.snapshot().Claim.ID)
@@ -484,8 +577,27 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // Close stops keeping the lease alive and closes its SSH connection,
-// without releasing the lease.
+// without releasing the lease, and ends the handle (see Lease). Closing an
+// ended handle returns nil.
 func (l *Lease) Close() error {
+	if l == nil || l.keep == nil {
+		return l.use(context.Background(), "close")
+	}
+	_, err := l.end()
+	return err
+}
+
+// end ends the handle, closing it as Close does; ok is false when it had
+// already ended (and nothing was done).
+func (l *Lease) end() (ok bool, err error) {
+	if !l.closed.CompareAndSwap(false, true) {
+		return false, nil
+	}
+	return true, l.shut()
+}
+
+// shut stops the keepalive, untracks the handle and closes its connection.
+func (l *Lease) shut() error {
 	l.keep.Stop()
 	l.client.mu.Lock()
 	delete(l.client.held, l)
@@ -516,11 +628,17 @@ func (l *Lease) Close() error {
 // after the host key was accepted, dialed again a few times (with a fresh
 // login each time) for up to about 15 seconds.
 func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
+	if err := l.use(ctx, "connect"); err != nil {
+		return nil, err
+	}
 	if l.delegated != nil {
 		return nil, l.errNoSSH("connect")
 	}
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
+	if l.closed.Load() { // closed while this waited for the lock
+		return nil, l.errClosed("connect")
+	}
 	if l.conn != nil {
 		return l.conn, nil
 	}
@@ -605,6 +723,9 @@ func (c *Client) stopSharing(ctx context.Context, id string) {
 // it do. A lease of a delegated backend, or reached through
 // per-connection logins, cannot be shared.
 func (c *Client) ShareConnection(ctx context.Context, ref, socket string, idle time.Duration, ready func()) error {
+	if err := c.ready(ctx, "share the connection of lease "+ref); err != nil {
+		return err
+	}
 	claim, err := c.store.Find(ref)
 	if err != nil {
 		return err
@@ -765,8 +886,12 @@ type SyncOptions struct {
 // inside a git checkout stands for the whole checkout, and a directory
 // outside git is synced as it is. A home directory or a directory holding
 // one, and crabbox's state directory or a directory holding it, are refused
-// (ErrUnsafeSyncDir).
+// (ErrUnsafeSyncDir). Once synced, dir is the handle's SyncedDir: a Run
+// without RunRequest.Root runs in its copy on the box.
 func (l *Lease) Sync(ctx context.Context, dir string, opts SyncOptions) (sync.Stats, error) {
+	if err := l.use(ctx, "sync"); err != nil {
+		return sync.Stats{}, err
+	}
 	l.keep.Used()
 	co, err := sync.FindSyncRoot(ctx, dir, true, l.client.store.Dir())
 	if err != nil {
@@ -780,10 +905,15 @@ func (l *Lease) Sync(ctx context.Context, dir string, opts SyncOptions) (sync.St
 	if err := l.syncTo(p); err != nil {
 		return sync.Stats{}, err
 	}
+	push := l.pushPrepared
 	if l.delegated != nil {
-		return l.syncDelegated(ctx, p)
+		push = l.syncDelegated
 	}
-	return l.pushPrepared(ctx, p)
+	stats, err := push(ctx, p)
+	if err == nil {
+		l.noteSynced(co)
+	}
+	return stats, err
 }
 
 // prepareSync does the local half of a sync, which needs neither a box nor
@@ -827,6 +957,9 @@ func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats,
 // A command is a use of the lease: it is touched when the command starts
 // (in the background) and when it ends, unless it was touched just before.
 func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
+	if err := l.use(ctx, "run"); err != nil {
+		return run.Result{}, err
+	}
 	if err := l.keep.Err(); err != nil {
 		return run.Result{}, fmt.Errorf("run on %s: %w", l.ID(), err)
 	}

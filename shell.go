@@ -47,6 +47,9 @@ type ShellOptions struct {
 // checkout holding dir (see Workdir), and dir's place in it. ok is false
 // when dir is not inside a git checkout.
 func (l *Lease) CheckoutDir(ctx context.Context, dir string) (boxDir string, ok bool, err error) {
+	if err := l.use(ctx, "checkout directory"); err != nil {
+		return "", false, err
+	}
 	co, err := sync.FindCheckout(ctx, dir)
 	if err != nil || !co.InGit {
 		return "", false, err
@@ -66,6 +69,9 @@ func shellIn(dir string) string {
 // SSH connection and returns its exit code (128+n when killed by signal n).
 // Cancelling ctx closes the session.
 func (l *Lease) Shell(ctx context.Context, opts ShellOptions) (exitCode int, err error) {
+	if err := l.use(ctx, "shell"); err != nil {
+		return 0, err
+	}
 	conn, err := l.SSH(ctx)
 	if err != nil {
 		return 0, err
@@ -144,6 +150,9 @@ func (l *Lease) OpenSSHCommandIn(ctx context.Context, dir string) ([]string, err
 }
 
 func (l *Lease) openSSHCommand(ctx context.Context, dir string) ([]string, error) {
+	if err := l.use(ctx, "OpenSSH command line"); err != nil {
+		return nil, err
+	}
 	if _, ok := l.backend.(provider.SSHLoginBackend); ok {
 		return nil, fmt.Errorf("OpenSSH command line for lease %s: provider %q reaches its boxes with a short-lived login that crabbox never puts on a command line; open the shell with crabbox ssh (without --print) instead: %w",
 			l.ID(), l.Provider(), provider.ErrPrecondition)

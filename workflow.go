@@ -45,13 +45,20 @@ type RunRequest struct {
 	// ScriptArgs are the script's arguments ($1, $2, ...); only with
 	// Script.
 	ScriptArgs []string
-	// Root is the local directory the run starts from (default: the
-	// current directory). It must be inside a git checkout, which it
-	// stands for: the whole checkout is synced, to the lease's Workdir
-	// for it, and the command runs in the same directory there. A Root
-	// outside any git checkout is refused (ErrNotCheckout), so that a run
-	// from the wrong directory uploads nothing, unless PlainDir or NoSync
-	// is set.
+	// Root is the local directory the run starts from. It must be inside
+	// a git checkout, which it stands for: the whole checkout is synced,
+	// to the lease's Workdir for it, and the command runs in the same
+	// directory there. A Root outside any git checkout is refused
+	// (ErrNotCheckout), so that a run from the wrong directory uploads
+	// nothing, unless PlainDir or NoSync is set.
+	//
+	// Client.Run defaults to the current directory. Lease.Run defaults to
+	// the handle's SyncedDir, the directory last synced through it (by
+	// Lease.Sync, or a Lease.Run that synced): the command runs in that
+	// directory's copy on the box, synced again unless NoSync. A Lease.Run
+	// without Root on a handle that synced nothing fails (ErrPrecondition)
+	// before anything happens: Lease.Run never takes its directory from
+	// the process's current directory.
 	Root string
 	// PlainDir lets Root be a plain directory outside any git checkout,
 	// named on purpose: it is synced as it is (every file but .git
@@ -203,6 +210,9 @@ type RunResult struct {
 // (config, lease, connection, sync); the command's exit code, zero or not,
 // is in the result.
 func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	if err := c.ready(ctx, "run"); err != nil {
+		return RunResult{}, err
+	}
 	return c.recorded(ctx, req, func(req RunRequest, co sync.Checkout, started RunResult) (res RunResult, err error) {
 		res = started
 		if b, ok := c.delegatedFor(req); ok {
@@ -243,19 +253,35 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 }
 
 // Run runs req on the held lease: sync the checkout holding req.Root (unless
-// NoSync), run the command in the matching directory, with req.Timeout
+// NoSync; an empty Root is the handle's SyncedDir, see RunRequest.Root),
+// run the command in the matching directory, with req.Timeout
 // (exit 124), JUnit counting, artifacts, downloads and captured streams
 // brought home, and the run recorded in the client's history
 // (RecordHistory) and with its coordinator, exactly as Client.Run does.
 // The lease is kept: req.Lease, Acquire, Keep and KeepOnFailure, which
 // choose and release a lease, apply to Client.Run only and are ignored.
 func (l *Lease) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	if err := l.use(ctx, "run"); err != nil {
+		return RunResult{}, err
+	}
+	if req.Root == "" {
+		dir := l.SyncedDir()
+		if dir == "" {
+			return RunResult{}, fmt.Errorf("run on lease %s: no directory to run in: RunRequest.Root is empty and the handle synced nothing; set Root to the local directory whose copy on the box the command runs in: %w",
+				l.ID(), ErrPrecondition)
+		}
+		req.Root, req.PlainDir = dir, true // synced on purpose
+	}
 	req.Lease, req.Acquire, req.Keep, req.KeepOnFailure = l.ID(), AcquireOptions{}, false, false
 	return l.client.recorded(ctx, req, func(req RunRequest, co sync.Checkout, res RunResult) (RunResult, error) {
 		res.Kept = true
 		prep := l.client.prepare(ctx, req, co)
 		defer prep.stop()
-		return l.run(ctx, req, co, prep, res)
+		res, err := l.run(ctx, req, co, prep, res)
+		if err == nil && !req.NoSync {
+			l.noteSynced(co)
+		}
+		return res, err
 	})
 }
 
@@ -748,8 +774,9 @@ func displayCommand(req RunRequest) string {
 	return strings.Join(words, " ")
 }
 
-// History is the run history in the client's state directory.
-func (c *Client) History() *history.History { return history.Open(c.store.Dir()) }
+// History is the run history in the client's state directory. For a
+// Client not made by New every method of it fails.
+func (c *Client) History() *history.History { return history.Open(c.StateDir()) }
 
 // ErrCoordinatorRuns is wrapped by Runs's error when the coordinator could
 // not be asked for its runs: the local ones are still returned.
@@ -761,6 +788,9 @@ var ErrCoordinatorRuns = errors.New("coordinator runs not listed")
 // CI). A local run the coordinator also recorded is listed once, with its
 // CoordinatorRunID.
 func (c *Client) Runs(ctx context.Context, limit int) ([]history.Entry, error) {
+	if err := c.ready(ctx, "list runs"); err != nil {
+		return nil, err
+	}
 	local, err := c.History().List(limit)
 	if err != nil || c.broker == nil {
 		return local, err
@@ -790,6 +820,9 @@ func (c *Client) Runs(ctx context.Context, limit int) ([]history.Entry, error) {
 // coordinator, the coordinator's copy (a run made elsewhere, or looked up
 // by its coordinator run ID).
 func (c *Client) RunLog(ctx context.Context, runID string) ([]byte, error) {
+	if err := c.ready(ctx, "log of run "+runID); err != nil {
+		return nil, err
+	}
 	out, err := c.History().Log(runID)
 	if err == nil || c.broker == nil || !errors.Is(err, provider.ErrNotFound) {
 		return out, err

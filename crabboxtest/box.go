@@ -13,8 +13,8 @@ import (
 
 // Box leases a box for the test t and syncs the checkout holding the
 // working directory to it (see the package doc and the options). The box
-// is released, and its client closed, when t and its subtests end; a
-// release that fails fails t. Any crabbox error while leasing or syncing
+// is released, and its client closed, when t and its subtests end (also
+// when the test closed the handle itself); a release that fails fails t. Any crabbox error while leasing or syncing
 // ends t with t.Fatal, so Box must be called from the test's goroutine.
 func Box(t testing.TB, opts ...Option) *crabbox.Lease {
 	t.Helper()
@@ -63,7 +63,16 @@ func start(ctx context.Context, state string, c config) (box *crabbox.Lease, sto
 	stop = func() error {
 		// Release completes on a cancelled context, and a test's own
 		// context is cancelled before its cleanups run.
-		return errors.Join(box.Release(context.Background()), client.Close())
+		ctx := context.Background()
+		err := box.Release(ctx)
+		if errors.Is(err, crabbox.ErrClosed) {
+			// The test ended the handle itself: released (the lease is
+			// gone) or closed (it is not).
+			if err = client.Stop(ctx, box.ID()); errors.Is(err, crabbox.ErrNotFound) {
+				err = nil
+			}
+		}
+		return errors.Join(err, client.Close())
 	}
 	if c.syncDir != "" {
 		if _, err := box.Sync(ctx, c.syncDir, c.sync); err != nil {

@@ -88,6 +88,66 @@ func TestBoxSyncsTheGivenDirectory(t *testing.T) {
 	}
 }
 
+// Run runs in the box's copy of the directory synced to it, whoever synced
+// it, and not in the box's (never synced) copy of the test's working
+// directory.
+func TestRunRunsInTheSyncedDirectory(t *testing.T) {
+	repo := gitRepo(t, map[string]string{"only-in-repo.txt": "from the synced repo\n"})
+	sub := filepath.Join(repo, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "only-in-sub.txt"), []byte("from sub\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain := t.TempDir()
+	if err := os.WriteFile(filepath.Join(plain, "only-in-plain.txt"), []byte("from a plain directory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	started := func(t *testing.T, opts ...Option) *crabbox.Lease {
+		box, stop, err := Start(t.Context(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := stop(); err != nil {
+				t.Error(err)
+			}
+		})
+		return box
+	}
+	tests := []struct {
+		name string
+		box  func(t *testing.T) *crabbox.Lease
+		argv []string
+		want string
+	}{
+		{"Box WithSyncDir", func(t *testing.T) *crabbox.Lease { return Box(t, WithSyncDir(repo)) },
+			[]string{"cat", "only-in-repo.txt"}, "from the synced repo\n"},
+		{"Box WithSyncDir of a subdirectory", func(t *testing.T) *crabbox.Lease { return Box(t, WithSyncDir(sub)) },
+			[]string{"cat", "only-in-sub.txt", "../only-in-repo.txt"}, "from sub\nfrom the synced repo\n"},
+		{"Box WithSyncDir of a plain directory", func(t *testing.T) *crabbox.Lease { return Box(t, WithSyncDir(plain)) },
+			[]string{"cat", "only-in-plain.txt"}, "from a plain directory\n"},
+		{"Start WithSyncDir", func(t *testing.T) *crabbox.Lease { return started(t, WithSyncDir(repo)) },
+			[]string{"cat", "only-in-repo.txt"}, "from the synced repo\n"},
+		{"box.Sync after WithoutSync", func(t *testing.T) *crabbox.Lease {
+			box := Box(t, WithoutSync())
+			if _, err := box.Sync(t.Context(), repo, crabbox.SyncOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			return box
+		}, []string{"cat", "only-in-repo.txt"}, "from the synced repo\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			box := tt.box(t)
+			if diff := cmp.Diff(tt.want, Run(t, box, tt.argv...)); diff != "" {
+				t.Errorf("Run(%q) (-want +got):\n%s", tt.argv, diff)
+			}
+		})
+	}
+}
+
 func TestBoxWithoutSyncStartsEmpty(t *testing.T) {
 	box := Box(t, WithoutSync())
 	if diff := cmp.Diff("", Run(t, box, "ls", "-A")); diff != "" {
@@ -96,16 +156,28 @@ func TestBoxWithoutSyncStartsEmpty(t *testing.T) {
 }
 
 func TestBoxIsReleasedWhenTheTestEnds(t *testing.T) {
-	state := t.TempDir()
-	t.Run("test", func(t *testing.T) {
-		box := Box(t, inState(state), WithoutSync())
-		want := []string{"claim " + box.ID(), "local box " + box.ID()}
-		if diff := cmp.Diff(want, leftovers(t, state)); diff != "" {
-			t.Errorf("while the test runs (-want +got):\n%s", diff)
-		}
-	})
-	if diff := cmp.Diff([]string(nil), leftovers(t, state)); diff != "" {
-		t.Errorf("after the test (-want +got):\n%s", diff)
+	// The test may end the handle itself: the lease is released all the
+	// same, and the cleanup does not fail the test.
+	for _, end := range []string{"nobody", "Close", "Release"} {
+		t.Run("handle ended by "+end, func(t *testing.T) {
+			state := t.TempDir()
+			t.Run("test", func(t *testing.T) {
+				box := Box(t, inState(state), WithoutSync())
+				want := []string{"claim " + box.ID(), "local box " + box.ID()}
+				if diff := cmp.Diff(want, leftovers(t, state)); diff != "" {
+					t.Errorf("while the test runs (-want +got):\n%s", diff)
+				}
+				switch end {
+				case "Close":
+					box.Close()
+				case "Release":
+					box.Release(t.Context())
+				}
+			})
+			if diff := cmp.Diff([]string(nil), leftovers(t, state)); diff != "" {
+				t.Errorf("after the test (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

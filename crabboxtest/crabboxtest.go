@@ -22,7 +22,8 @@
 // install; importing this package registers it), its leases are recorded in a state directory of its own that
 // is removed afterwards, and the git checkout holding the test's working
 // directory (the package directory under go test) is synced to it, so
-// that Run runs in the box's copy of the package directory. Options
+// that Run runs in the box's copy of the package directory (of the
+// directory synced, with WithSyncDir). Options
 // choose another provider (WithClientOptions), shape the lease
 // (WithAcquire), and choose what is synced (WithSyncDir, WithSyncOptions,
 // WithoutSync).
@@ -68,7 +69,8 @@ func WithAcquire(opts crabbox.AcquireOptions) Option {
 }
 
 // WithSyncDir syncs the checkout holding dir instead of the one holding
-// the working directory. A directory outside git is synced as it is.
+// the working directory, and Run runs in dir's copy on the box. A
+// directory outside git is synced as it is.
 func WithSyncDir(dir string) Option {
 	return func(c *config) { c.syncDir = dir }
 }
@@ -78,7 +80,8 @@ func WithSyncOptions(opts crabbox.SyncOptions) Option {
 	return func(c *config) { c.sync = opts }
 }
 
-// WithoutSync syncs nothing: the box starts empty.
+// WithoutSync syncs nothing: the box starts empty, and Run runs in an
+// empty directory (see Run).
 func WithoutSync() Option {
 	return func(c *config) { c.syncDir = "" }
 }

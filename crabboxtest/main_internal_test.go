@@ -43,6 +43,21 @@ func TestMainLeasesOneBoxForTheTests(t *testing.T) {
 	}
 }
 
+func TestMainRunsInTheSyncedDirectory(t *testing.T) {
+	repo := gitRepo(t, map[string]string{"only-in-repo.txt": "from the synced repo\n"})
+	var box *crabbox.Lease
+	var stderr strings.Builder
+	code := runMain(fakeM(func() int {
+		if diff := cmp.Diff("from the synced repo\n", Run(t, box, "cat", "only-in-repo.txt")); diff != "" {
+			t.Errorf("Run on the suite's box (-want +got):\n%s", diff)
+		}
+		return 0
+	}), &box, &stderr, WithSyncDir(repo))
+	if diff := cmp.Diff([]any{0, ""}, []any{code, stderr.String()}); diff != "" {
+		t.Errorf("exit code and stderr (-want +got):\n%s", diff)
+	}
+}
+
 func TestMainExitsWithTheTestsStatus(t *testing.T) {
 	var box *crabbox.Lease
 	var stderr strings.Builder

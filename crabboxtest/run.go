@@ -9,9 +9,12 @@ import (
 	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
-// Run runs argv on box, in the box's copy of the test's working
-// directory (which Box and Main sync by default), and returns what the
-// command wrote to stdout. It ends t with t.Fatal on a crabbox error and
+// Run runs argv on box, in the box's copy of the directory that was synced
+// to it through box (by Box, Start or Main: the test's working directory
+// by default, WithSyncDir's directory otherwise; or by box.Sync), and
+// returns what the command wrote to stdout. On a box that synced nothing
+// (WithoutSync) it runs in an empty directory: the box's copy, never
+// synced, of the test's working directory. It ends t with t.Fatal on a crabbox error and
 // when the command exits non-zero, with the command's output in the
 // message; what it wrote to stderr otherwise goes to t.Log. The command
 // is stopped when t.Context() is done, so Run is for the test's body, not
@@ -47,9 +50,11 @@ func run(t testing.TB, box *crabbox.Lease, argv []string) (stdout, stderr string
 		t.Fatalf("crabboxtest: run %s: no box (is TestMain calling crabboxtest.Main?)", quote(argv))
 	}
 	var out, errOut bytes.Buffer
-	res, err := box.Run(t.Context(), crabbox.RunRequest{
-		Command: argv, Root: ".", NoSync: true, Stdout: &out, Stderr: &errOut,
-	})
+	req := crabbox.RunRequest{Command: argv, NoSync: true, Stdout: &out, Stderr: &errOut}
+	if box.SyncedDir() == "" {
+		req.Root = "." // see Run
+	}
+	res, err := box.Run(t.Context(), req)
 	if err != nil {
 		t.Fatalf("crabboxtest: run %s: %v", quote(argv), err)
 	}

@@ -69,16 +69,27 @@ type History struct {
 }
 
 // Open returns the history kept under stateDir. It creates nothing until a
-// run is recorded.
+// run is recorded. With an empty stateDir (the state directory of a
+// crabbox.Client not made by crabbox.New) every method fails: the history
+// is never kept in the current directory by mistake.
 func Open(stateDir string) *History {
+	if stateDir == "" {
+		return &History{LogLimit: DefaultLogLimit}
+	}
 	return &History{dir: filepath.Join(stateDir, "history"), LogLimit: DefaultLogLimit}
 }
+
+// errNoDir is the error of a History without a state directory.
+var errNoDir = errors.New("run history: no state directory")
 
 func (h *History) logPath(runID string) string {
 	return filepath.Join(h.dir, "logs", runID+".log")
 }
 
 func (h *History) locked(fn func() error) error {
+	if h.dir == "" {
+		return errNoDir
+	}
 	if err := os.MkdirAll(h.dir, 0o700); err != nil {
 		return fmt.Errorf("run history %s: %w", h.dir, err)
 	}
@@ -181,6 +192,9 @@ func (h *History) Log(runID string) ([]byte, error) {
 	if !lease.IsRunID(runID) {
 		return nil, fmt.Errorf("run %q: malformed run ID: want run_ and 12 lowercase hex digits", runID)
 	}
+	if h.dir == "" {
+		return nil, errNoDir
+	}
 	data, err := os.ReadFile(h.logPath(runID))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("run %s: no log in the run history: %w", runID, provider.ErrNotFound)
@@ -196,6 +210,9 @@ func (h *History) Log(runID string) ([]byte, error) {
 func (h *History) CreateLog(runID string) (*Log, error) {
 	if !lease.IsRunID(runID) {
 		return nil, fmt.Errorf("log run %q: malformed run ID", runID)
+	}
+	if h.dir == "" {
+		return nil, errNoDir
 	}
 	if err := os.MkdirAll(filepath.Join(h.dir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("log run %s: %w", runID, err)
