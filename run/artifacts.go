@@ -123,9 +123,9 @@ type Skipped struct {
 // Fetch.MaxBytes.
 var ErrFetchTooLarge = errors.New("larger than the size limit")
 
-// ErrIncomplete is wrapped by the error of a run whose results were not
-// all brought home when the caller asked for all or nothing (see
-// crabbox.RunRequest.ArtifactsStrict).
+// ErrIncomplete is wrapped by the error of a run whose results did not all
+// come home when the caller required them all (see
+// crabbox.RunRequest.ArtifactsStrict); the files that came home stay.
 var ErrIncomplete = errors.New("results incomplete")
 
 // fetchPlan is a checked Fetch: parsed globs and cleaned download paths.
