@@ -72,7 +72,7 @@ func TestRunResultPolicies(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 0", r.code, r.stdout, r.stderr)
 	}
 	for _, want := range []string{
-		`crabbox: warning: "out/etc" stayed on the box: a symlink to the directory "/etc"`,
+		`crabbox: warning: "out/etc" stayed on the box: a symlink to the directory "`,
 		`crabbox: warning: "out/new\nline" stayed on the box: its name holds a line break`,
 	} {
 		if !strings.Contains(r.stderr, want) {
