@@ -3,6 +3,7 @@ package crabbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,11 +131,103 @@ func TestRunDownloads(t *testing.T) {
 	if len(res.Artifacts) != 2 || res.Artifacts[0].Kind != run.KindDownload || res.ArtifactsDir != "" {
 		t.Errorf("result: artifacts %+v in %q, want the two downloads and no artifacts directory", res.Artifacts, res.ArtifactsDir)
 	}
-	_, err = c.Run(context.Background(), crabbox.RunRequest{
+	res, err = c.Run(context.Background(), crabbox.RunRequest{
 		Root: gitRepo(t), Shell: "true", Downloads: []run.Download{{Remote: "missing.txt"}}, DownloadDir: here,
 	})
-	if err == nil || !strings.Contains(err.Error(), `"missing.txt"`) {
-		t.Errorf("download of a missing file: %v, want an error naming it", err)
+	want2 := []run.Skipped{{Path: "missing.txt", Reason: "no such file in the workdir on the box"}}
+	if diff := cmp.Diff(want2, res.ArtifactsSkipped); err != nil || diff != "" {
+		t.Errorf("download of a missing file: %v; skipped (-want +got):\n%s", err, diff)
+	}
+	noLeases(t, c)
+}
+
+// A local path the user typed goes where it says, outside the directory
+// the run started from too (absolute, or with ".."), its folders made;
+// the overwrite rule still holds.
+func TestRunDownloadsToLocalPathsOutside(t *testing.T) {
+	c := newClient(t, t.TempDir())
+	top := t.TempDir()
+	here := filepath.Join(top, "start")
+	abs := filepath.Join(top, "elsewhere", "deep", "abs.json")
+	req := crabbox.RunRequest{
+		Root: gitRepo(t), Shell: "echo report > report.json",
+		Downloads:   []run.Download{{Remote: "report.json", Local: "../up/r.json"}, {Remote: "report.json", Local: abs}},
+		DownloadDir: here,
+	}
+	res, err := c.Run(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"up/r.json": "report\n", "elsewhere/deep/abs.json": "report\n"}
+	if diff := cmp.Diff(want, files(t, top)); diff != "" {
+		t.Errorf("downloads (-want +got):\n%s", diff)
+	}
+	if len(res.Artifacts) != 2 || res.Artifacts[0].Local != filepath.Join(top, "up", "r.json") || res.Artifacts[1].Local != abs {
+		t.Errorf("result's downloads %+v", res.Artifacts)
+	}
+	if _, err := c.Run(context.Background(), req); !errors.Is(err, run.ErrFileExists) {
+		t.Errorf("second download over the first: %v, want ErrFileExists", err)
+	}
+	req.ArtifactsOverwrite = true
+	if _, err := c.Run(context.Background(), req); err != nil {
+		t.Errorf("second download with overwrite: %v", err)
+	}
+	noLeases(t, c)
+}
+
+// Results that cannot come home (a name with a line break, a symlink out
+// of the workdir, a directory symlink under **) are skipped and reported;
+// the others come home, and only ArtifactsStrict fails the run for them.
+func TestRunSkipsResultsThatCannotComeHome(t *testing.T) {
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shell := "mkdir -p out/lib && echo a > out/a.txt && echo lib > out/lib/l.txt && printf bad > 'out/new\nline.txt' && " +
+		"ln -s " + filepath.Join(outside, "secret.txt") + " out/secret.txt && ln -s lib out/dirlink && echo r > r.json"
+	repo := gitRepo(t)
+	c := newClient(t, t.TempDir())
+	req := crabbox.RunRequest{Root: repo, Shell: shell, Artifacts: []string{"out/**"}, Downloads: []run.Download{{Remote: "r.json"}}}
+	wantPaths := []string{"out/dirlink", "out/new\nline.txt", "out/secret.txt"}
+	for _, tt := range []struct {
+		name    string
+		strict  bool
+		exit    int
+		wantErr bool
+	}{
+		{"not strict", false, 0, false},
+		{"strict", true, 0, true},
+		{"strict, failing command", true, 3, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req := req
+			req.Shell += fmt.Sprintf("; exit %d", tt.exit)
+			req.ArtifactsDir, req.DownloadDir, req.ArtifactsStrict, req.RecordHistory = t.TempDir(), t.TempDir(), tt.strict, true
+			res, err := c.Run(context.Background(), req)
+			if tt.wantErr != (err != nil) || err != nil && (!errors.Is(err, run.ErrIncomplete) || !strings.Contains(err.Error(), `3 of the files to bring home stayed on the box ("out/dirlink": a symlink to the directory`)) {
+				t.Fatalf("error %v, want an ErrIncomplete naming them: %v", err, tt.wantErr)
+			}
+			if res.ExitCode != tt.exit {
+				t.Errorf("exit %d, want the command's %d", res.ExitCode, tt.exit)
+			}
+			want := map[string]string{"out/a.txt": "a\n", "out/lib/l.txt": "lib\n"}
+			if diff := cmp.Diff(want, files(t, req.ArtifactsDir)); diff != "" {
+				t.Errorf("artifacts (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(map[string]string{"r.json": "r\n"}, files(t, req.DownloadDir)); diff != "" {
+				t.Errorf("downloads (-want +got):\n%s", diff)
+			}
+			var paths []string
+			for _, s := range res.ArtifactsSkipped {
+				paths = append(paths, s.Path)
+			}
+			if diff := cmp.Diff(wantPaths, paths); diff != "" {
+				t.Errorf("skipped (-want +got):\n%s", diff)
+			}
+			if len(res.Artifacts) != 3 {
+				t.Errorf("result's files %+v, want the two artifacts and the download", res.Artifacts)
+			}
+		})
 	}
 	noLeases(t, c)
 }
@@ -180,6 +273,28 @@ func TestRunCaptures(t *testing.T) {
 	}
 }
 
+// A capture's missing folders are made, as a download's are; when the
+// capture is not kept, the folders made for it go too.
+func TestRunCapturesMakeTheirFolders(t *testing.T) {
+	c := newClient(t, t.TempDir())
+	repo := gitRepo(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "cap", "deep", "out.log")
+	if _, err := c.Run(context.Background(), crabbox.RunRequest{Root: repo, Shell: "echo out", CaptureStdout: out}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"cap/deep/out.log": "out\n"}, files(t, dir)); diff != "" {
+		t.Errorf("captured (-want +got):\n%s", diff)
+	}
+	other := filepath.Join(dir, "other", "err.log")
+	if _, err := c.Run(context.Background(), crabbox.RunRequest{Root: repo, Shell: "true", CaptureStderr: other, CaptureOnFail: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(other)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("folder of a capture not kept: %v, want it removed", err)
+	}
+}
+
 func TestRunFetchEscapesRefused(t *testing.T) {
 	repo := gitRepo(t)
 	outside := t.TempDir()
@@ -195,8 +310,6 @@ func TestRunFetchEscapesRefused(t *testing.T) {
 		{"absolute glob", crabbox.RunRequest{Artifacts: []string{"/etc/*"}}, "absolute"},
 		{"dot-dot download", crabbox.RunRequest{Downloads: []run.Download{{Remote: "../x"}}}, `".."`},
 		{"absolute download", crabbox.RunRequest{Downloads: []run.Download{{Remote: "/etc/hostname"}}}, "absolute"},
-		{"download leaving the local directory", crabbox.RunRequest{Downloads: []run.Download{{Remote: "x", Local: "../x"}}}, `".."`},
-		{"absolute local download", crabbox.RunRequest{Downloads: []run.Download{{Remote: "x", Local: filepath.Join(outside, "x")}}}, "absolute"},
 	}
 	for _, tt := range before {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,22 +329,25 @@ func TestRunFetchEscapesRefused(t *testing.T) {
 	after := []struct {
 		name, shell, glob, want string
 	}{
-		{"symlink to a file outside", "ln -s " + filepath.Join(outside, "secret.txt") + " link.txt", "*.txt", `"link.txt" is a symlink to`},
-		{"symlinked directory outside", "ln -s " + outside + " linked", "linked/*.txt", `"linked" leads to`},
+		{"symlink to a file outside", "ln -s " + filepath.Join(outside, "secret.txt") + " link.txt", "*.txt", `a symlink to "`},
+		{"symlinked directory outside", "ln -s " + outside + " linked", "linked/*.txt", `leads to "`},
 	}
 	for _, tt := range after {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newClient(t, t.TempDir())
 			dir := t.TempDir()
 			res, err := c.Run(context.Background(), crabbox.RunRequest{Root: repo, Shell: tt.shell, Artifacts: []string{tt.glob}, ArtifactsDir: dir})
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %v, want one saying %s", err, tt.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.ArtifactsSkipped) != 1 || !strings.Contains(res.ArtifactsSkipped[0].Reason, tt.want) {
+				t.Errorf("skipped %+v, want one saying %s", res.ArtifactsSkipped, tt.want)
 			}
 			if res.ExitCode != 0 {
 				t.Errorf("exit %d, want the command's 0 kept in the result", res.ExitCode)
 			}
-			if got := files(t, dir); len(got) != 0 {
-				t.Errorf("files fetched despite the refusal: %v", got)
+			if got := files(t, dir); strings.Contains(fmt.Sprint(got), "secret") {
+				t.Errorf("the outside file was fetched: %v", got)
 			}
 			noLeases(t, c)
 		})

@@ -1,9 +1,11 @@
 package crabbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"strings"
 	"time"
@@ -96,10 +98,10 @@ func checkDelegated(b provider.DelegatedRunBackend, req RunRequest) error {
 }
 
 // unsupportedDelegated lists the options of req that a delegated backend
-// cannot honour: JUnit collection, artifacts and downloads read files over
-// SSH (captured streams are local and work); and a backend
-// without files syncs by itself, so crabbox's sync options have no meaning
-// there.
+// cannot honour: JUnit collection reads files over SSH (captured streams
+// are local and work); a backend without files has no way to give files
+// back, so no artifacts or downloads, and it syncs by itself, so
+// crabbox's sync options have no meaning there.
 func unsupportedDelegated(req RunRequest, files bool) []string {
 	var out []string
 	for _, o := range []struct {
@@ -115,8 +117,8 @@ func unsupportedDelegated(req RunRequest, files bool) []string {
 		{req.RefuseOutsideLinks, true, "RefuseOutsideLinks (--refuse-outside-links)"},
 		{req.SkipSubmodules, true, "SkipSubmodules (--skip-submodules)"},
 		{req.JUnit != "", false, "JUnit (--junit)"},
-		{len(req.Artifacts) > 0, false, "Artifacts (--artifacts)"},
-		{len(req.Downloads) > 0, false, "Downloads (--download)"},
+		{len(req.Artifacts) > 0, true, "Artifacts (--artifacts)"},
+		{len(req.Downloads) > 0, true, "Downloads (--download)"},
 	} {
 		if o.set && (!o.syncOpt || !files) {
 			out = append(out, o.name)
@@ -360,12 +362,18 @@ func (l *Lease) runDelegated(ctx context.Context, req RunRequest, co sync.Checko
 	res.Timing.Command = c.rt.Clock.Since(cmdStart)
 	if err != nil && ctx.Err() == nil && errors.Is(cmdCtx.Err(), context.DeadlineExceeded) {
 		res.ExitCode, res.TimedOut = run.ExitTimeout, true
-		return res, nil
+		err = nil
 	}
 	if err != nil {
 		return res, err
 	}
-	res.ExitCode = out.ExitCode
+	if !res.TimedOut {
+		res.ExitCode = out.ExitCode
+	}
+	if f := req.fetch(workdir); len(f.Globs)+len(f.Downloads) > 0 {
+		// Brought home also after a failure or a timeout, as over SSH.
+		return res, l.fetch(ctx, f, &res)
+	}
 	return res, nil
 }
 
@@ -496,4 +504,34 @@ func (c *Client) goneDelegated(ctx context.Context, b provider.DelegatedRunBacke
 		}
 	}
 	return d, true
+}
+
+// fetchDelegated brings f's files home from the sandbox of a delegated
+// lease with files, through its file API (see run.FetchFromSandbox), with
+// the lease's work root as the scratch directory.
+func (l *Lease) fetchDelegated(ctx context.Context, f run.Fetch) (run.FetchResult, error) {
+	fb, ok := fileBackend(l.delegated)
+	if !ok {
+		return run.FetchResult{}, fmt.Errorf("provider %q cannot give files back from its sandboxes: %w", l.Provider(), provider.ErrPrecondition)
+	}
+	return run.FetchFromSandbox(ctx, sandboxFiles{l: l, fb: fb}, l.sandboxRoot(), f)
+}
+
+// sandboxFiles is a delegated lease's sandbox as a run.Sandbox.
+type sandboxFiles struct {
+	l  *Lease
+	fb provider.DelegatedFileBackend
+}
+
+func (s sandboxFiles) Exec(ctx context.Context, argv []string, stderr io.Writer) (int, error) {
+	res, err := s.l.execDelegated(ctx, run.Command{Command: argv, Dir: s.l.sandboxRoot(), Stderr: stderr}, "", "")
+	return res.ExitCode, err
+}
+
+func (s sandboxFiles) WriteFile(ctx context.Context, p string, data []byte) error {
+	return s.fb.WriteFile(ctx, provider.WriteFileRequest{LeaseID: s.l.ID(), Path: p, Mode: 0o644, Body: bytes.NewReader(data), Size: int64(len(data))})
+}
+
+func (s sandboxFiles) ReadFile(ctx context.Context, p string) (io.ReadCloser, error) {
+	return s.fb.ReadFile(ctx, provider.ReadFileRequest{LeaseID: s.l.ID(), Path: p})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
+	"github.com/crabbox-dev/crabbox/run"
 )
 
 // sandboxProvider registers a providertest.Sandbox, wrapped by wrap.
@@ -275,5 +276,74 @@ func TestDelegatedCleanup(t *testing.T) {
 	}
 	if _, err := sb.Status(ctx, provider.StatusRequest{ID: oldID}); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("the expired lease's sandbox is still there: %v", err)
+	}
+}
+
+// TestDelegatedArtifacts: a delegated backend with files brings artifacts
+// and downloads home through its file API, also after a failed command,
+// skipping and reporting what cannot come home as over SSH, and leaving
+// no scratch files in the sandbox. A backend without files refuses them
+// before anything is created, naming the provider.
+func TestDelegatedArtifacts(t *testing.T) {
+	c, sb := sandboxClient(t, nil)
+	ctx := context.Background()
+	repo := gitRepo(t)
+	arts, here, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "host"), []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Acquire(ctx, crabbox.AcquireOptions{Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	res, err := l.Run(ctx, crabbox.RunRequest{
+		Root: repo, Shell: "mkdir -p out/sub && echo a > out/a.txt && echo b > out/sub/b.txt && ln -s " + filepath.Join(outside, "host") + " out/host.txt && echo r > r.json; exit 3",
+		Artifacts: []string{"out/**"}, ArtifactsDir: arts,
+		Downloads: []run.Download{{Remote: "r.json", Local: "got/r.json"}, {Remote: "committed.txt"}}, DownloadDir: here,
+	})
+	if err != nil || res.ExitCode != 3 {
+		t.Fatalf("run: exit %d, %v; want the command's 3", res.ExitCode, err)
+	}
+	if diff := cmp.Diff(map[string]string{"out/a.txt": "a\n", "out/sub/b.txt": "b\n"}, files(t, arts)); diff != "" {
+		t.Errorf("artifacts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"got/r.json": "r\n", "committed.txt": "committed\n"}, files(t, here)); diff != "" {
+		t.Errorf("downloads (-want +got):\n%s", diff)
+	}
+	if len(res.ArtifactsSkipped) != 1 || res.ArtifactsSkipped[0].Path != "out/host.txt" || !strings.Contains(res.ArtifactsSkipped[0].Reason, "outside the workdir") {
+		t.Errorf("skipped %+v, want out/host.txt, a symlink outside", res.ArtifactsSkipped)
+	}
+	if res.ArtifactsDir != arts || len(res.Artifacts) != 4 {
+		t.Errorf("result: %d files in %q, want 4 in %q", len(res.Artifacts), res.ArtifactsDir, arts)
+	}
+	root := filepath.Dir(filepath.FromSlash(l.Workdir(repo)))
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".crabbox-fetch-") {
+			t.Errorf("scratch directory %s left in the sandbox", e.Name())
+		}
+	}
+	var reads int
+	for _, call := range sb.Calls() {
+		if call.Op == "read-file" {
+			reads++
+		}
+	}
+	if reads < 2 {
+		t.Errorf("%d read-file calls, want the listing and the archive read through the file API", reads)
+	}
+
+	runOnly, rsb := sandboxClient(t, providertest.RunOnly)
+	_, err = runOnly.Run(ctx, crabbox.RunRequest{Root: repo, Command: []string{"true"}, Artifacts: []string{"out/**"}, Downloads: []run.Download{{Remote: "r.json"}}})
+	if !errors.Is(err, provider.ErrPrecondition) || !strings.Contains(err.Error(), `provider "sandbox"`) ||
+		!strings.Contains(err.Error(), "Artifacts (--artifacts)") || !strings.Contains(err.Error(), "Downloads (--download)") {
+		t.Errorf("artifacts on a backend without files: %v, want them refused naming the provider", err)
+	}
+	if len(rsb.Calls()) != 0 || len(claims(t, runOnly)) != 0 {
+		t.Errorf("a refused run made calls %q, claims %+v", ops(rsb), claims(t, runOnly))
 	}
 }

@@ -14,6 +14,8 @@ import (
 	gosync "sync"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/history"
@@ -97,7 +99,13 @@ type RunRequest struct {
 	// times out, before a one-shot lease is released, in one tar stream
 	// over the lease's connection, into ArtifactsDir keeping their paths.
 	// The files of the JUnit globs come home with them. A glob that
-	// matches nothing is reported in RunResult.ArtifactsUnmatched.
+	// matches nothing is reported in RunResult.ArtifactsUnmatched. What
+	// the globs and Downloads name that cannot come home safely (a name
+	// with a line break, a symlink leading outside the workdir, a symlink
+	// to a directory below a glob, a symlink to nothing, a download the
+	// box does not have) stays on the box and is reported in
+	// RunResult.ArtifactsSkipped; the other files still come home. The
+	// run fails for it only with ArtifactsStrict.
 	Artifacts []string
 	// ArtifactsDir is where artifacts go (default: the run's directory in
 	// the state directory, <state>/artifacts/<run ID>).
@@ -110,15 +118,25 @@ type RunRequest struct {
 	// replace existing local files; without it a run that would replace
 	// one fails (run.ErrFileExists) and changes nothing.
 	ArtifactsOverwrite bool
+	// ArtifactsStrict makes a run whose command exited 0 but whose
+	// artifacts or downloads did not all come home (RunResult.
+	// ArtifactsSkipped is not empty) fail with an error wrapping
+	// run.ErrIncomplete; the files that did come home stay, and the
+	// result is complete. A command that exited non-zero keeps its exit
+	// code and Run no error for it: the run failed already.
+	ArtifactsStrict bool
 	// Downloads are single files to bring home with the artifacts, each
-	// from its path relative to the workdir on the box to its path
-	// relative to DownloadDir (default: the current directory).
+	// from its path relative to the workdir on the box (which it never
+	// leaves) to its local path: relative to DownloadDir (default: the
+	// current directory), or absolute; the caller's local path is
+	// trusted, ".." included, and its missing directories are created.
 	Downloads   []run.Download
 	DownloadDir string
 	// CaptureStdout and CaptureStderr are local files the command's
 	// stdout and stderr are also written to (they still reach Stdout and
-	// Stderr). With CaptureOnFail they are kept only when the run fails
-	// (a non-zero exit or an error).
+	// Stderr); their missing directories are created. With CaptureOnFail
+	// they are kept only when the run fails (a non-zero exit or an
+	// error).
 	CaptureStdout string
 	CaptureStderr string
 	CaptureOnFail bool
@@ -194,7 +212,11 @@ type RunResult struct {
 	// to fetch; ArtifactsUnmatched are those that matched nothing.
 	ArtifactsDir       string
 	ArtifactsUnmatched []string
-	Timing             Timing
+	// ArtifactsSkipped are the files the artifacts' globs and the
+	// downloads named that stayed on the box, with the reason, sorted
+	// by path (see RunRequest.Artifacts and ArtifactsStrict).
+	ArtifactsSkipped []run.Skipped
+	Timing           Timing
 	// ReleaseErr is set when the run's own lease could not be released
 	// after the run: its claim stays in the lease store, marked failed,
 	// and Client.Cleanup (or Stop) releases it later. It does not make
@@ -333,6 +355,9 @@ func (c *Client) recorded(ctx context.Context, req RunRequest, fn func(RunReques
 	}
 	req.Stdout, req.Stderr = teeStreams(req.Stdout, req.Stderr, log, caps)
 	res, err = fn(req, co, res)
+	if err == nil {
+		err = req.incomplete(res)
+	}
 	captured, cerr := caps.finish(!req.CaptureOnFail || err != nil || res.ExitCode != 0)
 	res.Artifacts = append(res.Artifacts, captured...)
 	err = errors.Join(err, cerr)
@@ -388,6 +413,24 @@ func (req RunRequest) check() error {
 		return fmt.Errorf("run: stdout and stderr are both captured to %s; give them a file each", req.CaptureStdout)
 	}
 	return req.fetch("").Check()
+}
+
+// incomplete is the error of a run with ArtifactsStrict whose command
+// exited 0 but whose results did not all come home.
+func (req RunRequest) incomplete(res RunResult) error {
+	skipped := res.ArtifactsSkipped
+	if !req.ArtifactsStrict || len(skipped) == 0 || res.ExitCode != 0 {
+		return nil
+	}
+	var named []string
+	for _, s := range skipped[:min(len(skipped), 3)] {
+		named = append(named, fmt.Sprintf("%q: %s", s.Path, s.Reason))
+	}
+	if len(skipped) > 3 {
+		named = append(named, fmt.Sprintf("and %d more", len(skipped)-3))
+	}
+	return fmt.Errorf("run %s: the command exited 0, but %d of the files to bring home stayed on the box (%s): %w",
+		req.RunID, len(skipped), strings.Join(named, "; "), run.ErrIncomplete)
 }
 
 // fetchGlobs are the globs whose files come home after the command: the
@@ -572,21 +615,28 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 	return res, nil
 }
 
-// fetch brings f's files home into res (see RunRequest.Artifacts).
+// fetch brings f's files home into res (see RunRequest.Artifacts): over
+// SSH, or through a delegated sandbox's file API.
 func (l *Lease) fetch(ctx context.Context, f run.Fetch, res *RunResult) error {
 	l.keep.Used()
-	conn, err := l.SSH(ctx)
-	if err != nil {
-		return err
+	var got run.FetchResult
+	var err error
+	if l.delegated != nil {
+		got, err = l.fetchDelegated(ctx, f) // delegated.go
+	} else {
+		var conn *ssh.Client
+		if conn, err = l.SSH(ctx); err != nil {
+			return err
+		}
+		got, err = run.FetchFiles(ctx, conn, f)
 	}
-	got, err := run.FetchFiles(ctx, conn, f)
 	if err != nil {
 		return fmt.Errorf("bring files home from %s (the command exited %d): %w", l.ID(), res.ExitCode, err)
 	}
 	if len(f.Globs) > 0 {
 		res.ArtifactsDir = f.ArtifactsDir
 	}
-	res.Artifacts, res.ArtifactsUnmatched = got.Files, got.Unmatched
+	res.Artifacts, res.ArtifactsUnmatched, res.ArtifactsSkipped = got.Files, got.Unmatched, got.Skipped
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -32,15 +33,21 @@ const (
 
 // Fetch says which files to bring home from a box: files matching Globs
 // go into ArtifactsDir with their paths relative to Dir, and each Download
-// goes to its own local file. All of them travel in one tar stream over
-// the connection, after one listing; nothing is written unless all of it
-// arrived, and nothing existing is replaced unless Overwrite is set.
+// goes to its own local file. All of them travel in one tar archive, after
+// one listing; nothing is written unless the whole archive arrived, and
+// nothing existing is replaced unless Overwrite is set.
 //
 // Globs and downloads are relative to Dir and may not leave it: absolute
-// paths and ".." are refused, and so are files reached through a symlink
+// paths and ".." are refused before anything happens. What the box lists
+// that cannot come home safely is skipped and reported in
+// FetchResult.Skipped, and the other files still come home: a symlink
 // that leads outside Dir (a symlink inside is followed; its target's
-// content is fetched). Locally nothing is written outside ArtifactsDir and
-// DownloadDir, whatever the box sends.
+// content is fetched), a glob's start that leads outside it, a symlink to
+// a directory below a glob's start (never followed), a symlink to
+// nothing, a name this code does not carry (one with a line break), a
+// download the box does not have, and a file the box listed but did not
+// send. Locally nothing from the box is written outside ArtifactsDir and
+// the downloads' own files, whatever the box sends.
 //
 // The box needs sh, find, tar and (for symlinks) readlink -f.
 type Fetch struct {
@@ -67,8 +74,11 @@ type Fetch struct {
 	Overwrite bool
 }
 
-// Download is one file to fetch: Remote, relative to Fetch.Dir on the box,
-// to Local, relative to Fetch.DownloadDir (default: Remote's base name).
+// Download is one file to fetch: Remote, relative to Fetch.Dir on the box
+// and never leaving it, to Local (default: Remote's base name). Local is
+// the caller's own choice and goes where it says: relative to
+// Fetch.DownloadDir, or absolute, ".." included; its missing directories
+// are created.
 type Download struct {
 	Remote string
 	Local  string
@@ -95,16 +105,40 @@ type FetchResult struct {
 	Bytes int64
 	// Unmatched are the globs that matched no file.
 	Unmatched []string
+	// Skipped are the files the globs and downloads named that did not
+	// come home, and why, sorted by path (see Fetch).
+	Skipped []Skipped
+}
+
+// Skipped is a file a fetch was asked for and did not bring home.
+type Skipped struct {
+	// Path is the file's path on the box, relative to Fetch.Dir, as the
+	// box listed it (it may hold any byte but NUL; quote it to show it).
+	Path string `json:"path"`
+	// Reason says why it stayed on the box.
+	Reason string `json:"reason"`
 }
 
 // ErrFetchTooLarge is wrapped by the error of a fetch whose files exceed
 // Fetch.MaxBytes.
 var ErrFetchTooLarge = errors.New("larger than the size limit")
 
+// ErrIncomplete is wrapped by the error of a run whose results did not all
+// come home when the caller required them all (see
+// crabbox.RunRequest.ArtifactsStrict); the files that came home stay.
+var ErrIncomplete = errors.New("results incomplete")
+
 // fetchPlan is a checked Fetch: parsed globs and cleaned download paths.
 type fetchPlan struct {
 	globs     []glob
-	downloads []Download // Remote and Local cleaned, slash-separated
+	downloads []plannedDownload
+}
+
+// plannedDownload is a checked Download: Remote cleaned and
+// slash-separated, the local file as an absolute path.
+type plannedDownload struct {
+	Remote string
+	local  string
 }
 
 // Check validates the globs and downloads of f without a box: it is the
@@ -126,22 +160,49 @@ func (f Fetch) plan() (fetchPlan, error) {
 		}
 		p.globs = append(p.globs, g)
 	}
+	base, err := filepath.Abs(cmp.Or(f.DownloadDir, "."))
+	if err != nil {
+		return p, fmt.Errorf("downloads: local directory %s: %w", f.DownloadDir, err)
+	}
 	locals := map[string]string{}
 	for _, d := range f.Downloads {
 		remotePath, err := cleanRel(d.Remote)
 		if err != nil {
 			return p, fmt.Errorf("download %q: %w; downloads are relative to the workdir on the box", d.Remote, err)
 		}
-		local := cmp.Or(d.Local, path.Base(remotePath))
-		localPath, err := cleanRel(filepath.ToSlash(local))
+		local, err := localPath(base, cmp.Or(d.Local, path.Base(remotePath)))
 		if err != nil {
-			return p, fmt.Errorf("download %q to %q: %w; the local path is relative to where the run started and stays inside it", d.Remote, local, err)
+			return p, fmt.Errorf("download %q to %q: %w", d.Remote, d.Local, err)
 		}
-		if other, dup := locals[localPath]; dup {
-			return p, fmt.Errorf("downloads %q and %q both go to %q", other, d.Remote, localPath)
+		if other, dup := locals[local]; dup {
+			return p, fmt.Errorf("downloads %q and %q both go to %q", other, d.Remote, local)
 		}
-		locals[localPath] = d.Remote
-		p.downloads = append(p.downloads, Download{Remote: remotePath, Local: localPath})
+		locals[local] = d.Remote
+		p.downloads = append(p.downloads, plannedDownload{Remote: remotePath, local: local})
+	}
+	return p, nil
+}
+
+// localPath is the absolute path of the local file the user named with
+// text: relative to base, or absolute. The user's own path is trusted (it
+// may leave base); it must name a file, not a directory.
+func localPath(base, text string) (string, error) {
+	if err := checkLocalText(text); err != nil {
+		return "", err
+	}
+	if strings.HasSuffix(text, "/") || strings.HasSuffix(text, string(filepath.Separator)) {
+		return "", errors.New("names a directory; name the file")
+	}
+	p := filepath.FromSlash(text)
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(base, p)
+	}
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if b := filepath.Base(p); b == "." || b == ".." || b == string(filepath.Separator) || p == filepath.VolumeName(p)+string(filepath.Separator) {
+		return "", errors.New("names a directory; name the file")
 	}
 	return p, nil
 }
@@ -150,6 +211,34 @@ func (f Fetch) plan() (fetchPlan, error) {
 // Fetch): one session lists the candidates, a second streams the chosen
 // ones as one tar archive.
 func FetchFiles(ctx context.Context, conn *ssh.Client, f Fetch) (FetchResult, error) {
+	return f.fetch(ctx, sshBox{conn})
+}
+
+// box is where a fetch lists files and gets their archive: over SSH, or a
+// Sandbox.
+type box interface {
+	// list runs script (which prints the listing) and writes what it
+	// printed to w.
+	list(ctx context.Context, script string, w io.Writer) error
+	// archive runs script (which prints a tar archive) and hands its
+	// output to read, which consumes it to the end or fails. The error of
+	// a script that failed after read succeeded is returned too.
+	archive(ctx context.Context, script string, read func(io.Reader) error) error
+}
+
+// sshBox is a box reached over SSH.
+type sshBox struct{ conn *ssh.Client }
+
+func (b sshBox) list(ctx context.Context, script string, w io.Writer) error {
+	return boxScript(ctx, b.conn, script, w, nil)
+}
+
+func (b sshBox) archive(ctx context.Context, script string, read func(io.Reader) error) error {
+	return boxScript(ctx, b.conn, script, nil, read)
+}
+
+// fetch is FetchFiles through b.
+func (f Fetch) fetch(ctx context.Context, b box) (FetchResult, error) {
 	p, err := f.plan()
 	if err != nil || (len(p.globs) == 0 && len(p.downloads) == 0) {
 		return FetchResult{}, err
@@ -157,17 +246,18 @@ func FetchFiles(ctx context.Context, conn *ssh.Client, f Fetch) (FetchResult, er
 	if len(p.globs) > 0 && f.ArtifactsDir == "" {
 		return FetchResult{}, errors.New("artifacts: no local directory to copy them into")
 	}
-	var list limitedWriter
-	list.max = maxListing
-	if err := boxScript(ctx, conn, listScript(f.Dir, p), &list, nil); err != nil {
+	list := limitedWriter{max: maxListing}
+	if err := b.list(ctx, listScript(f.Dir, p), &list); err != nil {
 		return FetchResult{}, fmt.Errorf("list files to fetch in %s on the box: %w", f.Dir, err)
 	}
 	sel, err := p.choose(list.buf.Bytes())
 	if err != nil {
 		return FetchResult{}, err
 	}
+	res := FetchResult{Unmatched: sel.unmatched, Skipped: sel.skipped}
 	if len(sel.names) == 0 {
-		return FetchResult{Unmatched: sel.unmatched}, nil
+		sortSkipped(res.Skipped)
+		return res, nil
 	}
 	st, err := f.stage(p, sel)
 	if err != nil {
@@ -175,31 +265,67 @@ func FetchFiles(ctx context.Context, conn *ssh.Client, f Fetch) (FetchResult, er
 	}
 	defer st.close()
 	if err := st.checkFree(f.Overwrite); err != nil {
+		st.abort()
 		return FetchResult{}, err
 	}
 	max := cmp.Or(f.MaxBytes, DefaultMaxFetchBytes)
+	var missing []string
 	var xerr error
-	err = boxScript(ctx, conn, tarScript(f.Dir, sel.names), nil, func(r io.Reader) error {
-		xerr = st.extract(r, max)
+	var got countingReader
+	err = b.archive(ctx, tarScript(f.Dir, sel.names), func(r io.Reader) error {
+		got.r = r
+		missing, xerr = st.extract(&got, max)
 		return xerr
 	})
-	if xerr != nil {
+	switch {
+	case xerr != nil:
 		st.abort()
 		return FetchResult{}, xerr
-	}
-	if err != nil {
+	case ctx.Err() != nil:
+		st.abort()
+		return FetchResult{}, fmt.Errorf("fetch files from %s on the box: %w", f.Dir, ctx.Err())
+	case err != nil && got.n == 0: // no archive at all
 		st.abort()
 		return FetchResult{}, fmt.Errorf("fetch files from %s on the box: %w", f.Dir, err)
 	}
+	// The archive arrived whole; what it lacks stays on the box.
+	why := "the box listed it but did not send it (it changed since it was listed?)"
+	if err != nil {
+		why = "the box could not send it: " + oneLine(err.Error())
+	}
+	for _, name := range missing {
+		res.Skipped = append(res.Skipped, Skipped{Path: name, Reason: why})
+	}
+	sortSkipped(res.Skipped)
 	files, err := st.commit(f.Overwrite)
 	if err != nil {
 		return FetchResult{}, err
 	}
-	res := FetchResult{Files: files, Unmatched: sel.unmatched}
+	res.Files = files
 	for _, a := range files {
 		res.Bytes += a.Size
 	}
 	return res, nil
+}
+
+// sortSkipped sorts skipped files by path.
+func sortSkipped(s []Skipped) {
+	slices.SortStableFunc(s, func(a, b Skipped) int { return strings.Compare(a.Path, b.Path) })
+}
+
+// oneLine is s on one line: its runs of white space are single spaces.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// countingReader counts what is read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // maxListing bounds the listing of candidates a box may send.
@@ -207,12 +333,16 @@ const maxListing = 64 << 20
 
 // classify is run by find on batches of candidates ($@): it prints, NUL
 // separated, "f" PATH "" for a regular file (or a symlink to one inside
-// the workdir $crabbox_w), and "o" PATH TARGET for a symlink whose target
-// is outside it (or could not be resolved).
+// the workdir $crabbox_w), "o" PATH TARGET for a symlink to a file outside
+// it (or one that could not be resolved), "d" PATH TARGET for a symlink to
+// a directory (find does not follow it), and "n" PATH "" for a symlink to
+// nothing.
 const classify = `for p do
 if [ -h "$p" ]; then
-	[ -f "$p" ] || continue
+	if [ ! -e "$p" ]; then printf 'n\0%s\0\0' "$p"; continue; fi
 	t=$(readlink -f -- "$p" 2>/dev/null) || t=
+	if [ -d "$p" ]; then printf 'd\0%s\0%s\0' "$p" "$t"; continue; fi
+	[ -f "$p" ] || continue
 	case $t in "$crabbox_w"/*) printf 'f\0%s\0\0' "$p" ;; *) printf 'o\0%s\0%s\0' "$p" "$t" ;; esac
 elif [ -f "$p" ]; then printf 'f\0%s\0\0' "$p"; fi
 done`
@@ -270,11 +400,13 @@ type selection struct {
 	artifact  map[string]bool
 	downloads map[string][]int
 	unmatched []string
+	// skipped are the files asked for that cannot be fetched.
+	skipped []Skipped
 }
 
-// choose matches the box's listing against the globs and downloads. A
-// chosen symlink that leads outside the workdir, or a start that does, is
-// an error naming it; so is a download the box does not have.
+// choose matches the box's listing against the globs and downloads. What
+// they name that cannot come home (see Fetch) is skipped, with the reason;
+// only a listing that is not one is an error.
 func (p fetchPlan) choose(listing []byte) (selection, error) {
 	sel := selection{artifact: map[string]bool{}, downloads: map[string][]int{}}
 	fields := bytes.Split(listing, []byte{0})
@@ -282,18 +414,15 @@ func (p fetchPlan) choose(listing []byte) (selection, error) {
 		return sel, errors.New("list files to fetch: malformed listing from the box")
 	}
 	matched := make([]bool, len(p.globs))
-	var refused []string
+	skipped := map[string]string{}
 	for i := 0; i+2 < len(fields); i += 3 {
 		kind, name, extra := string(fields[i]), strings.TrimPrefix(string(fields[i+1]), "./"), string(fields[i+2])
-		if kind == "e" {
-			refused = append(refused, fmt.Sprintf("%q leads to %q on the box, outside the workdir", name, extra))
-			continue
-		}
-		if kind != "f" && kind != "o" {
+		if !strings.Contains("efodn", kind) || len(kind) != 1 {
 			return sel, fmt.Errorf("list files to fetch: unknown entry kind %q from the box", kind)
 		}
-		if err := checkRelPath(name); err != nil {
-			return sel, fmt.Errorf("list files to fetch: the box listed %q: %w", name, err)
+		if kind == "e" {
+			skipped[name] = fmt.Sprintf("leads to %s on the box, outside the workdir", quoteTarget(extra))
+			continue
 		}
 		taken := false
 		for gi, g := range p.globs {
@@ -310,12 +439,8 @@ func (p fetchPlan) choose(listing []byte) (selection, error) {
 		if !taken && len(downloads) == 0 {
 			continue
 		}
-		if kind == "o" {
-			target := "something crabbox could not resolve"
-			if extra != "" {
-				target = fmt.Sprintf("%q", extra)
-			}
-			refused = append(refused, fmt.Sprintf("%q is a symlink to %s, outside the workdir", name, target))
+		if why := skipReason(kind, name, extra); why != "" {
+			skipped[name] = why
 			continue
 		}
 		if _, seen := sel.downloads[name]; seen || sel.artifact[name] {
@@ -325,17 +450,13 @@ func (p fetchPlan) choose(listing []byte) (selection, error) {
 		sel.artifact[name] = taken
 		sel.downloads[name] = downloads
 	}
-	if len(refused) > 0 {
-		slices.Sort(refused)
-		return sel, fmt.Errorf("fetch refused: %s", strings.Join(slices.Compact(refused), "; "))
-	}
 	for di, d := range p.downloads {
 		found := false
 		for _, ds := range sel.downloads {
 			found = found || slices.Contains(ds, di)
 		}
-		if !found {
-			return sel, fmt.Errorf("download %q: no such file in the workdir on the box", d.Remote)
+		if _, why := skipped[d.Remote]; !found && !why {
+			skipped[d.Remote] = "no such file in the workdir on the box"
 		}
 	}
 	for gi, g := range p.globs {
@@ -343,8 +464,37 @@ func (p fetchPlan) choose(listing []byte) (selection, error) {
 			sel.unmatched = append(sel.unmatched, g.text)
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(skipped)) {
+		sel.skipped = append(sel.skipped, Skipped{Path: name, Reason: skipped[name]})
+	}
 	slices.Sort(sel.names)
 	return sel, nil
+}
+
+// skipReason says why the listed file name of the given kind cannot be
+// fetched, or "" when it can.
+func skipReason(kind, name, extra string) string {
+	switch {
+	case strings.ContainsAny(name, "\n\r"):
+		return "its name holds a line break, which crabbox does not bring home"
+	case checkRelPath(name) != nil:
+		return fmt.Sprintf("the box listed a path that is not a clean one below the workdir (%v)", checkRelPath(name))
+	case kind == "o":
+		return fmt.Sprintf("a symlink to %s, outside the workdir", quoteTarget(extra))
+	case kind == "d":
+		return fmt.Sprintf("a symlink to the directory %s, which a glob does not follow; name it in a glob of its own (%s/**) to fetch what it holds", quoteTarget(extra), name)
+	case kind == "n":
+		return "a symlink to nothing"
+	}
+	return ""
+}
+
+// quoteTarget quotes a symlink's target as the box resolved it.
+func quoteTarget(t string) string {
+	if t == "" {
+		return "something crabbox could not resolve"
+	}
+	return fmt.Sprintf("%q", t)
 }
 
 // boxScript runs script with sh on the box in a session of its own,
@@ -406,17 +556,38 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
-// openDir opens dir (created if missing, "" meaning the current
-// directory) as a root nothing is written outside of. made reports whether
-// it was created.
-func openDir(dir string) (root *os.Root, made bool, err error) {
-	dir = cmp.Or(dir, ".")
-	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, false, err
-		}
-		made = true
+// openDir opens dir (created with its missing parents, "" meaning the
+// current directory) as a root nothing is written outside of. made are
+// the directories it created, deepest first.
+func openDir(dir string) (root *os.Root, made []string, err error) {
+	made, err = mkdirAll(cmp.Or(dir, "."))
+	if err != nil {
+		return nil, made, err
 	}
-	root, err = os.OpenRoot(dir)
+	root, err = os.OpenRoot(cmp.Or(dir, "."))
 	return root, made, err
+}
+
+// mkdirAll is os.MkdirAll that returns the directories it created,
+// deepest first, so that a caller can remove them again.
+func mkdirAll(dir string) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(dir); ; {
+		if _, err := os.Lstat(d); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		missing = append(missing, d)
+		parent := filepath.Dir(d)
+		if parent == d {
+			break
+		}
+		d = parent
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return missing, nil
 }

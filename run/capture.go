@@ -16,13 +16,15 @@ type Capture struct {
 	kind string
 	path string
 	f    *os.File
-	err  error // the first write error
+	made []string // directories created for it, deepest first
+	err  error    // the first write error
 	size int64
 }
 
 // CreateCapture starts capturing a stream of the given kind (KindStdout or
-// KindStderr) to the local file path. An existing file at path is an
-// error wrapping ErrFileExists, unless overwrite is set.
+// KindStderr) to the local file path, creating its missing directories
+// (which Finish removes again when the file is not kept). An existing file
+// at path is an error wrapping ErrFileExists, unless overwrite is set.
 func CreateCapture(kind, path string, overwrite bool) (*Capture, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -37,11 +39,16 @@ func CreateCapture(kind, path string, overwrite bool) (*Capture, error) {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("capture %s to %s: %w", kind, abs, err)
 	}
+	made, err := mkdirAll(filepath.Dir(abs))
+	if err != nil {
+		return nil, fmt.Errorf("capture %s to %s: create its directory: %w", kind, abs, err)
+	}
 	f, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".crabbox-*")
 	if err != nil {
+		removeDirs(made)
 		return nil, fmt.Errorf("capture %s to %s: %w", kind, abs, err)
 	}
-	return &Capture{kind: kind, path: abs, f: f}, nil
+	return &Capture{kind: kind, path: abs, f: f, made: made}, nil
 }
 
 // Write writes p to the file. After a failed write it writes nothing
@@ -57,7 +64,8 @@ func (c *Capture) Write(p []byte) (int, error) {
 }
 
 // Finish closes the capture and, when keep is set, moves it into place;
-// otherwise it removes it. Kept, it returns the file as an Artifact.
+// otherwise it removes it, and the directories made for it. Kept, it
+// returns the file as an Artifact.
 func (c *Capture) Finish(keep bool) (Artifact, bool, error) {
 	err := errors.Join(c.err, c.f.Close())
 	if keep && err == nil {
@@ -65,9 +73,17 @@ func (c *Capture) Finish(keep bool) (Artifact, bool, error) {
 	}
 	if !keep || err != nil {
 		_ = os.Remove(c.f.Name())
+		removeDirs(c.made)
 	}
 	if err != nil {
 		return Artifact{}, false, fmt.Errorf("capture %s to %s: %w", c.kind, c.path, err)
 	}
 	return Artifact{Kind: c.kind, Local: c.path, Size: c.size}, keep, nil
+}
+
+// removeDirs removes dirs (deepest first) where they are empty.
+func removeDirs(dirs []string) {
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
 }

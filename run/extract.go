@@ -42,7 +42,7 @@ type stagedFile struct {
 type stager struct {
 	want     map[string][]target
 	roots    []*os.Root
-	madeRoot []string // root directories this fetch created
+	madeRoot []string // directories this fetch created for its roots, deepest first
 	staged   []*stagedFile
 	got      map[string]*stagedFile // by name on the box: its first copy
 	madeDirs []stagedDir
@@ -56,47 +56,49 @@ type stagedDir struct {
 }
 
 // stage opens the local directories of sel's files (creating them when
-// missing) and says where each file goes.
+// missing) and says where each file goes: artifacts below ArtifactsDir,
+// each download in its own file's directory.
 func (f Fetch) stage(p fetchPlan, sel selection) (*stager, error) {
 	nonce, err := newNonce()
 	if err != nil {
 		return nil, err
 	}
 	st := &stager{want: map[string][]target{}, got: map[string]*stagedFile{}, nonce: nonce}
-	var art, dl target
-	open := func(dir string, into *target) error {
-		if into.root != nil {
-			return nil
-		}
+	opened := map[string]*os.Root{}
+	open := func(dir string) (*os.Root, string, error) {
 		abs, err := filepath.Abs(cmp.Or(dir, "."))
 		if err != nil {
-			return err
+			return nil, "", err
+		}
+		if root := opened[abs]; root != nil {
+			return root, abs, nil
 		}
 		root, made, err := openDir(abs)
 		if err != nil {
-			return fmt.Errorf("fetch: local directory %s: %w", abs, err)
+			return nil, "", fmt.Errorf("fetch: local directory %s: %w", abs, err)
 		}
 		st.roots = append(st.roots, root)
-		if made {
-			st.madeRoot = append(st.madeRoot, abs)
-		}
-		into.root, into.base = root, abs
-		return nil
+		st.madeRoot = append(st.madeRoot, made...)
+		opened[abs] = root
+		return root, abs, nil
 	}
 	for i, name := range sel.names {
 		if sel.artifact[name] {
-			if err := open(f.ArtifactsDir, &art); err != nil {
+			root, base, err := open(f.ArtifactsDir)
+			if err != nil {
 				st.abort()
 				return nil, err
 			}
-			st.want[name] = append(st.want[name], target{root: art.root, base: art.base, rel: name, kind: KindArtifact, name: name, order: i})
+			st.want[name] = append(st.want[name], target{root: root, base: base, rel: name, kind: KindArtifact, name: name, order: i})
 		}
 		for _, di := range sel.downloads[name] {
-			if err := open(f.DownloadDir, &dl); err != nil {
+			local := p.downloads[di].local
+			root, base, err := open(filepath.Dir(local))
+			if err != nil {
 				st.abort()
 				return nil, err
 			}
-			st.want[name] = append(st.want[name], target{root: dl.root, base: dl.base, rel: p.downloads[di].Local, kind: KindDownload, name: name, order: len(sel.names) + di})
+			st.want[name] = append(st.want[name], target{root: root, base: base, rel: filepath.Base(local), kind: KindDownload, name: name, order: len(sel.names) + di})
 		}
 	}
 	return st, nil
@@ -137,11 +139,11 @@ func (t target) free(overwrite bool) error {
 // output to whole records).
 const maxTrailer = 1 << 20
 
-// extract reads the tar archive r, staging each file it was asked for.
-// Anything else (a name not asked for, a second copy, a symlink, a
-// device, a path that is not clean), a missing file or more than max
-// bytes of content fails it.
-func (st *stager) extract(r io.Reader, max int64) error {
+// extract reads the tar archive r, staging each file it was asked for,
+// and returns those the archive lacks, sorted. Anything else in it (a
+// name not asked for, a second copy, a symlink, a device, a path that is
+// not clean) or more than max bytes of content fails it.
+func (st *stager) extract(r io.Reader, max int64) (missing []string, err error) {
 	tr := tar.NewReader(r)
 	var total int64
 	for {
@@ -150,15 +152,15 @@ func (st *stager) extract(r io.Reader, max int64) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("fetch: read the archive from the box: %w", err)
+			return nil, fmt.Errorf("fetch: read the archive from the box: %w", err)
 		}
 		name := strings.TrimPrefix(hdr.Name, "./")
 		targets, ok := st.want[name]
 		if !ok || checkRelPath(name) != nil {
-			return fmt.Errorf("fetch: the box sent %q, which was not asked for", hdr.Name)
+			return nil, fmt.Errorf("fetch: the box sent %q, which was not asked for", hdr.Name)
 		}
 		if st.got[name] != nil {
-			return fmt.Errorf("fetch: the box sent %q twice", hdr.Name)
+			return nil, fmt.Errorf("fetch: the box sent %q twice", hdr.Name)
 		}
 		var src io.Reader
 		var size int64
@@ -168,36 +170,37 @@ func (st *stager) extract(r io.Reader, max int64) error {
 		case tar.TypeLink: // a hard link to a file sent before
 			first := st.got[strings.TrimPrefix(hdr.Linkname, "./")]
 			if first == nil {
-				return fmt.Errorf("fetch: the box sent %q as a link to %q, which it did not send before", hdr.Name, hdr.Linkname)
+				return nil, fmt.Errorf("fetch: the box sent %q as a link to %q, which it did not send before", hdr.Name, hdr.Linkname)
 			}
 			f, err := first.t.root.Open(first.tmp)
 			if err != nil {
-				return fmt.Errorf("fetch %q: %w", hdr.Name, err)
+				return nil, fmt.Errorf("fetch %q: %w", hdr.Name, err)
 			}
 			defer f.Close()
 			src, size = f, first.size
 		default:
-			return fmt.Errorf("fetch: the box sent %q as type %q, not a regular file", hdr.Name, hdr.Typeflag)
+			return nil, fmt.Errorf("fetch: the box sent %q as type %q, not a regular file", hdr.Name, hdr.Typeflag)
 		}
 		if size < 0 || total+size > max {
-			return fmt.Errorf("fetch: the files exceed the size limit of %s (at %q, %s of it in files so far); nothing was kept: %w",
+			return nil, fmt.Errorf("fetch: the files exceed the size limit of %s (at %q, %s of it in files so far); nothing was kept: %w",
 				FormatBytes(max), name, FormatBytes(total), ErrFetchTooLarge)
 		}
 		total += size
 		if err := st.write(name, targets, src, size, hdr.FileInfo().Mode(), hdr.ModTime); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for name := range st.want {
 		if st.got[name] == nil {
-			return fmt.Errorf("fetch: the box did not send %q (it changed since it was listed?)", name)
+			missing = append(missing, name)
 		}
 	}
+	slices.Sort(missing)
 	n, _ := io.CopyN(io.Discard, r, maxTrailer+1)
 	if n > maxTrailer {
-		return errors.New("fetch: the box sent more than the archive")
+		return nil, errors.New("fetch: the box sent more than the archive")
 	}
-	return nil
+	return missing, nil
 }
 
 // write stages src (size bytes) for each of targets: the first copy from
@@ -307,8 +310,10 @@ func (st *stager) abort() {
 	}
 	st.madeDirs = nil
 	st.close()
+	// Deepest first: a root's parent may have been made for another root.
+	slices.SortFunc(st.madeRoot, func(a, b string) int { return len(b) - len(a) })
 	for _, dir := range st.madeRoot {
-		_ = os.Remove(dir)
+		_ = os.Remove(dir) // only when empty
 	}
 	st.madeRoot = nil
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,8 +83,8 @@ func TestExtract(t *testing.T) {
 		entry{name: "d/e/b.txt", body: "bb", typ: tar.TypeReg},
 		entry{name: "hard", link: "a.txt", typ: tar.TypeLink},
 	)
-	if err := st.extract(bytes.NewReader(data), 4); err != nil {
-		t.Fatal(err)
+	if missing, err := st.extract(bytes.NewReader(data), 4); err != nil || len(missing) != 0 {
+		t.Fatalf("extract: missing %v, %v", missing, err)
 	}
 	files, err := st.commit(false)
 	st.close()
@@ -118,14 +119,13 @@ func TestExtractRefuses(t *testing.T) {
 		{"directory", []entry{{name: "a.txt", typ: tar.TypeDir}}, 100, "not a regular file"},
 		{"twice", []entry{{name: "a.txt", body: "x", typ: tar.TypeReg}, {name: "a.txt", body: "y", typ: tar.TypeReg}}, 100, "twice"},
 		{"link to unsent", []entry{{name: "a.txt", link: "d/b.txt", typ: tar.TypeLink}}, 100, "did not send before"},
-		{"missing", []entry{{name: "a.txt", body: "x", typ: tar.TypeReg}}, 100, `did not send "d/b.txt"`},
 		{"too large", []entry{{name: "a.txt", body: "xxxx", typ: tar.TypeReg}, {name: "d/b.txt", body: "yyyy", typ: tar.TypeReg}}, 6, "size limit of 6 B"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			st := stageIn(t, dir, "a.txt", "d/b.txt")
-			err := st.extract(bytes.NewReader(archive(t, tt.entries...)), tt.max)
+			_, err := st.extract(bytes.NewReader(archive(t, tt.entries...)), tt.max)
 			st.abort()
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("extract error %v, want %q", err, tt.want)
@@ -151,12 +151,33 @@ func TestExtractNeverWritesThroughLocalSymlinks(t *testing.T) {
 	}
 	st := stageIn(t, dir, "d/b.txt")
 	defer st.abort()
-	err := st.extract(bytes.NewReader(archive(t, entry{name: "d/b.txt", body: "x", typ: tar.TypeReg})), 100)
+	_, err := st.extract(bytes.NewReader(archive(t, entry{name: "d/b.txt", body: "x", typ: tar.TypeReg})), 100)
 	if err == nil {
 		t.Error("extract through a symlink out of the directory: no error")
 	}
 	if left := tree(t, outside); len(left) != 0 {
 		t.Errorf("written outside: %v", left)
+	}
+}
+
+// A file the archive lacks is reported missing; the others are staged
+// and committed.
+func TestExtractMissing(t *testing.T) {
+	dir := t.TempDir()
+	st := stageIn(t, dir, "a.txt", "d/b.txt", "z")
+	missing, err := st.extract(bytes.NewReader(archive(t, entry{name: "a.txt", body: "x", typ: tar.TypeReg})), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"d/b.txt", "z"}, missing); diff != "" {
+		t.Errorf("missing (-want +got):\n%s", diff)
+	}
+	if _, err := st.commit(false); err != nil {
+		t.Fatal(err)
+	}
+	st.close()
+	if diff := cmp.Diff([]string{"root/", "root/a.txt"}, tree(t, dir)); diff != "" {
+		t.Errorf("tree (-want +got):\n%s", diff)
 	}
 }
 
@@ -180,7 +201,7 @@ func FuzzExtract(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		st := stageIn(t, dir, "a.txt", "d/b.txt")
-		err := st.extract(bytes.NewReader(data), 1<<16)
+		missing, err := st.extract(bytes.NewReader(data), 1<<16)
 		if err == nil {
 			_, err = st.commit(false)
 		}
@@ -192,8 +213,16 @@ func FuzzExtract(f *testing.F) {
 			}
 			return
 		}
-		if diff := cmp.Diff([]string{"root/", "root/a.txt", "root/d/", "root/d/b.txt"}, got); diff != "" {
-			t.Fatalf("tree after extraction (-want +got):\n%s", diff)
+		// A name the archive lacked is missing, and only it.
+		want := []string{"root/"}
+		if !slices.Contains(missing, "a.txt") {
+			want = append(want, "root/a.txt")
+		}
+		if !slices.Contains(missing, "d/b.txt") {
+			want = append(want, "root/d/", "root/d/b.txt")
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("tree after extraction, missing %v (-want +got):\n%s", missing, diff)
 		}
 	})
 }

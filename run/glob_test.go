@@ -1,6 +1,8 @@
 package run
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -136,9 +138,13 @@ func TestFetchCheck(t *testing.T) {
 		{"fine", Fetch{Globs: []string{"out/**"}, Downloads: []Download{{Remote: "./a/b.txt"}, {Remote: "c", Local: "x/c"}}}, ""},
 		{"negative limit", Fetch{MaxBytes: -1}, "negative"},
 		{"download escapes", Fetch{Downloads: []Download{{Remote: "a/../../b"}}}, `download "a/../../b"`},
-		{"local escapes", Fetch{Downloads: []Download{{Remote: "a", Local: "../a"}}}, `download "a" to "../a"`},
-		{"local absolute", Fetch{Downloads: []Download{{Remote: "a", Local: "/tmp/a"}}}, "absolute"},
-		{"two downloads to one file", Fetch{Downloads: []Download{{Remote: "a/x"}, {Remote: "b/x"}}}, `both go to "x"`},
+		// The user's own local path goes where it says, outside the
+		// download directory too.
+		{"local outside", Fetch{Downloads: []Download{{Remote: "a", Local: "../a"}, {Remote: "b", Local: filepath.Join(os.TempDir(), "b")}}}, ""},
+		{"local directory", Fetch{Downloads: []Download{{Remote: "a", Local: "out/"}}}, `download "a" to "out/": names a directory`},
+		{"local line break", Fetch{Downloads: []Download{{Remote: "a", Local: "x\ny"}}}, "line break"},
+		{"two downloads to one file", Fetch{Downloads: []Download{{Remote: "a/x"}, {Remote: "b/x"}}}, `both go to "`},
+		{"two downloads to one file, spelled differently", Fetch{DownloadDir: os.TempDir(), Downloads: []Download{{Remote: "a/x"}, {Remote: "b", Local: filepath.Join(os.TempDir(), "x")}}}, `both go to "`},
 	}
 	for _, tt := range tests {
 		err := tt.f.Check()
@@ -149,7 +155,7 @@ func TestFetchCheck(t *testing.T) {
 }
 
 func TestChoose(t *testing.T) {
-	p, err := Fetch{Globs: []string{"out/*.txt", "none/*"}, Downloads: []Download{{Remote: "d/r.json", Local: "r.json"}}}.plan()
+	p, err := Fetch{Globs: []string{"out/*.txt", "none/*", "all/**"}, Downloads: []Download{{Remote: "d/r.json", Local: "r.json"}}}.plan()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,24 +167,51 @@ func TestChoose(t *testing.T) {
 	if diff := cmp.Diff([]string{"d/r.json", "out/a.txt"}, sel.names); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"none/*"}, sel.unmatched); diff != "" {
+	if diff := cmp.Diff([]string{"none/*", "all/**"}, sel.unmatched); diff != "" {
 		t.Errorf("unmatched (-want +got):\n%s", diff)
 	}
+	if len(sel.skipped) != 0 {
+		t.Errorf("skipped %v, want none", sel.skipped)
+	}
+	// What cannot come home is skipped, naming it and why; the rest of
+	// the listing still counts.
+	for _, tt := range []struct{ listing, path, want string }{
+		{"o\x00out/l.txt\x00/etc/passwd\x00", "out/l.txt", `a symlink to "/etc/passwd", outside the workdir`},
+		{"o\x00out/l.txt\x00\x00", "out/l.txt", "a symlink to something crabbox could not resolve"},
+		{"e\x00out\x00/etc\x00", "out", `leads to "/etc" on the box, outside the workdir`},
+		{"d\x00all/sub/link\x00/w/elsewhere\x00", "all/sub/link", `a symlink to the directory "/w/elsewhere", which a glob does not follow; name it in a glob of its own (all/sub/link/**)`},
+		{"n\x00all/dangling\x00\x00", "all/dangling", "a symlink to nothing"},
+		{"f\x00out/new\nline.txt\x00\x00", "out/new\nline.txt", "line break"},
+		{"f\x00all/x\ry\x00\x00", "all/x\ry", "line break"},
+		{"f\x00all/../x\x00\x00", "all/../x", "not a clean one"},
+	} {
+		sel, err := p.choose([]byte(tt.listing + "f\x00d/r.json\x00\x00f\x00out/a.txt\x00\x00"))
+		if err != nil {
+			t.Errorf("choose(%q): %v", tt.listing, err)
+			continue
+		}
+		if len(sel.skipped) != 1 || sel.skipped[0].Path != tt.path || !strings.Contains(sel.skipped[0].Reason, tt.want) {
+			t.Errorf("choose(%q) skipped %q, want %q for %q", tt.listing, sel.skipped, tt.want, tt.path)
+		}
+		if diff := cmp.Diff([]string{"d/r.json", "out/a.txt"}, sel.names); diff != "" {
+			t.Errorf("choose(%q) names (-want +got):\n%s", tt.listing, diff)
+		}
+	}
+	// A missing download is skipped too.
+	sel, err = p.choose([]byte("f\x00out/a.txt\x00\x00"))
+	if err != nil || len(sel.skipped) != 1 || sel.skipped[0] != (Skipped{Path: "d/r.json", Reason: "no such file in the workdir on the box"}) {
+		t.Errorf("missing download: skipped %v, %v", sel.skipped, err)
+	}
 	for _, tt := range []struct{ listing, want string }{
-		{"o\x00out/l.txt\x00/etc/passwd\x00", `"out/l.txt" is a symlink to "/etc/passwd"`},
-		{"e\x00out\x00/etc\x00", `"out" leads to "/etc"`},
-		{"f\x00../x\x00\x00", `listed "../x"`},
-		{"f\x00/etc/passwd\x00\x00", `listed "/etc/passwd"`},
 		{"x\x00a\x00\x00", "unknown entry kind"},
 		{"f\x00a\x00", "malformed listing"},
-		{"", `download "d/r.json": no such file`},
 	} {
 		if _, err := p.choose([]byte(tt.listing)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("choose(%q) error %v, want %q", tt.listing, err, tt.want)
 		}
 	}
 	// A symlink out that no glob takes is no concern.
-	if _, err := p.choose([]byte("o\x00out/l.bin\x00/etc/passwd\x00f\x00d/r.json\x00\x00")); err != nil {
-		t.Errorf("unmatched symlink out: %v", err)
+	if sel, err := p.choose([]byte("o\x00out/l.bin\x00/etc/passwd\x00f\x00d/r.json\x00\x00")); err != nil || len(sel.skipped) != 0 {
+		t.Errorf("unmatched symlink out: skipped %v, %v", sel.skipped, err)
 	}
 }

@@ -55,6 +55,48 @@ func TestRunArtifactsDownloadsCaptures(t *testing.T) {
 	}
 }
 
+// The result policies: files that cannot come home are skipped with one
+// warning line each and the command's exit code stands, unless
+// --artifacts-strict; local targets go where the user said, outside the
+// start directory too; a capture's folder is made.
+func TestRunResultPolicies(t *testing.T) {
+	t.Parallel()
+	env, repo := stateEnv(t), gitRepo(t)
+	elsewhere := t.TempDir()
+	write := `mkdir -p out && echo a > out/a.txt && printf x > 'out/new` + "\n" + `line' && ln -s /etc out/etc && echo r > r.json && echo shown`
+	args := []string{"run", "--artifacts", "out/**", "--artifacts-dir", filepath.Join(elsewhere, "arts"),
+		"--download", "r.json=../up-" + filepath.Base(repo) + "/r.json", "--download", "r.json=" + filepath.Join(elsewhere, "abs", "r.json"),
+		"--capture-stdout", "cap/out.log", "--shell", write}
+	r := crabboxCmd(t, env, repo, args...)
+	if r.code != 0 || r.stdout != "shown\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 0", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{
+		`crabbox: warning: "out/etc" stayed on the box: a symlink to the directory "`,
+		`crabbox: warning: "out/new\nline" stayed on the box: its name holds a line break`,
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q does not contain %q", r.stderr, want)
+		}
+	}
+	for file, want := range map[string]string{
+		filepath.Join(elsewhere, "arts", "out", "a.txt"): "a\n", filepath.Join(elsewhere, "abs", "r.json"): "r\n",
+		filepath.Join(filepath.Dir(repo), "up-"+filepath.Base(repo), "r.json"): "r\n", filepath.Join(repo, "cap", "out.log"): "shown\n",
+	} {
+		if data, err := os.ReadFile(file); err != nil || string(data) != want {
+			t.Errorf("%s: %q (%v), want %q", file, data, err, want)
+		}
+	}
+	strict := append([]string{"run", "--artifacts-strict", "--artifacts", "out/**", "--artifacts-dir", filepath.Join(elsewhere, "strict")}, "--shell", write)
+	r = crabboxCmd(t, env, repo, strict...)
+	if r.code != 125 || !strings.Contains(r.stderr, "2 of the files to bring home stayed on the box") || !strings.Contains(r.stderr, `crabbox: warning: "out/etc" stayed on the box`) {
+		t.Errorf("--artifacts-strict: exit %d, stderr %q; want 125, the warnings and the error", r.code, r.stderr)
+	}
+	if data, err := os.ReadFile(filepath.Join(elsewhere, "strict", "out", "a.txt")); err != nil || string(data) != "a\n" {
+		t.Errorf("--artifacts-strict: the good file %q (%v), want it home", data, err)
+	}
+}
+
 func TestRunArtifactsErrors(t *testing.T) {
 	t.Parallel()
 	env, repo := stateEnv(t), gitRepo(t)
@@ -65,7 +107,7 @@ func TestRunArtifactsErrors(t *testing.T) {
 	}{
 		{[]string{"--artifacts", "../x"}, 2, `".." element`},
 		{[]string{"--artifacts", "/etc/*"}, 2, "absolute"},
-		{[]string{"--download", "a=../b"}, 2, `".." element`},
+		{[]string{"--download", "../a=b"}, 2, `".." element`},
 		{[]string{"--artifacts-max-size", "lots"}, 2, "not a size"},
 		{[]string{"--capture-on-fail"}, 2, "needs --capture-stdout"},
 		{[]string{"--artifacts", "*.txt", "--artifacts-max-size", "10B"}, 125, "raise --artifacts-max-size"},

@@ -38,6 +38,7 @@ type runFlags struct {
 	artifactsDir                          string
 	artifactsMaxSize                      byteSize
 	artifactsOverwrite, captureOnFail     bool
+	artifactsStrict                       bool
 	captureStdout, captureStderr          string
 }
 
@@ -70,9 +71,10 @@ func (a *app) runCmd() *ffcli.Command {
 	f.artifactsMaxSize = run.DefaultMaxFetchBytes
 	fs.Var(&f.artifactsMaxSize, "artifacts-max-size", "bring nothing home when artifacts and downloads together exceed this `SIZE` (such as 500MiB or 2GiB)")
 	fs.BoolVar(&f.artifactsOverwrite, "artifacts-overwrite", false, "let artifacts, downloads and captures replace existing local files")
-	fs.Var(&f.downloads, "download", "after the command bring one file home: `REMOTE[=LOCAL]`, REMOTE relative to the workdir on the box, LOCAL to the current directory (default: REMOTE's base name; repeatable)")
-	fs.StringVar(&f.captureStdout, "capture-stdout", "", "also write the command's stdout to this local `FILE`")
-	fs.StringVar(&f.captureStderr, "capture-stderr", "", "also write the command's stderr to this local `FILE`")
+	fs.BoolVar(&f.artifactsStrict, "artifacts-strict", false, "exit 125 when the command exited 0 but an artifact or download stayed on the box (by default a warning names it)")
+	fs.Var(&f.downloads, "download", "after the command bring one file home: `REMOTE[=LOCAL]`, REMOTE relative to the workdir on the box, LOCAL where you say (relative to the current directory, or absolute; default: REMOTE's base name; repeatable)")
+	fs.StringVar(&f.captureStdout, "capture-stdout", "", "also write the command's stdout to this local `FILE` (its directory is created)")
+	fs.StringVar(&f.captureStderr, "capture-stderr", "", "also write the command's stderr to this local `FILE` (its directory is created)")
 	fs.BoolVar(&f.captureOnFail, "capture-on-fail", false, "keep the --capture-stdout/--capture-stderr files only when the run fails")
 	fs.Var(&f.env, "env", "forward the environment variable `NAME` to the box (repeatable; CI is always forwarded)")
 	return &ffcli.Command{
@@ -92,6 +94,12 @@ released afterwards (a line on stderr says so, and crabbox cleanup retries);
 including a run refused for the directory it would sync. A summary line
 (lease, sync, command, total, exit) follows on stderr unless --quiet. Runs are
 recorded in the local history (crabbox history, crabbox logs RUN_ID).
+
+Artifacts and downloads come home after the command, also a failed one. A
+file that cannot come home safely (a name with a line break, a symlink out of
+the workdir, a symlink to a directory under a glob, a missing download) stays
+on the box with a warning line naming it, and the rest still comes home;
+--artifacts-strict makes such a run exit 125 when the command exited 0.
 
 crabbox's flags end where the command begins: everything after -- (or after
 the first word that is not a flag) is the command, flags included.
@@ -119,6 +127,12 @@ the first word that is not a flag) is the command, flags included.
 				if errors.Is(err, run.ErrFileExists) {
 					return fmt.Errorf("%w; --artifacts-overwrite replaces it", err)
 				}
+				if errors.Is(err, run.ErrIncomplete) {
+					// What came home, and each file that did not, before
+					// the error (--artifacts-strict).
+					a.printArtifacts(res, f.quiet)
+					return fmt.Errorf("%s (--artifacts-strict)", oneLine(err))
+				}
 				if err != nil {
 					// Main turns an interrupted run into exit 128+signal.
 					return syncDirError(err, "to sync a directory outside git on purpose name it with --sync-dir DIR, or sync nothing with --no-sync")
@@ -141,7 +155,7 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		Checksum: f.checksum, FullResync: f.fullResync, ForceSyncLarge: f.forceSyncLarge, SyncExclude: f.syncExclude,
 		RefuseOutsideLinks: f.refuseOutsideLinks, SkipSubmodules: f.skipSubmodules,
 		Artifacts: f.artifacts, ArtifactsDir: f.artifactsDir, ArtifactsMaxBytes: int64(f.artifactsMaxSize),
-		ArtifactsOverwrite: f.artifactsOverwrite, CaptureStdout: f.captureStdout, CaptureStderr: f.captureStderr,
+		ArtifactsOverwrite: f.artifactsOverwrite, ArtifactsStrict: f.artifactsStrict, CaptureStdout: f.captureStdout, CaptureStderr: f.captureStderr,
 		CaptureOnFail: f.captureOnFail,
 	}
 	for _, d := range f.downloads {
@@ -236,11 +250,14 @@ func syncDirError(err error, hint string) error {
 }
 
 // printArtifacts reports what the run brought home on stderr: globs that
-// matched nothing (always), the artifacts directory and each download
-// (unless quiet).
+// matched nothing and files that stayed on the box, one line each
+// (always), the artifacts directory and each download (unless quiet).
 func (a *app) printArtifacts(res crabbox.RunResult, quiet bool) {
 	for _, g := range res.ArtifactsUnmatched {
 		fmt.Fprintf(a.stderr, "crabbox: artifacts: nothing matched %s\n", run.Quote(g))
+	}
+	for _, s := range res.ArtifactsSkipped {
+		fmt.Fprintf(a.stderr, "crabbox: warning: %s stayed on the box: %s\n", strconv.Quote(s.Path), oneLine(errors.New(s.Reason)))
 	}
 	if quiet {
 		return

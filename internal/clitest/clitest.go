@@ -181,6 +181,21 @@ func DelegatedWarmLease(t *testing.T, run Runner, provider string, args ...strin
 		}
 	}
 
+	// Artifacts and downloads come home (through the provider's file API
+	// on a delegated lease), a symlink out of the workdir is skipped with
+	// a warning, and the command's exit code stands.
+	arts, got := t.TempDir(), filepath.Join(t.TempDir(), "got", "c.txt")
+	r = run(t, repo, with("run", "--id", warm.ID, "--quiet", "--artifacts", "out/**", "--artifacts-dir", arts,
+		"--download", "committed.txt="+got, "--", "sh", "-c", "mkdir -p out/sub && echo a > out/a.txt && echo b > out/sub/b.txt && ln -s /bin/sh out/sh; exit 4")...)
+	if r.Code != 4 || !strings.Contains(r.Stderr, `crabbox: warning: "out/sh" stayed on the box: a symlink to `) {
+		t.Errorf("run with artifacts: exit %d, stderr %q; want 4 and a warning for out/sh", r.Code, r.Stderr)
+	}
+	for file, want := range map[string]string{filepath.Join(arts, "out", "a.txt"): "a\n", filepath.Join(arts, "out", "sub", "b.txt"): "b\n", got: "committed\n"} {
+		if data, err := os.ReadFile(file); err != nil || string(data) != want {
+			t.Errorf("run with artifacts: %s = %q (%v), want %q", file, data, err, want)
+		}
+	}
+
 	r = run(t, repo, with("status", "--json", warm.Slug)...)
 	var status leaseInfo
 	if err := json.Unmarshal([]byte(r.Stdout), &status); err != nil || status.ID != warm.ID || status.State != "ready" {
