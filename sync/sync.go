@@ -1129,7 +1129,10 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	bw := bufio.NewWriterSize(w, 256<<10)
 	_, base := splitRemoteDir(s.opts.RemoteDir)
 	tw := &archive{tw: tar.NewWriter(bw), w: bw, base: base}
-	now := time.Now()
+	// Whole seconds: tar.Writer rounds to the nearest one, which can lie
+	// ahead of the box's clock, and GNU tar then warns on stderr of a "time
+	// stamp in the future", burying the reason of a push that fails.
+	now := time.Now().Truncate(time.Second)
 	changes := make([]string, 0, len(send)+len(del))
 	for _, i := range send {
 		changes = append(changes, local[i].Path)
@@ -1322,7 +1325,7 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 			Name:     e.Path,
 			Linkname: e.Link,
 			Mode:     0o777,
-			ModTime:  fi.ModTime(),
+			ModTime:  fi.ModTime().Truncate(time.Second), // as now in writeArchive
 		}
 		return 0, "", fileStamp{}, true, tw.WriteHeader(hdr)
 	}
