@@ -29,6 +29,17 @@ import (
 //
 // Earlier crabbox versions kept these files in RemoteDir/.crabbox; a push
 // moves them out (see sessionScript).
+//
+// One file lives inside RemoteDir: Marker, holding the fingerprint of the
+// manifest beside it. The state says what crabbox synced; the marker says
+// that the directory holding it is the one it was synced into. A workdir
+// deleted on the box (by a cleaner, a user, a full disk's cleanup) or
+// replaced by another directory has no marker or another one, and a push
+// that finds it so trusts nothing of the state: it sends the whole tree
+// and deletes nothing, since nothing there is crabbox's. A push emptying
+// the marker before it changes the tree and writes it back once the new
+// manifest is in place, the marker also says, like the fingerprint, that
+// no push was cut short since.
 const (
 	stateParent     = ".crabbox"
 	manifestFile    = "manifest"
@@ -36,6 +47,21 @@ const (
 	pendingFile     = "pending"
 	manifestTmp     = manifestFile + ".tmp"
 	fingerprintTmp  = fingerprintFile + ".tmp"
+)
+
+// Marker is the name of the file a push keeps at the top of the remote
+// directory, holding the fingerprint of what it synced there (see
+// StateDir). Commands see it; a checkout may not have a file or
+// directory of that name at its top (Prepare refuses it).
+const Marker = ".crabbox-synced"
+
+// What sessionScript reports of the marker besides a fingerprint: no
+// marker (or not a regular file), an empty one (a push was changing the
+// tree), and one holding anything else.
+const (
+	markNone  = "-"
+	markEmpty = "empty"
+	markOther = "other"
 )
 
 // StateDir is the directory on the box where crabbox keeps what it knows
@@ -67,10 +93,12 @@ const staleMinutes = 1
 // directory (see StateDir), moves an earlier crabbox's state out of the
 // remote directory, takes the lock, and either reports that the box
 // already holds FINGERPRINT (MODE "quick") or prints the state:
-// "crabbox-sync state FP NAMES", with the box's fingerprint FP ("-" for
-// none) and NAMES naming which of manifest and pending exist, then wc -c's
-// report of their sizes and their contents, one after the other (two
-// processes, not two per file; none without a file). When the box's
+// "crabbox-sync state FP MARK NAMES", with the box's fingerprint FP ("-"
+// for none), what the remote directory's Marker holds (a fingerprint,
+// markNone, markEmpty or markOther) and NAMES naming which of manifest and
+// pending exist, then wc -c's report of their sizes and their contents,
+// one after the other (two processes, not two per file; none without a
+// file). When the box's
 // fingerprint is KNOWN (the client has the manifest of that fingerprint),
 // the manifest is not sent and NAMES ends with "known". Then it runs the
 // steps the client sends on stdin, each as "LINES\n" and LINES lines of sh
@@ -80,12 +108,14 @@ const staleMinutes = 1
 // it ends.
 //
 // An unchanged box is recognised before the lock, with shell builtins
-// alone: a push that changes the tree removes the fingerprint and creates
-// the pending file before it touches anything, and installs the new
-// fingerprint before it removes the pending file. So a fingerprint read
-// as FINGERPRINT followed by no pending file means the tree was
-// FINGERPRINT's when the pending file was checked, as a check under the
+// alone: a push that changes the tree removes the fingerprint, creates
+// the pending file and empties the marker before it touches anything,
+// and writes the new marker and fingerprint before it removes the pending
+// file. So a fingerprint read as FINGERPRINT, followed by no pending file
+// and a marker in the remote directory holding FINGERPRINT too, means the
+// tree was FINGERPRINT's when the marker was read, as a check under the
 // lock would have found; the lock only makes pushes wait for each other.
+// A remote directory deleted or replaced since has no such marker.
 //
 // The script contains no backslash, so it survives any login shell's
 // quoting; it reads steps with the read builtin, which never reads ahead,
@@ -93,7 +123,8 @@ const staleMinutes = 1
 const sessionScript = `crabbox_parent=$1 crabbox_base=$2 crabbox_fp=$3 crabbox_mode=$4 crabbox_token=$5 crabbox_stale=$6 crabbox_tries=$7 crabbox_known=${8:--}
 s=$crabbox_parent/.crabbox/$crabbox_base
 if [ "$crabbox_mode" = quick ] && { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null &&
-	[ "$crabbox_have" = "$crabbox_fp" ] && [ ! -e "$s/pending" ]; then
+	[ "$crabbox_have" = "$crabbox_fp" ] && [ ! -e "$s/pending" ] &&
+	{ read -r crabbox_have <"$crabbox_parent/$crabbox_base/` + Marker + `"; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ]; then
 	echo "crabbox-sync same"
 	exit 0
 fi
@@ -153,7 +184,8 @@ if [ ! -e "$s/manifest" ] && [ ! -e "$s/pending" ] && [ -d .crabbox ] && [ ! -L 
 		rmdir .crabbox 2>/dev/null
 	fi
 fi
-if [ "$crabbox_mode" = quick ] && [ ! -e "$s/pending" ] && { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ]; then
+if [ "$crabbox_mode" = quick ] && [ ! -e "$s/pending" ] && { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ] &&
+	{ read -r crabbox_have <./` + Marker + `; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ]; then
 	echo "crabbox-sync same"
 	exit 0
 fi
@@ -164,6 +196,16 @@ case $crabbox_have in
 ''|*[!0-9a-f]*) crabbox_have=- ;;
 *) [ "${#crabbox_have}" -eq 64 ] || crabbox_have=- ;;
 esac
+crabbox_mark=` + markNone + `
+if [ -f ./` + Marker + ` ] && [ ! -L ./` + Marker + ` ]; then
+	crabbox_mark=
+	{ read -r crabbox_mark <./` + Marker + `; } 2>/dev/null
+	case $crabbox_mark in
+	'') crabbox_mark=` + markEmpty + ` ;;
+	*[!0-9a-f]*) crabbox_mark=` + markOther + ` ;;
+	*) [ "${#crabbox_mark}" -eq 64 ] || crabbox_mark=` + markOther + ` ;;
+	esac
+fi
 set --
 for crabbox_f in manifest pending; do
 	[ -f "$s/$crabbox_f" ] || continue
@@ -173,7 +215,7 @@ for crabbox_f in manifest pending; do
 	fi
 	set -- "$@" "$crabbox_f"
 done
-echo "crabbox-sync state $crabbox_have $* $crabbox_k"
+echo "crabbox-sync state $crabbox_have $crabbox_mark $* $crabbox_k"
 if [ $# -gt 0 ]; then
 	(cd -- "$s" && wc -c -- "$@" && cat -- "$@") || exit 1
 fi
@@ -301,6 +343,12 @@ func unescapeName(s string) string {
 // written sees a fingerprint that matches nothing while the pending file
 // is still there.
 //
+// It empties the remote directory's Marker with the fingerprint, and
+// writes the new fingerprint into both once the new manifest is in place:
+// a marker holding the fingerprint of the manifest beside it tells a later
+// push that this directory is the one that manifest describes (see
+// StateDir). A marker that is a symlink is removed, never written through.
+//
 // A failure there prints freeMarker to stderr before exiting, with the
 // kilobytes available to unprivileged users on the directory's file system
 // and the directory, so that a full disk is reported as one (see
@@ -326,6 +374,8 @@ func transferStep(del []string, tar string, release, pace bool, held func(dir st
 	// An empty fingerprint is none. The leftovers of an interrupted push
 	// are removed, but costing a process only when there are any.
 	b.WriteString(`: > "$s/pending" && : > "$s/fingerprint" || crabbox_fail 1
+if [ -L ./` + Marker + ` ]; then rm -f -- ./` + Marker + ` || crabbox_fail 1; fi
+: > ./` + Marker + ` || crabbox_fail 1
 if [ -e "$s/manifest.tmp" ] || [ -e "$s/fingerprint.tmp" ] || [ -L "$s/manifest.tmp" ] || [ -L "$s/fingerprint.tmp" ]; then
 	rm -f -- "$s/manifest.tmp" "$s/fingerprint.tmp" || exit 1
 fi
@@ -368,7 +418,7 @@ echo "` + paceMarker + `$crabbox_pace"
 	crabbox_fail "$crabbox_st"
 fi
 read -r crabbox_f <"$s/fingerprint.tmp" && mv -f -- "$s/manifest.tmp" "$s/manifest" &&
-	echo "$crabbox_f" >"$s/fingerprint" && ` + done + ` ||
+	echo "$crabbox_f" >./` + Marker + ` && echo "$crabbox_f" >"$s/fingerprint" && ` + done + ` ||
 	crabbox_fail $?
 exit 0
 `)
