@@ -222,17 +222,14 @@ func (a *archivePush) unpack(ctx context.Context, dir string, del []string, tar 
 		transferStep(del, tar, false, false, nil)
 	var stderr tail
 	res, err := a.b.Run(ctx, provider.DelegatedRunRequest{
-		LeaseID: a.lease, Command: []string{"sh", "-c", script}, Dir: a.state, Stdout: io.Discard, Stderr: &stderr,
+		LeaseID: a.lease, Command: []string{"sh", "-c", script, scriptName}, Dir: a.state, Stdout: io.Discard, Stderr: &stderr,
 	})
 	if err != nil {
 		return fmt.Errorf("unpack the archive in the sandbox: %w", err)
 	}
 	if res.ExitCode != 0 {
-		if d, free, known, full := diskFull(string(stderr.b)); full {
-			if known {
-				return fmt.Errorf("sandbox disk full at %s (%s free)", d, FormatBytes(free))
-			}
-			return fmt.Errorf("sandbox disk full at %s", dir)
+		if at, free, known, full := diskFull(string(stderr.b)); full {
+			return diskFullError("sandbox", dir, at, free, known)
 		}
 		return fmt.Errorf("unpack the archive in the sandbox: exit %d%s", res.ExitCode, stderr.suffix())
 	}

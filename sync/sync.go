@@ -136,8 +136,9 @@ type Options struct {
 	// opened, if set, is called with the path of each regular file the
 	// transfer opened, before it reads it (tests).
 	opened func(path string)
-	// tar, if set, is the box's tar command instead of tar (tests).
-	tar string
+	// tar, if set, is the box's tar command instead of tar, and df its
+	// df instead of df (tests).
+	tar, df string
 	// paced, if set, learns how a paced transfer step answered: "dots",
 	// "none", or "" when it said nothing (tests).
 	paced func(word string)
@@ -729,7 +730,7 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 		}()
 		defer func() { <-r.done }()
 	}
-	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce), cmp.Or(s.opts.lockTries, defaultLockTries), known)); err != nil {
+	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce), cmp.Or(s.opts.lockTries, defaultLockTries), known, s.opts.df)); err != nil {
 		return fmt.Errorf("start sync on the box: %w", err)
 	}
 
@@ -770,12 +771,8 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 // boxError describes a failure on the box's side: a full disk as such,
 // anything else with the end of the box's stderr.
 func (s *session) boxError(err error) error {
-	dir, free, known, full := diskFull(string(s.stderr.b))
-	switch {
-	case full && known:
-		return fmt.Errorf("box disk full at %s (%s free)", dir, FormatBytes(free))
-	case full:
-		return fmt.Errorf("box disk full at %s", s.opts.RemoteDir)
+	if at, free, known, full := diskFull(string(s.stderr.b)); full {
+		return diskFullError("box", s.opts.RemoteDir, at, free, known)
 	}
 	return fmt.Errorf("on the box: %w%s", err, s.stderr.suffix())
 }
@@ -1506,9 +1503,9 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// suffix formats the tail for appending to an error.
+// suffix formats the tail for appending to an error (see boxMessage).
 func (t *tail) suffix() string {
-	s := strings.TrimSpace(withoutFree(string(t.b)))
+	s := strings.TrimSpace(boxMessage(string(t.b)))
 	if s == "" {
 		return ""
 	}

@@ -1,7 +1,9 @@
 package sync
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/provider/providertest"
 )
 
 // The box's copy is checked, not assumed: a workdir deleted or replaced
@@ -253,5 +259,122 @@ func TestPrepareRefusesMarker(t *testing.T) {
 	write(t, root, "sub/"+Marker, "fine", 0o644)
 	if _, err := Prepare(t.Context(), Options{Root: root}); err != nil {
 		t.Errorf("Prepare of names that are not the marker: %v", err)
+	}
+}
+
+// A write that fails on the box because its disk is full is reported as a
+// full disk, though dash says only "echo: echo: I/O error"; a write that
+// fails with room to spare keeps the shell's words, without the place in
+// crabbox's script. The box's tar stand-in extracts, then leaves the
+// marker a link to /dev/full, whose writes fail with ENOSPC; the df
+// stand-in reports the free space.
+func TestPushWriteFailsOnTheBox(t *testing.T) {
+	client := dial(t)
+	for _, tt := range []struct {
+		name string
+		free string // df's Available, in KiB
+		want string
+	}{
+		{"disk full", "0", `: the box's disk is full (0 B free in %s); make room there and sync again`},
+		{"room to spare", "10485760", `: on the box: Process exited with status 1: echo: I/O error`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := plainTree(t, 3, "v1")
+			remoteDir := filepath.Join(t.TempDir(), "repo")
+			bin := t.TempDir()
+			tar := filepath.Join(bin, "tar")
+			writeScript(t, tar, "#!/bin/sh\ntar \"$@\" || exit\nln -sf /dev/full '"+filepath.Join(remoteDir, Marker)+"'\n")
+			df := filepath.Join(bin, "df")
+			writeScript(t, df, "#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\necho \"box 64 64 "+tt.free+" 100% /\"\n")
+			_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir, tar: tar, df: df})
+			want := strings.ReplaceAll(tt.want, "%s", remoteDir)
+			if err == nil || !strings.HasSuffix(err.Error(), want) {
+				t.Fatalf("push whose marker write fails = %q, want it to end %q", err, want)
+			}
+			if strings.Contains(err.Error(), "crabbox-sync:") {
+				t.Errorf("error %q names the place in crabbox's script", err)
+			}
+			// The next push repairs the box.
+			push(t, client, Options{Root: root, RemoteDir: remoteDir})
+			sameTree(t, root, remoteDir)
+		})
+	}
+}
+
+// A lock that cannot be made, with no lock there (another push's), ends
+// the push with mkdir's reason at once instead of waiting for a holder.
+func TestPushLockCannotBeMade(t *testing.T) {
+	client := dial(t)
+	root := plainTree(t, 3, "v1")
+	remoteDir := filepath.Join(t.TempDir(), "repo")
+	symlink(t, StateDir(remoteDir), "lock", "nowhere")
+	_, err := pushWithin(t, client, Options{Root: root, RemoteDir: remoteDir})
+	if err == nil || !strings.Contains(err.Error(), "cannot create directory") || !strings.Contains(err.Error(), "/lock") {
+		t.Fatalf("push whose lock cannot be made = %v, want mkdir's reason", err)
+	}
+	if _, err := os.Lstat(filepath.Join(remoteDir, "d0")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("push without the lock changed the tree: %v", err)
+	}
+}
+
+func writeScript(t *testing.T, name, script string) {
+	t.Helper()
+	if err := os.WriteFile(name, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBoxMessage(t *testing.T) {
+	for _, tt := range []struct{ stderr, want string }{
+		{"crabbox-sync: 47: echo: echo: I/O error\n", "echo: I/O error\n"},
+		{"crabbox-sync: line 12: /x/y: Permission denied\n", "/x/y: Permission denied\n"},
+		{"sh: 3: cannot create ./x: Is a directory\n", "cannot create ./x: Is a directory\n"},
+		{"mkdir: cannot create directory '/a': File exists\ncrabbox-sync free 10 /a\n", "mkdir: cannot create directory '/a': File exists\n"},
+		{"tar: a: Cannot open: Permission denied\n", "tar: a: Cannot open: Permission denied\n"},
+		{"crabbox-sync: no place here\n", "crabbox-sync: no place here\n"},
+	} {
+		if got := boxMessage(tt.stderr); got != tt.want {
+			t.Errorf("boxMessage(%q) = %q, want %q", tt.stderr, got, tt.want)
+		}
+	}
+}
+
+// The error of a push whose box's disk filled up, as the box's scripts
+// report it: what the user reads names the full disk.
+func TestBoxErrorDiskFull(t *testing.T) {
+	for _, tt := range []struct{ stderr, want string }{
+		{"crabbox-sync: 47: echo: echo: I/O error\ncrabbox-sync free 0 /srv/.crabbox/repo\n",
+			"the box's disk is full (0 B free in /srv/.crabbox/repo); make room there and sync again"},
+		{"mkdir: cannot create directory '/srv/.crabbox/repo/lock': No space left on device\n",
+			"the box's disk is full (no space left on device for /srv/repo); make room there and sync again"},
+		{"crabbox-sync: 47: echo: echo: I/O error\ncrabbox-sync free 52428800 /srv/.crabbox/repo\n",
+			"on the box: exit 1: echo: I/O error"},
+	} {
+		s := &session{opts: Options{RemoteDir: "/srv/repo"}, stderr: &tail{b: []byte(tt.stderr)}}
+		if got := s.boxError(errors.New("exit 1")).Error(); got != tt.want {
+			t.Errorf("boxError with stderr %q = %q, want %q", tt.stderr, got, tt.want)
+		}
+	}
+}
+
+// A delegated sandbox whose tar runs out of space is reported as a full
+// disk too, naming where.
+func TestPushArchiveDiskFull(t *testing.T) {
+	sb := providertest.NewSandbox("sandbox", t.TempDir())
+	view, err := sb.Warmup(t.Context(), provider.WarmupRequest{LeaseID: lease.NewID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tar := filepath.Join(t.TempDir(), "tar")
+	writeScript(t, tar, "#!/bin/sh\ncat >/dev/null\necho 'tar: a: Cannot write: No space left on device' >&2\nexit 2\n")
+	dir := view.WorkRoot + "/repo"
+	p, err := Prepare(t.Context(), Options{Root: plainTree(t, 3, "v1"), RemoteDir: dir, tar: tar})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.PushArchive(t.Context(), sb, view.ID)
+	want := "the sandbox's disk is full ("
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.HasSuffix(err.Error(), " free in "+dir+"); make room there and sync again") {
+		t.Errorf("PushArchive into a full sandbox = %v, want %q... free in %s", err, want, dir)
 	}
 }
