@@ -496,8 +496,9 @@ func diskFull(stderr string) (dir string, free int64, known, full bool) {
 }
 
 // diskFullError describes a full disk on the box (what, "box" or
-// "sandbox"), from what diskFull found, for the remote directory dir.
-func diskFullError(what, dir string, at string, free int64, known bool) error {
+// "sandbox"), from what diskFull found (at, free, known), for the remote
+// directory dir.
+func diskFullError(what, dir, at string, free int64, known bool) error {
 	if known {
 		return fmt.Errorf("the %s's disk is full (%s free in %s); make room there and sync again", what, FormatBytes(free), at)
 	}
