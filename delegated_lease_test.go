@@ -112,8 +112,8 @@ func TestDelegatedWarmLease(t *testing.T) {
 			got = append(got, op)
 		}
 	}
-	if len(got) != 2 || got[0] != "read-file fingerprint" || !strings.HasPrefix(got[1], "run ") {
-		t.Errorf("an unchanged rerun made calls %q, want one read of the fingerprint and the run", got)
+	if len(got) != 2 || got[0] != "read-file .crabbox-synced" || !strings.HasPrefix(got[1], "run ") {
+		t.Errorf("an unchanged rerun made calls %q, want one read of the workdir's marker (with the fingerprint) and the run", got)
 	}
 
 	info, err := c.Status(ctx, id)

@@ -866,7 +866,8 @@ type SyncOptions struct {
 	// 20 GiB in the checkout's file set); Warn, if set, receives the
 	// warning of a sync about to send more than the soft ones (50,000
 	// files or 5 GiB): a first sync or a big change, never an unchanged
-	// rerun. See sync.Limits.
+	// rerun. See sync.Limits. Warn also hears of a workdir found deleted
+	// or replaced on the box, which the sync then sends whole.
 	ForceLarge bool
 	Warn       func(string)
 	// Exclude holds gitignore-style patterns left out of the sync, on top

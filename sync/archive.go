@@ -26,8 +26,11 @@ const archiveFile = "incoming.tar"
 // absolute.
 //
 // An unchanged file set whose fingerprint is known costs one ReadFile (the
-// fingerprint). Otherwise the manifest (and the pending file of an
-// interrupted push) are read, the changes are written as one tar archive
+// remote directory's Marker, which holds the fingerprint of the tree there
+// as long as no push was cut short since). Otherwise the manifest (and the
+// pending file of an interrupted push) are read; a remote directory whose
+// marker does not match the manifest (deleted or replaced in the sandbox)
+// is sent whole, as Push does, the changes are written as one tar archive
 // with WriteFile, and one Run deletes the stale paths, extracts the archive
 // with the sandbox's tar and installs the new manifest, exactly as the
 // SSH push's transfer step does. With Checksum, one more Run hashes the
@@ -70,12 +73,12 @@ type archivePush struct {
 
 func (a *archivePush) push(ctx context.Context, s *session) error {
 	quick := !s.opts.Checksum && !s.opts.FullResync
-	boxFP, err := a.read(ctx, fingerprintFile)
+	markData, err := a.readPath(ctx, path.Join(s.opts.RemoteDir, Marker))
 	if err != nil {
 		return err
 	}
-	have := strings.TrimSpace(string(boxFP))
-	if quick && s.prep.fp != "" && have == s.prep.fp {
+	mark := markOf(markData)
+	if quick && s.prep.fp != "" && mark == s.prep.fp {
 		s.stats.Skipped = true
 		s.stats.Plan = s.prepared + time.Since(s.planStart)
 		return nil
@@ -93,19 +96,25 @@ func (a *archivePush) push(ctx context.Context, s *session) error {
 		return fmt.Errorf("%s/%s in the sandbox is malformed (%w); nothing was changed; remove it to start over", a.state, manifestFile, err)
 	}
 	var untrusted []string
-	if pendingData != nil {
+	dirty := pendingData != nil
+	if dirty {
 		if untrusted, err = parseChanges(pendingData); err != nil {
 			untrusted = untrustedByPlan(prev, pendingData)
 		}
+	}
+	stray := (manifestData != nil || dirty) && strayed(mark, "", dirty, func() string { return fingerprint(prev) })
+	if stray {
+		s.warnStrayed()
+		prev, untrusted = nil, nil
 	}
 	box := newBoxState(prev, untrusted)
 	local, err := s.prep.manifest(ctx, box)
 	if err != nil {
 		return err
 	}
-	if quick && pendingData == nil && have != "" && have == fingerprint(local) {
+	if quick && !dirty && !stray && isHash(mark) && mark == fingerprint(local) {
 		// Files were touched, not changed.
-		s.prep.fp = have
+		s.prep.fp = mark
 		s.stats.Skipped = true
 		s.stats.Plan = s.prepared + time.Since(s.planStart)
 		return nil
@@ -134,9 +143,27 @@ func cmdTar(o Options) string {
 	return "tar"
 }
 
+// markOf is what the remote directory's Marker, data (nil for none), says,
+// as sessionScript reports it.
+func markOf(data []byte) string {
+	switch m := strings.TrimSpace(string(data)); {
+	case data == nil:
+		return markNone
+	case m == "":
+		return markEmpty
+	case isHash(m):
+		return m
+	}
+	return markOther
+}
+
 // read returns the state file name, nil when the sandbox has none.
 func (a *archivePush) read(ctx context.Context, name string) ([]byte, error) {
-	p := path.Join(a.state, name)
+	return a.readPath(ctx, path.Join(a.state, name))
+}
+
+// readPath returns the file p, nil when the sandbox has none.
+func (a *archivePush) readPath(ctx context.Context, p string) ([]byte, error) {
 	rc, err := a.b.ReadFile(ctx, provider.ReadFileRequest{LeaseID: a.lease, Path: p})
 	if errors.Is(err, provider.ErrNotFound) {
 		return nil, nil
@@ -195,17 +222,14 @@ func (a *archivePush) unpack(ctx context.Context, dir string, del []string, tar 
 		transferStep(del, tar, false, false, nil)
 	var stderr tail
 	res, err := a.b.Run(ctx, provider.DelegatedRunRequest{
-		LeaseID: a.lease, Command: []string{"sh", "-c", script}, Dir: a.state, Stdout: io.Discard, Stderr: &stderr,
+		LeaseID: a.lease, Command: []string{"sh", "-c", script, scriptName}, Dir: a.state, Stdout: io.Discard, Stderr: &stderr,
 	})
 	if err != nil {
 		return fmt.Errorf("unpack the archive in the sandbox: %w", err)
 	}
 	if res.ExitCode != 0 {
-		if d, free, known, full := diskFull(string(stderr.b)); full {
-			if known {
-				return fmt.Errorf("sandbox disk full at %s (%s free)", d, FormatBytes(free))
-			}
-			return fmt.Errorf("sandbox disk full at %s", dir)
+		if at, free, known, full := diskFull(string(stderr.b)); full {
+			return diskFullError("sandbox", dir, at, free, known)
 		}
 		return fmt.Errorf("unpack the archive in the sandbox: exit %d%s", res.ExitCode, stderr.suffix())
 	}

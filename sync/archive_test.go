@@ -89,7 +89,7 @@ func TestPushArchive(t *testing.T) {
 	if !again.Skipped {
 		t.Errorf("unchanged push stats = %+v, want skipped", again)
 	}
-	if diff := cmp.Diff([]string{"read-file fingerprint"}, ops(sb)); diff != "" {
+	if diff := cmp.Diff([]string{"read-file " + sync.Marker}, ops(sb)); diff != "" {
 		t.Errorf("an unchanged push made more than one read (-want +got):\n%s", diff)
 	}
 
@@ -102,7 +102,7 @@ func TestPushArchive(t *testing.T) {
 	if changed.Sent != 1 || changed.Deleted != 1 || changed.Bytes != int64(len("a changed\n")) {
 		t.Errorf("incremental push stats = %+v, want 1 sent (10 bytes), 1 deleted", changed)
 	}
-	want := []string{"read-file fingerprint", "read-file manifest", "read-file pending", "write-file incoming.tar", "run repo"}
+	want := []string{"read-file " + sync.Marker, "read-file manifest", "read-file pending", "write-file incoming.tar", "run repo"}
 	if diff := cmp.Diff(want, ops(sb)); diff != "" {
 		t.Errorf("incremental push calls (-want +got):\n%s", diff)
 	}
@@ -142,5 +142,91 @@ func TestPushArchiveRefusesRelativeDir(t *testing.T) {
 	}
 	if len(sb.Calls()) != 0 {
 		t.Errorf("the sandbox was called: %+v", sb.Calls())
+	}
+}
+
+// A sandbox directory deleted or replaced since the last push is sent
+// whole, with one warning, and nothing in a replacement is deleted; a
+// push cut short in the directory itself is trusted as far as its pending
+// file allows, without a word.
+func TestPushArchiveWorkdirGone(t *testing.T) {
+	sb := providertest.NewSandbox("sandbox", t.TempDir())
+	view, err := sb.Warmup(context.Background(), provider.WarmupRequest{LeaseID: lease.NewID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, cache := t.TempDir(), filepath.Join(t.TempDir(), "hashes")
+	write(t, filepath.Join(root, "a.txt"), "a\n")
+	write(t, filepath.Join(root, "sub", "b.txt"), "b\n")
+	write(t, filepath.Join(root, "gone.txt"), "going\n")
+	dir := view.WorkRoot + "/repo"
+	local := filepath.FromSlash(dir)
+	var said []string
+	opts := sync.Options{Warn: func(s string) { said = append(said, s) }}
+	pushArchive(t, sb, view.ID, root, dir, cache, opts)
+	wantStray := []string{dir + " is not the copy crabbox synced (deleted or replaced since): sending the whole tree again"}
+	wantTree := func(name string, extra map[string]string) {
+		t.Helper()
+		want := map[string]string{"a.txt": "a\n", "sub/b.txt": "b\n"}
+		for p, c := range extra {
+			want[p] = c
+		}
+		for p, c := range want {
+			if got := readSandbox(t, filepath.Join(local, filepath.FromSlash(p))); got != c {
+				t.Errorf("%s: %s in the sandbox = %q, want %q", name, p, got, c)
+			}
+		}
+	}
+
+	// Deleted, nothing changed locally: not skipped.
+	if err := os.Remove(filepath.Join(root, "gone.txt")); err != nil {
+		t.Fatal(err)
+	}
+	pushArchive(t, sb, view.ID, root, dir, cache, opts)
+	said = nil
+	if err := os.RemoveAll(local); err != nil {
+		t.Fatal(err)
+	}
+	st := pushArchive(t, sb, view.ID, root, dir, cache, opts)
+	if st.Skipped || st.Sent != 2 {
+		t.Errorf("push into a deleted sandbox directory: %+v, want both files sent", st)
+	}
+	wantTree("deleted", nil)
+	if diff := cmp.Diff(wantStray, said); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+
+	// Replaced by someone else's files: gone.txt, once crabbox's, is not
+	// deleted there.
+	said = nil
+	if err := os.RemoveAll(local); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(local, "a.txt"), "theirs\n")
+	write(t, filepath.Join(local, "gone.txt"), "theirs\n")
+	st = pushArchive(t, sb, view.ID, root, dir, cache, opts)
+	if st.Skipped || st.Sent != 2 || st.Deleted != 0 {
+		t.Errorf("push into a replaced sandbox directory: %+v, want both files sent, none deleted", st)
+	}
+	wantTree("replaced", map[string]string{"gone.txt": "theirs\n"})
+	if diff := cmp.Diff(wantStray, said); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+
+	// Cut short in the directory itself: the marker emptied, the
+	// pending file naming what it was changing.
+	said = nil
+	state := filepath.FromSlash(sync.StateDir(dir))
+	write(t, filepath.Join(local, "a.txt"), "half-sent\n")
+	write(t, filepath.Join(local, sync.Marker), "")
+	write(t, filepath.Join(state, "fingerprint"), "")
+	write(t, filepath.Join(state, "pending"), "crabbox-changes 1\n\"a.txt\"\nend\n")
+	st = pushArchive(t, sb, view.ID, root, dir, cache, opts)
+	if st.Skipped || st.Sent != 1 {
+		t.Errorf("push after one cut short: %+v, want a.txt sent", st)
+	}
+	wantTree("after a push cut short", map[string]string{"gone.txt": "theirs\n"})
+	if len(said) != 0 {
+		t.Errorf("push after one cut short warned %q", said)
 	}
 }

@@ -409,8 +409,14 @@ func TestPushCanceledMidStream(t *testing.T) {
 	}
 	write(t, root, "big1", v1, 0o644)
 	write(t, root, "big2", v1, 0o644)
-	push(t, client, Options{Root: root, RemoteDir: remoteDir})
+	// The workdir is the one the canceled push went into: no warning
+	// that it was deleted or replaced.
+	var said warnings
+	push(t, client, Options{Root: root, RemoteDir: remoteDir, Warn: said.warn})
 	sameTree(t, root, remoteDir)
+	if len(said) != 0 {
+		t.Errorf("push after a canceled one warned %q", said)
+	}
 }
 
 // An unchanged checkout is recognised by its listing alone: no hash is

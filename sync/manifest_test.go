@@ -536,6 +536,13 @@ func TestDiskFull(t *testing.T) {
 			result{Full: true, Rest: "sh: cannot create .crabbox/pending: No space left on device\n"}},
 		{"mv: No space left on device\ncrabbox-sync free x /d\n", // malformed: not known
 			result{Full: true, Rest: "mv: No space left on device\n"}},
+		// dash says only "I/O error" of a write that failed: full when
+		// the directory has (nearly) nothing left.
+		{"crabbox-sync: 47: echo: echo: I/O error\ncrabbox-sync free 12 /srv/.crabbox/repo\n",
+			result{Dir: "/srv/.crabbox/repo", Free: 12 << 10, Known: true, Full: true, Rest: "crabbox-sync: 47: echo: echo: I/O error\n"}},
+		{"crabbox-sync: 47: echo: echo: I/O error\ncrabbox-sync free 2048 /srv/.crabbox/repo\n",
+			result{Rest: "crabbox-sync: 47: echo: echo: I/O error\n"}},
+		{"crabbox-sync: 47: echo: echo: I/O error\n", result{Rest: "crabbox-sync: 47: echo: echo: I/O error\n"}},
 	} {
 		var got result
 		got.Dir, got.Free, got.Known, got.Full = diskFull(tt.stderr)

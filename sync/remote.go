@@ -29,6 +29,17 @@ import (
 //
 // Earlier crabbox versions kept these files in RemoteDir/.crabbox; a push
 // moves them out (see sessionScript).
+//
+// One file lives inside RemoteDir: Marker, holding the fingerprint of the
+// manifest beside it. The state says what crabbox synced; the marker says
+// that the directory holding it is the one it was synced into. A workdir
+// deleted on the box (by a cleaner, a user, a full disk's cleanup) or
+// replaced by another directory has no marker or another one, and a push
+// that finds it so trusts nothing of the state: it sends the whole tree
+// and deletes nothing, since nothing there is crabbox's. A push emptying
+// the marker before it changes the tree and writes it back once the new
+// manifest is in place, the marker also says, like the fingerprint, that
+// no push was cut short since.
 const (
 	stateParent     = ".crabbox"
 	manifestFile    = "manifest"
@@ -36,6 +47,21 @@ const (
 	pendingFile     = "pending"
 	manifestTmp     = manifestFile + ".tmp"
 	fingerprintTmp  = fingerprintFile + ".tmp"
+)
+
+// Marker is the name of the file a push keeps at the top of the remote
+// directory, holding the fingerprint of what it synced there (see
+// StateDir). Commands see it; a checkout may not have a file or
+// directory of that name at its top (Prepare refuses it).
+const Marker = ".crabbox-synced"
+
+// What sessionScript reports of the marker besides a fingerprint: no
+// marker (or not a regular file), an empty one (a push was changing the
+// tree), and one holding anything else.
+const (
+	markNone  = "-"
+	markEmpty = "empty"
+	markOther = "other"
 )
 
 // StateDir is the directory on the box where crabbox keeps what it knows
@@ -62,42 +88,53 @@ const defaultLockTries = 3000
 const staleMinutes = 1
 
 // sessionScript is the one command a push runs on the box, with the
-// arguments PARENT BASE FINGERPRINT MODE TOKEN STALE TRIES KNOWN, for the
-// remote directory PARENT/BASE. It creates that directory and the state
-// directory (see StateDir), moves an earlier crabbox's state out of the
-// remote directory, takes the lock, and either reports that the box
+// arguments PARENT BASE FINGERPRINT MODE TOKEN STALE TRIES KNOWN DF, for
+// the remote directory PARENT/BASE. It creates that directory and the
+// state directory (see StateDir), moves an earlier crabbox's state out of
+// the remote directory, takes the lock, and either reports that the box
 // already holds FINGERPRINT (MODE "quick") or prints the state:
-// "crabbox-sync state FP NAMES", with the box's fingerprint FP ("-" for
-// none) and NAMES naming which of manifest and pending exist, then wc -c's
-// report of their sizes and their contents, one after the other (two
-// processes, not two per file; none without a file). When the box's
-// fingerprint is KNOWN (the client has the manifest of that fingerprint),
-// the manifest is not sent and NAMES ends with "known". Then it runs the
-// steps the client sends on stdin, each as "LINES\n" and LINES lines of sh
-// script, until stdin ends, in the remote directory, with $s the state
-// directory and $crabbox_parent PARENT (absolute paths). A step may read
-// stdin itself (tar). The lock is released when the script ends, however
-// it ends.
+// "crabbox-sync state FP MARK NAMES", with the box's fingerprint FP ("-"
+// for none), what the remote directory's Marker holds (a fingerprint,
+// markNone, markEmpty or markOther) and NAMES naming which of manifest and
+// pending exist, then wc -c's report of their sizes and their contents,
+// one after the other (two processes, not two per file; none without a
+// file). When the box's fingerprint is KNOWN (the client has the manifest
+// of that fingerprint), the manifest is not sent and NAMES ends with
+// "known". Then it runs the steps the client sends on stdin, each as
+// "LINES\n" and LINES lines of sh script, until stdin ends, in the remote
+// directory, with $s the state directory and $crabbox_parent PARENT
+// (absolute paths). A step may read stdin itself (tar). The lock is
+// released when the script ends, however it ends. DF is the box's df
+// command (a stand-in in tests), which failFunc asks for the free space
+// when a write fails.
 //
 // An unchanged box is recognised before the lock, with shell builtins
-// alone: a push that changes the tree removes the fingerprint and creates
-// the pending file before it touches anything, and installs the new
-// fingerprint before it removes the pending file. So a fingerprint read
-// as FINGERPRINT followed by no pending file means the tree was
-// FINGERPRINT's when the pending file was checked, as a check under the
+// alone: a push that changes the tree removes the fingerprint, creates
+// the pending file and empties the marker before it touches anything,
+// and writes the new marker and fingerprint before it removes the pending
+// file. So a fingerprint read as FINGERPRINT, followed by no pending file
+// and a marker in the remote directory holding FINGERPRINT too, means the
+// tree was FINGERPRINT's when the marker was read, as a check under the
 // lock would have found; the lock only makes pushes wait for each other.
+// A remote directory deleted or replaced since has no such marker.
 //
 // The script contains no backslash, so it survives any login shell's
 // quoting; it reads steps with the read builtin, which never reads ahead,
-// unlike sh -s, and which, unlike dd and wc, costs no process.
-const sessionScript = `crabbox_parent=$1 crabbox_base=$2 crabbox_fp=$3 crabbox_mode=$4 crabbox_token=$5 crabbox_stale=$6 crabbox_tries=$7 crabbox_known=${8:--}
+// unlike sh -s, and which, unlike dd and wc, costs no process. A write
+// that fails (a full disk above all) ends it through failFunc, and a
+// mkdir of the lock that fails with no lock there (not another push's)
+// ends it at the second try instead of waiting for a holder; a lock whose
+// owner cannot be written is removed again, not left for the next push
+// to wait a minute on.
+const sessionScript = `crabbox_parent=$1 crabbox_base=$2 crabbox_fp=$3 crabbox_mode=$4 crabbox_token=$5 crabbox_stale=$6 crabbox_tries=$7 crabbox_known=${8:--} crabbox_df=${9:-df}
 s=$crabbox_parent/.crabbox/$crabbox_base
 if [ "$crabbox_mode" = quick ] && { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null &&
-	[ "$crabbox_have" = "$crabbox_fp" ] && [ ! -e "$s/pending" ]; then
+	[ "$crabbox_have" = "$crabbox_fp" ] && [ ! -e "$s/pending" ] &&
+	{ read -r crabbox_have <"$crabbox_parent/$crabbox_base/` + Marker + `"; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ]; then
 	echo "crabbox-sync same"
 	exit 0
 fi
-crabbox_dir=$crabbox_parent/$crabbox_base
+` + failFunc + `crabbox_dir=$crabbox_parent/$crabbox_base
 crabbox_held=
 crabbox_release() {
 	if [ -n "$crabbox_held" ] && { read -r crabbox_o <"$s/lock/owner"; } 2>/dev/null && [ "$crabbox_o" = "$crabbox_token $$" ]; then
@@ -109,14 +146,23 @@ trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 141' PIPE
 trap 'exit 143' TERM
-cd -- "$crabbox_parent" 2>/dev/null || { mkdir -p -- "$crabbox_parent" && cd -- "$crabbox_parent"; } || exit 1
+cd -- "$crabbox_parent" 2>/dev/null || { mkdir -p -- "$crabbox_parent" && cd -- "$crabbox_parent"; } || crabbox_fail 1
 crabbox_parent=$PWD
 s=$PWD/.crabbox/$crabbox_base
-[ -d "$crabbox_base" ] || mkdir -p -- "$crabbox_base" || exit 1
-[ -d "$s" ] || mkdir -p -- "$s" || exit 1
+[ -d "$crabbox_base" ] || mkdir -p -- "$crabbox_base" || crabbox_fail 1
+[ -d "$s" ] || mkdir -p -- "$s" || crabbox_fail 1
 cd -- "./$crabbox_base" || exit 1
-crabbox_i=0
-until mkdir "$s/lock" 2>/dev/null; do
+crabbox_i=0 crabbox_nolock=0
+until crabbox_e=$(mkdir -- "$s/lock" 2>&1); do
+	if [ ! -e "$s/lock" ]; then
+		crabbox_nolock=$((crabbox_nolock + 1))
+		if [ "$crabbox_nolock" -gt 1 ]; then
+			echo "$crabbox_e" >&2
+			crabbox_fail 1 "$s"
+		fi
+		continue
+	fi
+	crabbox_nolock=0
 	crabbox_owner=
 	{ read -r crabbox_owner <"$s/lock/owner"; } 2>/dev/null
 	if [ -n "$crabbox_owner" ]; then
@@ -136,7 +182,7 @@ until mkdir "$s/lock" 2>/dev/null; do
 	sleep 0.2 2>/dev/null || sleep 1
 done
 crabbox_held=1
-echo "$crabbox_token $$" > "$s/lock/owner" || exit 1
+echo "$crabbox_token $$" > "$s/lock/owner" || { rm -rf "$s/lock"; crabbox_fail 1 "$s"; }
 if [ ! -e "$s/manifest" ] && [ ! -e "$s/pending" ] && [ -d .crabbox ] && [ ! -L .crabbox ] && [ ! -e .crabbox/lock ]; then
 	crabbox_old=
 	for crabbox_f in manifest pending; do
@@ -146,14 +192,15 @@ if [ ! -e "$s/manifest" ] && [ ! -e "$s/pending" ] && [ -d .crabbox ] && [ ! -L 
 	if [ -n "$crabbox_old" ]; then
 		for crabbox_f in manifest fingerprint pending; do
 			if [ -f ".crabbox/$crabbox_f" ] && [ ! -L ".crabbox/$crabbox_f" ]; then
-				mv -f -- ".crabbox/$crabbox_f" "$s/$crabbox_f" || exit 1
+				mv -f -- ".crabbox/$crabbox_f" "$s/$crabbox_f" || crabbox_fail 1 "$s"
 			fi
 		done
 		rm -f .crabbox/synced .crabbox/step .crabbox/manifest.tmp .crabbox/fingerprint.tmp
 		rmdir .crabbox 2>/dev/null
 	fi
 fi
-if [ "$crabbox_mode" = quick ] && [ ! -e "$s/pending" ] && { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ]; then
+if [ "$crabbox_mode" = quick ] && [ ! -e "$s/pending" ] && { read -r crabbox_have <"$s/fingerprint"; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ] &&
+	{ read -r crabbox_have <./` + Marker + `; } 2>/dev/null && [ "$crabbox_have" = "$crabbox_fp" ]; then
 	echo "crabbox-sync same"
 	exit 0
 fi
@@ -164,6 +211,16 @@ case $crabbox_have in
 ''|*[!0-9a-f]*) crabbox_have=- ;;
 *) [ "${#crabbox_have}" -eq 64 ] || crabbox_have=- ;;
 esac
+crabbox_mark=` + markNone + `
+if [ -f ./` + Marker + ` ] && [ ! -L ./` + Marker + ` ]; then
+	crabbox_mark=
+	{ read -r crabbox_mark <./` + Marker + `; } 2>/dev/null
+	case $crabbox_mark in
+	'') crabbox_mark=` + markEmpty + ` ;;
+	*[!0-9a-f]*) crabbox_mark=` + markOther + ` ;;
+	*) [ "${#crabbox_mark}" -eq 64 ] || crabbox_mark=` + markOther + ` ;;
+	esac
+fi
 set --
 for crabbox_f in manifest pending; do
 	[ -f "$s/$crabbox_f" ] || continue
@@ -173,7 +230,7 @@ for crabbox_f in manifest pending; do
 	fi
 	set -- "$@" "$crabbox_f"
 done
-echo "crabbox-sync state $crabbox_have $* $crabbox_k"
+echo "crabbox-sync state $crabbox_have $crabbox_mark $* $crabbox_k"
 if [ $# -gt 0 ]; then
 	(cd -- "$s" && wc -c -- "$@" && cat -- "$@") || exit 1
 fi
@@ -185,24 +242,42 @@ while IFS= read -r crabbox_n; do
 	esac
 	crabbox_i=0
 	while [ "$crabbox_i" -lt "$crabbox_n" ] && IFS= read -r crabbox_l; do
-		printf '%s%s' "$crabbox_l" "$crabbox_nl"
+		printf '%s%s' "$crabbox_l" "$crabbox_nl" || crabbox_fail 1 "$s"
 		crabbox_i=$((crabbox_i + 1))
-	done >"$s/lock/step" || exit 1
+	done >"$s/lock/step" || crabbox_fail 1 "$s"
 	[ "$crabbox_i" -eq "$crabbox_n" ] || exit 1
 	. "$s/lock/step"
 done
 exit 0
 `
 
+// failFunc defines crabbox_fail STATUS [DIR], which ends a script on the
+// box after a failure: it prints freeMarker to stderr with the kilobytes
+// available to unprivileged users on DIR's file system (the current
+// directory's by default) and DIR, so that a full disk is reported as one
+// (see diskFull), and exits with STATUS. It asks $crabbox_df (df when
+// unset) for the free space.
+const failFunc = `crabbox_fail() {
+	crabbox_st=$1 crabbox_at=${2:-$PWD}
+	"${crabbox_df:-df}" -kP "$crabbox_at" 2>/dev/null | { read -r crabbox_l && read -r crabbox_l crabbox_l crabbox_l crabbox_free crabbox_l &&
+		echo "` + freeMarker + ` $crabbox_free $crabbox_at" >&2; }
+	exit "$crabbox_st"
+}
+`
+
 // sessionCommand is the command line running sessionScript.
-func sessionCommand(remoteDir, fp, mode, token string, lockTries int, known string) string {
+func sessionCommand(remoteDir, fp, mode, token string, lockTries int, known, df string) string {
 	parent, base := splitRemoteDir(remoteDir)
 	if !path.IsAbs(parent) && parent != "." && parent != ".." && !strings.HasPrefix(parent, "../") {
 		parent = "./" + parent // not searched in CDPATH
 	}
-	return remote.CommandLine([]string{"sh", "-c", sessionScript, "crabbox-sync",
-		parent, base, fp, mode, token, strconv.Itoa(staleMinutes), strconv.Itoa(lockTries), cmp.Or(known, "-")})
+	return remote.CommandLine([]string{"sh", "-c", sessionScript, scriptName,
+		parent, base, fp, mode, token, strconv.Itoa(staleMinutes), strconv.Itoa(lockTries), cmp.Or(known, "-"), cmp.Or(df, "df")})
 }
+
+// scriptName is the name ($0) of crabbox's scripts on the box, with which
+// the box's shell starts its own messages (see boxMessage).
+const scriptName = "crabbox-sync"
 
 // step frames a script as one step for sessionScript: its number of
 // lines, then its lines.
@@ -301,10 +376,14 @@ func unescapeName(s string) string {
 // written sees a fingerprint that matches nothing while the pending file
 // is still there.
 //
-// A failure there prints freeMarker to stderr before exiting, with the
-// kilobytes available to unprivileged users on the directory's file system
-// and the directory, so that a full disk is reported as one (see
-// diskFull).
+// It empties the remote directory's Marker with the fingerprint, and
+// writes the new fingerprint into both once the new manifest is in place:
+// a marker holding the fingerprint of the manifest beside it tells a later
+// push that this directory is the one that manifest describes (see
+// StateDir). A marker that is a symlink is removed, never written through.
+//
+// A failure there ends it through failFunc, which reports the free space,
+// so that a full disk is reported as one (see diskFull).
 //
 // With release (the session's step, which holds the lock), the lock goes
 // with the pending file, in the same process. Directories that held a
@@ -316,16 +395,12 @@ func unescapeName(s string) string {
 // reads (see pacer), or "none" otherwise.
 func transferStep(del []string, tar string, release, pace bool, held func(dir string) bool) string {
 	var b strings.Builder
-	b.WriteString(`crabbox_fail() {
-	crabbox_st=$1
-	df -kP . 2>/dev/null | { read -r crabbox_l && read -r crabbox_l crabbox_l crabbox_l crabbox_free crabbox_l &&
-		echo "` + freeMarker + ` $crabbox_free $PWD" >&2; }
-	exit "$crabbox_st"
-}
-`)
+	b.WriteString(failFunc)
 	// An empty fingerprint is none. The leftovers of an interrupted push
 	// are removed, but costing a process only when there are any.
-	b.WriteString(`: > "$s/pending" && : > "$s/fingerprint" || crabbox_fail 1
+	b.WriteString(`: > "$s/pending" && : > "$s/fingerprint" || crabbox_fail 1 "$s"
+if [ -L ./` + Marker + ` ]; then rm -f -- ./` + Marker + ` || crabbox_fail 1; fi
+: > ./` + Marker + ` || crabbox_fail 1
 if [ -e "$s/manifest.tmp" ] || [ -e "$s/fingerprint.tmp" ] || [ -L "$s/manifest.tmp" ] || [ -L "$s/fingerprint.tmp" ]; then
 	rm -f -- "$s/manifest.tmp" "$s/fingerprint.tmp" || exit 1
 fi
@@ -368,7 +443,7 @@ echo "` + paceMarker + `$crabbox_pace"
 	crabbox_fail "$crabbox_st"
 fi
 read -r crabbox_f <"$s/fingerprint.tmp" && mv -f -- "$s/manifest.tmp" "$s/manifest" &&
-	echo "$crabbox_f" >"$s/fingerprint" && ` + done + ` ||
+	echo "$crabbox_f" >./` + Marker + ` && echo "$crabbox_f" >"$s/fingerprint" && ` + done + ` ||
 	crabbox_fail $?
 exit 0
 `)
@@ -387,13 +462,20 @@ const freeMarker = "crabbox-sync free"
 // print on a full disk.
 const noSpace = "No space left on device"
 
+// ioError is how dash (Debian's and Ubuntu's sh) reports any write of a
+// builtin that failed, ENOSPC included: "echo: I/O error".
+const ioError = ": I/O error"
+
+// nearlyFull is the free space below which a write that failed with
+// ioError is taken for a full disk.
+const nearlyFull = 1 << 20
+
 // diskFull reads the stderr of a failed push: whether the box reported a
-// full disk and, when the transfer step said, the directory and its free
-// space in bytes (known false when it did not).
+// full disk and, when failFunc said, the directory and its free space in
+// bytes (known false when it did not). A disk is full when the box said
+// "No space left on device", or when a write failed with dash's "I/O
+// error" and the directory has less than nearlyFull free.
 func diskFull(stderr string) (dir string, free int64, known, full bool) {
-	if !strings.Contains(stderr, noSpace) {
-		return "", 0, false, false
-	}
 	for line := range strings.Lines(stderr) {
 		rest, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), freeMarker+" ")
 		if !ok {
@@ -406,7 +488,21 @@ func diskFull(stderr string) (dir string, free int64, known, full bool) {
 		}
 		dir, free, known = d, n*1024, true
 	}
+	full = strings.Contains(stderr, noSpace) || (known && free < nearlyFull && strings.Contains(stderr, ioError))
+	if !full {
+		return "", 0, false, false
+	}
 	return dir, free, known, true
+}
+
+// diskFullError describes a full disk on the box (what, "box" or
+// "sandbox"), from what diskFull found (at, free, known), for the remote
+// directory dir.
+func diskFullError(what, dir, at string, free int64, known bool) error {
+	if known {
+		return fmt.Errorf("the %s's disk is full (%s free in %s); make room there and sync again", what, FormatBytes(free), at)
+	}
+	return fmt.Errorf("the %s's disk is full (no space left on device for %s); make room there and sync again", what, dir)
 }
 
 // withoutFree removes the freeMarker lines from stderr.
@@ -421,6 +517,44 @@ func withoutFree(stderr string) string {
 		}
 	}
 	return b.String()
+}
+
+// boxMessage is the stderr of crabbox's scripts on the box as a reader
+// wants it: without the freeMarker lines, and without the place in the
+// script that shells put first ("crabbox-sync: 47: " from dash,
+// "crabbox-sync: line 47: " from bash and busybox, "sh: 3: " from a
+// delegated sandbox's sh -c), which says nothing to a user. dash's "echo:
+// echo: I/O error" loses its repeated name.
+func boxMessage(stderr string) string {
+	var b strings.Builder
+	for line := range strings.Lines(withoutFree(stderr)) {
+		line = withoutPlace(line)
+		if name, rest, ok := strings.Cut(line, ": "); ok && name != "" && !strings.Contains(name, " ") && strings.HasPrefix(rest, name+": ") {
+			line = rest
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+// withoutPlace removes a shell's "NAME: [line ]N: " from the start of a
+// line of stderr, where NAME is scriptName or sh.
+func withoutPlace(line string) string {
+	for _, name := range []string{scriptName, "sh"} {
+		rest, ok := strings.CutPrefix(line, name+": ")
+		if !ok {
+			continue
+		}
+		rest = strings.TrimPrefix(rest, "line ")
+		i := 0
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		if i > 0 && strings.HasPrefix(rest[i:], ": ") {
+			return rest[i+2:]
+		}
+	}
+	return line
 }
 
 // deleteBatch bounds the arguments of one rm or rmdir on the box.

@@ -75,8 +75,10 @@ type Options struct {
 	Force  bool
 	// Warn, if set, receives the warning of a push about to send more than
 	// a Warn limit, of symlinks leading outside Root (see
-	// RefuseOutsideLinks), and of a local cache that could not be saved
-	// (the latter from a goroutine of the push's own, while Push runs).
+	// RefuseOutsideLinks), of a RemoteDir found deleted or replaced on the
+	// box (which the push then sends whole; see StateDir), and of a local
+	// cache that could not be saved (the latter from a goroutine of the
+	// push's own, while Push runs).
 	Warn func(string)
 	// CacheFile, if set, is a local file caching content hashes by path,
 	// size, mtime and inode, so that unchanged files are not read again.
@@ -134,8 +136,9 @@ type Options struct {
 	// opened, if set, is called with the path of each regular file the
 	// transfer opened, before it reads it (tests).
 	opened func(path string)
-	// tar, if set, is the box's tar command instead of tar (tests).
-	tar string
+	// tar, if set, is the box's tar command instead of tar, and df its
+	// df instead of df (tests).
+	tar, df string
 	// paced, if set, learns how a paced transfer step answered: "dots",
 	// "none", or "" when it said nothing (tests).
 	paced func(word string)
@@ -493,7 +496,9 @@ func (p *Prepared) loadCache() {
 
 // UnchangedCheck returns a sh condition that holds on the box exactly
 // when the box already has this file set in RemoteDir (the check a push
-// makes first, without the lock), so that a caller about to run a command
+// makes first, without the lock: the box's fingerprint, no push cut
+// short, and the Marker in RemoteDir, which a workdir deleted or replaced
+// on the box has lost), so that a caller about to run a command
 // there can fold it into the command's session (run.Request.Precondition)
 // and push only when it fails.
 //
@@ -505,9 +510,11 @@ func (p *Prepared) UnchangedCheck() (string, bool) {
 	if p.fp == "" || p.local != nil || p.opts.Checksum || p.opts.FullResync || p.opts.RemoteDir == "" {
 		return "", false
 	}
-	state := StateDir(p.opts.RemoteDir)
+	state, fp := StateDir(p.opts.RemoteDir), remote.Quote(p.fp)
 	return "{ read -r crabbox_have <" + remote.Quote(path.Join(state, fingerprintFile)) + "; } 2>/dev/null && " +
-		"[ \"$crabbox_have\" = " + remote.Quote(p.fp) + " ] && [ ! -e " + remote.Quote(path.Join(state, pendingFile)) + " ]", true
+		"[ \"$crabbox_have\" = " + fp + " ] && [ ! -e " + remote.Quote(path.Join(state, pendingFile)) + " ] && " +
+		"{ read -r crabbox_have <" + remote.Quote(path.Join(p.opts.RemoteDir, Marker)) + "; } 2>/dev/null && " +
+		"[ \"$crabbox_have\" = " + fp + " ]", true
 }
 
 // Holds reports whether the file set has a file in dir (relative to the
@@ -723,7 +730,7 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 		}()
 		defer func() { <-r.done }()
 	}
-	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce), cmp.Or(s.opts.lockTries, defaultLockTries), known)); err != nil {
+	if err := sess.Start(sessionCommand(s.opts.RemoteDir, fp, mode, hex.EncodeToString(nonce), cmp.Or(s.opts.lockTries, defaultLockTries), known, s.opts.df)); err != nil {
 		return fmt.Errorf("start sync on the box: %w", err)
 	}
 
@@ -764,14 +771,37 @@ func (s *session) run(ctx context.Context, client *ssh.Client) error {
 // boxError describes a failure on the box's side: a full disk as such,
 // anything else with the end of the box's stderr.
 func (s *session) boxError(err error) error {
-	dir, free, known, full := diskFull(string(s.stderr.b))
-	switch {
-	case full && known:
-		return fmt.Errorf("box disk full at %s (%s free)", dir, FormatBytes(free))
-	case full:
-		return fmt.Errorf("box disk full at %s", s.opts.RemoteDir)
+	if at, free, known, full := diskFull(string(s.stderr.b)); full {
+		return diskFullError("box", s.opts.RemoteDir, at, free, known)
 	}
 	return fmt.Errorf("on the box: %w%s", err, s.stderr.suffix())
+}
+
+// strayed reports whether the remote directory is not the one the box's
+// state describes, from what its Marker holds (mark): a box whose marker
+// is missing, holds something else than a fingerprint or another
+// fingerprint than the box's (boxFP), or, where the box has none, than
+// that of its manifest (prevFP, called only then). An empty marker is the
+// directory of a push that was cut short (dirty), as the pending file
+// says.
+func strayed(mark, boxFP string, dirty bool, prevFP func() string) bool {
+	switch {
+	case mark == markNone, mark == markOther:
+		return true
+	case mark == markEmpty:
+		return !dirty
+	case boxFP != "":
+		return mark != boxFP
+	}
+	return mark != prevFP()
+}
+
+// warnStrayed tells Warn that the push found the remote directory missing
+// or replaced, so that it trusts nothing there and sends the whole tree.
+func (s *session) warnStrayed() {
+	if s.opts.Warn != nil {
+		s.opts.Warn(fmt.Sprintf("%s is not the copy crabbox synced (deleted or replaced since): sending the whole tree again", s.opts.RemoteDir))
+	}
 }
 
 // errProtocol marks output from the box that does not follow the protocol.
@@ -796,11 +826,12 @@ func stateFile(name string) bool {
 }
 
 // boxFiles is what sessionScript reports of the box's state: its
-// fingerprint ("" for none), and the contents of its manifest and pending
-// files, absent from the map when the box has none (or, for the manifest,
-// when known).
+// fingerprint ("" for none), what the remote directory's Marker holds,
+// and the contents of its manifest and pending files, absent from the map
+// when the box has none (or, for the manifest, when known).
 type boxFiles struct {
 	fingerprint string
+	mark        string
 	files       map[string][]byte
 	// known reports that the box left out its manifest because its
 	// fingerprint is the pushed file's.
@@ -808,7 +839,7 @@ type boxFiles struct {
 }
 
 // readState reads what sessionScript prints of the box's state: the line
-// with the fingerprint and naming the files that exist, wc -c's line for
+// with the fingerprint and the marker and naming the files that exist, wc -c's line for
 // each (and its total line for more than one), then their contents in that
 // order.
 func (s *session) readState() (boxFiles, error) {
@@ -818,7 +849,7 @@ func (s *session) readState() (boxFiles, error) {
 	}
 	rest, ok := strings.CutPrefix(line, "crabbox-sync state ")
 	names := strings.Fields(rest)
-	if !ok || len(names) == 0 {
+	if !ok || len(names) < 2 {
 		return boxFiles{}, fmt.Errorf("%w: %q, want the state", errProtocol, line)
 	}
 	var box boxFiles
@@ -828,7 +859,14 @@ func (s *session) readState() (boxFiles, error) {
 		}
 		box.fingerprint = names[0]
 	}
-	names = names[1:]
+	switch box.mark = names[1]; box.mark {
+	case markNone, markEmpty, markOther:
+	default:
+		if !isHash(box.mark) {
+			return boxFiles{}, fmt.Errorf("%w: %q, want the state", errProtocol, line)
+		}
+	}
+	names = names[2:]
 	if n := len(names); n > 0 && names[n-1] == "known" {
 		names, box.known = names[:n-1], true
 	}
@@ -922,7 +960,7 @@ func (s *session) converse(ctx context.Context, client *ssh.Client) error {
 		s.opts.stateRead(state.known)
 	}
 	pendingData, dirty := state.files["pending"]
-	manifestData := state.files["manifest"]
+	manifestData, hasManifest := state.files["manifest"]
 	var prev []Entry
 	from := "box"
 	if state.known && s.prep.prevFP == state.fingerprint && fingerprint(s.prep.prev) == state.fingerprint {
@@ -956,6 +994,10 @@ func (s *session) converse(ctx context.Context, client *ssh.Client) error {
 			// sending its plan), or an earlier crabbox's plan.
 			untrusted = untrustedByPlan(prev, pendingData)
 		}
+	}
+	if (hasManifest || state.known || dirty) && strayed(state.mark, state.fingerprint, dirty, func() string { return fingerprint(prev) }) {
+		s.warnStrayed()
+		prev, untrusted = nil, nil
 	}
 	box := newBoxState(prev, untrusted)
 	// Hash what the box may already hold as it is; the rest is hashed
@@ -1129,7 +1171,10 @@ func (s *session) writeArchive(ctx context.Context, w io.Writer, local []Entry, 
 	bw := bufio.NewWriterSize(w, 256<<10)
 	_, base := splitRemoteDir(s.opts.RemoteDir)
 	tw := &archive{tw: tar.NewWriter(bw), w: bw, base: base}
-	now := time.Now()
+	// Whole seconds: tar.Writer rounds to the nearest one, which can lie
+	// ahead of the box's clock, and GNU tar then warns on stderr of a "time
+	// stamp in the future", burying the reason of a push that fails.
+	now := time.Now().Truncate(time.Second)
 	changes := make([]string, 0, len(send)+len(del))
 	for _, i := range send {
 		changes = append(changes, local[i].Path)
@@ -1322,7 +1367,7 @@ func writeFile(tw *archive, root *rootDir, e Entry, buf []byte, opened func(stri
 			Name:     e.Path,
 			Linkname: e.Link,
 			Mode:     0o777,
-			ModTime:  fi.ModTime(),
+			ModTime:  fi.ModTime().Truncate(time.Second), // as now in writeArchive
 		}
 		return 0, "", fileStamp{}, true, tw.WriteHeader(hdr)
 	}
@@ -1458,9 +1503,9 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// suffix formats the tail for appending to an error.
+// suffix formats the tail for appending to an error (see boxMessage).
 func (t *tail) suffix() string {
-	s := strings.TrimSpace(withoutFree(string(t.b)))
+	s := strings.TrimSpace(boxMessage(string(t.b)))
 	if s == "" {
 		return ""
 	}
@@ -1468,8 +1513,13 @@ func (t *tail) suffix() string {
 }
 
 // checkLimits applies the Max limits to the file set before anything
-// moves; the Warn limits apply to what is sent (session.warnLarge).
+// moves; the Warn limits apply to what is sent (session.warnLarge). It
+// also refuses a file set holding Marker, the box's own file at the top
+// of the remote directory.
 func checkLimits(opts Options, files []File) error {
+	if p, ok := holdsMarker(files); ok {
+		return fmt.Errorf("%q is where crabbox marks the copy it synced on the box; rename it or leave it out of the sync (%s)", p, IgnoreFile)
+	}
 	limits := DefaultLimits()
 	if opts.Limits != nil {
 		limits = *opts.Limits
@@ -1480,6 +1530,18 @@ func checkLimits(opts Options, files []File) error {
 	limits.WarnFiles, limits.WarnBytes = 0, 0
 	_, err := planOf(opts.Root, files).Check(limits)
 	return err
+}
+
+// holdsMarker returns the path of the file set (sorted by path) that is
+// Marker or inside it, if there is one.
+func holdsMarker(files []File) (string, bool) {
+	i, _ := slices.BinarySearchFunc(files, Marker, func(f File, p string) int { return strings.Compare(f.Path, p) })
+	for ; i < len(files) && strings.HasPrefix(files[i].Path, Marker); i++ {
+		if p := files[i].Path; p == Marker || p[len(Marker)] == '/' {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // exists reports whether name is there (anything that Lstat finds).

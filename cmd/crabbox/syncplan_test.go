@@ -54,7 +54,7 @@ func TestSyncExcludes(t *testing.T) {
 		t.Errorf("plan: %d files, %d excluded; want 4 and 3", plan.Files, plan.Excluded)
 	}
 	r = crabboxCmd(t, env, repo, "run", "--quiet", "--sync-exclude", "*.env", "--", "sh", "-c", "ls -A | sort | tr '\\n' ' '")
-	if want := ".crabboxignore committed.txt keep.log untracked.txt "; r.code != 0 || r.stdout != want {
+	if want := ".crabbox-synced .crabboxignore committed.txt keep.log untracked.txt "; r.code != 0 || r.stdout != want {
 		t.Errorf("files on the box = %q (exit %d, stderr %q), want %q", r.stdout, r.code, r.stderr, want)
 	}
 }
