@@ -94,7 +94,9 @@ including a run refused for the directory it would sync. A summary line
 recorded in the local history (crabbox history, crabbox logs RUN_ID).
 
 crabbox's flags end where the command begins: everything after -- (or after
-the first word that is not a flag) is the command, flags included.
+the first word that is not a flag) is the command, flags included. A word
+after the command spelled as one of run's own --flags still goes to the
+command, with a warning on stderr: crabbox run true --id X leases a new box.
 
   crabbox run -- go test ./...
   crabbox run --keep --provider docker -- make test`,
