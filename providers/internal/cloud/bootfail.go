@@ -1,6 +1,9 @@
 package cloud
 
-import "strings"
+import (
+	"errors"
+	"strings"
+)
 
 // failedPrefix begins the first line of FailedMarker, which a failed
 // bootstrap's sshd sends as its banner.
@@ -26,6 +29,12 @@ type BootstrapError struct {
 	// printable ASCII only; may be empty.
 	Output string
 }
+
+// ErrBootstrapFailed matches every *BootstrapError with errors.Is.
+var ErrBootstrapFailed = errors.New("box bootstrap failed")
+
+// Is makes errors.Is(err, ErrBootstrapFailed) true.
+func (e *BootstrapError) Is(target error) bool { return target == ErrBootstrapFailed }
 
 func (e *BootstrapError) Error() string {
 	msg := "box " + e.Host + " bootstrap failed: " + e.Step

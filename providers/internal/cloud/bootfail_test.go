@@ -27,7 +27,7 @@ func TestWaitForSSHBootstrapFailed(t *testing.T) {
 		Host: ip, HostKey: b.HostKey.PublicKey(), Dial: mappedDial(f), Clock: clockwork.NewFakeClock(), Timeout: 10 * time.Minute,
 	})
 	var be *cloud.BootstrapError
-	if !errors.As(err, &be) {
+	if !errors.As(err, &be) || !errors.Is(err, cloud.ErrBootstrapFailed) {
 		t.Fatalf("WaitForSSH = %d, %v; want a *cloud.BootstrapError", port, err)
 	}
 	want := &cloud.BootstrapError{Host: ip, Step: "install tools (exit status 100)", Output: "Reading package lists...\nE: Unable to locate package nope"}
