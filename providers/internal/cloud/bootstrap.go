@@ -359,6 +359,8 @@ rm -f '{{.ReadyMarker}}' "$failed"
 
 # The output of the bootstrap also goes to $output, whose end a failure
 # quotes (through a fifo and tee: POSIX sh has no process substitution).
+# Fds 3 and 4 keep the original output; what outlives the bootstrap closes
+# them.
 exec 3>&1 4>&2
 teepid=
 rm -f "$state/bootstrap.fifo"
@@ -452,7 +454,7 @@ start_sshd() {
 				i=$((i + 1))
 			done
 		fi
-		"$sshd" -f /etc/ssh/sshd_config || return 1
+		"$sshd" -f /etc/ssh/sshd_config 3>&- 4>&- || return 1
 		restarted=$sshd
 	fi
 }
@@ -493,7 +495,7 @@ if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1 &&
 	echo "systemd-run --on-active=${CRABBOX_SELF_DESTRUCT_SECS}s" >'{{.Record}}'
 else
 	nohup /bin/sh -c 'sleep "$1"; poweroff || shutdown -h now || halt -p || halt -f' crabbox-self-destruct \
-		"$CRABBOX_SELF_DESTRUCT_SECS" </dev/null >/dev/null 2>&1 &
+		"$CRABBOX_SELF_DESTRUCT_SECS" </dev/null >/dev/null 2>&1 3>&- 4>&- &
 	echo "sleep ${CRABBOX_SELF_DESTRUCT_SECS}s (pid $!)" >'{{.Record}}'
 fi
 log "self-destruct armed: $(cat '{{.Record}}')"
