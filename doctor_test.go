@@ -72,3 +72,48 @@ func TestDoctorHetznerWithoutToken(t *testing.T) {
 		t.Errorf("check %+v does not name HCLOUD_TOKEN", last)
 	}
 }
+
+// With a lease, doctor measures the free space of its box's work root (df
+// over SSH); an unknown lease fails that check, naming it.
+func TestDoctorBoxSpace(t *testing.T) {
+	c := newClient(t, t.TempDir(), crabbox.WithProvider(local.Name))
+	l, err := c.Acquire(context.Background(), crabbox.AcquireOptions{Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release(context.Background()) })
+	checks := c.Doctor(context.Background(), crabbox.DoctorOptions{Lease: l.ID()})
+	var box *provider.Check
+	for i, ch := range checks {
+		if ch.Name == "box space "+l.ID() {
+			box = &checks[i]
+		}
+	}
+	if box == nil {
+		t.Fatalf("no box space check among %+v", checks)
+	}
+	if !box.OK || !strings.Contains(box.Detail, " free of ") || !strings.Contains(box.Detail, " at "+l.Target().WorkRoot) {
+		t.Errorf("box space check %+v, want the free space of %s", *box, l.Target().WorkRoot)
+	}
+
+	checks = c.Doctor(context.Background(), crabbox.DoctorOptions{Lease: "no-such-lease"})
+	last := checks[len(checks)-1]
+	if last.Name != "box space no-such-lease" || last.OK || !strings.Contains(last.Detail, "no-such-lease") {
+		t.Errorf("check of an unknown lease = %+v, want a failure naming it", last)
+	}
+}
+
+// The state directory's free space is one of the checks.
+func TestDoctorStateSpace(t *testing.T) {
+	state := t.TempDir()
+	c := newClient(t, state, crabbox.WithProvider(local.Name))
+	for _, ch := range c.Doctor(context.Background(), crabbox.DoctorOptions{}) {
+		if ch.Name == "state directory space" {
+			if !ch.OK || !strings.Contains(ch.Detail, " free of ") {
+				t.Errorf("state directory space = %+v", ch)
+			}
+			return
+		}
+	}
+	t.Error("no state directory space check")
+}

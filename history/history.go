@@ -19,6 +19,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/crabbox-dev/crabbox/internal/diskspace"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run"
@@ -128,7 +129,7 @@ func (h *History) Append(e Entry) error {
 			_, werr = f.Write(rec)
 		}
 		if err := errors.Join(terr, werr, f.Close()); err != nil {
-			return fmt.Errorf("record run %s: %w", e.RunID, err)
+			return fmt.Errorf("record run %s: %w", e.RunID, diskspace.Explain(err, h.dir))
 		}
 		return nil
 	})
@@ -219,7 +220,7 @@ func (h *History) CreateLog(runID string) (*Log, error) {
 	}
 	f, err := os.OpenFile(h.logPath(runID), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("log run %s: %w", runID, err)
+		return nil, fmt.Errorf("log run %s: %w", runID, diskspace.Explain(err, h.dir))
 	}
 	limit := h.LogLimit
 	if limit <= 0 {
@@ -271,6 +272,7 @@ func (l *Log) write(p []byte) (int, error) {
 	n, err := l.f.WriteAt(p, l.size)
 	l.size += int64(n)
 	if err != nil {
+		err = diskspace.Explain(err, filepath.Dir(l.f.Name()))
 		l.err = err
 	}
 	return n, err

@@ -2,12 +2,16 @@ package history
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/crabbox-dev/crabbox/internal/diskspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -71,5 +75,23 @@ func TestAppendAfterTornLine(t *testing.T) {
 	}
 	if diff := cmp.Diff([]Entry{third, first}, got); diff != "" {
 		t.Errorf("List after a torn line (-want +got):\n%s", diff)
+	}
+}
+
+// A run's log on a full disk says so: the write's error is "disk full".
+// /dev/full answers every write with ENOSPC.
+func TestRunLogFullDisk(t *testing.T) {
+	f, err := os.OpenFile("/dev/full", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no /dev/full here: %v", err)
+	}
+	l := &Log{f: f, limit: DefaultLogLimit}
+	defer l.Close()
+	_, err = l.Write([]byte("output\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "disk full at /dev") || !errors.Is(err, diskspace.ErrFull) {
+		t.Fatalf("Write on a full disk: err = %v, want one beginning disk full at /dev", err)
+	}
+	if _, again := l.Write([]byte("more\n")); !errors.Is(again, diskspace.ErrFull) {
+		t.Errorf("second Write: err = %v, want the same disk full", again)
 	}
 }

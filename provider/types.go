@@ -96,8 +96,11 @@ type CleanupDecision struct {
 
 // Check is one doctor check's outcome.
 type Check struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// Warn marks a check that passed with a warning (OK stays true):
+	// crabbox works now, but Detail says what will go wrong soon.
+	Warn   bool   `json:"warn,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }
 

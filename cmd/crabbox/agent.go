@@ -18,9 +18,10 @@ func (a *app) agentCmd() *ffcli.Command {
 		Name:       "agent",
 		ShortUsage: "crabbox agent --lease-dir DIR [--listen ADDR]",
 		ShortHelp:  "serve a local lease over SSH until it expires or is released (started by crabbox itself)",
-		LongHelp: `Serve one local lease over SSH until it expires or is released. crabbox
-starts this itself so that warm local leases outlive the command that made
-them; there is no need to run it by hand.
+		LongHelp: `Serve one local lease over SSH until it expires or is released, or its
+lease directory is removed (checked every few seconds). crabbox starts this
+itself so that warm local leases outlive the command that made them; there
+is no need to run it by hand.
 
   crabbox agent --lease-dir ~/.local/state/crabbox/local/cbx_0123456789ab`,
 		FlagSet: fs,

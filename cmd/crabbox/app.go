@@ -107,6 +107,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return 0
 	}
 
+	for _, w := range r.warnings {
+		fmt.Fprintf(stderr, "crabbox: %s\n", w)
+	}
 	err = root.ParseAndRun(ctx, r.out)
 	var exit exitError
 	var usage usageError

@@ -20,6 +20,9 @@ import (
 //     argument: the rest is the remote command and its own flags, so
 //     `crabbox run go test -v ./...` passes -v to go test. `--` before the
 //     command is the clear way to write it.
+//     A word after the command spelled as one of run's own flags
+//     (`crabbox run true --id X`) still goes to the command, with a
+//     warning on stderr (see lateFlags).
 //   - An unknown flag, a flag without its value and an unknown command are
 //     usage errors (exit 2), with a suggestion when a known name is close.
 //   - -h, -help and --help anywhere among a command's flags ask for its help.
@@ -43,6 +46,9 @@ type arranged struct {
 	out  []string
 	cmd  *ffcli.Command
 	help bool // -h, -help or --help was given
+	// warnings are one-line notes on a command line that is valid but
+	// likely not what was meant (see lateFlags).
+	warnings []string
 }
 
 // arrange rearranges args (without the program name) for the command tree
@@ -61,6 +67,9 @@ func arrange(root *ffcli.Command, paths map[*ffcli.Command]string, args []string
 			return r, err
 		}
 		r.help = r.help || help
+		if n := len(args) - len(positional); sub == nil && flagsFirst[paths[cmd]] && (n == 0 || args[n-1] != "--") {
+			r.warnings = lateFlags(cmd, positional)
+		}
 		r.out = append(r.out, flags...)
 		if sub == nil {
 			r.cmd = cmd
@@ -130,6 +139,31 @@ func split(cmd *ffcli.Command, paths map[*ffcli.Command]string, args []string) (
 		}
 	}
 	return flags, positional, nil, nil, help, nil
+}
+
+// lateFlags warns about each word of command, a run's command line that
+// began at a word that is not a flag, that is spelled as one of cmd's own
+// flags with two dashes (--id, --id=X): `crabbox run true --id X` passes
+// --id X to true, and leases a new box. Single-dash words are left alone:
+// commands' own flags (go test -v -timeout) share names with crabbox's.
+// Words after a -- in the command are the command's on purpose.
+func lateFlags(cmd *ffcli.Command, command []string) []string {
+	var warnings []string
+	for _, w := range command {
+		if w == "--" {
+			break
+		}
+		if !strings.HasPrefix(w, "--") || len(w) == 2 {
+			continue
+		}
+		name, _ := flagName(w)
+		if cmd.FlagSet.Lookup(name) == nil {
+			continue
+		}
+		warnings = append(warnings, fmt.Sprintf("warning: %q after the command is passed to the command; "+
+			"put crabbox flags before it: crabbox run [flags] -- command", "--"+name))
+	}
+	return warnings
 }
 
 // flagName returns the name of the flag in arg (-name, --name, -name=v or

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -200,5 +201,60 @@ func TestGoldenUsageErrors(t *testing.T) {
 			}
 			golden(t, tt.name, normalizeHelp(strings.TrimSpace("$ crabbox "+strings.Join(tt.args, " "))+"\n"+stdout+"--- stderr\n"+stderr))
 		})
+	}
+}
+
+// TestLateFlagWarnings: a word after run's command spelled as one of run's
+// own flags with two dashes gets a warning naming it; single-dash words,
+// flags before the command, a command after -- and words after the
+// command's own -- get none.
+func TestLateFlagWarnings(t *testing.T) {
+	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}
+	root := a.rootCmd()
+	paths := commandPaths(root)
+	warning := func(flag string) string {
+		return fmt.Sprintf("warning: %q after the command is passed to the command; put crabbox flags before it: crabbox run [flags] -- command", flag)
+	}
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"run", "true", "--id", "X"}, []string{warning("--id")}},
+		{[]string{"run", "true", "--id=X"}, []string{warning("--id")}},
+		{[]string{"run", "--keep", "make", "test", "--provider", "docker", "--keep"}, []string{warning("--provider"), warning("--keep")}},
+		// Provider options are run's flags too: the set is the flag set's.
+		{[]string{"run", "true", "--ssh-host=h"}, []string{warning("--ssh-host")}},
+		{[]string{"run", "go", "test", "-v", "-timeout", "5m", "./..."}, nil},
+		{[]string{"run", "true", "--frobnicate"}, nil},
+		{[]string{"run", "--id", "X", "true"}, nil},
+		{[]string{"run", "--id", "X", "--", "true", "--id", "X"}, nil},
+		{[]string{"run", "--", "true", "--keep"}, nil},
+		{[]string{"run", "npm", "test", "--", "--timeout", "5000"}, nil},
+		{[]string{"status", "my-box", "--json"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r, err := arrange(root, paths, tt.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, r.warnings); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestLateFlagPassedWithWarning is `crabbox run echo --id X`: echo gets
+// --id X, as documented, and stderr has one line saying so.
+func TestLateFlagPassedWithWarning(t *testing.T) {
+	t.Parallel()
+	r := crabboxCmd(t, stateEnv(t), gitRepo(t), "run", "--quiet", "echo", "--id", "X")
+	if r.code != 0 || r.stdout != "--id X\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 0 and echo's --id X", r.code, r.stdout, r.stderr)
+	}
+	want := `crabbox: warning: "--id" after the command is passed to the command; put crabbox flags before it: crabbox run [flags] -- command` + "\n"
+	if r.stderr != want {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
 	}
 }

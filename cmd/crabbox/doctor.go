@@ -16,14 +16,18 @@ import (
 func (a *app) doctorCmd() *ffcli.Command {
 	fs, lf := newFlagSet("doctor")
 	asJSON := fs.Bool("json", false, "print the checks as a JSON array")
+	id := fs.String("id", "", "also check the free space on the box of the lease with this ID or slug (df over SSH)")
 	return &ffcli.Command{
 		Name:       "doctor",
-		ShortUsage: "crabbox doctor [--provider P] [--json]",
+		ShortUsage: "crabbox doctor [--provider P] [--id ID] [--json]",
 		ShortHelp:  "check that crabbox can work here; changes nothing",
-		LongHelp: `Check the state directory, that no lease claim in it is damaged, git, and
-that the provider configures, plus the provider's own checks. Exits 125 when
-any check fails. A damaged claim's check says where its file is kept and how
-to release its box.
+		LongHelp: `Check the state directory (a test file is written and removed: a full disk
+fails as "disk full"), its free space, that no lease claim in it is damaged,
+git, and that the provider configures, plus the provider's own checks. With
+--id, also the free space of the lease's work root on its box. Free space
+under 1 GiB or 5% of the disk is a warning (warn), none left a failure.
+Exits 125 when any check fails. A damaged claim's check says where its file
+is kept and how to release its box.
 
   crabbox doctor --provider ssh --ssh-host build.example --ssh-key ~/.ssh/id_ed25519`,
 		FlagSet: fs,
@@ -32,7 +36,7 @@ to release its box.
 				return usagef("doctor takes no arguments, got %q", args)
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
-				checks := c.Doctor(ctx, crabbox.DoctorOptions{})
+				checks := c.Doctor(ctx, crabbox.DoctorOptions{Lease: *id})
 				hintSettings(checks, lf.settings.Provider.Value)
 				failed := 0
 				for _, ch := range checks {
@@ -47,7 +51,7 @@ to release its box.
 				} else {
 					tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 					for _, ch := range checks {
-						fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Name, okOrFail(ch.OK), ch.Detail)
+						fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Name, okOrFail(ch), ch.Detail)
 					}
 					if err := tw.Flush(); err != nil {
 						return err
@@ -62,8 +66,11 @@ to release its box.
 	}
 }
 
-func okOrFail(ok bool) string {
-	if ok {
+func okOrFail(ch provider.Check) string {
+	switch {
+	case ch.OK && ch.Warn:
+		return "warn"
+	case ch.OK:
 		return "ok"
 	}
 	return "FAIL"

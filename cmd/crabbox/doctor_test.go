@@ -1,9 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/crabbox-dev/crabbox"
 )
 
 // doctor exits 125 when the selected provider cannot work as configured,
@@ -50,5 +54,30 @@ func TestDoctorExitCode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// doctor --id checks the free space on a warm lease's box, and names the
+// state directory's free space too.
+func TestDoctorBoxSpace(t *testing.T) {
+	t.Parallel()
+	env, dir := stateEnv(t), t.TempDir()
+	r := crabboxCmd(t, env, dir, "warmup", "--json")
+	var warm crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
+		t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	t.Cleanup(func() { crabboxCmd(t, env, dir, "stop", warm.ID) })
+	r = crabboxCmd(t, env, dir, "doctor", "--id", warm.Slug)
+	if r.code != 0 {
+		t.Fatalf("doctor --id: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^state directory space +(ok|warn) +\S+ \S+ free of `),
+		regexp.MustCompile(`(?m)^box space ` + warm.ID + ` +(ok|warn) +\S+ \S+ free of .* at /`),
+	} {
+		if !want.MatchString(r.stdout) {
+			t.Errorf("doctor --id: stdout %q does not match %s", r.stdout, want)
+		}
 	}
 }

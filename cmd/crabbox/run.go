@@ -102,7 +102,9 @@ on the box with a warning line naming it, and the rest still comes home;
 --artifacts-strict makes such a run exit 125 when the command exited 0.
 
 crabbox's flags end where the command begins: everything after -- (or after
-the first word that is not a flag) is the command, flags included.
+the first word that is not a flag) is the command, flags included. A word
+after the command spelled as one of run's own --flags still goes to the
+command, with a warning on stderr: crabbox run true --id X leases a new box.
 
   crabbox run -- go test ./...
   crabbox run --keep --provider docker -- make test`,

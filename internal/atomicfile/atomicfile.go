@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+
+	"github.com/crabbox-dev/crabbox/internal/diskspace"
 )
 
 // Write writes data to path with mode 0600, creating path's directory
@@ -21,7 +23,13 @@ func Write(path string, data []byte) error { return write(path, data, true) }
 // disk, the flush is most of the cost of writing a large file.
 func WriteCache(path string, data []byte) error { return write(path, data, false) }
 
+// A full disk is said as such (diskspace.Explain): errors.Is still finds
+// the system's error.
 func write(path string, data []byte, flush bool) error {
+	return diskspace.Explain(writeFile(path, data, flush), filepath.Dir(path))
+}
+
+func writeFile(path string, data []byte, flush bool) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

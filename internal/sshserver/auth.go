@@ -24,6 +24,9 @@ func (s *Server) newSSHConfig() *ssh.ServerConfig {
 			}
 		},
 	}
+	if banner := s.cfg.Banner; banner != "" {
+		c.BannerCallback = func(ssh.ConnMetadata) string { return banner }
+	}
 	c.AddHostKey(s.cfg.HostKey)
 	return c
 }

@@ -63,6 +63,11 @@ type Config struct {
 	// OnActivity, if set, is called whenever a session starts a command
 	// or a shell. The local provider uses it for idle tracking.
 	OnActivity func()
+
+	// Banner, if set, is sent to every client before it authenticates,
+	// as sshd's Banner setting does (fake cloud boxes use it to report a
+	// failed bootstrap).
+	Banner string
 }
 
 // validate reports the first missing or invalid field of c.

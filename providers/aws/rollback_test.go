@@ -96,6 +96,12 @@ func TestAcquireRollback(t *testing.T) {
 			return []func(*aws.Config){func(c *aws.Config) { c.BootTimeout = time.Nanosecond }}
 		}, cloud.StepSSH,
 			[]string{importKey, createGroup, openPorts, run, terminate, deleteGroup, deleteKey}},
+		{"ssh/bootstrap fails", func(t *testing.T, w *world, cancel func()) []func(*aws.Config) {
+			// The boot timeout stays long: the failure is reported without it.
+			w.fleet.FailBootstrap("install tools (exit status 100)", "E: nope\n")
+			return nil
+		}, cloud.StepSSH,
+			[]string{importKey, createGroup, openPorts, run, terminate, deleteGroup, deleteKey}},
 		{"ssh/hangs", func(t *testing.T, w *world, cancel func()) []func(*aws.Config) {
 			addr := silentListener(t, cancel)
 			return []func(*aws.Config){func(c *aws.Config) {

@@ -105,6 +105,9 @@ func TestAcquireRollback(t *testing.T) {
 		{name: "ssh never answers", step: cloud.StepSSH, fakeClock: true,
 			setup: func(e *env, _ func()) { e.arm.noBoot = true }, drive: waitThenTimeOut,
 			wantEvents: all},
+		{name: "bootstrap fails", step: cloud.StepSSH, fakeClock: true, // a clock that never moves
+			setup:      func(e *env, _ func()) { e.arm.fleet.FailBootstrap("create user (exit status 1)", "useradd: failure\n") },
+			wantEvents: all, wantErr: cloud.ErrBootstrapFailed},
 		{name: "ssh hangs", step: cloud.StepSSH, fakeClock: true,
 			setup: func(e *env, _ func()) { e.arm.noBoot = true }, drive: waitThenCancel,
 			wantEvents: all, wantErr: context.Canceled},

@@ -72,6 +72,10 @@ func TestAcquireRollback(t *testing.T) {
 			e.api.noBoot = true
 			return []func(*gcp.Config){bootTimeout}
 		}, cloud.StepSSH, nil, inst},
+		{"ssh/bootstrap fails", func(_ *testing.T, e *env, _ func()) []func(*gcp.Config) {
+			e.api.fleet.FailBootstrap("configure sshd (exit status 255)", "sshd: bad configuration\n")
+			return nil
+		}, cloud.StepSSH, cloud.ErrBootstrapFailed, inst},
 		{"ssh/hangs", func(t *testing.T, e *env, cancel func()) []func(*gcp.Config) {
 			addr := silentListener(t, cancel)
 			return []func(*gcp.Config){func(c *gcp.Config) {

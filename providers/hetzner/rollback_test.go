@@ -18,6 +18,7 @@ var rollbackSuite = cloudtest.Rollback[*env]{
 	Backend:  func(t *testing.T, e *env) cloudtest.Backend { return e.backend(t) },
 	Request:  newRequest,
 	NoBoot:   func(e *env) { e.api.noBoot = true },
+	Fleet:    func(e *env) *cloudtest.Fleet { return e.api.fleet },
 	Events:   func(e *env) []string { return events(e.api) },
 	Machines: func(e *env) (labels []map[string]string) {
 		for _, s := range e.api.serverList() {
@@ -64,6 +65,7 @@ func TestAcquireRollback(t *testing.T) {
 		{Name: "address hangs", Step: cloud.StepAddress, Setup: armFault(opServerGet, fault{hang: true}),
 			WantEvents: both, WantErr: context.Canceled},
 		{Name: "ssh never answers", Step: cloud.StepSSH, SSH: cloudtest.SSHTimeout, WantEvents: both},
+		{Name: "bootstrap fails", Step: cloud.StepSSH, SSH: cloudtest.SSHBootstrapFails, WantEvents: both},
 		{Name: "ssh hangs", Step: cloud.StepSSH, SSH: cloudtest.SSHCancel, WantEvents: both, WantErr: context.Canceled},
 		{Name: "label fails", Step: cloud.StepLabel, Setup: armFault(opServerUpdate, fault{code: "service_error"}),
 			WantEvents: both, WantErr: provider.ErrTransient},

@@ -31,8 +31,9 @@ const (
 )
 
 // ServeAgent serves the box of the lease directory leaseDir until its
-// expiry passes, it is released (the releasing program sends SIGTERM) or
-// ctx ends; then it stops every command it runs and removes leaseDir. It is
+// expiry passes, it is released (the releasing program sends SIGTERM),
+// leaseDir disappears (it looks every few seconds) or ctx ends; then it
+// stops every command it runs, closes its listener and removes leaseDir. It is
 // the body of the CLI's hidden `crabbox agent --lease-dir DIR` command,
 // which cancels ctx on SIGTERM and SIGINT.
 //

@@ -133,3 +133,30 @@ func agentPID(t *testing.T, b *Backend, id string) int {
 	}
 	return rec.PID
 }
+
+// TestAgentExitsWithoutLeaseDir: an agent whose lease directory is removed
+// exits within leaseDirPoll, closing its port, with nobody signalling it.
+func TestAgentExitsWithoutLeaseDir(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	b := newBackend(t, Config{Root: root, Agent: agentPath(t)}, nil)
+	req, _ := newRequest(t, time.Now(), time.Hour)
+	target, err := b.Acquire(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := agentPID(t, b, req.LeaseID)
+	if err := os.RemoveAll(b.leaseDir(req.LeaseID)); err != nil {
+		t.Fatal(err)
+	}
+	if !waitExit(t.Context(), pid, 30*time.Second) {
+		if p, err := os.FindProcess(pid); err == nil {
+			_ = p.Kill()
+		}
+		t.Fatalf("agent (pid %d) still runs 30s after its lease directory was removed", pid)
+	}
+	if probe(t.Context(), target.Port, target.HostKey) {
+		t.Errorf("port %d still answers with the box's host key", target.Port)
+	}
+	checkEmpty(t, root)
+}

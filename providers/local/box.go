@@ -36,7 +36,8 @@ type serveOptions struct {
 // serve runs the box of the lease directory dir: it loads the record,
 // serves SSH on a loopback port, records the port, and waits until the
 // lease's expiry passes (as re-read from the record, which Touch may have
-// moved) or ctx ends (release, Close, SIGTERM).
+// moved), the lease directory disappears, or ctx ends (release, Close,
+// SIGTERM).
 //
 // Until the box is ready serve returns errors and leaves dir alone. Once it
 // is ready it always ends the same way: it closes the server, which
@@ -141,11 +142,19 @@ func boxEnv(environ []string) []string {
 	return env
 }
 
+// leaseDirPoll is how often a serving box checks that its lease directory
+// is still there: a box whose directory was removed (by hand, by a cleaner,
+// by another process's cleanup) stops within this long instead of serving
+// a work root that is gone until its expiry.
+const leaseDirPoll = 5 * time.Second
+
 // awaitEnd waits until the box should stop and says why. Whenever its timer
-// fires or Touch pokes it, it re-reads the record: an expiry moved later
-// re-arms the timer, a missing record stops the box.
+// fires (at the expiry, or every leaseDirPoll) or Touch pokes it, it
+// re-reads the record: a missing lease directory or record stops the box, an
+// expiry moved later re-arms the timer.
 func awaitEnd(ctx context.Context, dir string, expires time.Time, served <-chan struct{}, o serveOptions) string {
-	timer := o.clock.NewTimer(o.clock.Until(expires))
+	next := func(expires time.Time) time.Duration { return min(o.clock.Until(expires), leaseDirPoll) }
+	timer := o.clock.NewTimer(next(expires))
 	defer timer.Stop()
 	for {
 		select {
@@ -156,6 +165,9 @@ func awaitEnd(ctx context.Context, dir string, expires time.Time, served <-chan 
 		case <-timer.Chan():
 		case <-o.touched:
 		}
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return "lease directory " + dir + " is gone"
+		}
 		rec, err := readRecord(dir)
 		if err != nil {
 			return fmt.Sprintf("lease record unreadable: %v", err)
@@ -163,6 +175,6 @@ func awaitEnd(ctx context.Context, dir string, expires time.Time, served <-chan 
 		if !rec.ExpiresAt.After(o.clock.Now()) {
 			return "expired at " + rec.ExpiresAt.Format(time.RFC3339)
 		}
-		timer.Reset(o.clock.Until(rec.ExpiresAt))
+		timer.Reset(next(rec.ExpiresAt))
 	}
 }

@@ -1,9 +1,12 @@
 package local
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"net"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -112,4 +115,53 @@ func TestTouchDefersExpiry(t *testing.T) {
 
 	clock.Advance(30 * time.Second)
 	l.waitStopped(t)
+}
+
+// A box whose lease directory is removed under it stops at its next look
+// (leaseDirPoll), long before its expiry: its commands end and its port
+// closes.
+func TestRemovedLeaseDirStopsBox(t *testing.T) {
+	l := acquireWithFakeClock(t, time.Hour)
+	sess, err := dial(t, l.target, l.key).NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := sess.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.Start("echo started; sleep 60"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
+		t.Fatalf("command said %q, %v; want it started", line, err)
+	}
+	if err := os.RemoveAll(l.b.leaseDir(l.req.LeaseID)); err != nil {
+		t.Fatal(err)
+	}
+	l.clock.Advance(leaseDirPoll)
+	l.waitStopped(t)
+	if err := sess.Wait(); err == nil {
+		t.Error("command survived the removal of its lease directory")
+	}
+	addr := net.JoinHostPort(l.target.Host, strconv.Itoa(l.target.Port))
+	if conn, err := net.Dial("tcp", addr); err == nil {
+		conn.Close()
+		t.Errorf("box still listens on %s after its lease directory was removed", addr)
+	}
+}
+
+// Until then a box keeps serving: each look re-arms the timer.
+func TestLeaseDirPollKeepsServing(t *testing.T) {
+	l := acquireWithFakeClock(t, time.Hour)
+	for range 3 {
+		l.clock.Advance(leaseDirPoll)
+		waitTimer(t, l.clock)
+	}
+	if _, err := l.b.Resolve(t.Context(), provider.ResolveRequest{ID: l.req.LeaseID}); err != nil {
+		t.Fatalf("Resolve after three looks at the lease directory: %v", err)
+	}
+	if out, code := run(t, dial(t, l.target, l.key), "echo ok"); code != 0 || out != "ok\n" {
+		t.Errorf("echo ok = (%q, %d)", out, code)
+	}
 }

@@ -19,6 +19,7 @@ var rollbackSuite = cloudtest.Rollback[*env]{
 	Backend:  func(t *testing.T, e *env) cloudtest.Backend { return e.backend(t) },
 	Request:  newRequest,
 	NoBoot:   func(e *env) { e.api.noBoot = true },
+	Fleet:    func(e *env) *cloudtest.Fleet { return e.api.fleet },
 	Events:   func(e *env) []string { return events(e.api) },
 	Machines: func(e *env) (labels []map[string]string) {
 		for _, s := range e.api.serverList() {
@@ -66,6 +67,7 @@ func TestAcquireRollback(t *testing.T) {
 		{Name: "address hangs", Step: cloud.StepAddress, Setup: armFault(opGet, fault{hang: true, times: 1}),
 			WantEvents: terminated, WantErr: context.Canceled},
 		{Name: "ssh never answers", Step: cloud.StepSSH, SSH: cloudtest.SSHTimeout, WantEvents: terminated},
+		{Name: "bootstrap fails", Step: cloud.StepSSH, SSH: cloudtest.SSHBootstrapFails, WantEvents: terminated},
 		{Name: "ssh hangs", Step: cloud.StepSSH, SSH: cloudtest.SSHCancel, WantEvents: terminated, WantErr: context.Canceled},
 		{Name: "label fails", Step: cloud.StepLabel, Setup: armFault(opUpdate, fault{status: 503}),
 			WantEvents: terminated, WantErr: provider.ErrTransient},

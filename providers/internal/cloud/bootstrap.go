@@ -36,6 +36,10 @@ const (
 	SelfDestructRecord = "/var/lib/crabbox/self-destruct"
 	// HostKeyPath is where the bootstrap installs the client's host key.
 	HostKeyPath = "/etc/ssh/ssh_host_ed25519_key"
+	// FailedMarker is the file in which a failed bootstrap says which step
+	// failed and how its output ended; sshd serves it as its banner (see
+	// BootstrapError).
+	FailedMarker = "/var/lib/crabbox/bootstrap-failed"
 )
 
 // defaultPackages are installed by the bootstrap when their commands are
@@ -246,6 +250,8 @@ func (b Bootstrap) Script() (string, error) {
 		"ReadyMarker":   ReadyMarker,
 		"ReadyCommand":  ReadyCommand,
 		"Record":        SelfDestructRecord,
+		"FailedMarker":  FailedMarker,
+		"FailedPrefix":  failedPrefix,
 	})
 	if err != nil {
 		return "", fmt.Errorf("bootstrap: render: %w", err)
@@ -344,12 +350,144 @@ CRABBOX_SELF_DESTRUCT_SECS='{{.SelfDestruct}}'
 
 log() { echo "crabbox-bootstrap: $*" >&2; }
 state=/var/lib/crabbox
+failed='{{.FailedMarker}}'
+output=$state/bootstrap.log
+sshd=$(command -v sshd || echo /usr/sbin/sshd)
+step=prepare
 mkdir -p "$state"
-rm -f '{{.ReadyMarker}}'
+rm -f '{{.ReadyMarker}}' "$failed"
+
+# The output of the bootstrap also goes to $output, whose end a failure
+# quotes (through a fifo and tee: POSIX sh has no process substitution).
+# Fds 3 and 4 keep the original output; what outlives the bootstrap closes
+# them.
+exec 3>&1 4>&2
+teepid=
+rm -f "$state/bootstrap.fifo"
+if command -v tee >/dev/null 2>&1 && mkfifo -m 0600 "$state/bootstrap.fifo" 2>/dev/null; then
+	: >"$output"
+	tee -a "$output" <"$state/bootstrap.fifo" >&4 &
+	teepid=$!
+	exec >"$state/bootstrap.fifo" 2>&1
+	rm -f "$state/bootstrap.fifo"
+fi
+# end_output_log stops copying output to $output, waiting at most ~2s for
+# tee to write what it has (a daemon started by a package may hold the fifo).
+end_output_log() {
+	[ -n "$teepid" ] || return 0
+	exec >&3 2>&4
+	i=0
+	while kill -0 "$teepid" 2>/dev/null && [ $i -lt 20 ]; do
+		sleep 0.1 2>/dev/null || sleep 1
+		i=$((i + 1))
+	done
+	teepid=
+}
+
+# install_host_key installs the host key made by the client, and no other.
+install_host_key() {
+	rm -f /etc/ssh/ssh_host_*key /etc/ssh/ssh_host_*key.pub
+	mkdir -p /etc/ssh
+	(
+		umask 077
+		cat >'{{.HostKeyPath}}' <<'CRABBOX_HOST_KEY'
+{{.HostKeyPEM}}
+CRABBOX_HOST_KEY
+	)
+	echo '{{.HostKeyPub}}' >'{{.HostKeyPath}}.pub'
+}
+
+# write_sshd_config writes sshd's settings, plus the line $1 if given.
+write_sshd_config() {
+	[ -f /etc/ssh/sshd_config ] && [ ! -f /etc/ssh/sshd_config.crabbox-orig ] &&
+		cp /etc/ssh/sshd_config /etc/ssh/sshd_config.crabbox-orig
+	cat >/etc/ssh/sshd_config <<'CRABBOX_SSHD_CONFIG'
+# Written by crabbox's bootstrap; the original is sshd_config.crabbox-orig.
+{{range .PortList}}Port {{.}}
+{{end}}HostKey {{.HostKeyPath}}
+AllowUsers {{.User}}
+PermitRootLogin no
+PubkeyAuthentication yes
+AuthenticationMethods publickey
+AuthorizedKeysFile .ssh/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitEmptyPasswords no
+AllowAgentForwarding no
+AllowTcpForwarding no
+X11Forwarding no
+PermitTunnel no
+UsePAM yes
+PrintMotd no
+ClientAliveInterval 30
+MaxStartups 50:30:100
+Subsystem sftp internal-sftp
+CRABBOX_SSHD_CONFIG
+	[ -z "${1:-}" ] || echo "$1" >>/etc/ssh/sshd_config
+	mkdir -p /run/sshd
+	chmod 0755 /run/sshd
+}
+
+# start_sshd (re)starts sshd with the settings written, and fails if it
+# cannot; $restarted says how it started.
+start_sshd() {
+	restarted=
+	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+		# A socket-activated sshd listens where ssh.socket says: use the service.
+		systemctl disable --now ssh.socket >/dev/null 2>&1 || true
+		systemctl daemon-reload || true
+		for unit in ssh sshd; do
+			if systemctl cat "$unit.service" >/dev/null 2>&1; then
+				systemctl enable "$unit.service" >/dev/null 2>&1 || true
+				if systemctl restart "$unit.service"; then
+					restarted=$unit.service
+					break
+				fi
+			fi
+		done
+	fi
+	if [ -z "$restarted" ]; then
+		if [ -f /run/sshd.pid ] && pid=$(cat /run/sshd.pid) && kill "$pid" 2>/dev/null; then
+			i=0
+			while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
+				sleep 0.1 2>/dev/null || sleep 1
+				i=$((i + 1))
+			done
+		fi
+		"$sshd" -f /etc/ssh/sshd_config 3>&- 4>&- || return 1
+		restarted=$sshd
+	fi
+}
+
+# bootstrap_failed runs when a step fails: the box still serves SSH with
+# the client's host key, and sshd's banner (sent before authentication)
+# names the failed step and quotes the end of the output, so the client's
+# wait for SSH reports the failure at once instead of timing out. The
+# ready marker stays absent, so crabbox-ready fails too.
+bootstrap_failed() {
+	status=$1
+	set +e
+	trap - EXIT
+	end_output_log
+	rm -f '{{.ReadyMarker}}'
+	{
+		echo "{{.FailedPrefix}}$step (exit status $status)"
+		tail -n 20 "$output" 2>/dev/null | tail -c 2000 | tr -cd '\11\12\40-\176'
+	} >"$failed.tmp" && mv -f "$failed.tmp" "$failed"
+	log "FAILED at $step (exit status $status); sshd's banner reports it"
+	if install_host_key && write_sshd_config "Banner $failed" && "$sshd" -t -f /etc/ssh/sshd_config && start_sshd; then
+		log "sshd ($restarted) reports the failure on ports $CRABBOX_PORTS"
+	else
+		log "sshd could not start to report the failure"
+	fi
+	exit "$status"
+}
+trap 'status=$?; [ "$status" -eq 0 ] || bootstrap_failed "$status"' EXIT
 
 # 1. Self-destruct at the lease's TTL, armed first so that not even a failed
 # bootstrap outlives it. The cloud's shutdown behaviour then stops or
 # terminates the machine.
+step='self-destruct timer'
 if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1 &&
 	systemd-run --unit=crabbox-self-destruct --description='crabbox lease TTL' \
 		--on-active="${CRABBOX_SELF_DESTRUCT_SECS}s" --timer-property=AccuracySec=1s \
@@ -357,12 +495,13 @@ if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1 &&
 	echo "systemd-run --on-active=${CRABBOX_SELF_DESTRUCT_SECS}s" >'{{.Record}}'
 else
 	nohup /bin/sh -c 'sleep "$1"; poweroff || shutdown -h now || halt -p || halt -f' crabbox-self-destruct \
-		"$CRABBOX_SELF_DESTRUCT_SECS" </dev/null >/dev/null 2>&1 &
+		"$CRABBOX_SELF_DESTRUCT_SECS" </dev/null >/dev/null 2>&1 3>&- 4>&- &
 	echo "sleep ${CRABBOX_SELF_DESTRUCT_SECS}s (pid $!)" >'{{.Record}}'
 fi
 log "self-destruct armed: $(cat '{{.Record}}')"
 
 # 2. Tools, unless the image is prepared: only what is missing.
+step='install tools'
 if [ "$CRABBOX_PREPARED" != 1 ]; then
 	missing=
 	for pkg in $CRABBOX_PACKAGES; do
@@ -389,6 +528,7 @@ if [ "$CRABBOX_PREPARED" != 1 ]; then
 fi
 
 # 3. The user: passwordless sudo, no password login, only the lease key.
+step='create user'
 if ! id "$CRABBOX_USER" >/dev/null 2>&1; then
 	shell=/bin/sh
 	[ -x /bin/bash ] && shell=/bin/bash
@@ -409,53 +549,23 @@ chmod 0600 "$home/.ssh/authorized_keys"
 chown -R "$CRABBOX_USER:$group" "$home/.ssh"
 
 # 4. The work root and the shared cache.
+step='create work root'
 mkdir -p "$CRABBOX_WORK_ROOT" /var/cache/crabbox
 chown "$CRABBOX_USER:$group" "$CRABBOX_WORK_ROOT" /var/cache/crabbox
 
 # 5. The host key made by the client (and no other), and sshd's settings.
-rm -f /etc/ssh/ssh_host_*key /etc/ssh/ssh_host_*key.pub
-mkdir -p /etc/ssh
-(
-	umask 077
-	cat >'{{.HostKeyPath}}' <<'CRABBOX_HOST_KEY'
-{{.HostKeyPEM}}
-CRABBOX_HOST_KEY
-)
-echo '{{.HostKeyPub}}' >'{{.HostKeyPath}}.pub'
-[ -f /etc/ssh/sshd_config ] && [ ! -f /etc/ssh/sshd_config.crabbox-orig ] &&
-	cp /etc/ssh/sshd_config /etc/ssh/sshd_config.crabbox-orig
-cat >/etc/ssh/sshd_config <<'CRABBOX_SSHD_CONFIG'
-# Written by crabbox's bootstrap; the original is sshd_config.crabbox-orig.
-{{range .PortList}}Port {{.}}
-{{end}}HostKey {{.HostKeyPath}}
-AllowUsers {{.User}}
-PermitRootLogin no
-PubkeyAuthentication yes
-AuthenticationMethods publickey
-AuthorizedKeysFile .ssh/authorized_keys
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitEmptyPasswords no
-AllowAgentForwarding no
-AllowTcpForwarding no
-X11Forwarding no
-PermitTunnel no
-UsePAM yes
-PrintMotd no
-ClientAliveInterval 30
-MaxStartups 50:30:100
-Subsystem sftp internal-sftp
-CRABBOX_SSHD_CONFIG
-mkdir -p /run/sshd
-chmod 0755 /run/sshd
-sshd=$(command -v sshd || echo /usr/sbin/sshd)
+step='configure sshd'
+install_host_key
+write_sshd_config
 "$sshd" -t -f /etc/ssh/sshd_config
 
 # 6. The ready check and the ready marker.
+step='install crabbox-ready'
 cat >'/usr/local/bin/{{.ReadyCommand}}' <<'CRABBOX_READY'
 #!/bin/sh
 # crabbox-ready: exits 0 when this box is ready for crabbox.
 fail() { echo "crabbox-ready: $*" >&2; exit 1; }
+[ ! -f '{{.FailedMarker}}' ] || fail "box bootstrap failed: $(head -n 1 '{{.FailedMarker}}')"
 for tool in git tar; do
 	command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed"
 done
@@ -468,32 +578,10 @@ CRABBOX_READY
 chmod 0755 '/usr/local/bin/{{.ReadyCommand}}'
 date -u +%Y-%m-%dT%H:%M:%SZ >'{{.ReadyMarker}}'
 
-# 7. sshd, last: a box answering with the client's host key is ready.
-restarted=
-if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
-	# A socket-activated sshd listens where ssh.socket says: use the service.
-	systemctl disable --now ssh.socket >/dev/null 2>&1 || true
-	systemctl daemon-reload || true
-	for unit in ssh sshd; do
-		if systemctl cat "$unit.service" >/dev/null 2>&1; then
-			systemctl enable "$unit.service" >/dev/null 2>&1 || true
-			if systemctl restart "$unit.service"; then
-				restarted=$unit.service
-				break
-			fi
-		fi
-	done
-fi
-if [ -z "$restarted" ]; then
-	if [ -f /run/sshd.pid ] && pid=$(cat /run/sshd.pid) && kill "$pid" 2>/dev/null; then
-		i=0
-		while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
-			sleep 0.1 2>/dev/null || sleep 1
-			i=$((i + 1))
-		done
-	fi
-	"$sshd" -f /etc/ssh/sshd_config || { rm -f '{{.ReadyMarker}}'; log "sshd did not start"; exit 1; }
-	restarted=$sshd
-fi
+# 7. sshd, last: a box answering with the client's host key (and no
+# failure banner) is ready.
+step='start sshd'
+start_sshd
 log "ready: sshd ($restarted) on ports $CRABBOX_PORTS"
+end_output_log
 `))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -230,5 +231,53 @@ func TestBootstrapInContainerCustom(t *testing.T) {
 	if c, err := box.dial("crabbox", ssh.PublicKeys(lk.Signer), 2222); err == nil {
 		c.Close()
 		t.Errorf("user crabbox logged in on a box for builder")
+	}
+}
+
+// TestBootstrapFailureInContainer: a bootstrap whose step fails (here a
+// package that does not exist) still starts sshd with the client's host
+// key, and its banner makes WaitForSSH report the failed step and the end
+// of its output at once; crabbox-ready says so too.
+func TestBootstrapFailureInContainer(t *testing.T) {
+	docker := needImage(t)
+	lk := newLeaseKey(t)
+	bs := cloud.Bootstrap{
+		AuthorizedKey: lk.AuthorizedKey(), HostKey: newHostKey(t), SelfDestructAfter: time.Hour,
+		Packages: []string{"crabbox-no-such-package"},
+	}
+	ud, err := bs.UserData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	udFile := filepath.Join(t.TempDir(), "user-data")
+	if err := os.WriteFile(udFile, []byte(ud), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	suffix := make([]byte, 6)
+	rand.Read(suffix)
+	name := "crabbox-cloudinit-test-" + hex.EncodeToString(suffix)
+	dockerRun(t, docker, "create", "--name", name, "--label", "crabbox-test=cloudinit", "-p", "127.0.0.1::2222",
+		cloudinitImage, "/bin/sh", "-c", "sh /crabbox-user-data >/var/log/crabbox-bootstrap.log 2>&1; exec sleep infinity")
+	t.Cleanup(func() { _ = exec.Command(docker, "rm", "-f", name).Run() })
+	dockerRun(t, docker, "cp", udFile, name+":/crabbox-user-data")
+	dockerRun(t, docker, "start", name)
+	_, port, err := net.SplitHostPort(strings.Fields(dockerRun(t, docker, "port", name, "2222/tcp"))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err = cloud.WaitForSSH(ctx, cloud.SSHWait{Host: "127.0.0.1", Ports: []int{p}, HostKey: bs.HostKey.PublicKey(), Interval: 100 * time.Millisecond})
+	logs, _ := exec.Command(docker, "exec", name, "cat", "/var/log/crabbox-bootstrap.log").CombinedOutput()
+	var be *cloud.BootstrapError
+	if !errors.As(err, &be) {
+		t.Fatalf("WaitForSSH err = %v, want a *cloud.BootstrapError\nbootstrap log:\n%s", err, logs)
+	}
+	if !strings.HasPrefix(be.Step, "install tools (exit status ") || be.Output == "" {
+		t.Errorf("BootstrapError = %+v, want the install step and its output", be)
+	}
+	if out, err := exec.Command(docker, "exec", "-u", "0", name, "sh", "-c", "test -f "+cloud.ReadyMarker+" || echo no ready marker").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "no ready marker" {
+		t.Errorf("ready marker check: %q, %v; want no ready marker", out, err)
 	}
 }

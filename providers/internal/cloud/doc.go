@@ -26,7 +26,9 @@
 // the crabbox user with only the lease's key, sshd on 2222 and 22 with a
 // host key made by the client (NewHostKey), the work root, a ready marker and
 // the crabbox-ready check, and a self-destruct timer that powers the box off
-// at the lease's TTL. Where the cloud terminates a machine that powers itself
+// at the lease's TTL. A step that fails still leaves sshd serving the
+// client's host key, its banner naming the step (FailedMarker), so that
+// WaitForSSH returns a *BootstrapError at once. Where the cloud terminates a machine that powers itself
 // off (AWS with shutdown behaviour "terminate", GCP and Azure with the
 // matching settings) that ends the box; where it keeps stopped machines
 // (Hetzner) it stops the work but not the bill, and cleanup must follow. The

@@ -65,8 +65,9 @@ func MappedDial(mapAddress func(host string, port int) (string, int)) func(ctx c
 // host key on one of the ports, and returns that port. It needs no key of
 // its own: the handshake proves the host key before authentication, and
 // the bootstrap starts sshd with the client's host key as its last step.
-// It returns an error when ctx is done or the timeout passes, with the
-// last failure of each port.
+// A box whose bootstrap failed answers too, with a banner saying so: then
+// WaitForSSH returns a *BootstrapError at once. It returns an error when
+// ctx is done or the timeout passes, with the last failure of each port.
 func WaitForSSH(ctx context.Context, w SSHWait) (int, error) {
 	if w.Host == "" || w.HostKey == nil {
 		return 0, errors.New("wait for SSH: host and host key are required")
@@ -102,6 +103,9 @@ func WaitForSSH(ctx context.Context, w SSHWait) (int, error) {
 				w.Log.Debug("box answers SSH", "host", w.Host, "port", port)
 				return port, nil
 			}
+			if be := (*BootstrapError)(nil); errors.As(err, &be) {
+				return 0, be
+			}
 			last[i] = fmt.Errorf("port %d: %w", port, err)
 		}
 		wait := pace.Next()
@@ -135,9 +139,16 @@ func probe(ctx context.Context, w SSHWait, port int) error {
 	defer conn.Close()
 	want := w.HostKey.Marshal()
 	var matched atomic.Bool // set by the handshake's goroutine
+	var banner atomic.Pointer[string]
 	cfg := &ssh.ClientConfig{
 		User:              DefaultUser,
 		HostKeyAlgorithms: []string{w.HostKey.Type()},
+		// A failed bootstrap's sshd says so in its banner, which comes
+		// after the host key check and before authentication fails.
+		BannerCallback: func(msg string) error {
+			banner.Store(&msg)
+			return nil
+		},
 		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
 			if !bytes.Equal(key.Marshal(), want) {
 				return fmt.Errorf("box answers with host key %s, want %s", ssh.FingerprintSHA256(key), ssh.FingerprintSHA256(w.HostKey))
@@ -149,6 +160,12 @@ func probe(ctx context.Context, w SSHWait, port int) error {
 	c, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
 	if err == nil {
 		ssh.NewClient(c, chans, reqs).Close()
+	}
+	if b := banner.Load(); b != nil && matched.Load() {
+		if be, ok := ParseBootstrapFailure(*b); ok {
+			be.Host = w.Host
+			return &be
+		}
 	}
 	if matched.Load() {
 		return nil

@@ -50,6 +50,11 @@ type Box struct {
 // box it describes on a fresh loopback port. It creates the work root if
 // it does not exist. log may be nil. Close the box to stop it.
 func StartBox(userData string, log *slog.Logger) (*Box, error) {
+	return startBox(userData, log, "")
+}
+
+// startBox is StartBox with sshd's banner (empty for none).
+func startBox(userData string, log *slog.Logger, banner string) (*Box, error) {
 	bs, err := cloud.ParseUserData(userData)
 	if err != nil {
 		return nil, fmt.Errorf("fake box: %w", err)
@@ -71,7 +76,7 @@ func StartBox(userData string, log *slog.Logger) (*Box, error) {
 	}
 	srv, err := sshserver.New(sshserver.Config{
 		HostKey: hostKey, AuthorizedKey: authorized, User: user, Dir: bs.WorkRoot,
-		Env: boxEnv(os.Environ()), Logger: log,
+		Env: boxEnv(os.Environ()), Logger: log, Banner: banner,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fake box: %w", err)
@@ -126,6 +131,7 @@ type Fleet struct {
 	blocked map[string]bool // "ip:port" that refuse connections
 	next    int
 	closed  string // an address where nothing listens
+	banner  string // served by boxes booted from now on (FailBootstrap)
 }
 
 // IgnoreGoroutines are the goleak options for the goroutines of a fake
@@ -181,7 +187,10 @@ func (f *Fleet) newAddressLocked() string {
 // Boot starts the box userData describes at the fake address ip
 // (NewAddress), replacing any box there.
 func (f *Fleet) Boot(ip, userData string) error {
-	b, err := StartBox(userData, f.log)
+	f.mu.Lock()
+	banner := f.banner
+	f.mu.Unlock()
+	b, err := startBox(userData, f.log, banner)
 	if err != nil {
 		return err
 	}
@@ -193,6 +202,16 @@ func (f *Fleet) Boot(ip, userData string) error {
 		return old.Close()
 	}
 	return nil
+}
+
+// FailBootstrap makes the boxes booted from now on boxes whose bootstrap
+// failed at step after printing output: as the bootstrap's failure path
+// makes sshd do, they serve SSH with the user data's host key and a banner
+// saying so (cloud.BootstrapFailureBanner).
+func (f *Fleet) FailBootstrap(step, output string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.banner = cloud.BootstrapFailureBanner(step, output)
 }
 
 // Halt stops the box at ip, if any.

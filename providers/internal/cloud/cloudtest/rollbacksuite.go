@@ -34,6 +34,8 @@ type Rollback[E any] struct {
 	Request func(t *testing.T, now time.Time) (provider.AcquireRequest, lease.Key)
 	// NoBoot makes e's new machines never serve SSH.
 	NoBoot func(e E)
+	// Fleet is the fleet that serves e's boxes (for SSHBootstrapFails).
+	Fleet func(e E) *Fleet
 	// Events is e's mutation log, normalised (IDs dropped).
 	Events func(e E) []string
 	// Machines are the labels (or tags) of each machine left in e.
@@ -64,6 +66,16 @@ const (
 	SSHTimeout
 	// SSHCancel gives up while the backend waits.
 	SSHCancel
+	// SSHBootstrapFails boots machines whose bootstrap failed: the
+	// acquire must fail with a *cloud.BootstrapError at the first look,
+	// on a fake clock that never moves.
+	SSHBootstrapFails
+)
+
+// Bootstrap failure of SSHBootstrapFails.
+const (
+	failedStep   = "install tools (exit status 100)"
+	failedOutput = "E: Unable to locate package crabbox-nope\n"
 )
 
 // RollbackStep is one acquire step failing, hanging, or succeeding with
@@ -95,11 +107,16 @@ func RunAcquireRollback[E any](t *testing.T, r Rollback[E], steps []RollbackStep
 			defer cancel()
 			now := time.Now()
 			var clock *clockwork.FakeClock
-			if tt.SSH != NoSSHWait {
+			switch tt.SSH {
+			case SSHBootstrapFails:
+				// The clock never moves: the failure must not wait for it.
+				r.UseClock(e, clockwork.NewFakeClockAt(now))
+				r.Fleet(e).FailBootstrap(failedStep, failedOutput)
+			case SSHTimeout, SSHCancel:
 				clock = clockwork.NewFakeClockAt(now)
 				r.UseClock(e, clock)
 				r.NoBoot(e)
-			} else {
+			default:
 				tt.Setup(e, cancel)
 			}
 			b := r.Backend(t, e)
@@ -128,6 +145,10 @@ func RunAcquireRollback[E any](t *testing.T, r Rollback[E], steps []RollbackStep
 			}
 			if tt.WantErr != nil && !errors.Is(err, tt.WantErr) {
 				t.Errorf("err = %v, want one matching %v", err, tt.WantErr)
+			}
+			if be := (*cloud.BootstrapError)(nil); tt.SSH == SSHBootstrapFails &&
+				(!errors.As(err, &be) || be.Step != failedStep || be.Output != strings.TrimSpace(failedOutput)) {
+				t.Errorf("err = %v, want a *cloud.BootstrapError for step %q with output %q", err, failedStep, failedOutput)
 			}
 			if strings.Contains(err.Error(), "roll back") {
 				t.Errorf("rollback reported a failure: %v", err)

@@ -302,6 +302,8 @@ func testRollback(t *testing.T, h Harness) {
 			setup: func(e *Env, cancel func()) { e.Faults.Set(OpGet, Fault{Hang: true, Times: 1, OnHang: cancel}) }},
 		{name: "ssh never answers", step: cloud.StepSSH, fakeClock: true,
 			setup: func(e *Env, _ func()) { e.NoBoot() }},
+		{name: "bootstrap fails", step: cloud.StepSSH, wantErr: cloud.ErrBootstrapFailed, // long before the boot timeout
+			setup: func(e *Env, _ func()) { e.Fleet.FailBootstrap("install tools (exit status 100)", "E: nope\n") }},
 		{name: "ssh hangs", step: cloud.StepSSH, fakeClock: true, cancelSSH: true, wantErr: context.Canceled,
 			setup: func(e *Env, _ func()) { e.NoBoot() }},
 		{name: "label fails", step: cloud.StepLabel, wantErr: provider.ErrTransient,
