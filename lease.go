@@ -68,6 +68,12 @@ type Lease struct {
 	// connMu guards conn and is held while dialing.
 	connMu gosync.Mutex
 	conn   *ssh.Client
+
+	// execMu guards execs (the commands running through Exec) and
+	// drained, closed when execs drops to zero while Release waits.
+	execMu  gosync.Mutex
+	execs   int
+	drained chan struct{}
 }
 
 // ID is the lease ID (cbx_...).
@@ -425,7 +431,8 @@ func infoOf(cl lease.Claim, now time.Time) LeaseInfo {
 	return info
 }
 
-// Stop releases the lease with the given ID or slug. A claim whose box is
+// Stop releases the lease with the given ID or slug, ending first the
+// commands running on it (see Lease.Release). A claim whose box is
 // already gone is simply dropped. A lease whose claim is damaged is looked
 // up by ID at the client's provider, released there, and its damaged claim
 // dropped.
@@ -444,8 +451,57 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
+	c.stopCommands(ctx, b, claim)
 	c.stopSharing(ctx, claim.ID)
 	return c.store.Release(ctx, b, claim)
+}
+
+// stopCommandsTimeout bounds ending a lease's commands before it is
+// released: long enough for a command's group to be sent SIGTERM and, after
+// run.DefaultKillGrace, SIGKILL; a box that does not answer must not hold
+// the release up for longer.
+const stopCommandsTimeout = 20 * time.Second
+
+// stopCommands ends the commands running on the ready lease of claim
+// before it is released (see Lease.stopCommands), reaching the box as the
+// claim recorded it.
+func (c *Client) stopCommands(ctx context.Context, b provider.SSHLeaseBackend, claim lease.Claim) {
+	if g, err := c.store.Recorded(claim); err == nil {
+		(&Lease{client: c, backend: b}).stopCommands(ctx, g, nil)
+	}
+}
+
+// stopCommands ends the commands running on the lease of g, whichever
+// process started them (run.StopAll), before the lease is released: a box
+// that outlives its lease (the local machine, a shared SSH host) must not
+// keep them running. It uses conn when not nil and dials the box otherwise
+// (never through a shared connection, which is about to end). It is best
+// effort and bounded in time: a box that cannot be reached is released all
+// the same, and what failed is logged.
+func (l *Lease) stopCommands(ctx context.Context, g lease.Grant, conn *ssh.Client) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopCommandsTimeout)
+	defer cancel()
+	id, log := g.Claim.ID, l.client.log
+	if conn == nil {
+		var err error
+		if lb, ok := l.backend.(provider.SSHLoginBackend); ok {
+			conn, err = l.dialLogin(ctx, lb, g)
+		} else {
+			conn, _, err = l.dial(ctx, g, g.Target.Host, g.Target.Port, g.Target.User)
+		}
+		if err != nil {
+			log.Debug("commands of the lease not stopped: the box does not answer", "lease", id, "err", err)
+			return
+		}
+		defer conn.Close()
+	}
+	res, err := run.StopAll(ctx, conn, id, 0)
+	switch {
+	case err != nil:
+		log.Warn("commands of the lease not stopped before its release", "lease", id, "err", err)
+	case res.Stopped > 0:
+		log.Info("commands of the lease stopped before its release", "lease", id, "commands", res.Stopped)
+	}
 }
 
 // Touch records activity now, moving the lease's expiry to
@@ -457,11 +513,23 @@ func (l *Lease) Touch(ctx context.Context) error { return l.keep.Touch(ctx) }
 // one-shot run), which goes on when the caller's context is cancelled.
 const releaseTimeout = 2 * time.Minute
 
-// Release closes the connection and ends the lease at its provider. It
-// completes even when ctx is cancelled (it is bounded by its own timeout),
+// Release ends the commands running on the lease (the process groups of
+// every command run on it, from this process or another: see run.StopAll;
+// best effort, within about 20 seconds), closes the connection and ends
+// the lease at its provider. It completes even when ctx is cancelled (it is bounded by its own timeout),
 // so `defer l.Release(ctx)` is safe; ctx's error is reported only if the
 // release did not finish.
 func (l *Lease) Release(ctx context.Context) error {
+	if l.delegated == nil && l.keep.Err() == nil {
+		// The lease's commands end first, this process's and others'.
+		l.connMu.Lock()
+		conn := l.conn
+		l.connMu.Unlock()
+		l.stopCommands(ctx, l.snapshot(), conn)
+		// This handle's own runs of them learn how they ended before
+		// the connection closes.
+		l.waitExecs(execDrainTimeout)
+	}
 	closeErr := l.Close()
 	// Another process may share the lease's connection, even when this one
 	// acquired it.
@@ -833,7 +901,10 @@ func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 	if err != nil {
 		return run.Result{}, err
 	}
+	req.Lease = l.ID() // so that stopping the lease ends the command
+	l.execStarted()
 	res, err := run.Run(ctx, conn, req)
+	l.execEnded()
 	if err != nil {
 		if lost := l.keep.Err(); lost != nil {
 			err = fmt.Errorf("%w (%w)", err, lost)
@@ -844,6 +915,45 @@ func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 		_ = l.keep.UsedSync(ctx) // a failure is logged; the result stands
 	}
 	return res, nil
+}
+
+// execDrainTimeout bounds how long Release waits for the handle's running
+// commands to report their end once they were stopped.
+const execDrainTimeout = 5 * time.Second
+
+func (l *Lease) execStarted() {
+	l.execMu.Lock()
+	l.execs++
+	l.execMu.Unlock()
+}
+
+func (l *Lease) execEnded() {
+	l.execMu.Lock()
+	defer l.execMu.Unlock()
+	if l.execs--; l.execs == 0 && l.drained != nil {
+		close(l.drained)
+		l.drained = nil
+	}
+}
+
+// waitExecs waits, for at most d, until no command runs through Exec.
+func (l *Lease) waitExecs(d time.Duration) {
+	l.execMu.Lock()
+	if l.execs == 0 {
+		l.execMu.Unlock()
+		return
+	}
+	if l.drained == nil {
+		l.drained = make(chan struct{})
+	}
+	drained := l.drained
+	l.execMu.Unlock()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+	}
 }
 
 // changeClock is the change clock of the checkout at root, or nil without

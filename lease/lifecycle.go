@@ -185,6 +185,21 @@ func (s *Store) Resolve(ctx context.Context, b provider.SSHLeaseBackend, ref str
 	return Grant{Claim: c, Target: target, Key: key}, nil
 }
 
+// Recorded is the grant of the ready lease c as its claim recorded it (the
+// target of its last acquire or touch, and its key), without asking the
+// provider: enough to reach the box once more, say to end its commands
+// before it is released.
+func (s *Store) Recorded(c Claim) (Grant, error) {
+	if c.State != StateReady || c.Target == nil {
+		return Grant{}, fmt.Errorf("lease %s is %s, with no box recorded", c.ID, c.State)
+	}
+	key, err := s.keyFor(c.ID, *c.Target)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Claim: c, Target: *c.Target, Key: key}, nil
+}
+
 func (s *Store) keyFor(id string, t provider.LeaseTarget) (Key, error) {
 	if t.KeyFile != "" {
 		return LoadKeyFile(t.KeyFile)

@@ -32,7 +32,8 @@ type StopResult struct {
 //
 // A command being started as StopAll looks is waited for (a few seconds)
 // and ended too; one started after StopAll is not. It returns once the
-// groups are gone, or with ctx's error when ctx ends first.
+// groups are gone and their runs' wrappers have exited (or after a bounded
+// wait for them), or with ctx's error when ctx ends first.
 func StopAll(ctx context.Context, client *ssh.Client, lease string, grace time.Duration) (StopResult, error) {
 	if lease == "" {
 		return StopResult{}, errors.New("stop the commands of a lease: no lease tag given")
@@ -65,6 +66,10 @@ func StopAll(ctx context.Context, client *ssh.Client, lease string, grace time.D
 	return res, nil
 }
 
+// wrapperExitWait bounds how long StopAll waits for the wrapper of a run
+// whose command it ended to exit.
+const wrapperExitWait = 2 * time.Second
+
 // stopAllScript kills, in parallel, the process groups of the run
 // directories whose lease file holds lease, printing each kill's status
 // on a line of its own (crabbox_kill's: 0 ended, 1 survived, 3 not
@@ -77,7 +82,11 @@ func stopAllScript(lease string, grace time.Duration) string {
 	read -r crabbox_t 2>/dev/null <"$crabbox_r/lease" || continue
 	[ "$crabbox_t" = ` + lease + ` ] || continue
 `)
-	fmt.Fprintf(&b, "\t{ crabbox_kill \"$crabbox_r\" %d %d >/dev/null 2>&1; echo $?; } &\n", steps(publishWait), steps(grace))
+	fmt.Fprintf(&b, "\t{ crabbox_kill \"$crabbox_r\" %d %d >/dev/null 2>&1; echo $?\n", steps(publishWait), steps(grace))
+	// The run's wrapper removes its directory just before it exits with
+	// the command's status: waiting for that (boundedly), and a moment
+	// more, lets the run learn how its command ended before the box goes.
+	fmt.Fprintf(&b, "\tcrabbox_i=0; while [ -d \"$crabbox_r\" ] && [ \"$crabbox_i\" -lt %d ]; do crabbox_i=$((crabbox_i+1)); crabbox_nap; done\n\t[ \"$crabbox_i\" -gt 0 ] && crabbox_nap; } &\n", steps(wrapperExitWait))
 	b.WriteString("done\nwait\n")
 	return b.String()
 }
