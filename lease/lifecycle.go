@@ -71,11 +71,13 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 	if err != nil {
 		return Grant{}, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
 	}
-	if !target.ExpiresAt.IsZero() {
-		c.ExpiresAt = target.ExpiresAt
+	readyAt, expires, moved, err := s.fromReady(ctx, b, c, &target)
+	if err != nil {
+		return Grant{}, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
 	}
 	ready, err := s.Update(c.ID, func(cl *Claim) error {
-		cl.State, cl.Target, cl.PinnedHostKey, cl.ExpiresAt = StateReady, &target, target.HostKey, c.ExpiresAt
+		cl.State, cl.Target, cl.PinnedHostKey = StateReady, &moved, target.HostKey
+		cl.LastTouchedAt, cl.ExpiresAt = readyAt, expires
 		return nil
 	})
 	if err != nil {
@@ -88,6 +90,37 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 		}
 	}
 	return Grant{Claim: c, Target: target, Key: key}, nil
+}
+
+// fromReady makes the idle time of the lease c, whose box the provider
+// has just made (target), count from now, when it became ready, rather than
+// from when the acquire started: an acquire that took long (a loaded
+// machine, a cloud's boot) must not hand over a lease near or past its
+// idle expiry. The TTL still counts from the claim's creation, and an
+// expiry the provider capped (target.ExpiresAt before the one asked for)
+// stays capped. When the provider was given an expiry earlier than the new
+// one by more than a touch's slack, it is touched at once, so that what it
+// recorded at create time (labels, a box's own timer) moves too. It returns
+// when the lease became ready, its expiry and its target as last returned.
+func (s *Store) fromReady(ctx context.Context, b provider.SSHLeaseBackend, c Claim, target *provider.LeaseTarget) (time.Time, time.Time, provider.LeaseTarget, error) {
+	readyAt := s.clock.Now().UTC()
+	idle := c.IdleTimeout()
+	expires := ExpiresAt(c.CreatedAt, readyAt, c.TTL(), idle)
+	granted := c.ExpiresAt
+	if t := target.ExpiresAt; !t.IsZero() {
+		granted = t
+		if t.Before(c.ExpiresAt) && t.Before(expires) {
+			expires = t // the provider's cap
+		}
+	}
+	if expires.Sub(granted) <= TouchSlack(idle) {
+		return readyAt, expires, *target, nil
+	}
+	moved, err := b.Touch(ctx, provider.TouchRequest{Lease: *target, Now: readyAt, ExpiresAt: expires})
+	if err != nil {
+		return readyAt, expires, *target, fmt.Errorf("move its expiry to count from when it became ready: %w", err)
+	}
+	return readyAt, expires, moved, nil
 }
 
 // claimFor writes the claim of a lease about to be created: acquiring,
