@@ -423,3 +423,48 @@ func TestIdleCountsFromReady(t *testing.T) {
 		t.Errorf("a quick acquire touched the provider: %v", b.touched)
 	}
 }
+
+// slowWarmup is a delegated sandbox whose Warmup takes d of the fake
+// clock's time after the sandbox is made.
+type slowWarmup struct {
+	*providertest.Sandbox
+	clock *clockwork.FakeClock
+	d     time.Duration
+}
+
+func (b *slowWarmup) Warmup(ctx context.Context, req provider.WarmupRequest) (provider.LeaseView, error) {
+	v, err := b.Sandbox.Warmup(ctx, req)
+	b.clock.Advance(b.d)
+	return v, err
+}
+
+// A delegated lease's idle time, too, counts from when it became ready,
+// and the sandbox is told the new expiry.
+func TestDelegatedIdleCountsFromReady(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().Truncate(time.Second))
+	s := openStore(t, lease.WithClock(clock))
+	const idle, took = 10 * time.Minute, 15 * time.Minute
+	b := &slowWarmup{Sandbox: providertest.NewSandbox("sandbox", t.TempDir()), clock: clock, d: took}
+	start := clock.Now().UTC()
+	c, err := s.Warmup(context.Background(), b, lease.Terms{TTL: time.Hour, IdleTimeout: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := start.Add(took)
+	want := ready.Add(idle)
+	if !c.LastTouchedAt.Equal(ready) || !c.ExpiresAt.Equal(want) {
+		t.Errorf("claim touched %v, expires %v; want touched %v (ready), expires %v", c.LastTouchedAt, c.ExpiresAt, ready, want)
+	}
+	var touches int
+	for _, call := range b.Calls() {
+		if call.Op == "touch" {
+			touches++
+		}
+	}
+	if touches != 1 {
+		t.Errorf("sandbox touched %d times, want once", touches)
+	}
+	if _, err := s.ResolveDelegated(context.Background(), b, c.ID); err != nil {
+		t.Errorf("ResolveDelegated of a lease just warmed up: %v", err)
+	}
+}

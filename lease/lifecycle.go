@@ -103,17 +103,8 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 // recorded at create time (labels, a box's own timer) moves too. It returns
 // when the lease became ready, its expiry and its target as last returned.
 func (s *Store) fromReady(ctx context.Context, b provider.SSHLeaseBackend, c Claim, target *provider.LeaseTarget) (time.Time, time.Time, provider.LeaseTarget, error) {
-	readyAt := s.clock.Now().UTC()
-	idle := c.IdleTimeout()
-	expires := ExpiresAt(c.CreatedAt, readyAt, c.TTL(), idle)
-	granted := c.ExpiresAt
-	if t := target.ExpiresAt; !t.IsZero() {
-		granted = t
-		if t.Before(c.ExpiresAt) && t.Before(expires) {
-			expires = t // the provider's cap
-		}
-	}
-	if expires.Sub(granted) <= TouchSlack(idle) {
+	readyAt, expires, stale := s.readyExpiry(c, target.ExpiresAt)
+	if !stale {
 		return readyAt, expires, *target, nil
 	}
 	moved, err := b.Touch(ctx, provider.TouchRequest{Lease: *target, Now: readyAt, ExpiresAt: expires})
@@ -121,6 +112,23 @@ func (s *Store) fromReady(ctx context.Context, b provider.SSHLeaseBackend, c Cla
 		return readyAt, expires, *target, fmt.Errorf("move its expiry to count from when it became ready: %w", err)
 	}
 	return readyAt, expires, moved, nil
+}
+
+// readyExpiry is when the lease c, just made ready by its provider
+// (which reported the expiry granted, or none), became ready and when it
+// expires counting its idle time from then (see fromReady); stale is set
+// when the provider was given an expiry earlier than that by more than a
+// touch's slack.
+func (s *Store) readyExpiry(c Claim, granted time.Time) (readyAt, expires time.Time, stale bool) {
+	readyAt = s.clock.Now().UTC()
+	idle := c.IdleTimeout()
+	expires = ExpiresAt(c.CreatedAt, readyAt, c.TTL(), idle)
+	if granted.IsZero() {
+		granted = c.ExpiresAt
+	} else if granted.Before(c.ExpiresAt) && granted.Before(expires) {
+		expires = granted // the provider's cap
+	}
+	return readyAt, expires, expires.Sub(granted) > TouchSlack(idle)
 }
 
 // claimFor writes the claim of a lease about to be created: acquiring,
