@@ -69,11 +69,14 @@ type Lease struct {
 	connMu gosync.Mutex
 	conn   *ssh.Client
 
-	// execMu guards execs (the commands running through Exec) and
-	// drained, closed when execs drops to zero while Release waits.
+	// execMu guards execs (the commands running through Exec), drained,
+	// closed when execs drops to zero while Release waits, and unclean,
+	// set once a command's run ended in an error (cancelled, connection
+	// lost), which may have left the command running.
 	execMu  gosync.Mutex
 	execs   int
 	drained chan struct{}
+	unclean bool
 }
 
 // ID is the lease ID (cbx_...).
@@ -462,6 +465,9 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 // the release up for longer.
 const stopCommandsTimeout = 20 * time.Second
 
+// stopDialTimeout bounds connecting to a box to end its commands.
+const stopDialTimeout = 5 * time.Second
+
 // stopCommands ends the commands running on the ready lease of claim
 // before it is released (see Lease.stopCommands), reaching the box as the
 // claim recorded it.
@@ -483,11 +489,14 @@ func (l *Lease) stopCommands(ctx context.Context, g lease.Grant, conn *ssh.Clien
 	defer cancel()
 	id, log := g.Claim.ID, l.client.log
 	if conn == nil {
+		// A box that does not answer at once is taken for gone.
+		dctx, cancel := context.WithTimeout(ctx, stopDialTimeout)
+		defer cancel()
 		var err error
 		if lb, ok := l.backend.(provider.SSHLoginBackend); ok {
-			conn, err = l.dialLogin(ctx, lb, g)
+			conn, err = l.dialLogin(dctx, lb, g)
 		} else {
-			conn, _, err = l.dial(ctx, g, g.Target.Host, g.Target.Port, g.Target.User)
+			conn, _, err = l.dial(dctx, g, g.Target.Host, g.Target.Port, g.Target.User)
 		}
 		if err != nil {
 			log.Debug("commands of the lease not stopped: the box does not answer", "lease", id, "err", err)
@@ -515,12 +524,13 @@ const releaseTimeout = 2 * time.Minute
 
 // Release ends the commands running on the lease (the process groups of
 // every command run on it, from this process or another: see run.StopAll;
-// best effort, within about 20 seconds), closes the connection and ends
-// the lease at its provider. It completes even when ctx is cancelled (it is bounded by its own timeout),
+// best effort, within about 20 seconds; skipped for a lease acquired here
+// and not kept whose commands all ended cleanly), closes the connection
+// and ends the lease at its provider. It completes even when ctx is cancelled (it is bounded by its own timeout),
 // so `defer l.Release(ctx)` is safe; ctx's error is reported only if the
 // release did not finish.
 func (l *Lease) Release(ctx context.Context) error {
-	if l.delegated == nil && l.keep.Err() == nil {
+	if l.delegated == nil && l.keep.Err() == nil && l.mayRunCommands() {
 		// The lease's commands end first, this process's and others'.
 		l.connMu.Lock()
 		conn := l.conn
@@ -904,7 +914,7 @@ func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 	req.Lease = l.ID() // so that stopping the lease ends the command
 	l.execStarted()
 	res, err := run.Run(ctx, conn, req)
-	l.execEnded()
+	l.execEnded(err != nil)
 	if err != nil {
 		if lost := l.keep.Err(); lost != nil {
 			err = fmt.Errorf("%w (%w)", err, lost)
@@ -917,6 +927,16 @@ func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 	return res, nil
 }
 
+// mayRunCommands reports whether commands may be running on the lease as
+// it is released: unless the lease is this process's alone (acquired here,
+// not kept) and every command run through this handle ended cleanly, which
+// saves a one-shot run's release a session on the box.
+func (l *Lease) mayRunCommands() bool {
+	l.execMu.Lock()
+	defer l.execMu.Unlock()
+	return l.shared || l.snapshot().Claim.Keep || l.execs > 0 || l.unclean
+}
+
 // execDrainTimeout bounds how long Release waits for the handle's running
 // commands to report their end once they were stopped.
 const execDrainTimeout = 5 * time.Second
@@ -927,9 +947,10 @@ func (l *Lease) execStarted() {
 	l.execMu.Unlock()
 }
 
-func (l *Lease) execEnded() {
+func (l *Lease) execEnded(failed bool) {
 	l.execMu.Lock()
 	defer l.execMu.Unlock()
+	l.unclean = l.unclean || failed
 	if l.execs--; l.execs == 0 && l.drained != nil {
 		close(l.drained)
 		l.drained = nil

@@ -86,7 +86,9 @@ func stopAllScript(lease string, grace time.Duration) string {
 	// The run's wrapper removes its directory just before it exits with
 	// the command's status: waiting for that (boundedly), and a moment
 	// more, lets the run learn how its command ended before the box goes.
-	fmt.Fprintf(&b, "\tcrabbox_i=0; while [ -d \"$crabbox_r\" ] && [ \"$crabbox_i\" -lt %d ]; do crabbox_i=$((crabbox_i+1)); crabbox_nap; done\n\t[ \"$crabbox_i\" -gt 0 ] && crabbox_nap; } &\n", steps(wrapperExitWait))
+	// A directory still there belongs to a wrapper that died before its
+	// command (which StopAll just ended): it goes too.
+	fmt.Fprintf(&b, "\tcrabbox_i=0; while [ -d \"$crabbox_r\" ] && [ \"$crabbox_i\" -lt %d ]; do crabbox_i=$((crabbox_i+1)); crabbox_nap; done\n\t[ \"$crabbox_i\" -gt 0 ] && crabbox_nap; rm -rf -- \"$crabbox_r\"; } &\n", steps(wrapperExitWait))
 	b.WriteString("done\nwait\n")
 	return b.String()
 }
