@@ -526,9 +526,9 @@ const releaseTimeout = 2 * time.Minute
 // every command run on it, from this process or another: see run.StopAll;
 // best effort, within about 20 seconds; skipped for a lease acquired here
 // and not kept whose commands all ended cleanly), closes the connection
-// and ends the lease at its provider. It completes even when ctx is cancelled (it is bounded by its own timeout),
-// so `defer l.Release(ctx)` is safe; ctx's error is reported only if the
-// release did not finish.
+// and ends the lease at its provider. It completes even when ctx is
+// cancelled (it is bounded by its own timeout), so `defer l.Release(ctx)`
+// is safe; ctx's error is reported only if the release did not finish.
 func (l *Lease) Release(ctx context.Context) error {
 	if l.delegated == nil && l.keep.Err() == nil && l.mayRunCommands() {
 		// The lease's commands end first, this process's and others'.
@@ -899,6 +899,8 @@ func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats,
 //
 // A command is a use of the lease: it is touched when the command starts
 // (in the background) and when it ends, unless it was touched just before.
+// The command is tagged with the lease (req.Lease is set to its ID), so
+// that stopping or releasing the lease ends it.
 func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 	if err := l.keep.Err(); err != nil {
 		return run.Result{}, fmt.Errorf("run on %s: %w", l.ID(), err)
