@@ -252,6 +252,9 @@ func (c *Client) unfinishedDecision(ctx context.Context, b provider.SSHLeaseBack
 	default:
 		return d, false
 	}
+	if !dryRun {
+		c.stopCommands(ctx, b, cl) // a one-shot lease's command may outlive its process
+	}
 	if dryRun {
 		d.Result = "dry run"
 	} else if err := c.store.Release(ctx, b, cl); err != nil {

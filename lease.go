@@ -85,6 +85,14 @@ type Lease struct {
 	// synced is the local directory last synced through the handle
 	// (SyncedDir).
 	synced atomic.Pointer[string]
+	// execMu guards execs (the commands running through Exec), drained,
+	// closed when execs drops to zero while Release waits, and unclean,
+	// set once a command's run ended in an error (cancelled, connection
+	// lost), which may have left the command running.
+	execMu  gosync.Mutex
+	execs   int
+	drained chan struct{}
+	unclean bool
 }
 
 // use says why l cannot do what (a phrase such as "sync"): a nil handle,
@@ -504,7 +512,8 @@ func infoOf(cl lease.Claim, now time.Time) LeaseInfo {
 	return info
 }
 
-// Stop releases the lease with the given ID or slug. A claim whose box is
+// Stop releases the lease with the given ID or slug, ending first the
+// commands running on it (see Lease.Release). A claim whose box is
 // already gone is simply dropped. A lease whose claim is damaged is looked
 // up by ID at the client's provider, released there, and its damaged claim
 // dropped.
@@ -526,8 +535,63 @@ func (c *Client) Stop(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
+	c.stopCommands(ctx, b, claim)
 	c.stopSharing(ctx, claim.ID)
 	return c.store.Release(ctx, b, claim)
+}
+
+// stopCommandsTimeout bounds ending a lease's commands before it is
+// released: long enough for a command's group to be sent SIGTERM and, after
+// run.DefaultKillGrace, SIGKILL; a box that does not answer must not hold
+// the release up for longer.
+const stopCommandsTimeout = 20 * time.Second
+
+// stopDialTimeout bounds connecting to a box to end its commands.
+const stopDialTimeout = 5 * time.Second
+
+// stopCommands ends the commands running on the ready lease of claim
+// before it is released (see Lease.stopCommands), reaching the box as the
+// claim recorded it.
+func (c *Client) stopCommands(ctx context.Context, b provider.SSHLeaseBackend, claim lease.Claim) {
+	if g, err := c.store.Recorded(claim); err == nil {
+		(&Lease{client: c, backend: b}).stopCommands(ctx, g, nil)
+	}
+}
+
+// stopCommands ends the commands running on the lease of g, whichever
+// process started them (run.StopAll), before the lease is released: a box
+// that outlives its lease (the local machine, a shared SSH host) must not
+// keep them running. It uses conn when not nil and dials the box otherwise
+// (never through a shared connection, which is about to end). It is best
+// effort and bounded in time: a box that cannot be reached is released all
+// the same, and what failed is logged.
+func (l *Lease) stopCommands(ctx context.Context, g lease.Grant, conn *ssh.Client) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopCommandsTimeout)
+	defer cancel()
+	id, log := g.Claim.ID, l.client.log
+	if conn == nil {
+		// A box that does not answer at once is taken for gone.
+		dctx, cancel := context.WithTimeout(ctx, stopDialTimeout)
+		defer cancel()
+		var err error
+		if lb, ok := l.backend.(provider.SSHLoginBackend); ok {
+			conn, err = l.dialLogin(dctx, lb, g)
+		} else {
+			conn, _, err = l.dial(dctx, g, g.Target.Host, g.Target.Port, g.Target.User)
+		}
+		if err != nil {
+			log.Debug("commands of the lease not stopped: the box does not answer", "lease", id, "err", err)
+			return
+		}
+		defer conn.Close()
+	}
+	res, err := run.StopAll(ctx, conn, id, 0)
+	switch {
+	case err != nil:
+		log.Warn("commands of the lease not stopped before its release", "lease", id, "err", err)
+	case res.Stopped > 0:
+		log.Info("commands of the lease stopped before its release", "lease", id, "commands", res.Stopped)
+	}
 }
 
 // Touch records activity now, moving the lease's expiry to
@@ -544,10 +608,13 @@ func (l *Lease) Touch(ctx context.Context) error {
 // one-shot run), which goes on when the caller's context is cancelled.
 const releaseTimeout = 2 * time.Minute
 
-// Release closes the connection and ends the lease at its provider. It
-// completes even when ctx is cancelled (it is bounded by its own timeout),
-// so `defer l.Release(ctx)` is safe; ctx's error is reported only if the
-// release did not finish.
+// Release ends the commands running on the lease (the process groups of
+// every command run on it, from this process or another: see run.StopAll;
+// best effort, within about 20 seconds; skipped for a lease acquired here
+// and not kept whose commands all ended cleanly), closes the connection
+// and ends the lease at its provider. It completes even when ctx is
+// cancelled (it is bounded by its own timeout), so `defer l.Release(ctx)`
+// is safe; ctx's error is reported only if the release did not finish.
 //
 // Release ends the handle, as Close does. Releasing an ended handle (a
 // second Release, or Release after Close) releases nothing and returns
@@ -556,6 +623,16 @@ const releaseTimeout = 2 * time.Minute
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.use(ctx, "release"); err != nil {
 		return err
+	}
+	if l.delegated == nil && l.keep.Err() == nil && l.mayRunCommands() {
+		// The lease's commands end first, this process's and others'.
+		l.connMu.Lock()
+		conn := l.conn
+		l.connMu.Unlock()
+		l.stopCommands(ctx, l.snapshot(), conn)
+		// This handle's own runs of them learn how they ended before
+		// the connection closes.
+		l.waitExecs(execDrainTimeout)
 	}
 	ok, closeErr := l.end()
 	if !ok {
@@ -957,6 +1034,8 @@ func (l *Lease) pushPrepared(ctx context.Context, p *sync.Prepared) (sync.Stats,
 //
 // A command is a use of the lease: it is touched when the command starts
 // (in the background) and when it ends, unless it was touched just before.
+// The command is tagged with the lease (req.Lease is set to its ID), so
+// that stopping or releasing the lease ends it.
 func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 	if err := l.use(ctx, "run"); err != nil {
 		return run.Result{}, err
@@ -972,7 +1051,10 @@ func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 	if err != nil {
 		return run.Result{}, err
 	}
+	req.Lease = l.ID() // so that stopping the lease ends the command
+	l.execStarted()
 	res, err := run.Run(ctx, conn, req)
+	l.execEnded(err != nil)
 	if err != nil {
 		if lost := l.keep.Err(); lost != nil {
 			err = fmt.Errorf("%w (%w)", err, lost)
@@ -983,6 +1065,56 @@ func (l *Lease) Exec(ctx context.Context, req run.Command) (run.Result, error) {
 		_ = l.keep.UsedSync(ctx) // a failure is logged; the result stands
 	}
 	return res, nil
+}
+
+// mayRunCommands reports whether commands may be running on the lease as
+// it is released: unless the lease is this process's alone (acquired here,
+// not kept) and every command run through this handle ended cleanly, which
+// saves a one-shot run's release a session on the box.
+func (l *Lease) mayRunCommands() bool {
+	l.execMu.Lock()
+	defer l.execMu.Unlock()
+	return l.shared || l.snapshot().Claim.Keep || l.execs > 0 || l.unclean
+}
+
+// execDrainTimeout bounds how long Release waits for the handle's running
+// commands to report their end once they were stopped.
+const execDrainTimeout = 5 * time.Second
+
+func (l *Lease) execStarted() {
+	l.execMu.Lock()
+	l.execs++
+	l.execMu.Unlock()
+}
+
+func (l *Lease) execEnded(failed bool) {
+	l.execMu.Lock()
+	defer l.execMu.Unlock()
+	l.unclean = l.unclean || failed
+	if l.execs--; l.execs == 0 && l.drained != nil {
+		close(l.drained)
+		l.drained = nil
+	}
+}
+
+// waitExecs waits, for at most d, until no command runs through Exec.
+func (l *Lease) waitExecs(d time.Duration) {
+	l.execMu.Lock()
+	if l.execs == 0 {
+		l.execMu.Unlock()
+		return
+	}
+	if l.drained == nil {
+		l.drained = make(chan struct{})
+	}
+	drained := l.drained
+	l.execMu.Unlock()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+	}
 }
 
 // changeClock is the change clock of the checkout at root, or nil without

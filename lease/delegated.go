@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -34,20 +35,46 @@ func (s *Store) Warmup(ctx context.Context, b provider.DelegatedRunBackend, opts
 	if fb, ok := b.(provider.DelegatedFileBackend); err == nil && ok && spec.Has(provider.FeatureFiles) {
 		err = makeWorkRoot(ctx, fb, &view)
 	}
+	var readyAt, expires time.Time
+	if err == nil {
+		readyAt, expires, err = s.delegatedFromReady(ctx, b, c, &view)
+	}
 	if err != nil {
 		return Claim{}, errors.Join(fmt.Errorf("warm up %s lease %s: %w", spec.Name, c.ID, err), s.rollbackDelegated(ctx, b, c))
 	}
 	ready, err := s.Update(c.ID, func(cl *Claim) error {
 		cl.State, cl.View = StateReady, &view
-		if !view.ExpiresAt.IsZero() {
-			cl.ExpiresAt = view.ExpiresAt
-		}
+		cl.LastTouchedAt, cl.ExpiresAt = readyAt, expires
 		return nil
 	})
 	if err != nil {
 		return Claim{}, errors.Join(fmt.Errorf("record %s lease %s: %w", spec.Name, c.ID, err), s.rollbackDelegated(ctx, b, c))
 	}
 	return ready, nil
+}
+
+// delegatedFromReady is fromReady for a delegated lease: its idle time
+// counts from now, and a provider that can be touched and was given an
+// earlier expiry is touched (view then holds what it answered, with the
+// work root kept).
+func (s *Store) delegatedFromReady(ctx context.Context, b provider.DelegatedRunBackend, c Claim, view *provider.LeaseView) (time.Time, time.Time, error) {
+	readyAt, expires, stale := s.readyExpiry(c, view.ExpiresAt)
+	tb, ok := b.(provider.DelegatedTouchBackend)
+	if !stale || !ok {
+		return readyAt, expires, nil
+	}
+	v, err := tb.Touch(ctx, provider.DelegatedTouchRequest{ID: c.ID, Now: readyAt, ExpiresAt: expires})
+	if err != nil {
+		return readyAt, expires, fmt.Errorf("move its expiry to count from when it became ready: %w", err)
+	}
+	if v.WorkRoot == "" {
+		v.WorkRoot = view.WorkRoot
+	}
+	if !v.ExpiresAt.IsZero() && v.ExpiresAt.Before(expires) {
+		expires = v.ExpiresAt // the provider's cap
+	}
+	*view = v
+	return readyAt, expires, nil
 }
 
 // makeWorkRoot makes the work root of a sandbox the library syncs into:

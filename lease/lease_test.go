@@ -351,3 +351,120 @@ func TestHeartbeatTouchesOnInterval(t *testing.T) {
 		t.Errorf("ExpiresAt after heartbeats = %v, want %v", got.ExpiresAt, want)
 	}
 }
+
+// slowAcquire is a backend whose Acquire takes d of the fake clock's time
+// after the box is made (a loaded machine, a cloud's boot), and which
+// records the expiries its touches ask for.
+type slowAcquire struct {
+	provider.SSHLeaseBackend
+	clock   *clockwork.FakeClock
+	d       time.Duration
+	touched []time.Time
+}
+
+func (b *slowAcquire) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	t, err := b.SSHLeaseBackend.Acquire(ctx, req)
+	b.clock.Advance(b.d)
+	return t, err
+}
+
+func (b *slowAcquire) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
+	b.touched = append(b.touched, req.ExpiresAt)
+	return b.SSHLeaseBackend.Touch(ctx, req)
+}
+
+// A lease whose acquire took longer than its idle timeout is not expired
+// when it is handed over: idle time counts from when it became ready, in
+// the claim and at the provider (which was told the earlier expiry when
+// the box was made, and is touched once more). The TTL still counts from
+// the start.
+func TestIdleCountsFromReady(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().Truncate(time.Second))
+	s := openStore(t, lease.WithClock(clock))
+	const idle, ttl, took = 10 * time.Minute, time.Hour, 15 * time.Minute
+	b := &slowAcquire{SSHLeaseBackend: newLocal(t, clockwork.NewRealClock()), clock: clock, d: took}
+	start := clock.Now().UTC()
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, b, lease.Terms{TTL: ttl, IdleTimeout: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := start.Add(took)
+	want := ready.Add(idle)
+	if !l.Claim.LastTouchedAt.Equal(ready) || !l.Claim.ExpiresAt.Equal(want) || !l.Claim.CreatedAt.Equal(start) {
+		t.Errorf("claim created %v, touched %v, expires %v; want created %v, touched %v (ready), expires %v",
+			l.Claim.CreatedAt, l.Claim.LastTouchedAt, l.Claim.ExpiresAt, start, ready, want)
+	}
+	if len(b.touched) != 1 || !b.touched[0].Equal(want) {
+		t.Errorf("provider touched with expiries %v, want once with %v", b.touched, want)
+	}
+	got, err := s.Resolve(ctx, b, l.Claim.ID)
+	if err != nil {
+		t.Fatalf("Resolve of a lease just acquired: %v", err)
+	}
+	if !got.Target.ExpiresAt.Equal(want) {
+		t.Errorf("the provider's expiry is %v, want %v", got.Target.ExpiresAt, want)
+	}
+
+	// The TTL still counts from the start, and a quick acquire costs no touch.
+	b.touched, b.d = nil, ttl-idle+time.Minute
+	l, err = s.Acquire(ctx, b, lease.Terms{TTL: ttl, IdleTimeout: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := l.Claim.CreatedAt.Add(ttl); !l.Claim.ExpiresAt.Equal(want) {
+		t.Errorf("expiry of a lease that took most of its TTL to acquire = %v, want created+ttl %v", l.Claim.ExpiresAt, want)
+	}
+	b.touched, b.d = nil, 0
+	if _, err := s.Acquire(ctx, b, lease.Terms{TTL: ttl, IdleTimeout: idle}); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.touched) != 0 {
+		t.Errorf("a quick acquire touched the provider: %v", b.touched)
+	}
+}
+
+// slowWarmup is a delegated sandbox whose Warmup takes d of the fake
+// clock's time after the sandbox is made.
+type slowWarmup struct {
+	*providertest.Sandbox
+	clock *clockwork.FakeClock
+	d     time.Duration
+}
+
+func (b *slowWarmup) Warmup(ctx context.Context, req provider.WarmupRequest) (provider.LeaseView, error) {
+	v, err := b.Sandbox.Warmup(ctx, req)
+	b.clock.Advance(b.d)
+	return v, err
+}
+
+// A delegated lease's idle time, too, counts from when it became ready,
+// and the sandbox is told the new expiry.
+func TestDelegatedIdleCountsFromReady(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().Truncate(time.Second))
+	s := openStore(t, lease.WithClock(clock))
+	const idle, took = 10 * time.Minute, 15 * time.Minute
+	b := &slowWarmup{Sandbox: providertest.NewSandbox("sandbox", t.TempDir()), clock: clock, d: took}
+	start := clock.Now().UTC()
+	c, err := s.Warmup(context.Background(), b, lease.Terms{TTL: time.Hour, IdleTimeout: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := start.Add(took)
+	want := ready.Add(idle)
+	if !c.LastTouchedAt.Equal(ready) || !c.ExpiresAt.Equal(want) {
+		t.Errorf("claim touched %v, expires %v; want touched %v (ready), expires %v", c.LastTouchedAt, c.ExpiresAt, ready, want)
+	}
+	var touches int
+	for _, call := range b.Calls() {
+		if call.Op == "touch" {
+			touches++
+		}
+	}
+	if touches != 1 {
+		t.Errorf("sandbox touched %d times, want once", touches)
+	}
+	if _, err := s.ResolveDelegated(context.Background(), b, c.ID); err != nil {
+		t.Errorf("ResolveDelegated of a lease just warmed up: %v", err)
+	}
+}

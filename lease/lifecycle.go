@@ -71,11 +71,13 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 	if err != nil {
 		return Grant{}, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
 	}
-	if !target.ExpiresAt.IsZero() {
-		c.ExpiresAt = target.ExpiresAt
+	readyAt, expires, moved, err := s.fromReady(ctx, b, c, &target)
+	if err != nil {
+		return Grant{}, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, c.ID, err), s.rollback(ctx, b, c))
 	}
 	ready, err := s.Update(c.ID, func(cl *Claim) error {
-		cl.State, cl.Target, cl.PinnedHostKey, cl.ExpiresAt = StateReady, &target, target.HostKey, c.ExpiresAt
+		cl.State, cl.Target, cl.PinnedHostKey = StateReady, &moved, target.HostKey
+		cl.LastTouchedAt, cl.ExpiresAt = readyAt, expires
 		return nil
 	})
 	if err != nil {
@@ -88,6 +90,45 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 		}
 	}
 	return Grant{Claim: c, Target: target, Key: key}, nil
+}
+
+// fromReady makes the idle time of the lease c, whose box the provider
+// has just made (target), count from now, when it became ready, rather than
+// from when the acquire started: an acquire that took long (a loaded
+// machine, a cloud's boot) must not hand over a lease near or past its
+// idle expiry. The TTL still counts from the claim's creation, and an
+// expiry the provider capped (target.ExpiresAt before the one asked for)
+// stays capped. When the provider was given an expiry earlier than the new
+// one by more than a touch's slack, it is touched at once, so that what it
+// recorded at create time (labels, a box's own timer) moves too. It returns
+// when the lease became ready, its expiry and its target as last returned.
+func (s *Store) fromReady(ctx context.Context, b provider.SSHLeaseBackend, c Claim, target *provider.LeaseTarget) (time.Time, time.Time, provider.LeaseTarget, error) {
+	readyAt, expires, stale := s.readyExpiry(c, target.ExpiresAt)
+	if !stale {
+		return readyAt, expires, *target, nil
+	}
+	moved, err := b.Touch(ctx, provider.TouchRequest{Lease: *target, Now: readyAt, ExpiresAt: expires})
+	if err != nil {
+		return readyAt, expires, *target, fmt.Errorf("move its expiry to count from when it became ready: %w", err)
+	}
+	return readyAt, expires, moved, nil
+}
+
+// readyExpiry is when the lease c, just made ready by its provider
+// (which reported the expiry granted, or none), became ready and when it
+// expires counting its idle time from then (see fromReady); stale is set
+// when the provider was given an expiry earlier than that by more than a
+// touch's slack.
+func (s *Store) readyExpiry(c Claim, granted time.Time) (readyAt, expires time.Time, stale bool) {
+	readyAt = s.clock.Now().UTC()
+	idle := c.IdleTimeout()
+	expires = ExpiresAt(c.CreatedAt, readyAt, c.TTL(), idle)
+	if granted.IsZero() {
+		granted = c.ExpiresAt
+	} else if granted.Before(c.ExpiresAt) && granted.Before(expires) {
+		expires = granted // the provider's cap
+	}
+	return readyAt, expires, expires.Sub(granted) > TouchSlack(idle)
 }
 
 // claimFor writes the claim of a lease about to be created: acquiring,
@@ -183,6 +224,21 @@ func (s *Store) Resolve(ctx context.Context, b provider.SSHLeaseBackend, ref str
 		return Grant{}, err
 	}
 	return Grant{Claim: c, Target: target, Key: key}, nil
+}
+
+// Recorded is the grant of the ready lease c as its claim recorded it (the
+// target of its last acquire or touch, and its key), without asking the
+// provider: enough to reach the box once more, say to end its commands
+// before it is released.
+func (s *Store) Recorded(c Claim) (Grant, error) {
+	if c.State != StateReady || c.Target == nil {
+		return Grant{}, fmt.Errorf("lease %s is %s, with no box recorded", c.ID, c.State)
+	}
+	key, err := s.keyFor(c.ID, *c.Target)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Claim: c, Target: *c.Target, Key: key}, nil
 }
 
 func (s *Store) keyFor(id string, t provider.LeaseTarget) (Key, error) {

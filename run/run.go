@@ -95,6 +95,11 @@ type Command struct {
 	// would otherwise make in a session of its own (crabbox's "is the
 	// checkout on the box unchanged?") into the command's session.
 	Precondition string
+	// Lease, if set, tags the run with the lease it runs on (letters,
+	// digits, '.', '_' and '-'), so that StopAll with the same tag ends
+	// it: stopping a lease ends the commands running on it, and only
+	// those, even on a box that serves several leases.
+	Lease string
 }
 
 // ErrPreconditionFailed reports that Request.Precondition failed on the box and
@@ -150,7 +155,7 @@ func Run(ctx context.Context, client *ssh.Client, req Command) (Result, error) {
 		grace:  grace,
 		out:    newOutput(req.Stdout, req.Stderr, "crabbox-run-"+nonce),
 	}
-	script := wrapperScript(nonce, "crabbox-run-"+nonce, command, req.Dir, req.Precondition, req.Env, grace)
+	script := wrapperScript(nonce, "crabbox-run-"+nonce, command, req.Dir, req.Precondition, req.Env, grace, req.Lease)
 	return r.run(ctx, script)
 }
 
@@ -215,6 +220,9 @@ var shellOnly = map[string]bool{
 func (req Command) check() error {
 	if containsNUL(req.Precondition) {
 		return errors.New("Precondition contains a NUL byte")
+	}
+	if err := checkLeaseTag(req.Lease); err != nil {
+		return err
 	}
 	return checkEnv(req.Env)
 }

@@ -16,6 +16,7 @@ import (
 //   - evaluates the precondition, if any, and stops when it fails,
 //   - changes into the working directory,
 //   - creates a private run directory ${TMPDIR:-/tmp}/crabbox-run-<nonce>,
+//     holding the run's lease tag, if any, in <rundir>/lease (see StopAll),
 //   - reports on stdout, as its first line, "<marker> ok" or
 //     "<marker> <failure>", so the client can tell a setup failure from the
 //     command's own exit status,
@@ -117,7 +118,7 @@ func steps(d time.Duration) int {
 // wrapperScript returns the script that runs command. The whole script is
 // one brace group, so sh has read all of it before running any of it and
 // stdin is free for the watchdog.
-func wrapperScript(nonce, marker, command, dir, precondition string, env map[string]string, grace time.Duration) string {
+func wrapperScript(nonce, marker, command, dir, precondition string, env map[string]string, grace time.Duration, lease string) string {
 	var b strings.Builder
 	b.WriteString("{\n")
 	// The wrapper's own stderr is /dev/null and the command's is fd 4: a
@@ -142,6 +143,9 @@ func wrapperScript(nonce, marker, command, dir, precondition string, env map[str
 	}
 	fmt.Fprintf(&b, "crabbox_d=%s\n", runDir(nonce))
 	fmt.Fprintf(&b, "mkdir -m 700 -- \"$crabbox_d\" 2>/dev/null || crabbox_fail %s\n", statusRunDir)
+	if lease != "" { // StopAll finds the lease's runs by it (stop.go)
+		fmt.Fprintf(&b, "echo %s >\"$crabbox_d/lease\" || crabbox_fail %s\n", lease, statusRunDir)
+	}
 	fmt.Fprintf(&b, "{ while read -r crabbox_l; do :; done; crabbox_kill \"$crabbox_d\" %d %d; } 0<&3 3<&- 4>&- >/dev/null 2>&1 &\n",
 		steps(publishWait), steps(grace))
 	b.WriteString("crabbox_w=$!\n")

@@ -22,7 +22,9 @@ func (a *app) stopCmd() *ffcli.Command {
 		ShortUsage: "crabbox stop ID|slug",
 		ShortHelp:  "release a lease: its box is deleted (or, on your own host, its work directory)",
 		LongHelp: `Release a lease by ID or slug: a local or cloud box is deleted; on your
-own host (provider ssh) only the lease's work directory is removed. When the
+own host (provider ssh) only the lease's work directory is removed. Commands
+still running on the lease (a run --id in another terminal) are ended first
+(SIGTERM, then SIGKILL after 5s); other leases' commands are left alone. When the
 lease's claim is damaged (see crabbox doctor), its box is looked up by ID at
 --provider, released, and the damaged claim dropped.
 
