@@ -62,13 +62,23 @@ func (p *process) finished() bool {
 	}
 }
 
-// terminate ends the command's whole process group: SIGTERM, then SIGKILL
-// for whatever is left after grace. If output is still held open after
-// that, by a process that left the group, it stops reading it. It returns
-// once the command has been reaped.
+// terminate ends the command's whole process group. Without a terminal
+// it first closes the command's stdin, as sshd does when a client goes
+// away, and gives it grace to end on its own: a command that watches its
+// stdin (crabbox's run wrapper does) then stops what it started in
+// sessions of its own, which a signal to this group would never reach.
+// Then SIGTERM, then SIGKILL for whatever is left after grace. If output
+// is still held open after that, by a process that left the group, it
+// stops reading it. It returns once the command has been reaped.
 func (p *process) terminate(grace time.Duration) {
 	if p.finished() {
 		return
+	}
+	if !p.tty {
+		_ = p.stdin.Close()
+		if p.waitDone(grace) {
+			return
+		}
 	}
 	_ = signalGroup(p.cmd.Process, "TERM")
 	p.waitDone(grace)

@@ -356,6 +356,46 @@ func TestDisconnectKillsProcessGroup(t *testing.T) {
 	}
 }
 
+// A command that started something in a session of its own (crabbox's
+// run wrapper starts its command with setsid) learns of the disconnect
+// from its stdin's EOF and stops it: a signal to the command's group would
+// kill the command before it could, and leave the other session running.
+func TestDisconnectClosesStdinFirst(t *testing.T) {
+	for _, disconnect := range []string{"close session", "close connection"} {
+		t.Run(disconnect, func(t *testing.T) {
+			ts := startServer(t, nil)
+			c := ts.client(t)
+			s, err := c.NewSession()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			// Open: the command reads it until the disconnect.
+			if _, err := s.StdinPipe(); err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := s.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Start(`setsid sh -c 'echo $$; exec sleep 1000 </dev/null >/dev/null 2>&1' & while read -r l; do :; done; kill $!`); err != nil {
+				t.Fatal(err)
+			}
+			own, err := strconv.Atoi(readLine(t, stdout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			if disconnect == "close session" {
+				_ = s.Close()
+			} else {
+				_ = c.Close()
+			}
+			waitGroupGone(t, own)
+		})
+	}
+}
+
 func TestDisconnectSendsTermFirst(t *testing.T) {
 	ts := startServer(t, nil)
 	c := ts.client(t)
