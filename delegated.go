@@ -14,6 +14,8 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run"
 	"github.com/crabbox-dev/crabbox/sync"
+
+	"github.com/crabbox-dev/crabbox/internal/units"
 )
 
 // Delegated leases: a provider.DelegatedRunBackend runs commands in its
@@ -165,26 +167,13 @@ func (c *Client) capLifetime(b provider.Backend, opts AcquireOptions) AcquireOpt
 		return opts
 	}
 	msg := fmt.Sprintf("%s grants at most %s; the lease's TTL is %s, not %s",
-		b.Spec().Name, shortDuration(limit), shortDuration(limit), shortDuration(ttl))
+		b.Spec().Name, units.Duration(limit), units.Duration(limit), units.Duration(ttl))
 	c.log.Info("lease TTL capped to the provider's maximum lifetime", "provider", b.Spec().Name, "asked", ttl, "max", limit)
 	if opts.TTL != 0 && opts.Warn != nil {
 		opts.Warn(msg)
 	}
 	opts.TTL = limit
 	return opts
-}
-
-// shortDuration writes d as people say it: "1h", "90m", "45s".
-func shortDuration(d time.Duration) string {
-	switch {
-	case d%time.Hour == 0:
-		return fmt.Sprintf("%dh", d/time.Hour)
-	case d%time.Minute == 0:
-		return fmt.Sprintf("%dm", d/time.Minute)
-	case d%time.Second == 0:
-		return fmt.Sprintf("%ds", d/time.Second)
-	}
-	return d.String()
 }
 
 // ErrMaxLifetime is wrapped by the error of a command on a delegated
@@ -225,7 +214,7 @@ func (l *Lease) lifetimeReached(err error) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("run on %s: %w (%s); the command was still running (%w)", l.ID(), ErrMaxLifetime, shortDuration(limit), err)
+	return fmt.Errorf("run on %s: %w (%s); the command was still running (%w)", l.ID(), ErrMaxLifetime, units.Duration(limit), err)
 }
 
 // killed reports whether a command's exit code is that of a command a

@@ -13,6 +13,8 @@ import (
 
 	"github.com/crabbox-dev/crabbox/internal/diskspace"
 	"github.com/crabbox-dev/crabbox/provider"
+
+	"github.com/crabbox-dev/crabbox/internal/units"
 )
 
 // DoctorOptions shape the doctor's checks.
@@ -76,7 +78,7 @@ func stateDirChecks(dir string, write func(dir string) error, free func(dir stri
 	ch := provider.Check{Name: "state directory"}
 	switch err := write(dir); {
 	case diskspace.IsFull(err):
-		ch.Detail = fmt.Sprintf("%s: disk full, a test file of %s could not be written: %v", dir, diskspace.FormatBytes(stateProbeSize), err)
+		ch.Detail = fmt.Sprintf("%s: disk full, a test file of %s could not be written: %v", dir, units.Bytes(int64(stateProbeSize)), err)
 	case err != nil:
 		ch.Detail = fmt.Sprintf("%s is not writable: %v", dir, err)
 	default:
@@ -113,14 +115,14 @@ func writeProbe(dir string) (err error) {
 // spaceCheck fills ch with the free space s of the filesystem holding dir:
 // failed when nothing is left, a warning when it is low.
 func spaceCheck(ch provider.Check, dir string, s diskspace.Space) provider.Check {
-	ch.Detail = fmt.Sprintf("%s free of %s at %s", diskspace.FormatBytes(s.Avail), diskspace.FormatBytes(s.Total), dir)
+	ch.Detail = fmt.Sprintf("%s free of %s at %s", units.Bytes(int64(s.Avail)), units.Bytes(int64(s.Total)), dir)
 	switch {
 	case s.Avail == 0:
 		ch.Detail = "disk full: " + ch.Detail
 	case s.Low():
 		ch.OK, ch.Warn = true, true
 		ch.Detail += fmt.Sprintf(" (under %s or %d%%): syncs and runs may fail with a full disk",
-			diskspace.FormatBytes(diskspace.LowBytes), diskspace.LowPercent)
+			units.Bytes(int64(diskspace.LowBytes)), diskspace.LowPercent)
 	default:
 		ch.OK = true
 	}

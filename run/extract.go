@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/crabbox-dev/crabbox/internal/units"
 )
 
 // ErrFileExists is wrapped by the error of a fetch that would replace an
@@ -327,15 +329,4 @@ func (st *stager) close() {
 }
 
 // FormatBytes writes n bytes for people: "512 B", "1.5 KiB", "2.0 GiB".
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func FormatBytes(n int64) string { return units.Bytes(n) }

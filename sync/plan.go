@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+
+	"github.com/crabbox-dev/crabbox/internal/units"
 )
 
 // Limits are the guardrails that stop an accidental huge sync before any
@@ -129,19 +131,8 @@ func (p Plan) largest() string {
 	return strings.Join(parts, ", ")
 }
 
-// FormatBytes renders n in binary units (KiB, MiB, GiB).
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// FormatBytes renders n in binary units: "512 B", "1.5 KiB", "2.0 GiB".
+func FormatBytes(n int64) string { return units.Bytes(n) }
 
 // warnLarge warns when the files a push is about to send, send (indexes in
 // local), pass a Warn limit.

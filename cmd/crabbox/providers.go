@@ -8,12 +8,13 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/crabbox-dev/crabbox/config"
 	"github.com/crabbox-dev/crabbox/provider"
+
+	"github.com/crabbox-dev/crabbox/internal/units"
 )
 
 func (a *app) providersCmd() *ffcli.Command {
@@ -180,23 +181,12 @@ func describe(s provider.Spec) providerDescription {
 	if o, ok := s.Option(s.LifetimeOption); ok {
 		m := &lifetimeDescription{Default: o.Default, Key: o.Name, Flag: o.Flag, Plans: map[string]string{}}
 		if d, err := s.MaxLifetime(nil); err == nil {
-			m.Default = shortDuration(d)
+			m.Default = units.Duration(d)
 		}
 		for name, d := range s.LifetimePlans {
-			m.Plans[name] = shortDuration(d)
+			m.Plans[name] = units.Duration(d)
 		}
 		info.MaxLifetime = m
 	}
 	return info
-}
-
-// shortDuration writes d as people say it: "1h", "45m", "90s".
-func shortDuration(d time.Duration) string {
-	switch {
-	case d%time.Hour == 0:
-		return fmt.Sprintf("%dh", d/time.Hour)
-	case d%time.Minute == 0:
-		return fmt.Sprintf("%dm", d/time.Minute)
-	}
-	return d.String()
 }

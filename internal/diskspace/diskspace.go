@@ -7,6 +7,8 @@ package diskspace
 import (
 	"errors"
 	"fmt"
+
+	"github.com/crabbox-dev/crabbox/internal/units"
 )
 
 // Space is what a filesystem has room for, in bytes.
@@ -54,22 +56,7 @@ func Explain(err error, dir string) error {
 		return err
 	}
 	if s, ferr := free(dir); ferr == nil {
-		return fmt.Errorf("%w at %s (%s free): %w", ErrFull, dir, FormatBytes(s.Avail), err)
+		return fmt.Errorf("%w at %s (%s free): %w", ErrFull, dir, units.Bytes(int64(s.Avail)), err)
 	}
 	return fmt.Errorf("%w at %s: %w", ErrFull, dir, err)
-}
-
-// FormatBytes shows n bytes in the largest binary unit that keeps it at 1
-// or more, with one decimal: 512 B, 1.5 KiB, 20.0 GiB.
-func FormatBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

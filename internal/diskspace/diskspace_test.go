@@ -70,11 +70,3 @@ func TestExplain(t *testing.T) {
 		t.Error("Explain(nil) or IsFull(nil) is not nil/false")
 	}
 }
-
-func TestFormatBytes(t *testing.T) {
-	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KiB", 20 << 30: "20.0 GiB", 1 << 62: "4.0 EiB"} {
-		if got := FormatBytes(n); got != want {
-			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
