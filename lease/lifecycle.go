@@ -89,7 +89,7 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 			return Grant{}, errors.Join(err, s.rollback(ctx, b, c))
 		}
 	}
-	return Grant{Claim: c, Target: target, Key: key}, nil
+	return Grant{Claim: c, Target: moved, Key: key}, nil
 }
 
 // fromReady makes the idle time of the lease c, whose box the provider
