@@ -142,7 +142,7 @@ type Fleet struct {
 // providertest.Harness.IgnoreGoroutines takes them.
 func IgnoreGoroutines() []goleak.Option {
 	return []goleak.Option{
-		goleak.IgnoreAnyFunction("github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest.StartBox.func1"),
+		goleak.IgnoreAnyFunction("github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest.startBox.func1"),
 		goleak.IgnoreAnyFunction("net/http/httptest.(*Server).goServe.func1"),
 		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
