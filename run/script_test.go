@@ -100,7 +100,7 @@ func startWrapper(t *testing.T, s localShell, tmp, nonce, command string) (*exec
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	if _, err := io.WriteString(stdin, wrapperScript(nonce, "M-"+nonce, command, "", "", nil, 200*time.Millisecond)); err != nil {
+	if _, err := io.WriteString(stdin, wrapperScript(nonce, "M-"+nonce, command, "", "", nil, 200*time.Millisecond, false)); err != nil {
 		t.Fatal(err)
 	}
 	return cmd, stdout, &stderr, stdin
