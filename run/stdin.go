@@ -22,7 +22,7 @@ import (
 //     the command's process group, so a cancel can always kill a command
 //     that waits in that open;
 //   - once the client has seen "ok", it opens a second session that runs
-//     stdinScript, a cat into the FIFO, and copies Stdin to it, closing it
+//     stdinCommand, a cat into the FIFO, and copies Stdin to it, closing it
 //     at Stdin's end, which the command sees as end of file.
 //
 // A lost connection ends both sessions; the watchdog stays on the first.
@@ -32,12 +32,17 @@ import (
 // directory.
 const stdinMissing = 125
 
-// stdinScript is the command of the session that writes the run's stdin:
+// stdinScript is the script of the session that writes the run's stdin:
 // it changes into the run directory (a directory removed later can take no
 // new file), checks that the FIFO is there and becomes a cat into it.
 func stdinScript(nonce string) string {
-	script := fmt.Sprintf("cd -- %s 2>/dev/null && [ -p stdin ] || exit %d; exec cat >stdin", runDir(nonce), stdinMissing)
-	return "sh -c " + remote.Quote(script)
+	return fmt.Sprintf("cd -- %s 2>/dev/null && [ -p stdin ] || exit %d; exec cat >stdin", runDir(nonce), stdinMissing)
+}
+
+// stdinCommand is the session's command: stdinScript run by sh, whatever
+// the login shell is (its stdin is the data, so it cannot be sh -s).
+func stdinCommand(nonce string) string {
+	return "sh -c " + remote.Quote(stdinScript(nonce))
 }
 
 // releaseStdinWriter ends the wrapper's use of the FIFO once the command
@@ -102,7 +107,7 @@ func (f *stdinFeed) run(ctx context.Context, client *ssh.Client, nonce string, s
 		f.fail(ctx, err)
 		return
 	}
-	if err := sess.Start(stdinScript(nonce)); err != nil {
+	if err := sess.Start(stdinCommand(nonce)); err != nil {
 		f.fail(ctx, fmt.Errorf("start cat on the box: %w", err))
 		return
 	}
