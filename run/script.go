@@ -151,7 +151,7 @@ func wrapperScript(nonce, marker, command, dir, precondition string, env map[str
 	fmt.Fprintf(&b, "crabbox_d=%s\n", runDir(nonce))
 	fmt.Fprintf(&b, "mkdir -m 700 -- \"$crabbox_d\" 2>/dev/null || crabbox_fail %s\n", statusRunDir)
 	if stdin {
-		fmt.Fprintf(&b, "mkfifo -m 600 -- \"$crabbox_d/stdin\" || { rmdir -- \"$crabbox_d\"; crabbox_fail %s; }\n", statusStdin)
+		fmt.Fprintf(&b, "mkfifo -m 600 -- \"$crabbox_d/stdin\" || { rm -rf -- \"$crabbox_d\"; crabbox_fail %s; }\n", statusStdin)
 	}
 	fmt.Fprintf(&b, "{ while read -r crabbox_l; do :; done; crabbox_kill \"$crabbox_d\" %d %d; } 0<&3 3<&- 4>&- >/dev/null 2>&1 &\n",
 		steps(publishWait), steps(grace))
