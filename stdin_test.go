@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -97,5 +98,35 @@ func TestDelegatedRunForwardsStdin(t *testing.T) {
 	res, err := c.Run(context.Background(), crabbox.RunRequest{Root: gitRepo(t), Command: []string{"cat"}, Stdin: strings.NewReader("piped\n"), Stdout: &out})
 	if err != nil || res.ExitCode != 0 || out.String() != "piped\nout\n" {
 		t.Errorf("Run = exit %d, %v, stdout %q; want the stdin echoed", res.ExitCode, err, out.String())
+	}
+}
+
+// Forwarding stdin costs one more session; a command without stdin opens
+// no more than before.
+func TestStdinSessionCost(t *testing.T) {
+	counter := &sessionCounter{}
+	c := newClient(t, t.TempDir(), crabbox.WithLogger(slog.New(counter)))
+	ctx := context.Background()
+	box, err := c.Acquire(ctx, crabbox.AcquireOptions{Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx, box.ID())
+	defer box.Close()
+	if _, err := box.Exec(ctx, run.Command{Command: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	counter.take()
+	if _, err := box.Exec(ctx, run.Command{Command: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter.take(); got != 1 {
+		t.Errorf("a command without stdin started %d sessions, want 1", got)
+	}
+	if _, err := box.Exec(ctx, run.Command{Command: []string{"cat"}, Stdin: strings.NewReader("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter.take(); got != 2 {
+		t.Errorf("a command with stdin started %d sessions, want 2 (the command's and its input's)", got)
 	}
 }
