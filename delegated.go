@@ -86,6 +86,11 @@ func (c *Client) delegatedOf(cl lease.Claim) (provider.DelegatedRunBackend, bool
 // checkDelegated refuses, before anything is created, a run whose options
 // its delegated backend cannot honour, naming them.
 func checkDelegated(b provider.DelegatedRunBackend, req RunRequest) error {
+	if req.Stdin != nil {
+		if err := checkStdin(b.Spec()); err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+	}
 	_, files := fileBackend(b)
 	if bad := unsupportedDelegated(req, files); len(bad) > 0 {
 		spec := b.Spec()
@@ -97,6 +102,16 @@ func checkDelegated(b provider.DelegatedRunBackend, req RunRequest) error {
 			spec.Name, spec.Kind, how, strings.Join(bad, ", "), provider.ErrPrecondition)
 	}
 	return nil
+}
+
+// checkStdin refuses stdin for a delegated provider whose API cannot
+// forward it to the command (it does not declare provider.FeatureStdin).
+func checkStdin(spec provider.Spec) error {
+	if spec.Has(provider.FeatureStdin) {
+		return nil
+	}
+	return fmt.Errorf("provider %q cannot forward stdin to the command (its API has no input for a running command); run with --no-stdin (-n), or leave RunRequest.Stdin nil: %w",
+		spec.Name, provider.ErrPrecondition)
 }
 
 // unsupportedDelegated lists the options of req that a delegated backend
@@ -264,7 +279,12 @@ func (l *Lease) execDelegated(ctx context.Context, cmd run.Command, root, rel st
 	if cmd.Shell != "" {
 		argv = []string{"sh", "-c", cmd.Shell}
 	}
-	req := provider.DelegatedRunRequest{LeaseID: l.ID(), Command: argv, Env: cmd.Env, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+	if cmd.Stdin != nil {
+		if err := checkStdin(l.delegated.Spec()); err != nil {
+			return run.Result{}, fmt.Errorf("run on %s: %w", l.ID(), err)
+		}
+	}
+	req := provider.DelegatedRunRequest{LeaseID: l.ID(), Command: argv, Env: cmd.Env, Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
 	if _, files := fileBackend(l.delegated); files {
 		req.Dir = cmd.Dir
 	} else {
@@ -346,7 +366,7 @@ func (l *Lease) runDelegated(ctx context.Context, req RunRequest, co sync.Checko
 	}
 	cmdStart := c.rt.Clock.Now()
 	out, err := l.execDelegated(cmdCtx, run.Command{
-		Command: req.Command, Shell: shell, Dir: workdir, Env: req.Env, Stdout: req.Stdout, Stderr: req.Stderr,
+		Command: req.Command, Shell: shell, Dir: workdir, Env: req.Env, Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr,
 	}, co.Root, co.Rel)
 	res.Timing.Command = c.rt.Clock.Since(cmdStart)
 	if err != nil && ctx.Err() == nil && errors.Is(cmdCtx.Err(), context.DeadlineExceeded) {

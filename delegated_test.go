@@ -31,12 +31,17 @@ type fakeDelegated struct {
 	stopErr    error
 	exit       int
 	hang       bool // Run blocks until its context ends
+	stdin      bool // declares FeatureStdin; Run echoes stdin to stdout
 	store      *lease.Store
 	claimState string // the claim's state seen during Run
 }
 
 func (f *fakeDelegated) Spec() provider.Spec {
-	return provider.Spec{Name: "sandbox", Kind: provider.KindDelegatedRun, Targets: []provider.Target{provider.TargetLinux}}
+	spec := provider.Spec{Name: "sandbox", Kind: provider.KindDelegatedRun, Targets: []provider.Target{provider.TargetLinux}}
+	if f.stdin {
+		spec.Features = append(spec.Features, provider.FeatureStdin)
+	}
+	return spec
 }
 
 func (f *fakeDelegated) Configure(provider.Config, provider.Runtime) (provider.Backend, error) {
@@ -68,6 +73,9 @@ func (f *fakeDelegated) Run(ctx context.Context, req provider.DelegatedRunReques
 	if f.hang {
 		<-ctx.Done()
 		return provider.DelegatedRunResult{}, ctx.Err()
+	}
+	if req.Stdin != nil {
+		_, _ = io.Copy(req.Stdout, req.Stdin)
 	}
 	_, _ = req.Stdout.Write([]byte("out\n"))
 	_, _ = req.Stderr.Write([]byte("err\n"))

@@ -146,7 +146,14 @@ type RunRequest struct {
 	// history.DefaultLogLimit bytes) in the client's run history (Client.History).
 	RecordHistory bool
 	// Env holds the variables to set on the box (already allow-listed).
-	Env    map[string]string
+	Env map[string]string
+	// Stdin, if set, is the command's standard input, forwarded as it is
+	// read; the command sees end of file at its end (see run.Command.Stdin,
+	// also for a Stdin that blocks after the command ended). Nil gives the
+	// command an empty stdin (/dev/null). A delegated provider whose API
+	// cannot forward stdin refuses a run with Stdin before anything is
+	// acquired or run.
+	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
 	// SyncProgress, if set, is called as files are sent.
@@ -710,7 +717,7 @@ func (l *Lease) command(ctx context.Context, req RunRequest, workdir, preconditi
 	cmdStart := c.rt.Clock.Now()
 	out, err := l.Exec(cmdCtx, run.Command{
 		Command: req.Command, Shell: shell, Dir: workdir, Env: req.Env,
-		Stdout: req.Stdout, Stderr: req.Stderr, Precondition: precondition,
+		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Precondition: precondition,
 	})
 	t.Command = c.rt.Clock.Since(cmdStart)
 	if err != nil && ctx.Err() == nil && errors.Is(cmdCtx.Err(), context.DeadlineExceeded) {

@@ -74,6 +74,11 @@ const (
 	// itself a credential (an SSHLoginBackend); the library asks for one
 	// at each connection and never stores it.
 	FeatureSSHLogin Feature = "ssh-login"
+	// FeatureStdin: a delegated backend forwards DelegatedRunRequest.Stdin
+	// to the command and closes the command's stdin at its end. (SSH
+	// leases always can: the library forwards stdin over SSH.) The library
+	// refuses a run with stdin on a delegated backend without it.
+	FeatureStdin Feature = "stdin"
 )
 
 // CoordinatorSupport says whether a coordinator can broker the provider's leases.

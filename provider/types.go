@@ -150,8 +150,14 @@ type DelegatedRunRequest struct {
 	// without files, which sync Root themselves.
 	Workdir string
 	Root    string
-	Stdout  io.Writer
-	Stderr  io.Writer
+	// Stdin, when set, is the command's standard input: a backend with
+	// FeatureStdin copies it to the command as it is read and closes the
+	// command's stdin at its end; nil means an empty stdin. The library
+	// sets it only for backends that declare FeatureStdin. Run returns
+	// when the command ends, without waiting for a Stdin that has not.
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
 }
 
 // DelegatedRunResult is the outcome of a delegated run.

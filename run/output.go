@@ -37,7 +37,7 @@ func newOutput(stdout, stderr io.Writer, marker string) *output {
 		stdout, stderr = l, l
 	}
 	o := &output{failed: make(chan struct{})}
-	o.stdout = &statusWriter{w: &guardedWriter{out: o, w: stdout}, marker: []byte(marker + " ")}
+	o.stdout = &statusWriter{w: &guardedWriter{out: o, w: stdout}, marker: []byte(marker + " "), ok: make(chan struct{})}
 	o.stderr = &tailWriter{w: &guardedWriter{out: o, w: stderr}}
 	return o
 }
@@ -92,6 +92,9 @@ func (g *guardedWriter) Write(p []byte) (int, error) {
 type statusWriter struct {
 	w      io.Writer
 	marker []byte
+	// ok, when not nil, is closed when the status line says "ok": the
+	// command is about to start.
+	ok chan struct{}
 
 	found   bool
 	status  string
@@ -125,6 +128,9 @@ func (s *statusWriter) Write(p []byte) (int, error) {
 	}
 	s.found = true
 	s.status = string(line)
+	if s.ok != nil && s.status == statusOK {
+		close(s.ok)
+	}
 	s.w.Write(rest)
 	s.pending = nil
 	return len(p), nil

@@ -11,6 +11,11 @@
 // SSH environment requests (which sshd ignores without AcceptEnv), so
 // secrets in the environment do not show up in ps on the box.
 //
+// The command's stdin is /dev/null, or Command.Stdin: that is forwarded
+// through a FIFO in the run's private directory on the box, written by a
+// second session (mkfifo and cat on the box), as it is read, and closed at
+// its end, so the command sees end of file as it would over a plain ssh.
+//
 // The command runs in a process group of its own. Cancelling the context
 // terminates that whole group (SIGTERM, then SIGKILL after a grace period)
 // before Run returns, and a watchdog on the box does the same when the
@@ -79,6 +84,19 @@ type Command struct {
 	// Env holds variables to set for the command. Names must match
 	// [A-Za-z_][A-Za-z0-9_]*; callers allow-list them (see AllowEnv).
 	Env map[string]string
+	// Stdin, if set, is the command's standard input: what is read from
+	// it is copied to the command as it arrives, and the command sees end
+	// of file once Stdin returns io.EOF. Nil means the command's stdin is
+	// /dev/null. Stdin travels in a second SSH session, opened once the
+	// command is about to start; a run without Stdin opens none.
+	//
+	// Run returns when the command ends, whether or not it read all of
+	// Stdin. A goroutine copying Stdin may then stay blocked in Stdin.Read
+	// until that returns (as with exec.Cmd without WaitDelay); close a
+	// Stdin that may block for long (a pipe or a terminal) to end it. A
+	// read that fails with an error other than io.EOF stops the command,
+	// as cancelling does, and Run returns that error.
+	Stdin io.Reader
 	// Stdout and Stderr receive the command's output as it arrives; nil
 	// discards it. When both are the same comparable writer, at most one
 	// goroutine writes to it at a time. If a writer returns an error, the
@@ -154,8 +172,9 @@ func Run(ctx context.Context, client *ssh.Client, req Command) (Result, error) {
 		nonce:  nonce,
 		grace:  grace,
 		out:    newOutput(req.Stdout, req.Stderr, "crabbox-run-"+nonce),
+		stdin:  req.Stdin,
 	}
-	script := wrapperScript(nonce, "crabbox-run-"+nonce, command, req.Dir, req.Precondition, req.Env, grace, req.Lease)
+	script := wrapperScript(nonce, "crabbox-run-"+nonce, command, req.Dir, req.Precondition, req.Env, grace, req.Lease, req.Stdin != nil)
 	return r.run(ctx, script)
 }
 
@@ -252,6 +271,7 @@ type remoteRun struct {
 	nonce  string
 	grace  time.Duration
 	out    *output
+	stdin  io.Reader
 }
 
 // closeWait bounds how long Run waits for the session to end after it has
@@ -284,18 +304,43 @@ func (r *remoteRun) run(ctx context.Context, script string) (Result, error) {
 	waited := make(chan error, 1)
 	go func() { waited <- sess.Wait() }()
 
-	select {
-	case err := <-waited:
-		return r.finish(err, time.Since(start))
-	case <-ctx.Done():
-		cause := ctx.Err()
-		killErr := r.stop(sess, waited)
-		res := Result{ExitCode: canceledCode(cause), Duration: time.Since(start)}
-		return res, fmt.Errorf("run %q: %w", r.desc, errors.Join(cause, killErr))
-	case <-r.out.failed:
-		killErr := r.stop(sess, waited)
-		res := Result{ExitCode: ExitUnknown, Duration: time.Since(start)}
-		return res, fmt.Errorf("run %q: write output: %w", r.desc, errors.Join(r.out.writeErr(), killErr))
+	// With Stdin, its feed starts once the wrapper has made the FIFO and
+	// said "ok"; without, these channels are nil and never ready.
+	var starting <-chan struct{}
+	if r.stdin != nil {
+		starting = r.out.stdout.ok
+	}
+	var feed *stdinFeed
+	var feedFailed <-chan struct{}
+	defer func() { feed.close() }()
+	for {
+		select {
+		case err := <-waited:
+			return r.finish(err, time.Since(start))
+		case <-ctx.Done():
+			cause := ctx.Err()
+			killErr := r.stop(sess, waited)
+			res := Result{ExitCode: canceledCode(cause), Duration: time.Since(start)}
+			return res, fmt.Errorf("run %q: %w", r.desc, errors.Join(cause, killErr))
+		case <-r.out.failed:
+			killErr := r.stop(sess, waited)
+			res := Result{ExitCode: ExitUnknown, Duration: time.Since(start)}
+			return res, fmt.Errorf("run %q: write output: %w", r.desc, errors.Join(r.out.writeErr(), killErr))
+		case <-starting:
+			starting = nil
+			feed = feedStdin(r.client, r.nonce, r.stdin)
+			feedFailed = feed.failed
+		case <-feedFailed:
+			select {
+			case err := <-waited:
+				// The command ended on its own meanwhile.
+				return r.finish(err, time.Since(start))
+			default:
+			}
+			killErr := r.stop(sess, waited)
+			res := Result{ExitCode: ExitUnknown, Duration: time.Since(start)}
+			return res, fmt.Errorf("run %q: forward stdin: %w", r.desc, errors.Join(feed.err, killErr))
+		}
 	}
 }
 
@@ -411,6 +456,8 @@ func (r *remoteRun) setupError(status string) error {
 		return fmt.Errorf("run %q: working directory %q on the box: %w", r.desc, r.dir, fs.ErrPermission)
 	case statusRunDir:
 		return fmt.Errorf("run %q: cannot create the run directory in ${TMPDIR:-/tmp} on the box", r.desc)
+	case statusStdin:
+		return fmt.Errorf("run %q: cannot make the FIFO for the command's stdin in its run directory on the box (mkfifo)", r.desc)
 	case statusPrecondition:
 		return fmt.Errorf("run %q: %w", r.desc, ErrPreconditionFailed)
 	default:

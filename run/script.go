@@ -88,10 +88,14 @@ crabbox_kill() {
 
 // trampoline runs the command; it is the first process of the command's
 // process group. Its text is fixed, so nothing secret is in its arguments.
+// When the run forwards stdin, the trampoline opens the run's stdin FIFO
+// as the command's stdin only after it has published its group: a command
+// blocked in that open can always be killed.
 const trampoline = `crabbox_d=$CRABBOX_RUN_DIR crabbox_c=$CRABBOX_RUN_CMD
 unset CRABBOX_RUN_DIR CRABBOX_RUN_CMD
 if kill -0 -$$ 2>/dev/null; then crabbox_k=g; else crabbox_k=p; fi
 echo "$crabbox_k $$" >"$crabbox_d/pgid" && : >"$crabbox_d/ready" || exit 125
+if [ -p "$crabbox_d/stdin" ]; then exec <"$crabbox_d/stdin"; fi
 unset crabbox_d crabbox_k
 eval "unset crabbox_c
 $crabbox_c"`
@@ -103,6 +107,8 @@ const (
 	statusNotDir   = "notdir"
 	statusNoAccess = "noaccess"
 	statusRunDir   = "rundir"
+	// statusStdin reports that the stdin FIFO could not be made.
+	statusStdin = "stdin"
 	// statusPrecondition reports a failed Request.Precondition.
 	statusPrecondition = "precondition"
 )
@@ -117,8 +123,10 @@ func steps(d time.Duration) int {
 
 // wrapperScript returns the script that runs command. The whole script is
 // one brace group, so sh has read all of it before running any of it and
-// stdin is free for the watchdog.
-func wrapperScript(nonce, marker, command, dir, precondition string, env map[string]string, grace time.Duration, lease string) string {
+// stdin is free for the watchdog. With stdin, the run directory holds a
+// FIFO, made before the "ok" line, that the command reads as its stdin
+// and a second session writes (see stdinScript).
+func wrapperScript(nonce, marker, command, dir, precondition string, env map[string]string, grace time.Duration, lease string, stdin bool) string {
 	var b strings.Builder
 	b.WriteString("{\n")
 	// The wrapper's own stderr is /dev/null and the command's is fd 4: a
@@ -144,7 +152,10 @@ func wrapperScript(nonce, marker, command, dir, precondition string, env map[str
 	fmt.Fprintf(&b, "crabbox_d=%s\n", runDir(nonce))
 	fmt.Fprintf(&b, "mkdir -m 700 -- \"$crabbox_d\" 2>/dev/null || crabbox_fail %s\n", statusRunDir)
 	if lease != "" { // StopAll finds the lease's runs by it (stop.go)
-		fmt.Fprintf(&b, "echo %s >\"$crabbox_d/lease\" || crabbox_fail %s\n", lease, statusRunDir)
+		fmt.Fprintf(&b, "echo %s >\"$crabbox_d/lease\" || { rm -rf -- \"$crabbox_d\"; crabbox_fail %s; }\n", lease, statusRunDir)
+	}
+	if stdin {
+		fmt.Fprintf(&b, "mkfifo -m 600 -- \"$crabbox_d/stdin\" || { rm -rf -- \"$crabbox_d\"; crabbox_fail %s; }\n", statusStdin)
 	}
 	fmt.Fprintf(&b, "{ while read -r crabbox_l; do :; done; crabbox_kill \"$crabbox_d\" %d %d; } 0<&3 3<&- 4>&- >/dev/null 2>&1 &\n",
 		steps(publishWait), steps(grace))
@@ -173,6 +184,9 @@ func wrapperScript(nonce, marker, command, dir, precondition string, env map[str
 	b.WriteString("\twait $!\n\tcrabbox_s=$?\n\tset +m\nfi\n")
 	fmt.Fprintf(&b, "crabbox_kill \"$crabbox_d\" 0 %d >/dev/null 2>&1\n", steps(grace))
 	b.WriteString("kill \"$crabbox_w\"; wait \"$crabbox_w\"\n")
+	if stdin {
+		b.WriteString(releaseStdinWriter)
+	}
 	b.WriteString("rm -rf -- \"$crabbox_d\"\n")
 	b.WriteString("exit \"$crabbox_s\"\n")
 	b.WriteString("}\n")

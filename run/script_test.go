@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func (s localShell) env(t *testing.T, tmp string) []string {
 	t.Helper()
 	bin := t.TempDir()
 	tools := map[string]string{"sh": s.shell}
-	for _, name := range []string{"mkdir", "rm", "sleep", "cat"} {
+	for _, name := range []string{"mkdir", "rm", "sleep", "cat", "mkfifo"} {
 		p, err := exec.LookPath(name)
 		if err != nil {
 			t.Skipf("%s not installed", name)
@@ -81,6 +82,11 @@ func (s localShell) env(t *testing.T, tmp string) []string {
 // script on stdin, which stays open until the returned closer is called.
 func startWrapper(t *testing.T, s localShell, tmp, nonce, command string) (*exec.Cmd, io.ReadCloser, *bytes.Buffer, io.WriteCloser) {
 	t.Helper()
+	return startWrapperStdin(t, s, tmp, nonce, command, false)
+}
+
+func startWrapperStdin(t *testing.T, s localShell, tmp, nonce, command string, withStdin bool) (*exec.Cmd, io.ReadCloser, *bytes.Buffer, io.WriteCloser) {
+	t.Helper()
 	cmd := exec.Command(s.shell, "-s")
 	cmd.Env = s.env(t, tmp)
 	var stderr bytes.Buffer
@@ -100,7 +106,7 @@ func startWrapper(t *testing.T, s localShell, tmp, nonce, command string) (*exec
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	if _, err := io.WriteString(stdin, wrapperScript(nonce, "M-"+nonce, command, "", "", nil, 200*time.Millisecond, "")); err != nil {
+	if _, err := io.WriteString(stdin, wrapperScript(nonce, "M-"+nonce, command, "", "", nil, 200*time.Millisecond, "", withStdin)); err != nil {
 		t.Fatal(err)
 	}
 	return cmd, stdout, &stderr, stdin
@@ -203,4 +209,110 @@ func liveGroupMembers(pgid string) []string {
 		}
 	}
 	return left
+}
+
+// The command reads the FIFO the stdin session writes, whichever way the
+// wrapper starts it.
+func TestWrapperStdinLocal(t *testing.T) {
+	for _, s := range localShells(t) {
+		t.Run(s.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			cmd, stdout, stderr, _ := startWrapperStdin(t, s, tmp, "n4", `cat; echo done`, true)
+			r := bufio.NewReader(stdout)
+			if line, err := r.ReadString('\n'); err != nil || line != "M-n4 ok\n" {
+				t.Fatalf("status line = %q, %v", line, err)
+			}
+			writer := exec.Command(s.shell, "-c", stdinScript("n4"))
+			writer.Env = s.env(t, tmp)
+			writer.Stdin = strings.NewReader("line 1\nline 2\n")
+			if out, err := writer.CombinedOutput(); err != nil {
+				t.Errorf("stdin session: %v: %s", err, out)
+			}
+			out, _ := io.ReadAll(r)
+			cmd.Wait()
+			if got, want := string(out), "line 1\nline 2\ndone\n"; got != want || cmd.ProcessState.ExitCode() != 0 {
+				t.Errorf("stdout = %q, exit %d; want %q and 0 (stderr %s)", got, cmd.ProcessState.ExitCode(), want, stderr)
+			}
+			if entries, _ := os.ReadDir(tmp); len(entries) != 0 {
+				t.Errorf("run directory left behind: %v", entries)
+			}
+		})
+	}
+}
+
+// A writer that waits to open the FIFO when the command is gone (it was
+// killed before it opened its stdin) is let through and ends: nothing is
+// left waiting on the box.
+func TestReleaseStdinWriterLocal(t *testing.T) {
+	for _, s := range localShells(t) {
+		t.Run(s.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			dir := filepath.Join(tmp, "crabbox-run-n5")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("mkfifo", filepath.Join(dir, "stdin")).CombinedOutput(); err != nil {
+				t.Fatalf("mkfifo: %v: %s", err, out)
+			}
+			writer := exec.Command(s.shell, "-c", stdinScript("n5"))
+			writer.Env = s.env(t, tmp)
+			input, err := writer.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := writer.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var waitErr error
+			exited := make(chan struct{})
+			go func() {
+				waitErr = writer.Wait()
+				close(exited)
+			}()
+			t.Cleanup(func() {
+				writer.Process.Kill()
+				<-exited
+			})
+			waitInFIFOOpen(t, writer.Process.Pid)
+
+			release := exec.Command(s.shell, "-c", `crabbox_d=$1; `+releaseStdinWriter, "sh", dir)
+			release.Env = s.env(t, tmp)
+			if out, err := release.CombinedOutput(); err != nil {
+				t.Fatalf("release: %v: %s", err, out)
+			}
+			input.Close()
+			timer := time.NewTimer(10 * time.Second) // a bound for a failure, not a synchronisation
+			defer timer.Stop()
+			select {
+			case <-exited:
+				if waitErr != nil {
+					t.Errorf("writer: %v, want a clean exit at the end of its input", waitErr)
+				}
+			case <-timer.C:
+				t.Fatal("the writer still waits to open the FIFO")
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "stdin")); !os.IsNotExist(err) {
+				t.Errorf("FIFO still there (%v)", err)
+			}
+		})
+	}
+}
+
+// waitInFIFOOpen waits until process pid waits in the kernel for the other
+// end of a FIFO, where /proc tells; otherwise it skips the test.
+func waitInFIFOOpen(t *testing.T, pid int) {
+	t.Helper()
+	wchan := filepath.Join("/proc", strconv.Itoa(pid), "wchan")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(wchan)
+		if err == nil && string(b) == "wait_for_partner" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Skipf("cannot see the writer wait in the FIFO's open (%s: %q, %v)", wchan, b, err)
+		}
+		tick := time.NewTimer(10 * time.Millisecond) // another process's state, not ours to wait on
+		<-tick.C
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/crabbox-dev/crabbox/internal/clitest"
@@ -32,6 +33,16 @@ func TestDelegatedExternalFilesWorkflow(t *testing.T) {
 		r := crabboxCmd(t, env, repo, args...)
 		return clitest.Result{Code: r.code, Stdout: r.stdout, Stderr: r.stderr}
 	}, "external")
+	// Its protocol has no stdin for a command: a piped stdin is refused
+	// before a box is made, saying what to do, and -n runs.
+	repo := gitRepo(t)
+	r := runCLI(t, env, repo, "input\n", "run", "--", "cat")
+	if r.code != exitFailure || !strings.Contains(r.stderr, `provider "external" cannot forward stdin`) || !strings.Contains(r.stderr, "--no-stdin (-n)") {
+		t.Errorf("run with piped stdin: exit %d, stderr %q; want 125, the provider refusing stdin and --no-stdin (-n)", r.code, r.stderr)
+	}
+	if r := runCLI(t, env, repo, "input\n", "run", "-n", "--quiet", "--", "wc", "-c"); r.code != 0 || strings.TrimSpace(r.stdout) != "0" {
+		t.Errorf("run -n with piped stdin: exit %d, stdout %q, stderr %q; want 0 and 0 bytes read", r.code, r.stdout, r.stderr)
+	}
 	boxes, err := os.ReadDir(filepath.Join(root, "boxes"))
 	if err != nil || len(boxes) != 0 {
 		t.Errorf("the program's boxes after stop: %v (%v), want none", boxes, err)

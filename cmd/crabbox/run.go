@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
+	"golang.org/x/term"
 
 	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/run"
@@ -30,6 +32,7 @@ type runFlags struct {
 	syncDir                               string
 	keep, keepOnFailure, noSync, syncOnly bool
 	failOnTestFailures, quiet             bool
+	noStdin                               bool
 	checksum, fullResync, forceSyncLarge  bool
 	refuseOutsideLinks, skipSubmodules    bool
 	ttl, idle, timeout                    time.Duration
@@ -77,6 +80,8 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.StringVar(&f.captureStderr, "capture-stderr", "", "also write the command's stderr to this local `FILE` (its directory is created)")
 	fs.BoolVar(&f.captureOnFail, "capture-on-fail", false, "keep the --capture-stdout/--capture-stderr files only when the run fails")
 	fs.Var(&f.env, "env", "forward the environment variable `NAME` to the box (repeatable; CI is always forwarded)")
+	fs.BoolVar(&f.noStdin, "no-stdin", false, "do not forward stdin to the command (its stdin is empty, /dev/null)")
+	fs.BoolVar(&f.noStdin, "n", false, "short for --no-stdin, as ssh -n")
 	return &ffcli.Command{
 		Name:       "run",
 		ShortUsage: "crabbox run [flags] -- command [args...] | --shell 'cmd' | --script FILE [-- args...] | --sync-only",
@@ -106,6 +111,12 @@ the first word that is not a flag) is the command, flags included. A word
 after the command spelled as one of run's own --flags still goes to the
 command, with a warning on stderr: crabbox run true --id X leases a new box.
 
+stdin is forwarded to the command, as ssh does, when it is a pipe or a file
+(crabbox run -- psql < dump.sql, ... | crabbox run -- wc -l): the command sees
+end of file where the input ends. From a terminal or /dev/null it is not, and
+the command's stdin is empty; --no-stdin (-n) never forwards it. A delegated
+provider that cannot forward stdin refuses a run with it: pass -n there.
+
   crabbox run -- go test ./...
   crabbox run --keep --provider docker -- make test`,
 		FlagSet: fs,
@@ -115,6 +126,9 @@ command, with a warning on stderr: crabbox run true --id X leases a new box.
 				return err
 			}
 			req.Env = run.AllowEnv(os.Environ(), append([]string{"CI"}, f.env...))
+			if !f.noStdin {
+				req.Stdin = forwardedStdin(a.stdin)
+			}
 			status := &statusLine{w: a.stderr}
 			req.Stdout, req.Stderr = status.before(a.stdout), status.before(a.stderr)
 			req.SyncProgress = status.syncProgress()
@@ -238,6 +252,30 @@ func (a *app) report(f runFlags, res crabbox.RunResult) error {
 }
 
 var _ flag.Value = (*stringList)(nil)
+
+// forwardedStdin is what run forwards to the command from the CLI's stdin:
+// a pipe, a socket or a regular file, as ssh would; not a terminal or
+// another device (/dev/null), nor a directory. A reader that is no file
+// (Main called with one) is forwarded.
+func forwardedStdin(in io.Reader) io.Reader {
+	f, ok := in.(*os.File)
+	if !ok {
+		return in
+	}
+	if f == nil || term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil // closed, or not there at all
+	}
+	switch mode := fi.Mode(); {
+	case mode.IsRegular(), mode&(os.ModeNamedPipe|os.ModeSocket) != 0:
+		return f
+	default:
+		return nil
+	}
+}
 
 // syncDirError makes a run or sync plan refused for the directory it would
 // sync a usage error (exit 2); outside a checkout, hint says what to do.

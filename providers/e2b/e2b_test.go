@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -194,6 +195,52 @@ func TestRun(t *testing.T) {
 
 // Output reaches the caller while the command still runs: the command
 // waits on a FIFO that the test writes to only once it saw the first line.
+// Stdin reaches the command through envd's SendInput and CloseStdin: the
+// command reads it to its end; one that does not read it all ends the run
+// as usual; a failing Stdin kills the command and fails the run.
+func TestRunStdin(t *testing.T) {
+	f := newFake(t)
+	b := newBackend(t, f)
+	ctx := testContext(t)
+	v := warmup(t, ctx, b, "")
+	big := bytes.Repeat([]byte("0123456789\n"), 30000) // several SendInput chunks
+	for _, tc := range []struct {
+		name    string
+		command []string
+		stdin   []byte
+		stdout  string
+	}{
+		{"cat", []string{"cat"}, []byte("hello\n"), "hello\n"},
+		{"wc -l", []string{"sh", "-c", "wc -l | tr -d ' '"}, []byte("a\nb\n"), "2\n"},
+		{"large", []string{"sh", "-c", "wc -c | tr -d ' '"}, big, fmt.Sprintf("%d\n", len(big))},
+		{"empty", []string{"sh", "-c", "wc -c | tr -d ' '"}, nil, "0\n"},
+		{"not read", []string{"true"}, big, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout bytes.Buffer
+			res, err := b.Run(ctx, provider.DelegatedRunRequest{LeaseID: v.ID, Command: tc.command, Stdin: bytes.NewReader(tc.stdin), Stdout: &stdout})
+			if err != nil || res.ExitCode != 0 || stdout.String() != tc.stdout {
+				t.Errorf("Run = %+v, %v, stdout %q; want exit 0 and %q", res, err, stdout.String(), tc.stdout)
+			}
+		})
+	}
+	t.Run("read error", func(t *testing.T) {
+		broken := errors.New("disk on fire")
+		var stdout bytes.Buffer
+		_, err := b.Run(ctx, provider.DelegatedRunRequest{
+			LeaseID: v.ID, Command: []string{"sh", "-c", "cat >/dev/null; echo saw the end"},
+			Stdin: io.MultiReader(strings.NewReader("partial\n"), failingReader{broken}), Stdout: &stdout,
+		})
+		if !errors.Is(err, broken) || stdout.String() != "" {
+			t.Errorf("Run error = %v, stdout %q; want the read error and no output", err, stdout.String())
+		}
+	})
+}
+
+type failingReader struct{ err error }
+
+func (r failingReader) Read([]byte) (int, error) { return 0, r.err }
+
 func TestRunStreams(t *testing.T) {
 	f := newFake(t)
 	b := newBackend(t, f)

@@ -102,11 +102,13 @@ type started struct {
 // start runs cfg with tag through process.Process/Start, copying its
 // output to stdout and stderr as it arrives. It returns the pid once known
 // even when the stream then fails, so that the caller can still end the
-// command.
-func (e *envd) start(ctx context.Context, cfg processConfig, tag string, stdout, stderr io.Writer) (started, error) {
+// command. With onStart, the command's stdin is kept open for input
+// (sendInput, closeStdin), and onStart is called with its pid once it has
+// started; without, its stdin is closed.
+func (e *envd) start(ctx context.Context, cfg processConfig, tag string, onStart func(pid uint32), stdout, stderr io.Writer) (started, error) {
 	const op = "process.Process/Start"
 	var st started
-	msg, err := json.Marshal(startRequest{Process: cfg, Tag: tag})
+	msg, err := json.Marshal(startRequest{Process: cfg, Tag: tag, Stdin: onStart != nil})
 	if err != nil {
 		return st, fmt.Errorf("e2b: %s: %w", op, err)
 	}
@@ -129,7 +131,7 @@ func (e *envd) start(ctx context.Context, cfg processConfig, tag string, stdout,
 	if resp.StatusCode != http.StatusOK {
 		return st, readAPIError(op+" in sandbox "+e.sandboxID, resp)
 	}
-	st, err = readEvents(bufio.NewReader(resp.Body), stdout, stderr)
+	st, err = readEvents(bufio.NewReader(resp.Body), onStart, stdout, stderr)
 	if err != nil {
 		var apiErr *APIError
 		if errors.As(err, &apiErr) {
@@ -144,7 +146,7 @@ func (e *envd) start(ctx context.Context, cfg processConfig, tag string, stdout,
 // readEvents reads a process.Process/Start answer: Connect envelopes of
 // process events up to the end-of-stream message, copying output as it
 // arrives. It returns the pid once known even when the stream then fails.
-func readEvents(r io.Reader, stdout, stderr io.Writer) (started, error) {
+func readEvents(r io.Reader, onStart func(uint32), stdout, stderr io.Writer) (started, error) {
 	var st started
 	for {
 		flags, payload, err := readFrame(r)
@@ -176,6 +178,9 @@ func readEvents(r io.Reader, stdout, stderr io.Writer) (started, error) {
 		switch {
 		case ev.Start != nil:
 			st.pid = ev.Start.Pid
+			if onStart != nil {
+				onStart(st.pid)
+			}
 		case ev.Data != nil:
 			if err := writeAll(stdout, ev.Data.Stdout); err != nil {
 				return st, fmt.Errorf("write stdout: %w", err)
@@ -259,6 +264,20 @@ func (e *envd) kill(ctx context.Context, sel processSelector) error {
 		return nil
 	}
 	return err
+}
+
+// sendInput writes p to the stdin of process pid
+// (process.Process/SendInput; envd 0.3.0 and later).
+func (e *envd) sendInput(ctx context.Context, pid uint32, p []byte) error {
+	return e.unary(ctx, "process.Process/SendInput", map[string]any{
+		"process": processSelector{Pid: pid}, "input": map[string][]byte{"stdin": p},
+	}, &struct{}{})
+}
+
+// closeStdin closes the stdin of process pid, which then reads end of file
+// (process.Process/CloseStdin; envd 0.5.2 and later).
+func (e *envd) closeStdin(ctx context.Context, pid uint32) error {
+	return e.unary(ctx, "process.Process/CloseStdin", map[string]any{"process": processSelector{Pid: pid}}, &struct{}{})
 }
 
 // pidOf returns the pid of the running process tagged tag, or 0.

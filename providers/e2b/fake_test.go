@@ -76,6 +76,7 @@ type fakeProc struct {
 	tag    string
 	config json.RawMessage
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser // when started with stdin: true
 }
 
 // fakeFault makes one operation of the fake fail: op is "create",
@@ -123,6 +124,8 @@ func newFake(t *testing.T) *fakeE2B {
 	envd.HandleFunc("POST /process.Process/Start", f.handleStart)
 	envd.HandleFunc("POST /process.Process/SendSignal", f.handleSignal)
 	envd.HandleFunc("POST /process.Process/List", f.handleProcesses)
+	envd.HandleFunc("POST /process.Process/SendInput", f.handleInput)
+	envd.HandleFunc("POST /process.Process/CloseStdin", f.handleInput)
 	envd.HandleFunc("GET /files", f.handleDownload)
 	envd.HandleFunc("POST /files", f.handleUpload)
 	f.envd = httptest.NewServer(envd)
@@ -612,6 +615,10 @@ func (f *fakeE2B) handleStart(w http.ResponseWriter, r *http.Request) {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Stdout, cmd.Stderr = output{fw, "stdout"}, output{fw, "stderr"}
+	var stdin io.WriteCloser
+	if req.Stdin != nil && *req.Stdin {
+		stdin, _ = cmd.StdinPipe() // cannot fail before Start
+	}
 	config, _ := json.Marshal(req.Process)
 	var pid uint32
 	begin := func() error {
@@ -622,7 +629,7 @@ func (f *fakeE2B) handleStart(w http.ResponseWriter, r *http.Request) {
 		}
 		pid = uint32(cmd.Process.Pid)
 		f.mu.Lock()
-		sb.procs[pid] = &fakeProc{tag: req.Tag, config: config, cmd: cmd}
+		sb.procs[pid] = &fakeProc{tag: req.Tag, config: config, cmd: cmd, stdin: stdin}
 		f.procs.Add(1)
 		f.mu.Unlock()
 		return nil
@@ -708,6 +715,44 @@ func (f *fakeE2B) unaryRequest(w http.ResponseWriter, r *http.Request, v any) bo
 		return false
 	}
 	return true
+}
+
+// handleInput answers SendInput (data for a command's stdin) and
+// CloseStdin, for commands started with stdin.
+func (f *fakeE2B) handleInput(w http.ResponseWriter, r *http.Request) {
+	sb, ok := f.sandbox(w, r)
+	if !ok || !f.checkUser(w, r) {
+		return
+	}
+	var req struct {
+		Process struct {
+			Pid uint32 `json:"pid"`
+		} `json:"process"`
+		Input *struct {
+			Stdin []byte `json:"stdin"`
+		} `json:"input"`
+	}
+	if !f.unaryRequest(w, r, &req) {
+		return
+	}
+	f.mu.Lock()
+	p := sb.procs[req.Process.Pid]
+	f.mu.Unlock()
+	if p == nil || p.stdin == nil {
+		f.connectError(w, http.StatusNotFound, "not_found", fmt.Sprintf("process with pid %d not found or without stdin", req.Process.Pid))
+		return
+	}
+	var err error
+	if strings.HasSuffix(r.URL.Path, "/CloseStdin") {
+		err = p.stdin.Close()
+	} else if req.Input != nil {
+		_, err = p.stdin.Write(req.Input.Stdin)
+	}
+	if err != nil {
+		f.connectError(w, http.StatusBadRequest, "failed_precondition", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{})
 }
 
 func (f *fakeE2B) handleSignal(w http.ResponseWriter, r *http.Request) {

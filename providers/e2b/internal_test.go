@@ -70,7 +70,7 @@ func TestReadEvents(t *testing.T) {
 		2, `{}`,
 	)
 	var out, errOut bytes.Buffer
-	st, err := readEvents(bytes.NewReader(stream), &out, &errOut)
+	st, err := readEvents(bytes.NewReader(stream), nil, &out, &errOut)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,13 +95,13 @@ func TestReadEvents(t *testing.T) {
 		{"huge", []byte{0, 0xff, 0xff, 0xff, 0xff}, "more than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := readEvents(bytes.NewReader(tc.stream), io.Discard, io.Discard)
+			_, err := readEvents(bytes.NewReader(tc.stream), nil, io.Discard, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
-	_, err = readEvents(bytes.NewReader(frames(2, `{"error":{"code":"not_found","message":"gone"}}`)), io.Discard, io.Discard)
+	_, err = readEvents(bytes.NewReader(frames(2, `{"error":{"code":"not_found","message":"gone"}}`)), nil, io.Discard, io.Discard)
 	if !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("not_found end of stream: %v, want ErrNotFound", err)
 	}
@@ -112,7 +112,7 @@ func FuzzReadEvents(f *testing.F) {
 	f.Add(frames(2, `{"error":{"code":"unknown"}}`))
 	f.Add([]byte{0, 0, 0, 0, 2, '{', '}'})
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		st, err := readEvents(bytes.NewReader(stream), io.Discard, io.Discard)
+		st, err := readEvents(bytes.NewReader(stream), nil, io.Discard, io.Discard)
 		if err == nil && st.end == nil {
 			t.Errorf("no error and no end event")
 		}

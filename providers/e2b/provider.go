@@ -105,7 +105,7 @@ var spec = provider.Spec{
 	Description: "an E2B sandbox per lease, running commands and taking files through its own API (key from E2B_API_KEY)",
 	Kind:        provider.KindDelegatedRun,
 	Targets:     []provider.Target{provider.TargetLinux},
-	Features:    []provider.Feature{provider.FeatureFiles, provider.FeatureSelfExpiry, provider.FeatureDoctor},
+	Features:    []provider.Feature{provider.FeatureFiles, provider.FeatureSelfExpiry, provider.FeatureDoctor, provider.FeatureStdin},
 	Coordinator: provider.CoordinatorUnsupported,
 	Options: []provider.Option{
 		{Name: "template", Flag: "e2b-template", Default: DefaultTemplate, Help: "template (ID or alias) sandboxes are created from"},

@@ -50,14 +50,24 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 	}
 	cfg := processConfig{Cmd: "/bin/sh", Args: append([]string{"-c", sessionScript, "crabbox"}, req.Command...), Envs: req.Env, Cwd: req.Dir}
 	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
-	st, err := e.start(ctx, cfg, tag, stdout, stderr)
+	var onStart func(uint32)
+	if req.Stdin != nil {
+		// A failing Stdin ends the stream like a cancel (the command is
+		// killed, it must not take the failure for the end of its
+		// input), with the read error as the cause.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		onStart = func(pid uint32) { go feedStdin(ctx, cancel, e, pid, req.Stdin) }
+	}
+	st, err := e.start(ctx, cfg, tag, onStart, stdout, stderr)
 	if req.Dir != "" && st.pid == 0 && errors.Is(err, errBadStart) && ctx.Err() == nil {
 		// envd refused to start the command, most likely because Dir does
 		// not exist yet: make it and try once more.
 		if merr := b.exec(ctx, e, []string{"mkdir", "-p", "--", req.Dir}); merr != nil {
 			return provider.DelegatedRunResult{}, fmt.Errorf("e2b provider: run on %s: %w; make %s: %w", req.LeaseID, err, req.Dir, merr)
 		}
-		st, err = e.start(ctx, cfg, tag, stdout, stderr)
+		st, err = e.start(ctx, cfg, tag, onStart, stdout, stderr)
 	}
 	if ctx.Err() != nil {
 		var kerr error
@@ -76,6 +86,36 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 		return provider.DelegatedRunResult{}, fmt.Errorf("e2b provider: run on %s: %w", req.LeaseID, err)
 	}
 	return provider.DelegatedRunResult{ExitCode: code}, nil
+}
+
+// inputChunk bounds one SendInput call's data.
+const inputChunk = 64 << 10
+
+// feedStdin sends stdin to process pid in chunks, in order, and closes
+// the process's stdin at its end. A failing read cancels the run with the
+// error as the cause; a failing send means the command is gone or no
+// longer reads, and ends the feed. It returns once stdin ends or ctx does
+// (after its Read returns).
+func feedStdin(ctx context.Context, cancel context.CancelCauseFunc, e *envd, pid uint32, stdin io.Reader) {
+	buf := make([]byte, inputChunk)
+	for ctx.Err() == nil {
+		n, err := stdin.Read(buf)
+		if n > 0 {
+			if serr := e.sendInput(ctx, pid, buf[:n]); serr != nil {
+				return
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			if cerr := e.closeStdin(ctx, pid); cerr != nil && ctx.Err() == nil && !errors.Is(cerr, provider.ErrNotFound) {
+				cancel(fmt.Errorf("close the command's stdin (envd 0.5.2 or later is needed to forward stdin; rebuild the template, or run with --no-stdin): %w", cerr))
+			}
+			return
+		case err != nil:
+			cancel(fmt.Errorf("read stdin: %w", err))
+			return
+		}
+	}
 }
 
 // endCommand kills the process group and the process of a command whose
@@ -110,7 +150,7 @@ func exitCode(end *endEvent) (int, error) {
 // unless it exits 0.
 func (b *Backend) exec(ctx context.Context, e *envd, argv []string) error {
 	var out tail
-	st, err := e.start(ctx, processConfig{Cmd: argv[0], Args: argv[1:]}, "", &out, &out)
+	st, err := e.start(ctx, processConfig{Cmd: argv[0], Args: argv[1:]}, "", nil, &out, &out)
 	if err != nil {
 		return err
 	}
