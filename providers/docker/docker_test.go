@@ -225,7 +225,8 @@ func runAcquireHelper() int {
 }
 
 // The library's whole workflow works on a box whose image has nothing but
-// a static busybox: acquire, sync a checkout, run, exit code, release.
+// a static busybox: acquire, sync a checkout, run with stdin, exit code,
+// release.
 func TestRunSyncsAndRuns(t *testing.T) {
 	f := engine(t)
 	if _, err := exec.LookPath("git"); err != nil {
@@ -248,14 +249,14 @@ func TestRunSyncsAndRuns(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	res, err := c.Run(ctx, crabbox.RunRequest{
-		Root: repo, Shell: "cat hello.txt; cat /etc/os-release; id -u; exit 7",
-		Stdout: &stdout, Stderr: &stderr,
+		Root: repo, Shell: "cat hello.txt; cat /etc/os-release; id -u; wc -l; exit 7",
+		Stdin: strings.NewReader("a\nb\n"), Stdout: &stdout, Stderr: &stderr,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
 	}
 	removeLeftovers(t, newBackend(t, f), res.LeaseID)
-	want := "hello from the checkout\nNAME=\"crabbox test box\"\nID=busybox\n0\n"
+	want := "hello from the checkout\nNAME=\"crabbox test box\"\nID=busybox\n0\n2\n"
 	if res.ExitCode != 7 || stdout.String() != want {
 		t.Errorf("Run = exit %d, stdout %q; want exit 7, stdout %q (stderr %q)", res.ExitCode, stdout.String(), want, stderr.String())
 	}
