@@ -14,8 +14,9 @@ import (
 // Box leases a box for the test t and syncs the checkout holding the
 // working directory to it (see the package doc and the options). The box
 // is released, and its client closed, when t and its subtests end (also
-// when the test closed the handle itself); a release that fails fails t. Any crabbox error while leasing or syncing
-// ends t with t.Fatal, so Box must be called from the test's goroutine.
+// when the test closed the handle itself); a release that fails fails t.
+// Any crabbox error while leasing or syncing ends t with t.Fatal, so Box
+// must be called from the test's goroutine.
 func Box(t testing.TB, opts ...Option) *crabbox.Lease {
 	t.Helper()
 	box, stop, err := start(t.Context(), t.TempDir(), newConfig(opts))

@@ -14,12 +14,12 @@ import (
 // by default, WithSyncDir's directory otherwise; or by box.Sync), and
 // returns what the command wrote to stdout. On a box that synced nothing
 // (WithoutSync) it runs in an empty directory: the box's copy, never
-// synced, of the test's working directory. It ends t with t.Fatal on a crabbox error and
-// when the command exits non-zero, with the command's output in the
-// message; what it wrote to stderr otherwise goes to t.Log. The command
-// is stopped when t.Context() is done, so Run is for the test's body, not
-// its Cleanup functions. For another directory, an environment or a
-// timeout, call box.Run with a crabbox.RunRequest.
+// synced, of the test's working directory. It ends t with t.Fatal on a
+// crabbox error and when the command exits non-zero, with the command's
+// output in the message; what it wrote to stderr otherwise goes to
+// t.Log. The command is stopped when t.Context() is done, so Run is for
+// the test's body, not its Cleanup functions. For another directory, an
+// environment or a timeout, call box.Run with a crabbox.RunRequest.
 func Run(t testing.TB, box *crabbox.Lease, argv ...string) (stdout string) {
 	t.Helper()
 	stdout, stderr, exit := run(t, box, argv)
