@@ -67,14 +67,23 @@ func (s *Store) delegatedFromReady(ctx context.Context, b provider.DelegatedRunB
 	if err != nil {
 		return readyAt, expires, fmt.Errorf("move its expiry to count from when it became ready: %w", err)
 	}
-	if v.WorkRoot == "" {
-		v.WorkRoot = view.WorkRoot
-	}
-	if !v.ExpiresAt.IsZero() && v.ExpiresAt.Before(expires) {
-		expires = v.ExpiresAt // the provider's cap
-	}
-	*view = v
+	*view, expires = touched(v, view, expires)
 	return readyAt, expires, nil
+}
+
+// touched merges v, a provider's answer to a touch that asked for the
+// lease to live until asked, into the lease's view prev (nil for none):
+// the view keeps prev's work root when v names none, and the lease
+// expires at the end the provider granted when that is earlier than asked
+// (its cap, such as a sandbox plan's maximum lifetime).
+func touched(v provider.LeaseView, prev *provider.LeaseView, asked time.Time) (provider.LeaseView, time.Time) {
+	if v.WorkRoot == "" && prev != nil {
+		v.WorkRoot = prev.WorkRoot
+	}
+	if g := v.ExpiresAt; !g.IsZero() && g.Before(asked) {
+		return v, g
+	}
+	return v, asked
 }
 
 // makeWorkRoot makes the work root of a sandbox the library syncs into:
@@ -174,13 +183,8 @@ func (s *Store) TouchDelegated(ctx context.Context, b provider.DelegatedRunBacke
 	next, err := s.Update(c.ID, func(cl *Claim) error {
 		cl.LastTouchedAt, cl.ExpiresAt = now, expires
 		if view != nil {
-			if view.WorkRoot == "" && cl.View != nil {
-				view.WorkRoot = cl.View.WorkRoot
-			}
-			cl.View = view
-			if g := view.ExpiresAt; !g.IsZero() && g.Before(expires) {
-				cl.ExpiresAt = g // what the provider granted, not what was asked
-			}
+			v, granted := touched(*view, cl.View, expires)
+			cl.View, cl.ExpiresAt = &v, granted
 		}
 		return nil
 	})

@@ -153,7 +153,7 @@ func lateFlags(cmd *ffcli.Command, command []string) []string {
 		if w == "--" {
 			break
 		}
-		if !strings.HasPrefix(w, "--") || len(w) == 2 {
+		if !strings.HasPrefix(w, "--") {
 			continue
 		}
 		name, _ := flagName(w)

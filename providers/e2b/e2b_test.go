@@ -193,8 +193,6 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// Output reaches the caller while the command still runs: the command
-// waits on a FIFO that the test writes to only once it saw the first line.
 // Stdin reaches the command through envd's SendInput and CloseStdin: the
 // command reads it to its end; one that does not read it all ends the run
 // as usual; a failing Stdin kills the command and fails the run.
@@ -241,6 +239,8 @@ type failingReader struct{ err error }
 
 func (r failingReader) Read([]byte) (int, error) { return 0, r.err }
 
+// Output reaches the caller while the command still runs: the command
+// waits on a FIFO that the test writes to only once it saw the first line.
 func TestRunStreams(t *testing.T) {
 	f := newFake(t)
 	b := newBackend(t, f)
