@@ -144,10 +144,10 @@ func unsupportedDelegated(req RunRequest, files bool) []string {
 	return out
 }
 
-// warmup is Acquire for a delegated backend.
+// warmup is Acquire for a delegated backend, with opts already capped
+// (capLifetime).
 func (c *Client) warmup(ctx context.Context, b provider.DelegatedRunBackend, opts AcquireOptions) (*Lease, error) {
 	name := b.Spec().Name
-	opts = c.capLifetime(b, opts)
 	cl, err := c.store.Warmup(ctx, b, lease.Terms{
 		Slug: opts.Slug, TTL: opts.TTL, IdleTimeout: opts.IdleTimeout, Keep: opts.Keep, Labels: opts.Labels,
 		Route: lease.RouteDirect, Config: c.locators(name),
@@ -157,38 +157,6 @@ func (c *Client) warmup(ctx context.Context, b provider.DelegatedRunBackend, opt
 	}
 	c.log.Info("lease acquired", "lease", cl.ID, "slug", cl.Slug, "provider", cl.Provider)
 	return c.holdDelegated(b, cl, false), nil
-}
-
-// maxLifetime is the longest lifetime b's provider grants a box (a
-// provider.LifetimeCapper), or zero for none.
-func maxLifetime(b provider.Backend) time.Duration {
-	if lc, ok := b.(provider.LifetimeCapper); ok {
-		return max(lc.MaxLifetime(), 0)
-	}
-	return 0
-}
-
-// capLifetime caps opts.TTL to the longest lifetime b's provider grants,
-// so that a lease never claims to outlive its box. A TTL the caller asked
-// for is reported through opts.Warn (and logged); the default TTL is
-// capped with a log line only, as nobody asked for it.
-func (c *Client) capLifetime(b provider.Backend, opts AcquireOptions) AcquireOptions {
-	limit := maxLifetime(b)
-	ttl := opts.TTL
-	if ttl == 0 {
-		ttl = lease.DefaultTTL
-	}
-	if limit == 0 || ttl <= limit {
-		return opts
-	}
-	msg := fmt.Sprintf("%s grants at most %s; the lease's TTL is %s, not %s",
-		b.Spec().Name, units.Duration(limit), units.Duration(limit), units.Duration(ttl))
-	c.log.Info("lease TTL capped to the provider's maximum lifetime", "provider", b.Spec().Name, "asked", ttl, "max", limit)
-	if opts.TTL != 0 && opts.Warn != nil {
-		opts.Warn(msg)
-	}
-	opts.TTL = limit
-	return opts
 }
 
 // ErrMaxLifetime is wrapped by the error of a command on a delegated

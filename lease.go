@@ -24,6 +24,7 @@ import (
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/internal/sshmux"
+	"github.com/crabbox-dev/crabbox/internal/units"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run"
@@ -243,13 +244,13 @@ func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, erro
 		return nil, err
 	}
 	if db, ok := c.delegatedRunBackend(opts.Provider); ok {
-		return c.warmup(ctx, db, opts) // delegated.go
+		return c.warmup(ctx, db, c.capLifetime(db, opts)) // delegated.go
 	}
 	b, lo, err := c.newLease(opts.Provider)
 	if err != nil {
 		return nil, err
 	}
-	opts = c.capLifetime(b, opts) // delegated.go
+	opts = c.capLifetime(b, opts)
 	lo.Slug, lo.TTL, lo.IdleTimeout, lo.Keep, lo.Labels = opts.Slug, opts.TTL, opts.IdleTimeout, opts.Keep, opts.Labels
 	l, err := c.store.Acquire(ctx, b, lo)
 	if err != nil {
@@ -263,6 +264,38 @@ func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, erro
 		h.conn = hb.TakeConnection(l.Claim.ID)
 	}
 	return h, nil
+}
+
+// maxLifetime is the longest lifetime b's provider grants a box (a
+// provider.LifetimeCapper), or zero for none.
+func maxLifetime(b provider.Backend) time.Duration {
+	if lc, ok := b.(provider.LifetimeCapper); ok {
+		return max(lc.MaxLifetime(), 0)
+	}
+	return 0
+}
+
+// capLifetime caps opts.TTL to the longest lifetime b's provider grants,
+// so that a lease never claims to outlive its box. A TTL the caller asked
+// for is reported through opts.Warn (and logged); the default TTL is
+// capped with a log line only, as nobody asked for it.
+func (c *Client) capLifetime(b provider.Backend, opts AcquireOptions) AcquireOptions {
+	limit := maxLifetime(b)
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = lease.DefaultTTL
+	}
+	if limit == 0 || ttl <= limit {
+		return opts
+	}
+	msg := fmt.Sprintf("%s grants at most %s; the lease's TTL is %s, not %s",
+		b.Spec().Name, units.Duration(limit), units.Duration(limit), units.Duration(ttl))
+	c.log.Info("lease TTL capped to the provider's maximum lifetime", "provider", b.Spec().Name, "asked", ttl, "max", limit)
+	if opts.TTL != 0 && opts.Warn != nil {
+		opts.Warn(msg)
+	}
+	opts.TTL = limit
+	return opts
 }
 
 // Resolve finds a live lease by ID or slug among this client's claims.
