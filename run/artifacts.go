@@ -190,21 +190,17 @@ func localPath(base, text string) (string, error) {
 	if err := checkLocalText(text); err != nil {
 		return "", err
 	}
-	if strings.HasSuffix(text, "/") || strings.HasSuffix(text, string(filepath.Separator)) {
+	// Judged on the text as typed: once joined to base, "." or "x/.."
+	// would pass for a file named like base.
+	p := filepath.Clean(filepath.FromSlash(text))
+	if b := filepath.Base(p); strings.HasSuffix(text, "/") || strings.HasSuffix(text, string(filepath.Separator)) ||
+		b == "." || b == ".." || b == string(filepath.Separator) {
 		return "", errors.New("names a directory; name the file")
 	}
-	p := filepath.FromSlash(text)
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(base, p)
 	}
-	p, err := filepath.Abs(p)
-	if err != nil {
-		return "", err
-	}
-	if b := filepath.Base(p); b == "." || b == ".." || b == string(filepath.Separator) || p == filepath.VolumeName(p)+string(filepath.Separator) {
-		return "", errors.New("names a directory; name the file")
-	}
-	return p, nil
+	return filepath.Abs(p)
 }
 
 // FetchFiles brings the files f names home from the box conn reaches (see
