@@ -587,3 +587,10 @@ func mkdirAll(dir string) ([]string, error) {
 	}
 	return missing, nil
 }
+
+// removeDirs removes dirs (deepest first) where they are empty.
+func removeDirs(dirs []string) {
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+}
