@@ -250,9 +250,8 @@ func (f Fetch) fetch(ctx context.Context, b box) (FetchResult, error) {
 	if err != nil {
 		return FetchResult{}, err
 	}
-	res := FetchResult{Unmatched: sel.unmatched, Skipped: sel.skipped}
+	res := FetchResult{Unmatched: sel.unmatched, Skipped: sel.skipped} // sorted by choose
 	if len(sel.names) == 0 {
-		sortSkipped(res.Skipped)
 		return res, nil
 	}
 	st, err := f.stage(p, sel)
