@@ -190,21 +190,17 @@ func localPath(base, text string) (string, error) {
 	if err := checkLocalText(text); err != nil {
 		return "", err
 	}
-	if strings.HasSuffix(text, "/") || strings.HasSuffix(text, string(filepath.Separator)) {
+	// Judged on the text as typed: once joined to base, "." or "x/.."
+	// would pass for a file named like base.
+	p := filepath.Clean(filepath.FromSlash(text))
+	if b := filepath.Base(p); strings.HasSuffix(text, "/") || strings.HasSuffix(text, string(filepath.Separator)) ||
+		b == "." || b == ".." || b == string(filepath.Separator) {
 		return "", errors.New("names a directory; name the file")
 	}
-	p := filepath.FromSlash(text)
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(base, p)
 	}
-	p, err := filepath.Abs(p)
-	if err != nil {
-		return "", err
-	}
-	if b := filepath.Base(p); b == "." || b == ".." || b == string(filepath.Separator) || p == filepath.VolumeName(p)+string(filepath.Separator) {
-		return "", errors.New("names a directory; name the file")
-	}
-	return p, nil
+	return filepath.Abs(p)
 }
 
 // FetchFiles brings the files f names home from the box conn reaches (see
@@ -254,9 +250,8 @@ func (f Fetch) fetch(ctx context.Context, b box) (FetchResult, error) {
 	if err != nil {
 		return FetchResult{}, err
 	}
-	res := FetchResult{Unmatched: sel.unmatched, Skipped: sel.skipped}
+	res := FetchResult{Unmatched: sel.unmatched, Skipped: sel.skipped} // sorted by choose
 	if len(sel.names) == 0 {
-		sortSkipped(res.Skipped)
 		return res, nil
 	}
 	st, err := f.stage(p, sel)
@@ -590,4 +585,11 @@ func mkdirAll(dir string) ([]string, error) {
 		return nil, err
 	}
 	return missing, nil
+}
+
+// removeDirs removes dirs (deepest first) where they are empty.
+func removeDirs(dirs []string) {
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
 }

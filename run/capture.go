@@ -80,10 +80,3 @@ func (c *Capture) Finish(keep bool) (Artifact, bool, error) {
 	}
 	return Artifact{Kind: c.kind, Local: c.path, Size: c.size}, keep, nil
 }
-
-// removeDirs removes dirs (deepest first) where they are empty.
-func removeDirs(dirs []string) {
-	for _, d := range dirs {
-		_ = os.Remove(d)
-	}
-}

@@ -314,9 +314,7 @@ func (st *stager) abort() {
 	st.close()
 	// Deepest first: a root's parent may have been made for another root.
 	slices.SortFunc(st.madeRoot, func(a, b string) int { return len(b) - len(a) })
-	for _, dir := range st.madeRoot {
-		_ = os.Remove(dir) // only when empty
-	}
+	removeDirs(st.madeRoot)
 	st.madeRoot = nil
 }
 

@@ -142,6 +142,9 @@ func TestFetchCheck(t *testing.T) {
 		// download directory too.
 		{"local outside", Fetch{Downloads: []Download{{Remote: "a", Local: "../a"}, {Remote: "b", Local: filepath.Join(os.TempDir(), "b")}}}, ""},
 		{"local directory", Fetch{Downloads: []Download{{Remote: "a", Local: "out/"}}}, `download "a" to "out/": names a directory`},
+		{"local dot", Fetch{Downloads: []Download{{Remote: "a", Local: "."}}}, `download "a" to ".": names a directory`},
+		{"local dot-dot", Fetch{Downloads: []Download{{Remote: "a", Local: "x/.."}}}, `download "a" to "x/..": names a directory`},
+		{"local root", Fetch{Downloads: []Download{{Remote: "a", Local: "/"}}}, `download "a" to "/": names a directory`},
 		{"local line break", Fetch{Downloads: []Download{{Remote: "a", Local: "x\ny"}}}, "line break"},
 		{"two downloads to one file", Fetch{Downloads: []Download{{Remote: "a/x"}, {Remote: "b/x"}}}, `both go to "`},
 		{"two downloads to one file, spelled differently", Fetch{DownloadDir: os.TempDir(), Downloads: []Download{{Remote: "a/x"}, {Remote: "b", Local: filepath.Join(os.TempDir(), "x")}}}, `both go to "`},

@@ -92,8 +92,8 @@ func (g *guardedWriter) Write(p []byte) (int, error) {
 type statusWriter struct {
 	w      io.Writer
 	marker []byte
-	// ok, when not nil, is closed when the status line says "ok": the
-	// command is about to start.
+	// ok is closed when the status line says "ok": the command is about
+	// to start.
 	ok chan struct{}
 
 	found   bool
@@ -128,7 +128,7 @@ func (s *statusWriter) Write(p []byte) (int, error) {
 	}
 	s.found = true
 	s.status = string(line)
-	if s.ok != nil && s.status == statusOK {
+	if s.status == statusOK {
 		close(s.ok)
 	}
 	s.w.Write(rest)

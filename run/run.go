@@ -165,17 +165,22 @@ func Run(ctx context.Context, client *ssh.Client, req Command) (Result, error) {
 	if err != nil {
 		return Result{ExitCode: ExitUnknown}, fmt.Errorf("run %q: %w", desc, err)
 	}
+	marker := "crabbox-run-" + nonce
 	r := &remoteRun{
 		client: client,
 		desc:   desc,
 		dir:    req.Dir,
 		nonce:  nonce,
 		grace:  grace,
-		out:    newOutput(req.Stdout, req.Stderr, "crabbox-run-"+nonce),
+		out:    newOutput(req.Stdout, req.Stderr, marker),
 		stdin:  req.Stdin,
 	}
-	script := wrapperScript(nonce, "crabbox-run-"+nonce, command, req.Dir, req.Precondition, req.Env, grace, req.Lease, req.Stdin != nil)
-	return r.run(ctx, script)
+	w := wrapper{
+		nonce: nonce, marker: marker, command: command,
+		dir: req.Dir, precondition: req.Precondition, env: req.Env, lease: req.Lease,
+		grace: grace, stdin: req.Stdin != nil,
+	}
+	return r.run(ctx, w.script())
 }
 
 func (req Command) commandLine() (string, error) {

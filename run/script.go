@@ -121,12 +121,26 @@ func steps(d time.Duration) int {
 	return max(1, int((d+napStep-1)/napStep))
 }
 
-// wrapperScript returns the script that runs command. The whole script is
-// one brace group, so sh has read all of it before running any of it and
+// wrapper is what a run's wrapper script is made of.
+type wrapper struct {
+	nonce   string // names the run directory (see runDir)
+	marker  string // starts the status line
+	command string // the shell command line to run
+	// dir, precondition, env and lease are Command's Dir, Precondition,
+	// Env and Lease.
+	dir, precondition string
+	env               map[string]string
+	lease             string
+	grace             time.Duration // from SIGTERM to SIGKILL
+	stdin             bool          // the command reads a FIFO (see stdinScript)
+}
+
+// script returns the script that runs w.command. The whole script is one
+// brace group, so sh has read all of it before running any of it and
 // stdin is free for the watchdog. With stdin, the run directory holds a
 // FIFO, made before the "ok" line, that the command reads as its stdin
 // and a second session writes (see stdinScript).
-func wrapperScript(nonce, marker, command, dir, precondition string, env map[string]string, grace time.Duration, lease string, stdin bool) string {
+func (w wrapper) script() string {
 	var b strings.Builder
 	b.WriteString("{\n")
 	// The wrapper's own stderr is /dev/null and the command's is fd 4: a
@@ -137,43 +151,43 @@ func wrapperScript(nonce, marker, command, dir, precondition string, env map[str
 	// itself (it vforks) and would report through them.
 	b.WriteString("unset CDPATH\nexec 3<&0 4>&2 2>/dev/null\n")
 	b.WriteString(killFuncs)
-	fmt.Fprintf(&b, "crabbox_fail() { printf '%%s %%s\\n' %s \"$1\"; exit 125; }\n", remote.Quote(marker))
-	if precondition != "" {
+	fmt.Fprintf(&b, "crabbox_fail() { printf '%%s %%s\\n' %s \"$1\"; exit 125; }\n", remote.Quote(w.marker))
+	if w.precondition != "" {
 		// eval: the condition is parsed only now, so a syntax error in
 		// it fails the condition instead of the whole wrapper.
-		fmt.Fprintf(&b, "if ! (eval %s) </dev/null >/dev/null 2>&1; then crabbox_fail %s; fi\n", remote.Quote(precondition), statusPrecondition)
+		fmt.Fprintf(&b, "if ! (eval %s) </dev/null >/dev/null 2>&1; then crabbox_fail %s; fi\n", remote.Quote(w.precondition), statusPrecondition)
 	}
-	if dir != "" {
-		q := remote.Quote(dir)
+	if w.dir != "" {
+		q := remote.Quote(w.dir)
 		fmt.Fprintf(&b, "if ! cd -- %s 2>/dev/null; then\n", q)
 		fmt.Fprintf(&b, "\tif [ ! -e %s ]; then crabbox_fail %s; elif [ ! -d %s ]; then crabbox_fail %s; else crabbox_fail %s; fi\nfi\n",
 			q, statusNoDir, q, statusNotDir, statusNoAccess)
 	}
-	fmt.Fprintf(&b, "crabbox_d=%s\n", runDir(nonce))
+	fmt.Fprintf(&b, "crabbox_d=%s\n", runDir(w.nonce))
 	fmt.Fprintf(&b, "mkdir -m 700 -- \"$crabbox_d\" 2>/dev/null || crabbox_fail %s\n", statusRunDir)
-	if lease != "" { // StopAll finds the lease's runs by it (stop.go)
-		fmt.Fprintf(&b, "echo %s >\"$crabbox_d/lease\" || { rm -rf -- \"$crabbox_d\"; crabbox_fail %s; }\n", lease, statusRunDir)
+	if w.lease != "" { // StopAll finds the lease's runs by it (stop.go)
+		fmt.Fprintf(&b, "echo %s >\"$crabbox_d/lease\" || { rm -rf -- \"$crabbox_d\"; crabbox_fail %s; }\n", w.lease, statusRunDir)
 	}
-	if stdin {
+	if w.stdin {
 		fmt.Fprintf(&b, "mkfifo -m 600 -- \"$crabbox_d/stdin\" || { rm -rf -- \"$crabbox_d\"; crabbox_fail %s; }\n", statusStdin)
 	}
 	fmt.Fprintf(&b, "{ while read -r crabbox_l; do :; done; crabbox_kill \"$crabbox_d\" %d %d; } 0<&3 3<&- 4>&- >/dev/null 2>&1 &\n",
-		steps(publishWait), steps(grace))
+		steps(publishWait), steps(w.grace))
 	b.WriteString("crabbox_w=$!\n")
-	fmt.Fprintf(&b, "printf '%%s %%s\\n' %s %s\n", remote.Quote(marker), statusOK)
+	fmt.Fprintf(&b, "printf '%%s %%s\\n' %s %s\n", remote.Quote(w.marker), statusOK)
 
 	// The command's environment: prefix assignments reach the command
 	// without touching the wrapper's own variables.
 	var assign strings.Builder
-	names := make([]string, 0, len(env))
-	for name := range env {
+	names := make([]string, 0, len(w.env))
+	for name := range w.env {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		fmt.Fprintf(&assign, "%s=%s ", name, remote.Quote(env[name]))
+		fmt.Fprintf(&assign, "%s=%s ", name, remote.Quote(w.env[name]))
 	}
-	fmt.Fprintf(&assign, "CRABBOX_RUN_DIR=\"$crabbox_d\" CRABBOX_RUN_CMD=%s", remote.Quote(command))
+	fmt.Fprintf(&assign, "CRABBOX_RUN_DIR=\"$crabbox_d\" CRABBOX_RUN_CMD=%s", remote.Quote(w.command))
 	tramp := remote.Quote(trampoline)
 
 	b.WriteString("if command -v setsid >/dev/null 2>&1; then\n")
@@ -182,9 +196,9 @@ func wrapperScript(nonce, marker, command, dir, precondition string, env map[str
 	b.WriteString("\tset -m 2>/dev/null\n")
 	fmt.Fprintf(&b, "\t(%s sh -c %s </dev/null 2>&4 3<&- 4>&-) &\n", assign.String(), tramp)
 	b.WriteString("\twait $!\n\tcrabbox_s=$?\n\tset +m\nfi\n")
-	fmt.Fprintf(&b, "crabbox_kill \"$crabbox_d\" 0 %d >/dev/null 2>&1\n", steps(grace))
+	fmt.Fprintf(&b, "crabbox_kill \"$crabbox_d\" 0 %d >/dev/null 2>&1\n", steps(w.grace))
 	b.WriteString("kill \"$crabbox_w\"; wait \"$crabbox_w\"\n")
-	if stdin {
+	if w.stdin {
 		b.WriteString(releaseStdinWriter)
 	}
 	b.WriteString("rm -rf -- \"$crabbox_d\"\n")

@@ -106,7 +106,7 @@ func startWrapperStdin(t *testing.T, s localShell, tmp, nonce, command string, w
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	if _, err := io.WriteString(stdin, wrapperScript(nonce, "M-"+nonce, command, "", "", nil, 200*time.Millisecond, "", withStdin)); err != nil {
+	if _, err := io.WriteString(stdin, wrapper{nonce: nonce, marker: "M-" + nonce, command: command, grace: 200 * time.Millisecond, stdin: withStdin}.script()); err != nil {
 		t.Fatal(err)
 	}
 	return cmd, stdout, &stderr, stdin
