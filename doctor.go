@@ -12,9 +12,9 @@ import (
 	"strings"
 
 	"github.com/crabbox-dev/crabbox/internal/diskspace"
-	"github.com/crabbox-dev/crabbox/provider"
-
+	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/internal/units"
+	"github.com/crabbox-dev/crabbox/provider"
 )
 
 // DoctorOptions shape the doctor's checks.
@@ -153,15 +153,17 @@ func (c *Client) checkBoxSpace(ctx context.Context, ref string) []provider.Check
 		ch.OK, ch.Warn, ch.Detail = true, true, fmt.Sprintf("cannot tell: %v", err)
 		return []provider.Check{ch}
 	}
-	sess, err := conn.NewSession()
+	sess, err := remote.NewSession(ctx, conn)
 	if err != nil {
 		ch.Detail = fmt.Sprintf("open a session on %s: %v", l.ID(), err)
 		return []provider.Check{ch}
 	}
 	defer sess.Close()
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
 	var stdout, stderr capped
 	sess.Stdout, sess.Stderr = &stdout, &stderr
-	if err := sess.Run("df -Pk -- " + shellQuote(root)); err != nil {
+	if err := sess.Run("df -Pk -- " + remote.Quote(root)); err != nil {
 		ch.Detail = fmt.Sprintf("df -Pk %s on %s: %v: %s", root, l.ID(), err, strings.TrimSpace(stderr.String()))
 		return []provider.Check{ch}
 	}
@@ -182,9 +184,6 @@ func (c *capped) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // dfLine is a data line of `df -Pk`: the filesystem (which may hold
 // spaces), 1024-blocks, used, available, capacity and the mount point

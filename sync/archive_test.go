@@ -30,6 +30,23 @@ func pushArchive(t *testing.T, sb *providertest.Sandbox, id, root, dir, cache st
 	return stats
 }
 
+// warmSandbox returns a sandbox with one warm lease (its view), and a
+// local tree of a.txt, gone.txt and sub/b.txt to push there with a hash
+// cache.
+func warmSandbox(t *testing.T) (sb *providertest.Sandbox, view provider.LeaseView, root, cache string) {
+	t.Helper()
+	sb = providertest.NewSandbox("sandbox", t.TempDir())
+	view, err := sb.Warmup(context.Background(), provider.WarmupRequest{LeaseID: lease.NewID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, cache = t.TempDir(), filepath.Join(t.TempDir(), "hashes")
+	write(t, filepath.Join(root, "a.txt"), "a\n")
+	write(t, filepath.Join(root, "gone.txt"), "going\n")
+	write(t, filepath.Join(root, "sub", "b.txt"), "b\n")
+	return sb, view, root, cache
+}
+
 func write(t *testing.T, path, body string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -59,15 +76,7 @@ func ops(sb *providertest.Sandbox) []string {
 }
 
 func TestPushArchive(t *testing.T) {
-	sb := providertest.NewSandbox("sandbox", t.TempDir())
-	view, err := sb.Warmup(context.Background(), provider.WarmupRequest{LeaseID: lease.NewID()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, cache := t.TempDir(), filepath.Join(t.TempDir(), "hashes")
-	write(t, filepath.Join(root, "a.txt"), "a\n")
-	write(t, filepath.Join(root, "gone.txt"), "going\n")
-	write(t, filepath.Join(root, "sub", "b.txt"), "b\n")
+	sb, view, root, cache := warmSandbox(t)
 	dir := view.WorkRoot + "/repo"
 	local := filepath.FromSlash(dir)
 
@@ -150,15 +159,7 @@ func TestPushArchiveRefusesRelativeDir(t *testing.T) {
 // push cut short in the directory itself is trusted as far as its pending
 // file allows, without a word.
 func TestPushArchiveWorkdirGone(t *testing.T) {
-	sb := providertest.NewSandbox("sandbox", t.TempDir())
-	view, err := sb.Warmup(context.Background(), provider.WarmupRequest{LeaseID: lease.NewID()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, cache := t.TempDir(), filepath.Join(t.TempDir(), "hashes")
-	write(t, filepath.Join(root, "a.txt"), "a\n")
-	write(t, filepath.Join(root, "sub", "b.txt"), "b\n")
-	write(t, filepath.Join(root, "gone.txt"), "going\n")
+	sb, view, root, cache := warmSandbox(t)
 	dir := view.WorkRoot + "/repo"
 	local := filepath.FromSlash(dir)
 	var said []string

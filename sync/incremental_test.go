@@ -547,17 +547,7 @@ func TestUnchangedCheck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check, ok := p.UnchangedCheck()
-		if !ok {
-			t.Fatal("no UnchangedCheck for a listing the cache saw synced")
-		}
-		sess, err := client.NewSession()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess.Close()
-		sess.Stdin = strings.NewReader(check)
-		return sess.Run("sh -s") == nil
+		return checkHolds(t, client, p)
 	}
 
 	first, err := Prepare(t.Context(), opts)

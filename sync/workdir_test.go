@@ -282,10 +282,9 @@ func TestPushWriteFailsOnTheBox(t *testing.T) {
 			root := plainTree(t, 3, "v1")
 			remoteDir := filepath.Join(t.TempDir(), "repo")
 			bin := t.TempDir()
-			tar := filepath.Join(bin, "tar")
-			writeScript(t, tar, "#!/bin/sh\ntar \"$@\" || exit\nln -sf /dev/full '"+filepath.Join(remoteDir, Marker)+"'\n")
-			df := filepath.Join(bin, "df")
-			writeScript(t, df, "#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\necho \"box 64 64 "+tt.free+" 100% /\"\n")
+			tar, df := filepath.Join(bin, "tar"), filepath.Join(bin, "df")
+			write(t, bin, "tar", "#!/bin/sh\ntar \"$@\" || exit\nln -sf /dev/full '"+filepath.Join(remoteDir, Marker)+"'\n", 0o755)
+			write(t, bin, "df", "#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\necho \"box 64 64 "+tt.free+" 100% /\"\n", 0o755)
 			_, err := Push(t.Context(), client, Options{Root: root, RemoteDir: remoteDir, tar: tar, df: df})
 			want := strings.ReplaceAll(tt.want, "%s", remoteDir)
 			if err == nil || !strings.HasSuffix(err.Error(), want) {
@@ -314,13 +313,6 @@ func TestPushLockCannotBeMade(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(remoteDir, "d0")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("push without the lock changed the tree: %v", err)
-	}
-}
-
-func writeScript(t *testing.T, name, script string) {
-	t.Helper()
-	if err := os.WriteFile(name, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -365,8 +357,9 @@ func TestPushArchiveDiskFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tar := filepath.Join(t.TempDir(), "tar")
-	writeScript(t, tar, "#!/bin/sh\ncat >/dev/null\necho 'tar: a: Cannot write: No space left on device' >&2\nexit 2\n")
+	bin := t.TempDir()
+	tar := filepath.Join(bin, "tar")
+	write(t, bin, "tar", "#!/bin/sh\ncat >/dev/null\necho 'tar: a: Cannot write: No space left on device' >&2\nexit 2\n", 0o755)
 	dir := view.WorkRoot + "/repo"
 	p, err := Prepare(t.Context(), Options{Root: plainTree(t, 3, "v1"), RemoteDir: dir, tar: tar})
 	if err != nil {

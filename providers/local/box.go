@@ -165,11 +165,13 @@ func awaitEnd(ctx context.Context, dir string, expires time.Time, served <-chan 
 		case <-timer.Chan():
 		case <-o.touched:
 		}
-		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-			return "lease directory " + dir + " is gone"
-		}
 		rec, err := readRecord(dir)
 		if err != nil {
+			// Only a record that cannot be read costs a look at the
+			// directory, to say why.
+			if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+				return "lease directory " + dir + " is gone"
+			}
 			return fmt.Sprintf("lease record unreadable: %v", err)
 		}
 		if !rec.ExpiresAt.After(o.clock.Now()) {

@@ -66,11 +66,13 @@ func (b bootedBox) dial(user string, auth ssh.AuthMethod, port int) (*ssh.Client
 	})
 }
 
-// bootContainer runs the user data of bs as a plain script in a fresh
+// startContainer runs the user data of bs as a plain script in a fresh
 // Debian container (no cloud-init there, as the script needs none) with
-// its SSH ports published on 127.0.0.1, and waits until sshd answers with
-// the injected host key.
-func bootContainer(t *testing.T, docker string, bs cloud.Bootstrap) bootedBox {
+// its SSH ports published on 127.0.0.1, and returns the box and its
+// 127.0.0.1 ports in bs's order. then joins the script to the sleep that
+// keeps the container up: "&&" stops it when the script fails, ";" keeps
+// it.
+func startContainer(t *testing.T, docker string, bs cloud.Bootstrap, then string) (bootedBox, []int) {
 	t.Helper()
 	ud, err := bs.UserData()
 	if err != nil {
@@ -91,7 +93,7 @@ func bootContainer(t *testing.T, docker string, bs cloud.Bootstrap) bootedBox {
 	for _, p := range ports {
 		args = append(args, "-p", fmt.Sprintf("127.0.0.1::%d", p))
 	}
-	args = append(args, cloudinitImage, "/bin/sh", "-c", "sh /crabbox-user-data >/var/log/crabbox-bootstrap.log 2>&1 && exec sleep infinity")
+	args = append(args, cloudinitImage, "/bin/sh", "-c", "sh /crabbox-user-data >/var/log/crabbox-bootstrap.log 2>&1 "+then+" exec sleep infinity")
 	dockerRun(t, docker, args...)
 	t.Cleanup(func() { _ = exec.Command(docker, "rm", "-f", box.name).Run() })
 	dockerRun(t, docker, "cp", udFile, box.name+":/crabbox-user-data")
@@ -106,6 +108,14 @@ func bootContainer(t *testing.T, docker string, bs cloud.Bootstrap) bootedBox {
 		box.ports[p], _ = strconv.Atoi(port)
 		probe = append(probe, box.ports[p])
 	}
+	return box, probe
+}
+
+// bootContainer starts bs in a container (see startContainer) and waits
+// until sshd answers with the injected host key.
+func bootContainer(t *testing.T, docker string, bs cloud.Bootstrap) bootedBox {
+	t.Helper()
+	box, probe := startContainer(t, docker, bs, "&&")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	wait := cloud.SSHWait{Host: "127.0.0.1", Ports: probe, HostKey: box.hostKey, Interval: 100 * time.Millisecond}
@@ -245,31 +255,11 @@ func TestBootstrapFailureInContainer(t *testing.T) {
 		AuthorizedKey: lk.AuthorizedKey(), HostKey: newHostKey(t), SelfDestructAfter: time.Hour,
 		Packages: []string{"crabbox-no-such-package"},
 	}
-	ud, err := bs.UserData()
-	if err != nil {
-		t.Fatal(err)
-	}
-	udFile := filepath.Join(t.TempDir(), "user-data")
-	if err := os.WriteFile(udFile, []byte(ud), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	suffix := make([]byte, 6)
-	rand.Read(suffix)
-	name := "crabbox-cloudinit-test-" + hex.EncodeToString(suffix)
-	dockerRun(t, docker, "create", "--name", name, "--label", "crabbox-test=cloudinit", "-p", "127.0.0.1::2222",
-		cloudinitImage, "/bin/sh", "-c", "sh /crabbox-user-data >/var/log/crabbox-bootstrap.log 2>&1; exec sleep infinity")
-	t.Cleanup(func() { _ = exec.Command(docker, "rm", "-f", name).Run() })
-	dockerRun(t, docker, "cp", udFile, name+":/crabbox-user-data")
-	dockerRun(t, docker, "start", name)
-	_, port, err := net.SplitHostPort(strings.Fields(dockerRun(t, docker, "port", name, "2222/tcp"))[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _ := strconv.Atoi(port)
+	box, _ := startContainer(t, docker, bs, ";")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err = cloud.WaitForSSH(ctx, cloud.SSHWait{Host: "127.0.0.1", Ports: []int{p}, HostKey: bs.HostKey.PublicKey(), Interval: 100 * time.Millisecond})
-	logs, _ := exec.Command(docker, "exec", name, "cat", "/var/log/crabbox-bootstrap.log").CombinedOutput()
+	_, err := cloud.WaitForSSH(ctx, cloud.SSHWait{Host: "127.0.0.1", Ports: []int{box.ports[cloud.DefaultPort]}, HostKey: bs.HostKey.PublicKey(), Interval: 100 * time.Millisecond})
+	logs := box.logs()
 	var be *cloud.BootstrapError
 	if !errors.As(err, &be) {
 		t.Fatalf("WaitForSSH err = %v, want a *cloud.BootstrapError\nbootstrap log:\n%s", err, logs)
@@ -277,7 +267,7 @@ func TestBootstrapFailureInContainer(t *testing.T) {
 	if !strings.HasPrefix(be.Step, "install tools (exit status ") || be.Output == "" {
 		t.Errorf("BootstrapError = %+v, want the install step and its output", be)
 	}
-	if out, err := exec.Command(docker, "exec", "-u", "0", name, "sh", "-c", "test -f "+cloud.ReadyMarker+" || echo no ready marker").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "no ready marker" {
+	if out, err := exec.Command(docker, "exec", "-u", "0", box.name, "sh", "-c", "test -f "+cloud.ReadyMarker+" || echo no ready marker").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "no ready marker" {
 		t.Errorf("ready marker check: %q, %v; want no ready marker", out, err)
 	}
 }
