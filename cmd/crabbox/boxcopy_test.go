@@ -1,12 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/crabbox-dev/crabbox"
 )
 
 // A warm lease whose workdir was deleted on the box gets the whole tree
@@ -14,13 +11,8 @@ import (
 func TestRunAfterWorkdirDeleted(t *testing.T) {
 	t.Parallel()
 	env, repo := stateEnv(t), gitRepo(t)
-	r := crabboxCmd(t, env, repo, "warmup", "--json")
-	var warm crabbox.LeaseInfo
-	if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
-		t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
-	}
-	t.Cleanup(func() { crabboxCmd(t, env, repo, "stop", warm.ID) })
-	r = crabboxCmd(t, env, repo, "run", "--quiet", "--id", warm.ID, "--", "pwd")
+	warm := warmLease(t, env, repo)
+	r := crabboxCmd(t, env, repo, "run", "--quiet", "--id", warm.ID, "--", "pwd")
 	workdir := strings.TrimSpace(r.stdout)
 	if r.code != 0 || workdir == "" {
 		t.Fatalf("run pwd: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)

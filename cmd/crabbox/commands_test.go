@@ -31,14 +31,9 @@ func stateDir(env []string) string {
 func TestWarmLeaseCommands(t *testing.T) {
 	t.Parallel()
 	env, dir := stateEnv(t), t.TempDir()
-	r := crabboxCmd(t, env, dir, "warmup", "--json")
-	var warm crabbox.LeaseInfo
-	if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
-		t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
-	}
-	t.Cleanup(func() { crabboxCmd(t, env, dir, "stop", warm.ID) })
+	warm := warmLease(t, env, dir)
 
-	r = crabboxCmd(t, env, dir, "ssh", "--print", warm.Slug)
+	r := crabboxCmd(t, env, dir, "ssh", "--print", warm.Slug)
 	// Outside a checkout the shell opens in the work root: the line ends
 	// with -t, the destination and the command that changes there.
 	opts, command, _ := strings.Cut(strings.TrimSpace(r.stdout), " -t ")
@@ -221,15 +216,10 @@ func TestSSHOpensInTheSyncedCheckout(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(pkg, "a.txt"), []byte("a\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := crabboxCmd(t, env, repo, "warmup", "--json")
-	var warm crabbox.LeaseInfo
-	if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
-		t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
-	}
-	t.Cleanup(func() { crabboxCmd(t, env, repo, "stop", warm.ID) })
+	warm := warmLease(t, env, repo)
 
 	other := gitRepo(t)
-	r = runCLI(t, env, other, "pwd\n", "ssh", warm.ID)
+	r := runCLI(t, env, other, "pwd\n", "ssh", warm.ID)
 	if r.code != 0 || !strings.Contains(r.stderr, "is not on the box") || strings.TrimSpace(r.stdout) == "" {
 		t.Errorf("ssh from a checkout not synced: exit %d, stdout %q, stderr %q; want a note and a shell", r.code, r.stdout, r.stderr)
 	}

@@ -18,12 +18,7 @@ func TestDamagedClaimCommands(t *testing.T) {
 	t.Parallel()
 	env, dir := stateEnv(t), gitRepo(t)
 	warm := func() crabbox.LeaseInfo {
-		r := crabboxCmd(t, env, dir, "warmup", "--json")
-		var info crabbox.LeaseInfo
-		if err := json.Unmarshal([]byte(r.stdout), &info); r.code != 0 || err != nil {
-			t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
-		}
-		t.Cleanup(func() { crabboxCmd(t, env, dir, "stop", info.ID) })
+		info := warmLease(t, env, dir)
 		return info
 	}
 	good, bad := warm(), warm()

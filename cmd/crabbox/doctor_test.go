@@ -1,13 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/crabbox-dev/crabbox"
 )
 
 // doctor exits 125 when the selected provider cannot work as configured,
@@ -62,13 +59,8 @@ func TestDoctorExitCode(t *testing.T) {
 func TestDoctorBoxSpace(t *testing.T) {
 	t.Parallel()
 	env, dir := stateEnv(t), t.TempDir()
-	r := crabboxCmd(t, env, dir, "warmup", "--json")
-	var warm crabbox.LeaseInfo
-	if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
-		t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
-	}
-	t.Cleanup(func() { crabboxCmd(t, env, dir, "stop", warm.ID) })
-	r = crabboxCmd(t, env, dir, "doctor", "--id", warm.Slug)
+	warm := warmLease(t, env, dir)
+	r := crabboxCmd(t, env, dir, "doctor", "--id", warm.Slug)
 	if r.code != 0 {
 		t.Fatalf("doctor --id: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}

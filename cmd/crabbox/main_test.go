@@ -74,6 +74,19 @@ func runCLI(t *testing.T, env []string, dir, stdin string, args ...string) resul
 
 // stateEnv gives a test its own state, an empty config and no saved
 // coordinator sign-in (an empty user config directory).
+// warmLease warms up a lease with crabbox warmup in dir, fails t if it
+// cannot, and stops the lease when t ends.
+func warmLease(t *testing.T, env []string, dir string) crabbox.LeaseInfo {
+	t.Helper()
+	r := crabboxCmd(t, env, dir, "warmup", "--json")
+	var warm crabbox.LeaseInfo
+	if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
+		t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	t.Cleanup(func() { crabboxCmd(t, env, dir, "stop", warm.ID) })
+	return warm
+}
+
 func stateEnv(t *testing.T) []string {
 	t.Helper()
 	return []string{"CRABBOX_STATE_DIR=" + t.TempDir(), "CRABBOX_CONFIG=" + filepath.Join(t.TempDir(), "none"), "XDG_CONFIG_HOME=" + t.TempDir()}

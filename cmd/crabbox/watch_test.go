@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/sync/watch"
 )
 
@@ -29,12 +27,7 @@ func TestRunWithChangeWatcher(t *testing.T) {
 		}
 	})
 
-	r := crabboxCmd(t, env, repo, "warmup", "--json")
-	var warm crabbox.LeaseInfo
-	if err := json.Unmarshal([]byte(r.stdout), &warm); r.code != 0 || err != nil {
-		t.Fatalf("warmup: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
-	}
-	t.Cleanup(func() { crabboxCmd(t, env, repo, "stop", warm.ID) })
+	warm := warmLease(t, env, repo)
 
 	cat := func(want string) {
 		t.Helper()
