@@ -272,6 +272,10 @@ type User struct {
 // no longer accepts. A *DeniedError says what GitHub answered.
 var ErrDenied = errors.New("github: not allowed")
 
+// ErrTokenRefused is the ErrDenied of a GitHub token GitHub no longer
+// accepts (401): the user revoked it, or it expired.
+var ErrTokenRefused = fmt.Errorf("%w: GitHub no longer accepts the user's token (revoked or expired)", ErrDenied)
+
 // Refused is what GitHub answered about a user in an allowed org that does
 // not let them in.
 type Refused string
@@ -515,7 +519,7 @@ func (c *Client) get(ctx context.Context, tok *oauth2.Token, path string, out an
 }
 
 // do GETs an API path with the user's token into out. It returns the
-// status, 200, 404 or 403; a token GitHub refuses is an ErrDenied, any
+// status, 200, 404 or 403; a token GitHub refuses is ErrTokenRefused, any
 // other answer an error.
 func (c *Client) do(ctx context.Context, tok *oauth2.Token, path string, out any) (status int, err error) {
 	u := *c.api
@@ -538,7 +542,7 @@ func (c *Client) do(ctx context.Context, tok *oauth2.Token, path string, out any
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusForbidden:
 		return resp.StatusCode, nil
 	case resp.StatusCode == http.StatusUnauthorized:
-		return 0, fmt.Errorf("%w: GitHub no longer accepts the user's token (revoked or expired)", ErrDenied)
+		return 0, ErrTokenRefused
 	case resp.StatusCode != http.StatusOK:
 		return 0, fmt.Errorf("github: GET %s: HTTP %d", path, resp.StatusCode)
 	}

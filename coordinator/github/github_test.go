@@ -182,6 +182,9 @@ func TestCheckAfterRemoval(t *testing.T) {
 	gh.SetTeam("acme/infra", "alice", "active")
 	gh.RevokeToken(alice)
 	check("with a revoked GitHub token", "acme", "GitHub no longer accepts the user's token (revoked or expired)")
+	if err := c.Check(t.Context(), tok, "alice", "acme"); !errors.Is(err, github.ErrTokenRefused) {
+		t.Errorf("Check with a revoked GitHub token = %v, want ErrTokenRefused", err)
+	}
 }
 
 // Refusal rebuilds a reason from a code and an org, from the
