@@ -305,7 +305,8 @@ type Refusal struct {
 	Org string
 	// Why is what GitHub answered.
 	Why Refused
-	// Teams are Org's allowed teams ("org/team-slug"), for NotInTeam.
+	// Teams are Org's allowed teams ("org/team-slug"), for NotInTeam;
+	// none when teams are configured for other orgs only.
 	Teams []string
 	// InviteURL is where the user accepts a pending invitation.
 	InviteURL string
@@ -325,7 +326,10 @@ func (r Refusal) String() string {
 		for i, t := range r.Teams {
 			_, slugs[i], _ = strings.Cut(t, "/")
 		}
-		if len(slugs) == 1 {
+		switch len(slugs) {
+		case 0:
+			return fmt.Sprintf("%s is in the GitHub org %s, but this coordinator admits none of its teams", who, r.Org)
+		case 1:
 			return fmt.Sprintf("%s is in the GitHub org %s but not in its team %s", who, r.Org, slugs[0])
 		}
 		return fmt.Sprintf("%s is in the GitHub org %s but in none of its teams %s", who, r.Org, strings.Join(slugs, ", "))
@@ -370,7 +374,7 @@ func DeniedReason(err error) string {
 
 // Refusal is the refusal why for org, in this client's configuration:
 // false when org is not an allowed org, or why is not a Refused (or is
-// NotInTeam without allowed teams in org). It lets a caller rebuild a
+// NotInTeam without allowed teams). It lets a caller rebuild a
 // reason from a code without trusting anything but the code.
 func (c *Client) Refusal(org string, why Refused) (Refusal, bool) {
 	if !slices.Contains(c.cfg.Orgs, org) {
@@ -382,10 +386,10 @@ func (c *Client) Refusal(org string, why Refused) (Refusal, bool) {
 	case InvitePending:
 		r.InviteURL = c.inviteURL(org)
 	case NotInTeam:
-		r.Teams = c.teamsOf(org)
-		if len(r.Teams) == 0 {
+		if len(c.cfg.Teams) == 0 {
 			return Refusal{}, false
 		}
+		r.Teams = c.teamsOf(org)
 	default:
 		return Refusal{}, false
 	}

@@ -90,6 +90,8 @@ func TestAuthorize(t *testing.T) {
 		{"invitation with a team pending", []string{"acme"}, []string{"acme/infra"}, dave.Token, github.User{},
 			"dave's invitation to the GitHub org acme is pending: accept it at " + invite + ", then sign in again"},
 		{"in the team", []string{"acme"}, []string{"acme/infra"}, alice.Token, github.User{Login: "alice", ID: 1, Org: "acme"}, ""},
+		{"in an org without allowed teams", []string{"acme", "other"}, []string{"acme/infra"}, bob.Token, github.User{},
+			"bob's invitation to the GitHub org acme is pending: accept it at " + invite + ", then sign in again; bob is in the GitHub org other, but this coordinator admits none of its teams"},
 		{"not in the team", []string{"acme"}, []string{"acme/ops"}, alice.Token, github.User{},
 			"alice is in the GitHub org acme but not in its team ops"},
 		{"in none of the teams", []string{"acme"}, []string{"acme/ops", "acme/web"}, alice.Token, github.User{},
@@ -200,7 +202,7 @@ func TestRefusalFromConfig(t *testing.T) {
 		{"acme", github.NotMember, "this GitHub account is not a member of the GitHub org acme"},
 		{"acme", github.InvitePending, "this GitHub account's invitation to the GitHub org acme is pending: accept it at " + gh.URL + "/orgs/acme/invitation, then sign in again"},
 		{"acme", github.NotInTeam, "this GitHub account is in the GitHub org acme but not in its team infra"},
-		{"other", github.NotInTeam, ""}, // no allowed team in other
+		{"other", github.NotInTeam, "this GitHub account is in the GitHub org other, but this coordinator admits none of its teams"},
 		{"evil", github.NotMember, ""},  // not an allowed org
 		{"acme", github.Refused("<b>hi</b>"), ""},
 	}
