@@ -203,7 +203,7 @@ func TestRefusalFromConfig(t *testing.T) {
 		{"acme", github.InvitePending, "this GitHub account's invitation to the GitHub org acme is pending: accept it at " + gh.URL + "/orgs/acme/invitation, then sign in again"},
 		{"acme", github.NotInTeam, "this GitHub account is in the GitHub org acme but not in its team infra"},
 		{"other", github.NotInTeam, "this GitHub account is in the GitHub org other, but this coordinator admits none of its teams"},
-		{"evil", github.NotMember, ""},  // not an allowed org
+		{"evil", github.NotMember, ""}, // not an allowed org
 		{"acme", github.Refused("<b>hi</b>"), ""},
 	}
 	for _, tt := range tests {
