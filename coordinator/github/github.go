@@ -64,6 +64,7 @@ type Client struct {
 	cfg   Config
 	oauth *oauth2.Config
 	api   *url.URL
+	web   *url.URL
 	hc    *http.Client
 }
 
@@ -116,6 +117,7 @@ func New(cfg Config) (*Client, error) {
 			},
 		},
 		api: api,
+		web: web,
 		hc:  hc,
 	}, nil
 }
@@ -266,12 +268,103 @@ type User struct {
 }
 
 // ErrDenied marks a user who is not (or no longer) allowed: not an active
-// member of an allowed org, or of an allowed team.
+// member of an allowed org, or of an allowed team, or a GitHub token GitHub
+// no longer accepts. A *DeniedError says what GitHub answered.
 var ErrDenied = errors.New("github: not allowed")
 
+// ErrTokenRefused is the ErrDenied of a GitHub token GitHub no longer
+// accepts (401): the user revoked it, or it expired.
+var ErrTokenRefused = fmt.Errorf("%w: GitHub no longer accepts the user's token (revoked or expired)", ErrDenied)
+
+// Refused is what GitHub answered about a user in an allowed org that does
+// not let them in.
+type Refused string
+
+const (
+	// NotMember: GitHub knows no membership of the user in the org (404).
+	NotMember Refused = "not_member"
+	// InvitePending: the user was invited to the org and has not accepted
+	// yet (membership state "pending").
+	InvitePending Refused = "invite_pending"
+	// NotInTeam: the user is an active member of the org but not an
+	// active member of any of its allowed teams.
+	NotInTeam Refused = "not_in_team"
+	// OrgHidden: GitHub refused to show the membership (403), as it does
+	// for an org that restricts OAuth app access until an owner approves
+	// the app.
+	OrgHidden Refused = "org_hidden"
+)
+
+// Refusal is GitHub's answer about a user in one allowed org, when that
+// answer does not let them in.
+type Refusal struct {
+	// Login is the GitHub user; empty when not known (the text then says
+	// "this GitHub account").
+	Login string
+	// Org is the allowed org asked about.
+	Org string
+	// Why is what GitHub answered.
+	Why Refused
+	// Teams are Org's allowed teams ("org/team-slug"), for NotInTeam;
+	// none when teams are configured for other orgs only.
+	Teams []string
+	// InviteURL is where the user accepts a pending invitation.
+	InviteURL string
+}
+
+// String says what GitHub answered, fit to show the user.
+func (r Refusal) String() string {
+	who, whose := r.Login, r.Login+"'s"
+	if r.Login == "" {
+		who, whose = "this GitHub account", "this GitHub account's"
+	}
+	switch r.Why {
+	case InvitePending:
+		return fmt.Sprintf("%s invitation to the GitHub org %s is pending: accept it at %s, then sign in again", whose, r.Org, r.InviteURL)
+	case NotInTeam:
+		slugs := make([]string, len(r.Teams))
+		for i, t := range r.Teams {
+			_, slugs[i], _ = strings.Cut(t, "/")
+		}
+		switch len(slugs) {
+		case 0:
+			return fmt.Sprintf("%s is in the GitHub org %s, but this coordinator admits none of its teams", who, r.Org)
+		case 1:
+			return fmt.Sprintf("%s is in the GitHub org %s but not in its team %s", who, r.Org, slugs[0])
+		}
+		return fmt.Sprintf("%s is in the GitHub org %s but in none of its teams %s", who, r.Org, strings.Join(slugs, ", "))
+	case OrgHidden:
+		return fmt.Sprintf("GitHub would not show %s membership of the org %s (the org may restrict OAuth app access: an org owner can approve this app)", whose, r.Org)
+	default:
+		return fmt.Sprintf("%s is not a member of the GitHub org %s", who, r.Org)
+	}
+}
+
+// DeniedError is the ErrDenied of a user GitHub does not let in: what it
+// answered for each allowed org asked about, in the configured order.
+type DeniedError struct {
+	Refusals []Refusal
+}
+
+func (e *DeniedError) Error() string { return ErrDenied.Error() + ": " + e.reason() }
+
+// Is makes a DeniedError an ErrDenied.
+func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
+
+func (e *DeniedError) reason() string {
+	parts := make([]string, len(e.Refusals))
+	for i, r := range e.Refusals {
+		parts[i] = r.String()
+	}
+	return strings.Join(parts, "; ")
+}
+
 // DeniedReason is what an ErrDenied error says after its prefix (why the
-// user is not allowed), fit to show them.
+// user is not allowed, as GitHub answered), fit to show them.
 func DeniedReason(err error) string {
+	if de, ok := errors.AsType[*DeniedError](err); ok {
+		return de.reason()
+	}
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, ErrDenied.Error()+": "); ok {
 		return rest
@@ -279,9 +372,51 @@ func DeniedReason(err error) string {
 	return msg
 }
 
+// Refusal is the refusal why for org, in this client's configuration:
+// false when org is not an allowed org, or why is not a Refused (or is
+// NotInTeam without allowed teams). It lets a caller rebuild a
+// reason from a code without trusting anything but the code.
+func (c *Client) Refusal(org string, why Refused) (Refusal, bool) {
+	if !slices.Contains(c.cfg.Orgs, org) {
+		return Refusal{}, false
+	}
+	r := Refusal{Org: org, Why: why}
+	switch why {
+	case NotMember, OrgHidden:
+	case InvitePending:
+		r.InviteURL = c.inviteURL(org)
+	case NotInTeam:
+		if len(c.cfg.Teams) == 0 {
+			return Refusal{}, false
+		}
+		r.Teams = c.teamsOf(org)
+	default:
+		return Refusal{}, false
+	}
+	return r, true
+}
+
+// inviteURL is the GitHub page where a user accepts an invitation to org.
+func (c *Client) inviteURL(org string) string {
+	u := *c.web
+	u.Path = strings.TrimRight(u.Path, "/") + "/orgs/" + org + "/invitation"
+	return u.String()
+}
+
+// teamsOf are the allowed teams of org.
+func (c *Client) teamsOf(org string) []string {
+	var teams []string
+	for _, t := range c.cfg.Teams {
+		if tOrg, _, _ := strings.Cut(t, "/"); tOrg == org {
+			teams = append(teams, t)
+		}
+	}
+	return teams
+}
+
 // Authorize looks up the user a GitHub token belongs to and checks that
-// they may use the coordinator. A user who may not gets an error wrapping
-// ErrDenied that says why.
+// they may use the coordinator. A user who may not gets a *DeniedError
+// (an ErrDenied) that says what GitHub answered for each allowed org.
 func (c *Client) Authorize(ctx context.Context, tok *oauth2.Token) (User, error) {
 	var u struct {
 		Login string `json:"login"`
@@ -292,93 +427,142 @@ func (c *Client) Authorize(ctx context.Context, tok *oauth2.Token) (User, error)
 	} else if !ok || !validName(u.Login) {
 		return User{}, errors.New("github: the token does not belong to a user")
 	}
-	org, err := c.allowedOrg(ctx, tok, u.Login)
-	if err != nil {
-		return User{}, err
+	denied := &DeniedError{}
+	for _, org := range c.cfg.Orgs {
+		refusal, err := c.inOrg(ctx, tok, u.Login, org)
+		if err != nil {
+			return User{}, err
+		}
+		if refusal == nil {
+			return User{Login: u.Login, ID: u.ID, Org: org}, nil
+		}
+		denied.Refusals = append(denied.Refusals, *refusal)
 	}
-	return User{Login: u.Login, ID: u.ID, Org: org}, nil
+	return User{}, denied
 }
 
 // Check re-checks that the user with login may still use the coordinator,
-// in org: the periodic check of a signed-in user. It fails with ErrDenied
-// when they were removed from org or from every allowed team.
+// in org: the periodic check of a signed-in user. It fails with a
+// *DeniedError when they were removed from org or from every allowed team
+// of it, and with another ErrDenied when org is no longer allowed or
+// GitHub no longer accepts the token.
 func (c *Client) Check(ctx context.Context, tok *oauth2.Token, login, org string) error {
-	got, err := c.allowedOrg(ctx, tok, login)
+	if !slices.Contains(c.cfg.Orgs, org) {
+		return fmt.Errorf("%w: the GitHub org %s is no longer allowed on this coordinator", ErrDenied, org)
+	}
+	refusal, err := c.inOrg(ctx, tok, login, org)
 	switch {
 	case err != nil:
 		return err
-	case got != org:
-		return fmt.Errorf("%w: %s is no longer an active member of %s", ErrDenied, login, org)
+	case refusal != nil:
+		return &DeniedError{Refusals: []Refusal{*refusal}}
 	}
 	return nil
 }
 
-// allowedOrg returns the first allowed org login is an active member of,
-// also in an allowed team of it when teams are configured.
-func (c *Client) allowedOrg(ctx context.Context, tok *oauth2.Token, login string) (string, error) {
-	for _, org := range c.cfg.Orgs {
-		var m struct {
-			State string `json:"state"`
-		}
-		ok, err := c.get(ctx, tok, "/user/memberships/orgs/"+url.PathEscape(org), &m)
+// inOrg asks GitHub whether login (the token's user) is an active member
+// of org, and of one of its allowed teams when teams are configured: nil
+// when they are, else what GitHub answered.
+func (c *Client) inOrg(ctx context.Context, tok *oauth2.Token, login, org string) (*Refusal, error) {
+	// The authenticated user's own membership: GitHub shows it active or
+	// pending (an invitation not yet accepted), and answers 404 for a
+	// user with no membership.
+	state, status, err := c.membership(ctx, tok, "/user/memberships/orgs/"+url.PathEscape(org))
+	if err != nil {
+		return nil, err
+	}
+	refusal := &Refusal{Login: login, Org: org}
+	switch {
+	case status == http.StatusForbidden:
+		refusal.Why = OrgHidden
+		return refusal, nil
+	case status == http.StatusNotFound:
+		refusal.Why = NotMember
+		return refusal, nil
+	case state == "pending":
+		refusal.Why, refusal.InviteURL = InvitePending, c.inviteURL(org)
+		return refusal, nil
+	case state != "active":
+		return nil, fmt.Errorf("github: membership of org %s: unknown state %q", org, state)
+	}
+	if len(c.cfg.Teams) == 0 {
+		return nil, nil
+	}
+	teams := c.teamsOf(org)
+	for _, t := range teams {
+		_, slug, _ := strings.Cut(t, "/")
+		// GitHub answers active or pending for a member of the team and
+		// 404 (or 403 for a team the user may not see) otherwise.
+		state, _, err := c.membership(ctx, tok, "/orgs/"+url.PathEscape(org)+"/teams/"+url.PathEscape(slug)+"/memberships/"+url.PathEscape(login))
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		if !ok || m.State != "active" {
-			continue
-		}
-		if len(c.cfg.Teams) == 0 {
-			return org, nil
-		}
-		for _, t := range c.cfg.Teams {
-			tOrg, team, _ := strings.Cut(t, "/")
-			if tOrg != org {
-				continue
-			}
-			ok, err := c.get(ctx, tok, "/orgs/"+url.PathEscape(org)+"/teams/"+url.PathEscape(team)+"/memberships/"+url.PathEscape(login), &m)
-			if err != nil {
-				return "", err
-			}
-			if ok && m.State == "active" {
-				return org, nil
-			}
+		if state == "active" {
+			return nil, nil
 		}
 	}
-	if len(c.cfg.Teams) > 0 {
-		return "", fmt.Errorf("%w: %s is not an active member of any of the teams %s", ErrDenied, login, strings.Join(c.cfg.Teams, ", "))
+	refusal.Why, refusal.Teams = NotInTeam, teams
+	return refusal, nil
+}
+
+// membership GETs a membership at path: its state, or the status 404 or
+// 403 with an empty state.
+func (c *Client) membership(ctx context.Context, tok *oauth2.Token, path string) (state string, status int, err error) {
+	var m struct {
+		State string `json:"state"`
 	}
-	return "", fmt.Errorf("%w: %s is not an active member of any of the orgs %s", ErrDenied, login, strings.Join(c.cfg.Orgs, ", "))
+	status, err = c.do(ctx, tok, path, &m)
+	return m.State, status, err
 }
 
 // get GETs an API path with the user's token into out; ok is false on 404
 // or 403 (GitHub's answer for a membership it will not show).
 func (c *Client) get(ctx context.Context, tok *oauth2.Token, path string, out any) (ok bool, err error) {
+	status, err := c.do(ctx, tok, path, out)
+	return status == http.StatusOK, err
+}
+
+// do GETs an API path with the user's token into out. It returns the
+// status, 200, 404 or 403; a token GitHub refuses is ErrTokenRefused, any
+// other answer an error.
+func (c *Client) do(ctx context.Context, tok *oauth2.Token, path string, out any) (status int, err error) {
 	u := *c.api
 	u.Path = strings.TrimRight(u.Path, "/") + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return false, fmt.Errorf("github: GET %s: %w", path, err)
+		return 0, fmt.Errorf("github: GET %s: %w", path, err)
 	}
 	req.Header.Set("Accept", "application/vnd.github+json")
 	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
 	tok.SetAuthHeader(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("github: GET %s: %w", path, scrub(err))
+		return 0, fmt.Errorf("github: GET %s: %w", path, scrub(err))
 	}
 	defer resp.Body.Close()
 	switch {
+	case rateLimited(resp):
+		return 0, fmt.Errorf("github: GET %s: rate limited (HTTP %d)", path, resp.StatusCode)
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusForbidden:
-		return false, nil
+		return resp.StatusCode, nil
 	case resp.StatusCode == http.StatusUnauthorized:
-		return false, fmt.Errorf("%w: GitHub no longer accepts the user's token (revoked or expired)", ErrDenied)
+		return 0, ErrTokenRefused
 	case resp.StatusCode != http.StatusOK:
-		return false, fmt.Errorf("github: GET %s: HTTP %d", path, resp.StatusCode)
+		return 0, fmt.Errorf("github: GET %s: HTTP %d", path, resp.StatusCode)
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
-		return false, fmt.Errorf("github: GET %s: unreadable answer: %w", path, err)
+		return 0, fmt.Errorf("github: GET %s: unreadable answer: %w", path, err)
 	}
-	return true, nil
+	return http.StatusOK, nil
+}
+
+// rateLimited reports whether GitHub's answer is a rate limit (403 or 429
+// with no requests left or a Retry-After), not an answer about the user.
+func rateLimited(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusTooManyRequests {
+		return false
+	}
+	return resp.StatusCode == http.StatusTooManyRequests || resp.Header.Get("X-RateLimit-Remaining") == "0" || resp.Header.Get("Retry-After") != ""
 }
 
 // scrub drops the request URL from a transport error, which x/oauth2 and

@@ -3,6 +3,7 @@ package github_test
 import (
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -63,9 +64,15 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 // Who may sign in: active members of an allowed org (the first one they
-// belong to), narrowed to allowed teams when teams are configured.
+// belong to), narrowed to allowed teams when teams are configured. A user
+// who may not is told what GitHub answered for each allowed org.
 func TestAuthorize(t *testing.T) {
 	gh, alice, bob := newFake(t)
+	carol := gh.AddUser("carol", 3) // in no org at all
+	gh.AddUser("dave", 4)
+	gh.Invite("acme", "dave", "infra")
+	dave := githubtest.User{Login: "dave", ID: 4, Token: "gho_dave"}
+	invite := gh.URL + "/orgs/acme/invitation"
 	tests := []struct {
 		name        string
 		orgs, teams []string
@@ -75,18 +82,31 @@ func TestAuthorize(t *testing.T) {
 	}{
 		{"member", []string{"acme"}, nil, alice.Token, github.User{Login: "alice", ID: 1, Org: "acme"}, ""},
 		{"first org they are in", []string{"acme", "other"}, nil, bob.Token, github.User{Login: "bob", ID: 2, Org: "other"}, ""},
-		{"invitation pending", []string{"acme"}, nil, bob.Token, github.User{}, "not an active member of any of the orgs acme"},
+		{"not a member", []string{"acme"}, nil, carol.Token, github.User{}, "carol is not a member of the GitHub org acme"},
+		{"not a member of any", []string{"acme", "other"}, nil, carol.Token, github.User{},
+			"carol is not a member of the GitHub org acme; carol is not a member of the GitHub org other"},
+		{"invitation pending", []string{"acme"}, nil, bob.Token, github.User{},
+			"bob's invitation to the GitHub org acme is pending: accept it at " + invite + ", then sign in again"},
+		{"invitation with a team pending", []string{"acme"}, []string{"acme/infra"}, dave.Token, github.User{},
+			"dave's invitation to the GitHub org acme is pending: accept it at " + invite + ", then sign in again"},
 		{"in the team", []string{"acme"}, []string{"acme/infra"}, alice.Token, github.User{Login: "alice", ID: 1, Org: "acme"}, ""},
-		{"not in the team", []string{"acme", "other"}, []string{"acme/infra"}, bob.Token, github.User{}, "not an active member of any of the teams acme/infra"},
-		{"revoked token", []string{"acme"}, nil, "gho_revoked", github.User{}, "no longer accepts the user's token"},
+		{"in an org without allowed teams", []string{"acme", "other"}, []string{"acme/infra"}, bob.Token, github.User{},
+			"bob's invitation to the GitHub org acme is pending: accept it at " + invite + ", then sign in again; bob is in the GitHub org other, but this coordinator admits none of its teams"},
+		{"not in the team", []string{"acme"}, []string{"acme/ops"}, alice.Token, github.User{},
+			"alice is in the GitHub org acme but not in its team ops"},
+		{"in none of the teams", []string{"acme"}, []string{"acme/ops", "acme/web"}, alice.Token, github.User{},
+			"alice is in the GitHub org acme but in none of its teams ops, web"},
+		{"pending here, no team there", []string{"acme", "other"}, []string{"acme/infra", "other/web"}, bob.Token, github.User{},
+			"bob's invitation to the GitHub org acme is pending: accept it at " + invite + ", then sign in again; bob is in the GitHub org other but not in its team web"},
+		{"revoked token", []string{"acme"}, nil, "gho_revoked", github.User{}, "GitHub no longer accepts the user's token (revoked or expired)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := client(t, gh, tt.orgs, tt.teams)
 			got, err := c.Authorize(t.Context(), &oauth2.Token{AccessToken: tt.token})
 			if tt.denied != "" {
-				if !errors.Is(err, github.ErrDenied) || !strings.Contains(err.Error(), tt.denied) {
-					t.Fatalf("Authorize = %+v, %v; want ErrDenied saying %q", got, err, tt.denied)
+				if !errors.Is(err, github.ErrDenied) || github.DeniedReason(err) != tt.denied {
+					t.Fatalf("Authorize = %+v, %v; want ErrDenied saying\n%s", got, err, tt.denied)
 				}
 				return
 			}
@@ -98,25 +118,99 @@ func TestAuthorize(t *testing.T) {
 			}
 		})
 	}
+	// Once dave accepts, he is in, team included.
+	gh.Accept("acme", "dave")
+	got, err := client(t, gh, []string{"acme"}, []string{"acme/infra"}).Authorize(t.Context(), &oauth2.Token{AccessToken: dave.Token})
+	if err != nil || got.Org != "acme" {
+		t.Errorf("Authorize after accepting the invitation = %+v, %v", got, err)
+	}
 }
 
-// A user removed from the org (or whose GitHub token was revoked) fails the
-// next check.
-func TestCheckAfterRemoval(t *testing.T) {
+// An org that hides its memberships from the app (403) is said so, and a
+// rate limit is no refusal at all.
+func TestAuthorizeHiddenOrgAndRateLimit(t *testing.T) {
 	gh, alice, _ := newFake(t)
 	c := client(t, gh, []string{"acme"}, nil)
+	gh.HideOrg("acme", true)
+	_, err := c.Authorize(t.Context(), &oauth2.Token{AccessToken: alice.Token})
+	want := "GitHub would not show alice's membership of the org acme (the org may restrict OAuth app access: an org owner can approve this app)"
+	if !errors.Is(err, github.ErrDenied) || github.DeniedReason(err) != want {
+		t.Errorf("Authorize in a hidden org = %v, want ErrDenied saying %q", err, want)
+	}
+
+	limited := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/user" {
+			w.Write([]byte(`{"login":"alice","id":1}`))
+			return
+		}
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		http.Error(w, `{"message":"API rate limit exceeded"}`, http.StatusForbidden)
+	}))
+	t.Cleanup(limited.Close)
+	lc, err := github.New(github.Config{ClientID: "x", APIURL: limited.URL, Orgs: []string{"acme"}, HTTPClient: limited.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Authorize(t.Context(), &oauth2.Token{AccessToken: "t"}); err == nil || errors.Is(err, github.ErrDenied) || !strings.Contains(err.Error(), "rate limited") {
+		t.Errorf("Authorize when rate limited = %v, want a transient error, not ErrDenied", err)
+	}
+	if err := lc.Check(t.Context(), &oauth2.Token{AccessToken: "t"}, "alice", "acme"); err == nil || errors.Is(err, github.ErrDenied) {
+		t.Errorf("Check when rate limited = %v, want a transient error, not ErrDenied", err)
+	}
+}
+
+// The periodic check says what changed: removed from the org, left the
+// team, the org dropped from the configuration, the GitHub token revoked.
+func TestCheckAfterRemoval(t *testing.T) {
+	gh, alice, _ := newFake(t)
+	c := client(t, gh, []string{"acme"}, []string{"acme/infra"})
 	tok := &oauth2.Token{AccessToken: alice.Token}
 	if err := c.Check(t.Context(), tok, "alice", "acme"); err != nil {
 		t.Fatalf("Check of a member: %v", err)
 	}
-	gh.SetOrg("acme", "alice", "")
-	if err := c.Check(t.Context(), tok, "alice", "acme"); !errors.Is(err, github.ErrDenied) {
-		t.Errorf("Check after removal = %v, want ErrDenied", err)
+	check := func(what, org, want string) {
+		t.Helper()
+		err := c.Check(t.Context(), tok, "alice", org)
+		if !errors.Is(err, github.ErrDenied) || github.DeniedReason(err) != want {
+			t.Errorf("Check %s = %v, want ErrDenied saying %q", what, err, want)
+		}
 	}
+	gh.SetTeam("acme/infra", "alice", "")
+	check("after leaving the team", "acme", "alice is in the GitHub org acme but not in its team infra")
+	gh.SetOrg("acme", "alice", "")
+	check("after removal from the org", "acme", "alice is not a member of the GitHub org acme")
+	check("of an org no longer allowed", "other", "the GitHub org other is no longer allowed on this coordinator")
 	gh.SetOrg("acme", "alice", "active")
+	gh.SetTeam("acme/infra", "alice", "active")
 	gh.RevokeToken(alice)
-	if err := c.Check(t.Context(), tok, "alice", "acme"); !errors.Is(err, github.ErrDenied) {
-		t.Errorf("Check with a revoked GitHub token = %v, want ErrDenied", err)
+	check("with a revoked GitHub token", "acme", "GitHub no longer accepts the user's token (revoked or expired)")
+	if err := c.Check(t.Context(), tok, "alice", "acme"); !errors.Is(err, github.ErrTokenRefused) {
+		t.Errorf("Check with a revoked GitHub token = %v, want ErrTokenRefused", err)
+	}
+}
+
+// Refusal rebuilds a reason from a code and an org, from the
+// configuration alone.
+func TestRefusalFromConfig(t *testing.T) {
+	gh, _, _ := newFake(t)
+	c := client(t, gh, []string{"acme", "other"}, []string{"acme/infra"})
+	tests := []struct {
+		org  string
+		why  github.Refused
+		want string // "" for no refusal
+	}{
+		{"acme", github.NotMember, "this GitHub account is not a member of the GitHub org acme"},
+		{"acme", github.InvitePending, "this GitHub account's invitation to the GitHub org acme is pending: accept it at " + gh.URL + "/orgs/acme/invitation, then sign in again"},
+		{"acme", github.NotInTeam, "this GitHub account is in the GitHub org acme but not in its team infra"},
+		{"other", github.NotInTeam, "this GitHub account is in the GitHub org other, but this coordinator admits none of its teams"},
+		{"evil", github.NotMember, ""}, // not an allowed org
+		{"acme", github.Refused("<b>hi</b>"), ""},
+	}
+	for _, tt := range tests {
+		r, ok := c.Refusal(tt.org, tt.why)
+		if got := map[bool]string{true: r.String()}[ok]; got != tt.want {
+			t.Errorf("Refusal(%q, %q) = %q, want %q", tt.org, tt.why, got, tt.want)
+		}
 	}
 }
 

@@ -97,7 +97,8 @@ func reloaded(err error) bool {
 }
 
 // A user signs in with (a fake) GitHub, sees a lease created through the API, follows a running
-// run's output, releases the lease with its button and signs out.
+// run's output, is asked to confirm a release that names the run (cancels, then confirms), sees
+// the run end and signs out.
 func TestPortalInBrowser(t *testing.T) {
 	ctx := headless(t)
 	opt, gh, aliceGH, _ := withGitHub(t)
@@ -135,26 +136,47 @@ func TestPortalInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	step(t, ctx, "see new output", textContains("#log", "second line"))
-	if _, err := cl.FinishRun(t.Context(), run.ID, api.FinishRequest{ExitCode: 2, Log: "first line\nsecond line\nFAIL\n"}); err != nil {
-		t.Fatal(err)
-	}
-	step(t, ctx, "see the run end", textContains("#state", "failed"), textContains("#exit", "2"))
 
-	step(t, ctx, "release the lease",
+	// Release asks first and names the run still going; cancel keeps the
+	// lease, confirm releases it.
+	step(t, ctx, "ask before releasing",
 		chromedp.Navigate(s.url+"/portal/leases/"+l.ID),
 		chromedp.WaitVisible("#release"),
 		chromedp.Click("#release"),
+		chromedp.WaitVisible("#running"),
+		textContains("#running", run.ID),
+		textContains("#running", "make test"),
+		textContains("#running-warning", "still going"),
+		chromedp.Click("#cancel-release"),
+		chromedp.WaitVisible("#release"),
+		textContains("#state", "active"),
+	)
+	if got, err := cl.GetLease(t.Context(), l.ID); err != nil || got.State != api.LeaseActive {
+		t.Errorf("lease after cancelling the release = %v, %v; want active", got.State, err)
+	}
+	step(t, ctx, "confirm the release",
+		chromedp.Click("#release"),
+		chromedp.WaitVisible("#confirm-release"),
+		textContains("#running", run.ID),
+		chromedp.Click("#confirm-release"),
 		textContains("#flash", "Lease released."),
 		textContains("#state", "released"),
 	)
 	if got, err := cl.GetLease(t.Context(), l.ID); err != nil || got.State != api.LeaseReleased {
-		t.Errorf("lease after the button = %v, %v; want released", got.State, err)
+		t.Errorf("lease after the confirmed release = %v, %v; want released", got.State, err)
 	}
+
+	if _, err := cl.FinishRun(t.Context(), run.ID, api.FinishRequest{ExitCode: 2, Log: "first line\nsecond line\nFAIL\n"}); err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, "see the run end",
+		chromedp.Navigate(s.url+"/portal/runs/"+run.ID),
+		textContains("#state", "failed"), textContains("#exit", "2"))
 
 	step(t, ctx, "sign out",
 		chromedp.Click("#signout"),
 		chromedp.WaitVisible("#token"),
-		textContains("#message", "Signed out."),
+		textContains("#message", "Signed out. The crabbox token this GitHub sign-in issued is revoked."),
 		chromedp.Navigate(s.url+"/portal/"),
 		chromedp.WaitVisible("#token"),
 	)

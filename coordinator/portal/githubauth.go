@@ -127,26 +127,26 @@ func (p *Portal) githubCallback(w http.ResponseWriter, r *http.Request) {
 }
 
 // recheck checks a GitHub session's membership again when it is due. It
-// reports false when the user lost access (the session then ends); a
-// GitHub that does not answer leaves the session as it is, to be checked
-// at the next request.
-func (p *Portal) recheck(w http.ResponseWriter, r *http.Request, s *session) (ok bool, why string) {
+// reports false when the user lost access (the session then ends), with
+// the notice that says why; a GitHub that does not answer leaves the
+// session as it is, to be checked at the next request.
+func (p *Portal) recheck(w http.ResponseWriter, r *http.Request, s *session) (ok bool, why notice) {
 	if s.GitHub == "" || p.cfg.GitHub == nil || p.clock.Since(s.CheckedAt) < p.cfg.RecheckInterval {
-		return true, ""
+		return true, notice{}
 	}
 	err := p.cfg.GitHub.Check(r.Context(), &oauth2.Token{AccessToken: s.GitHub}, s.Login, s.Org)
 	switch {
 	case errors.Is(err, github.ErrDenied):
-		return false, github.DeniedReason(err)
+		return false, deniedNotice(err)
 	case err != nil:
 		p.log.Warn("portal GitHub recheck", "login", s.Login, "err", err)
-		return true, ""
+		return true, notice{}
 	}
 	s.CheckedAt = p.clock.Now()
 	if err := p.setSession(w, *s); err != nil {
 		p.log.Error("portal session", "err", err)
 	}
-	return true, ""
+	return true, notice{}
 }
 
 // loginAgain renders the sign-in page with a message.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/coordinator/github"
 	"github.com/crabbox-dev/crabbox/coordinator/github/githubtest"
 	"github.com/crabbox-dev/crabbox/coordinator/portal"
 )
@@ -47,7 +48,7 @@ func TestPortalGitHubSignIn(t *testing.T) {
 	}
 	s.clock.Advance(portal.DefaultRecheckInterval)
 	r = b.get("/portal/")
-	if !strings.HasPrefix(r.path, "/portal/login") || !strings.Contains(r.body, "access to this coordinator ended") {
+	if r.path != "/portal/login?msg=not_member&org=acme" || !strings.Contains(r.body, "Your GitHub access to this coordinator ended: this GitHub account is not a member of the GitHub org acme.") {
 		t.Errorf("after removal from the org: at %s:\n%s", r.path, r.body)
 	}
 
@@ -58,8 +59,8 @@ func TestPortalGitHubSignIn(t *testing.T) {
 	}
 	gh.RevokeToken(alice)
 	s.clock.Advance(portal.DefaultRecheckInterval)
-	if r := b.get("/portal/"); !strings.HasPrefix(r.path, "/portal/login") {
-		t.Errorf("after GitHub revoked the token: at %s", r.path)
+	if r := b.get("/portal/"); r.path != "/portal/login?msg=github_token_refused" || !strings.Contains(r.body, "GitHub no longer accepts the token of your sign-in") {
+		t.Errorf("after GitHub revoked the token: at %s:\n%s", r.path, r.body)
 	}
 
 	// Signing out revokes the token the sign-in issued.
@@ -74,8 +75,11 @@ func TestPortalGitHubSignIn(t *testing.T) {
 	if r.path != "/portal/" {
 		t.Fatalf("third sign-in: at %s", r.path)
 	}
-	if r := b.post("/portal/logout", url.Values{"csrf": {csrfOf(t, r.body)}}, ""); !strings.HasPrefix(r.path, "/portal/login") {
-		t.Fatalf("sign-out: at %s", r.path)
+	if r := b.get("/portal/logout"); !strings.Contains(r.body, "Signing out revokes the crabbox token this GitHub sign-in issued") {
+		t.Errorf("sign-out page of a GitHub session:\n%s", r.body)
+	}
+	if r := b.post("/portal/logout", url.Values{"csrf": {csrfOf(t, r.body)}}, ""); r.path != "/portal/login?msg=signed_out_revoked" || !strings.Contains(r.body, "Signed out. The crabbox token this GitHub sign-in issued is revoked.") {
+		t.Fatalf("sign-out: at %s:\n%s", r.path, r.body)
 	}
 	live, err := s.api(adminToken).AdminListTokens(t.Context(), "alice", "acme")
 	if err != nil {
@@ -91,8 +95,9 @@ func TestPortalGitHubSignIn(t *testing.T) {
 	other := s.browser()
 	gh.ApproveAs(bob)
 	r = other.get("/portal/auth/github")
-	if r.status != http.StatusForbidden || !strings.Contains(r.body, "may not use this coordinator") {
-		t.Errorf("denied user: status %d:\n%s", r.status, r.body)
+	want := "This GitHub account may not use this coordinator: bob&#39;s invitation to the GitHub org acme is pending: accept it at " + gh.URL + "/orgs/acme/invitation, then sign in again"
+	if r.status != http.StatusForbidden || !strings.Contains(r.body, want) {
+		t.Errorf("invited user: status %d, want %q:\n%s", r.status, want, r.body)
 	}
 	if r := other.get("/portal/"); r.path != "/portal/login" {
 		t.Errorf("denied user reached %s", r.path)
@@ -117,5 +122,43 @@ func TestPortalGitHubCallbackChecksState(t *testing.T) {
 	plain := newSite(t, false)
 	if r := plain.browser().get("/portal/auth/github"); r.status != http.StatusNotFound {
 		t.Errorf("GitHub sign-in without GitHub configured: %d, want 404", r.status)
+	}
+}
+
+// With teams configured, a user outside the org, or in it but in no
+// allowed team, is told so at sign-in, and a member who leaves the team
+// is told so when the session ends.
+func TestPortalGitHubTeams(t *testing.T) {
+	gh := githubtest.Start(t)
+	alice, carol := gh.AddUser("alice", 1), gh.AddUser("carol", 3)
+	gh.SetOrg("acme", "alice", "active")
+	gh.SetTeam("acme/infra", "alice", "active")
+	client, err := github.New(github.Config{
+		ClientID: githubtest.ClientID, ClientSecret: githubtest.ClientSecret, WebURL: gh.URL, APIURL: gh.APIURL,
+		Orgs: []string{"acme"}, Teams: []string{"acme/infra"}, HTTPClient: gh.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSite(t, false, func(c *portal.Config) { c.GitHub = client })
+
+	gh.ApproveAs(carol)
+	if r := s.browser().get("/portal/auth/github"); r.status != http.StatusForbidden || !strings.Contains(r.body, "carol is not a member of the GitHub org acme") {
+		t.Errorf("user outside the org: status %d:\n%s", r.status, r.body)
+	}
+	gh.ApproveAs(alice)
+	b := s.browser()
+	if r := b.get("/portal/auth/github"); r.path != "/portal/" {
+		t.Fatalf("team member's sign-in: at %s", r.path)
+	}
+	gh.SetTeam("acme/infra", "alice", "")
+	s.clock.Advance(portal.DefaultRecheckInterval)
+	r := b.get("/portal/usage")
+	if r.path != "/portal/login?msg=not_in_team&next=%2Fportal%2Fusage&org=acme" ||
+		!strings.Contains(r.body, "Your GitHub access to this coordinator ended: this GitHub account is in the GitHub org acme but not in its team infra.") {
+		t.Errorf("after leaving the team: at %s:\n%s", r.path, r.body)
+	}
+	if r := s.browser().get("/portal/auth/github"); r.status != http.StatusForbidden || !strings.Contains(r.body, "alice is in the GitHub org acme but not in its team infra") {
+		t.Errorf("sign-in outside the team: status %d:\n%s", r.status, r.body)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
@@ -23,6 +24,7 @@ func (p *Portal) routes() {
 	})
 	m.HandleFunc("GET "+Prefix+"/{$}", p.authed(p.leases))
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}", p.authed(p.lease))
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/release", p.authed(p.releasePage))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/release", p.authed(p.release))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/extend", p.authed(p.extend))
 	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
@@ -73,25 +75,25 @@ func (p *Portal) authed(h func(http.ResponseWriter, *http.Request, *view)) http.
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, ok := p.sessionOf(r)
 		if !ok {
-			p.toLogin(w, r, "")
+			p.toLogin(w, r, notice{})
 			return
 		}
 		if ok, why := p.recheck(w, r, &s); !ok {
 			p.revokeSessionToken(r, s)
 			p.clearSession(w)
-			p.toLogin(w, r, "Your GitHub access to this coordinator ended: "+why)
+			p.toLogin(w, r, why)
 			return
 		}
 		cl, err := p.client(s.Token)
 		if err != nil {
 			p.clearSession(w)
-			p.toLogin(w, r, "")
+			p.toLogin(w, r, notice{})
 			return
 		}
 		who, err := cl.Whoami(r.Context())
 		if status(err) == http.StatusUnauthorized {
 			p.clearSession(w)
-			p.toLogin(w, r, "Your session ended: sign in again.")
+			p.toLogin(w, r, notice{Code: noticeSessionEnded})
 			return
 		}
 		if err != nil {
@@ -112,13 +114,18 @@ func status(err error) int {
 	return 0
 }
 
-func (p *Portal) toLogin(w http.ResponseWriter, r *http.Request, msg string) {
+// toLogin sends the browser to the sign-in page with notice n, and back to
+// this page (at most maxNext bytes of its address) after signing in.
+func (p *Portal) toLogin(w http.ResponseWriter, r *http.Request, n notice) {
 	q := url.Values{}
 	if r.Method == http.MethodGet && r.URL.Path != Prefix+"/" {
-		q.Set("next", r.URL.RequestURI())
+		q.Set("next", boundedNext(r.URL.RequestURI()))
 	}
-	if msg != "" {
-		q.Set("msg", msg)
+	if n.Code != "" {
+		q.Set("msg", n.Code)
+	}
+	if n.Org != "" {
+		q.Set("org", n.Org)
 	}
 	target := Prefix + "/login"
 	if len(q) > 0 {
@@ -220,19 +227,86 @@ func (p *Portal) lease(w http.ResponseWriter, r *http.Request, v *view) {
 	p.render(w, http.StatusOK, v, "lease", pg)
 }
 
+type releaseData struct {
+	Lease api.Lease
+	// Running are the runs still going on the lease.
+	Running []api.Run
+	// Changed: the runs going are no longer the ones the confirmation
+	// named.
+	Changed bool
+}
+
+// RunIDs records the runs the confirmation names, for the confirming POST
+// to compare.
+func (d releaseData) RunIDs() string { return runIDs(d.Running) }
+
+func runIDs(runs []api.Run) string {
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.ID
+	}
+	return strings.Join(ids, ",")
+}
+
+// maxRunning bounds the running runs a release confirmation lists.
+const maxRunning = 100
+
+// releaseSubject is the lease a release is about, with the runs still
+// going on it.
+func (p *Portal) releaseSubject(r *http.Request, v *view) (api.Lease, []api.Run, error) {
+	l, err := v.cl.GetLease(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		return api.Lease{}, nil, err
+	}
+	running, err := v.cl.ListRuns(r.Context(), coordclient.ListRunsOptions{LeaseID: l.ID, State: api.RunRunning, Limit: maxRunning})
+	return l, running, err
+}
+
+// releasePage asks before a release, naming the runs still going on the
+// lease; its form is the confirmed POST.
+func (p *Portal) releasePage(w http.ResponseWriter, r *http.Request, v *view) {
+	l, running, err := p.releaseSubject(r, v)
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	p.confirmRelease(w, r, v, http.StatusOK, releaseData{Lease: l, Running: running})
+}
+
+func (p *Portal) confirmRelease(w http.ResponseWriter, r *http.Request, v *view, code int, d releaseData) {
+	if !d.Lease.State.Live() {
+		p.fail(w, r, v, http.StatusConflict, fmt.Sprintf("Lease %s is %s already.", cmp.Or(d.Lease.Slug, d.Lease.ID), d.Lease.State))
+		return
+	}
+	p.render(w, code, v, "release", page{Title: "Release " + cmp.Or(d.Lease.Slug, d.Lease.ID) + "?", Data: d})
+}
+
+// release releases a lease once the user confirmed it: a POST with the
+// session's CSRF token, confirm=yes, and the IDs of the running runs the
+// confirmation named. A POST without the confirmation, or after the
+// running runs changed, asks (again) instead.
 func (p *Portal) release(w http.ResponseWriter, r *http.Request, v *view) {
 	if !p.checkPost(r, v.s) {
 		p.fail(w, r, v, http.StatusForbidden, "The form expired or came from another site; reload the page and try again.")
 		return
 	}
-	ref := r.PathValue("ref")
-	l, err := v.cl.GetLease(r.Context(), ref)
-	if err == nil {
-		if v.who.Admin && (l.Owner != v.who.Owner || l.Org != v.who.Org) {
-			l, err = v.cl.AdminRelease(r.Context(), l.ID)
-		} else {
-			l, err = v.cl.Release(r.Context(), l.ID, api.ReleaseRequest{})
-		}
+	l, running, err := p.releaseSubject(r, v)
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		p.confirmRelease(w, r, v, http.StatusOK, releaseData{Lease: l, Running: running})
+		return
+	}
+	if r.PostFormValue("runs") != runIDs(running) {
+		p.confirmRelease(w, r, v, http.StatusConflict, releaseData{Lease: l, Running: running, Changed: true})
+		return
+	}
+	if v.who.Admin && (l.Owner != v.who.Owner || l.Org != v.who.Org) {
+		l, err = v.cl.AdminRelease(r.Context(), l.ID)
+	} else {
+		l, err = v.cl.Release(r.Context(), l.ID, api.ReleaseRequest{})
 	}
 	if err != nil {
 		p.apiFail(w, r, v, err)
@@ -370,17 +444,39 @@ type loginData struct {
 // GitHubURL is the GitHub sign-in link that returns to Next.
 func (d loginData) GitHubURL() string { return githubLoginURL(d.Next) }
 
-// safeNext keeps a post-login redirect inside the portal.
+// maxNext bounds the return address a sign-in carries: a longer request
+// path is cut to its first maxNext bytes (no portal page has a longer
+// address), so a redirect never copies large input into its Location.
+const maxNext = 256
+
+// safeNext keeps a post-login redirect inside the portal, and short.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, Prefix+"/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	if len(next) > maxNext || !strings.HasPrefix(next, Prefix+"/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
 		return Prefix + "/"
 	}
 	return next
 }
 
+// boundedNext is at most maxNext bytes of the request URI uri, cut before
+// a %XX escape or a UTF-8 sequence it would split.
+func boundedNext(uri string) string {
+	if len(uri) <= maxNext {
+		return uri
+	}
+	cut := maxNext
+	if i := strings.LastIndexByte(uri[:cut], '%'); i >= 0 && i > cut-3 {
+		cut = i
+	}
+	for cut > 0 && !utf8.RuneStart(uri[cut]) {
+		cut--
+	}
+	return uri[:cut]
+}
+
 func (p *Portal) loginPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p.render(w, http.StatusOK, nil, "login", page{Title: "Sign in", Data: loginData{Next: safeNext(q.Get("next")), Message: q.Get("msg"), GitHub: p.cfg.GitHub != nil}})
+	msg := p.noticeText(notice{Code: q.Get("msg"), Org: q.Get("org")})
+	p.render(w, http.StatusOK, nil, "login", page{Title: "Sign in", Data: loginData{Next: safeNext(q.Get("next")), Message: msg, GitHub: p.cfg.GitHub != nil}})
 }
 
 // maxForm bounds a login form.
@@ -434,44 +530,62 @@ func (p *Portal) startSession(w http.ResponseWriter, r *http.Request, s session,
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+type logoutData struct {
+	// GitHub: the session came from a GitHub sign-in, whose token
+	// signing out revokes.
+	GitHub bool
+}
+
 func (p *Portal) logoutPage(w http.ResponseWriter, r *http.Request, v *view) {
-	p.render(w, http.StatusOK, v, "logout", page{Title: "Sign out"})
+	p.render(w, http.StatusOK, v, "logout", page{Title: "Sign out", Data: logoutData{GitHub: v.s.GitHub != ""}})
 }
 
 // logout ends the session: a same-origin POST with the session's CSRF
-// token (a cross-site page cannot sign a user out). The token a GitHub
-// sign-in issued for the session is revoked with it; a token the user
-// pasted is theirs, and stays valid.
+// token (a cross-site page cannot sign a user out). The crabbox token a
+// GitHub sign-in issued for the session is revoked with it; a token the
+// user pasted is theirs, and stays valid. The sign-in page then says
+// which happened.
 func (p *Portal) logout(w http.ResponseWriter, r *http.Request) {
 	s, ok := p.sessionOf(r)
 	if ok && !p.checkPost(r, s) {
 		p.fail(w, r, nil, http.StatusForbidden, "The form expired or came from another site; reload the page and try again.")
 		return
 	}
+	code := noticeSignedOut
 	if ok && s.GitHub != "" {
-		p.revokeSessionToken(r, s)
+		code = noticeSignedOutRevoked
+		if !p.revokeSessionToken(r, s) {
+			code = noticeSignedOutNotRevoked
+		}
 	}
 	p.clearSession(w)
-	http.Redirect(w, r, Prefix+"/login?msg="+url.QueryEscape("Signed out."), http.StatusSeeOther)
+	http.Redirect(w, r, Prefix+"/login?msg="+code, http.StatusSeeOther)
 }
 
 // revokeSessionToken revokes the token of session s, the one the API marks
-// current; a failure is logged (the session ends anyway, and the token
-// with it when it expires).
-func (p *Portal) revokeSessionToken(r *http.Request, s session) {
+// current, and reports whether it is revoked (or was already refused); a
+// failure is logged (the session ends anyway, and the token with it when
+// it expires).
+func (p *Portal) revokeSessionToken(r *http.Request, s session) bool {
 	cl, err := p.client(s.Token)
 	if err != nil {
-		return
+		return false
 	}
+	revoked := false
 	tokens, err := cl.ListTokens(r.Context())
 	for _, t := range tokens {
 		if t.Current && err == nil {
 			_, err = cl.RevokeToken(r.Context(), t.ID)
+			revoked = err == nil
 		}
 	}
-	if err != nil && status(err) != http.StatusUnauthorized {
+	switch {
+	case status(err) == http.StatusUnauthorized:
+		return true
+	case err != nil:
 		p.log.Warn("portal sign-out: revoke the session's token", "err", err)
 	}
+	return revoked
 }
 
 // ago says how long before now t was, coarsely.

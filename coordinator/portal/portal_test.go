@@ -245,22 +245,28 @@ func TestPortalSession(t *testing.T) {
 	if l, _ := s.api(alice).GetLease(t.Context(), mine.ID); !l.LastTouchedAt.Equal(s.clock.Now()) {
 		t.Errorf("lastTouchedAt after extend = %v, want %v", l.LastTouchedAt, s.clock.Now())
 	}
-	if r := b.post("/portal/leases/"+mine.ID+"/release", url.Values{"csrf": {csrf}}, ""); r.status != http.StatusOK || !strings.Contains(r.body, "Lease released.") {
+	if r := b.post("/portal/leases/"+mine.ID+"/release", url.Values{"csrf": {csrf}, "confirm": {"yes"}}, ""); r.status != http.StatusOK || !strings.Contains(r.body, "Lease released.") {
 		t.Errorf("release: status %d:\n%s", r.status, r.body)
 	}
 	if l, _ := s.api(alice).GetLease(t.Context(), mine.ID); l.State != api.LeaseReleased {
 		t.Errorf("lease after release = %s, want released", l.State)
 	}
 	// Nor can alice release bob's lease by posting to it.
-	if r := b.post("/portal/leases/"+theirs.ID+"/release", url.Values{"csrf": {csrf}}, ""); r.status != http.StatusNotFound {
+	if r := b.post("/portal/leases/"+theirs.ID+"/release", url.Values{"csrf": {csrf}, "confirm": {"yes"}}, ""); r.status != http.StatusNotFound {
 		t.Errorf("release of another user's lease: status %d, want 404", r.status)
 	}
 
 	if r := b.post("/portal/logout", url.Values{}, ""); r.status != http.StatusForbidden {
 		t.Errorf("sign-out without CSRF token: status %d, want 403", r.status)
 	}
-	if r := b.post("/portal/logout", url.Values{"csrf": {csrf}}, ""); r.path != "/portal/login?msg=Signed+out." {
-		t.Errorf("sign-out: at %s", r.path)
+	if r := b.get("/portal/logout"); !strings.Contains(r.body, "The token you pasted to sign in stays valid") {
+		t.Errorf("sign-out page of a pasted token's session:\n%s", r.body)
+	}
+	if r := b.post("/portal/logout", url.Values{"csrf": {csrf}}, ""); r.path != "/portal/login?msg=signed_out" || !strings.Contains(r.body, "Signed out. The token you signed in with stays valid.") {
+		t.Errorf("sign-out: at %s:\n%s", r.path, r.body)
+	}
+	if _, err := s.api(alice).Whoami(t.Context()); err != nil {
+		t.Errorf("the pasted token after sign-out: %v, want it still valid", err)
 	}
 	if r := b.get("/portal/"); r.path != "/portal/login" {
 		t.Errorf("after sign-out: at %s, want the sign-in page", r.path)
@@ -284,7 +290,7 @@ func TestPortalAdmin(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("admin on bob's lease: %d", r.status)
 	}
-	if r := b.post("/portal/leases/"+bob.ID+"/release", url.Values{"csrf": {csrfOf(t, r.body)}}, ""); r.status != http.StatusOK {
+	if r := b.post("/portal/leases/"+bob.ID+"/release", url.Values{"csrf": {csrfOf(t, r.body)}, "confirm": {"yes"}}, ""); r.status != http.StatusOK {
 		t.Errorf("admin release: status %d:\n%s", r.status, r.body)
 	}
 	if l, _ := s.api(adminToken).GetLease(t.Context(), bob.ID); l.State != api.LeaseReleased {
@@ -427,5 +433,162 @@ func TestPortalSessionEdges(t *testing.T) {
 	}
 	if r := s.browser().post("/portal/login", url.Values{"token": {s.token("alice", "acme")}}, "https://evil.example"); r.status != http.StatusForbidden {
 		t.Errorf("sign-in posted from another site: %d, want 403", r.status)
+	}
+}
+
+// Release asks first, naming the runs still going on the lease; only a
+// confirmed POST, naming the same running runs, releases.
+func TestPortalReleaseConfirmation(t *testing.T) {
+	s := newSite(t, false)
+	alice := s.token("alice", "acme")
+	l := s.register(alice, "alice-box-1", "alice-box")
+	cl := s.api(alice)
+	run, err := cl.CreateRun(t.Context(), api.RunRequest{LeaseID: l.ID, Provider: "ssh", Command: []string{"make", "test"}, Label: "nightly"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.browser()
+	b.login(alice)
+	active := func(what string) {
+		t.Helper()
+		if got, err := cl.GetLease(t.Context(), l.ID); err != nil || got.State != api.LeaseActive {
+			t.Fatalf("lease %s = %v, %v; want it active", what, got.State, err)
+		}
+	}
+
+	r := b.get("/portal/leases/" + l.ID)
+	if !strings.Contains(r.body, `<form method="get" action="/portal/leases/`+l.ID+`/release"`) {
+		t.Fatalf("the lease page's Release button does not ask first:\n%s", r.body)
+	}
+	r = b.get("/portal/leases/" + l.ID + "/release")
+	for _, want := range []string{`id="running-warning"`, `data-id="` + run.ID + `"`, "nightly", "make test", `name="runs" value="` + run.ID + `"`, `id="cancel-release" href="/portal/leases/` + l.ID + `"`} {
+		if r.status != http.StatusOK || !strings.Contains(r.body, want) {
+			t.Fatalf("confirmation page: status %d, lacks %q:\n%s", r.status, want, r.body)
+		}
+	}
+	active("after the confirmation page")
+	csrf := csrfOf(t, r.body)
+
+	// A POST without the confirmation (an old form, a script) asks.
+	if r := b.post("/portal/leases/"+l.ID+"/release", url.Values{"csrf": {csrf}}, ""); r.status != http.StatusOK || !strings.Contains(r.body, `id="confirm-release"`) {
+		t.Errorf("unconfirmed release: status %d:\n%s", r.status, r.body)
+	}
+	active("after an unconfirmed POST")
+	// A confirmation that named other runs than those going now asks again.
+	second, err := cl.CreateRun(t.Context(), api.RunRequest{LeaseID: l.ID, Provider: "ssh", Command: []string{"make", "lint"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = b.post("/portal/leases/"+l.ID+"/release", url.Values{"csrf": {csrf}, "confirm": {"yes"}, "runs": {run.ID}}, "")
+	if r.status != http.StatusConflict || !strings.Contains(r.body, `id="changed"`) || !strings.Contains(r.body, second.ID) {
+		t.Errorf("confirmation with runs started since: status %d:\n%s", r.status, r.body)
+	}
+	active("after a stale confirmation")
+	// Without the CSRF token nothing happens, confirmed or not.
+	if r := b.post("/portal/leases/"+l.ID+"/release", url.Values{"confirm": {"yes"}, "runs": {runIDs(r.body)}}, ""); r.status != http.StatusForbidden {
+		t.Errorf("confirmed release without CSRF token: status %d, want 403", r.status)
+	}
+	active("after a confirmation without CSRF token")
+
+	if r := b.post("/portal/leases/"+l.ID+"/release", url.Values{"csrf": {csrf}, "confirm": {"yes"}, "runs": {runIDs(r.body)}}, ""); r.status != http.StatusOK || !strings.Contains(r.body, "Lease released.") {
+		t.Errorf("confirmed release: status %d:\n%s", r.status, r.body)
+	}
+	if got, _ := cl.GetLease(t.Context(), l.ID); got.State != api.LeaseReleased {
+		t.Errorf("lease after the confirmed release = %s, want released", got.State)
+	}
+	if r := b.get("/portal/leases/" + l.ID + "/release"); r.status != http.StatusConflict || !strings.Contains(r.body, "released already") {
+		t.Errorf("confirmation page of a released lease: status %d:\n%s", r.status, r.body)
+	}
+}
+
+var runsField = regexp.MustCompile(`name="runs" value="([^"]*)"`)
+
+// runIDs is the running runs a confirmation page names.
+func runIDs(body string) string {
+	if m := runsField.FindStringSubmatch(body); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// The sign-in page shows only the messages the server holds, for the codes
+// its own redirects set: a link's free text, an unknown code or a refusal
+// about an org the coordinator does not allow shows nothing.
+func TestPortalLoginNotices(t *testing.T) {
+	opt, gh, _, _ := withGitHub(t)
+	s := newSite(t, false, opt)
+	b := s.browser()
+	tests := []struct {
+		query, want string // want "" for no message
+	}{
+		{"msg=signed_out", "Signed out. The token you signed in with stays valid."},
+		{"msg=signed_out_revoked", "Signed out. The crabbox token this GitHub sign-in issued is revoked."},
+		{"msg=session_ended", "Your session ended: sign in again."},
+		{"msg=not_member&org=acme", "Your GitHub access to this coordinator ended: this GitHub account is not a member of the GitHub org acme."},
+		{"msg=invite_pending&org=acme", "this GitHub account&#39;s invitation to the GitHub org acme is pending: accept it at " + gh.URL + "/orgs/acme/invitation, then sign in again."},
+		{"msg=org_hidden&org=acme", "GitHub would not show this GitHub account&#39;s membership of the org acme"},
+		{"msg=" + url.QueryEscape("Your account is locked: call +1 555 0100"), ""},
+		{"msg=Signed+out.", ""},
+		{"msg=not_member&org=evil-corp", ""},
+		{"msg=not_member", ""},
+		{"msg=not_in_team&org=acme", ""}, // no teams configured
+	}
+	for _, tt := range tests {
+		r := b.get("/portal/login?" + tt.query)
+		has := strings.Contains(r.body, `id="message"`)
+		if tt.want == "" && (has || strings.Contains(r.body, "evil-corp") || strings.Contains(r.body, "locked")) {
+			t.Errorf("?%s shows a message:\n%s", tt.query, r.body)
+		}
+		if tt.want != "" && (!has || !strings.Contains(r.body, tt.want)) {
+			t.Errorf("?%s: want %q:\n%s", tt.query, tt.want, r.body)
+		}
+	}
+	// Without GitHub configured, a refusal code shows nothing either.
+	if r := newSite(t, false).browser().get("/portal/login?msg=not_member&org=acme"); strings.Contains(r.body, `id="message"`) {
+		t.Errorf("refusal code without GitHub shows a message:\n%s", r.body)
+	}
+}
+
+// The redirect to sign in carries a bounded prefix of a long request path,
+// never the whole of it, and a long next is no return address.
+func TestPortalLoginRedirectBounded(t *testing.T) {
+	s := newSite(t, false)
+	hc := *s.srv.Client()
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	location := func(path string) string {
+		t.Helper()
+		resp, err := hc.Get(s.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("GET %.80s…: %d, want 303", path, resp.StatusCode)
+		}
+		return resp.Header.Get("Location")
+	}
+	long := "/portal/leases/" + strings.Repeat("a", 100<<10)
+	loc := location(long)
+	u, err := url.Parse(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := u.Query().Get("next")
+	if len(loc) > 1024 || len(next) != 256 || !strings.HasPrefix(long, next) {
+		t.Errorf("Location for a 100 KB path: %d bytes, next %d bytes %.40q…; want a 256-byte prefix", len(loc), len(next), next)
+	}
+	// The cut never splits an escape.
+	escaped := "/portal/leases/" + strings.Repeat("b", 239) + "%C3%A9" + strings.Repeat("c", 100)
+	u, _ = url.Parse(location(escaped))
+	if next := u.Query().Get("next"); next != escaped[:254] {
+		t.Errorf("next of a path with an escape at the cut = %q, want %q", next, escaped[:254])
+	}
+	// A next longer than that is no return address.
+	r := s.browser().post("/portal/login", url.Values{"token": {s.token("alice", "acme")}, "next": {"/portal/usage?" + strings.Repeat("x", 300)}}, "")
+	if r.path != "/portal/" {
+		t.Errorf("sign-in with a long next landed on %.60s, want /portal/", r.path)
+	}
+	if r := s.browser().get("/portal/login?next=" + url.QueryEscape("/portal/usage?"+strings.Repeat("x", 300))); !strings.Contains(r.body, `name="next" value="/portal/"`) {
+		t.Errorf("sign-in page with a long next keeps it:\n%s", r.body)
 	}
 }

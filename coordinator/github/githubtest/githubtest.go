@@ -41,6 +41,8 @@ type Server struct {
 	users map[string]User              // by token
 	orgs  map[string]map[string]string // org -> login -> membership state
 	teams map[string]map[string]string // org/team -> login -> state
+	// hidden orgs answer 403 to membership requests.
+	hidden map[string]bool
 	// web flow: the user the authorize page signs in next, and the
 	// codes it handed out with their PKCE challenge and token.
 	approveAs string
@@ -62,7 +64,7 @@ type grant struct {
 func Start(t testing.TB) *Server {
 	s := &Server{
 		users: map[string]User{}, orgs: map[string]map[string]string{},
-		teams: map[string]map[string]string{}, codes: map[string]grant{}, interval: 5,
+		teams: map[string]map[string]string{}, hidden: map[string]bool{}, codes: map[string]grant{}, interval: 5,
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.srv.Close)
@@ -113,6 +115,39 @@ func (s *Server) SetOrg(org, login, state string) { s.set(s.orgs, org, login, st
 
 // SetTeam sets login's membership state in team ("org/slug").
 func (s *Server) SetTeam(team, login, state string) { s.set(s.teams, team, login, state) }
+
+// Invite invites login to org and to its teams (slugs), as an org owner
+// does on GitHub: the memberships are pending until Accept.
+func (s *Server) Invite(org, login string, teams ...string) {
+	s.SetOrg(org, login, "pending")
+	for _, t := range teams {
+		s.SetTeam(org+"/"+t, login, "pending")
+	}
+}
+
+// Accept accepts login's invitation to org: the org membership and the
+// pending team memberships in it become active.
+func (s *Server) Accept(org, login string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.orgs[org][login] != "pending" {
+		return
+	}
+	s.orgs[org][login] = "active"
+	for team, members := range s.teams {
+		if strings.HasPrefix(team, org+"/") && members[login] == "pending" {
+			members[login] = "active"
+		}
+	}
+}
+
+// HideOrg makes GitHub refuse (403) to show memberships of org, as it does
+// for an org that restricts OAuth app access; false shows them again.
+func (s *Server) HideOrg(org string, hidden bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hidden[org] = hidden
+}
 
 func (s *Server) set(m map[string]map[string]string, key, login, state string) {
 	s.mu.Lock()
@@ -247,9 +282,20 @@ func (s *Server) api(w http.ResponseWriter, r *http.Request, writeJSON func(int,
 		writeJSON(200, map[string]any{"login": u.Login, "id": u.ID})
 		return
 	case len(parts) == 4 && parts[0] == "user" && parts[1] == "memberships" && parts[2] == "orgs":
+		// The authenticated user's membership: active or pending, 404
+		// without one.
+		if s.hidden[parts[3]] {
+			writeJSON(403, map[string]string{"message": "organization has enabled OAuth App access restrictions"})
+			return
+		}
 		state, ok = s.orgs[parts[3]][u.Login]
 	case len(parts) == 6 && parts[0] == "orgs" && parts[2] == "teams" && parts[4] == "memberships":
-		state, ok = s.teams[parts[1]+"/"+parts[3]][parts[5]]
+		// A team membership: only a team the asker can see, that is an
+		// active member of its org; active or pending, 404 without one.
+		ok = false
+		if s.orgs[parts[1]][u.Login] == "active" && !s.hidden[parts[1]] {
+			state, ok = s.teams[parts[1]+"/"+parts[3]][parts[5]]
+		}
 	default:
 		ok = false
 	}
