@@ -544,3 +544,19 @@ func TestHeartbeaterFallsBackToHTTP(t *testing.T) {
 		t.Errorf("HTTP fallback heartbeat of an unknown lease: %v", err)
 	}
 }
+
+// TestControlEndsWithItsToken: a token revoked while its socket is open
+// is refused at the next message, and the connection closes (1008).
+func TestControlEndsWithItsToken(t *testing.T) {
+	e := newEnv(t, openSQLite(t), clockwork.NewFakeClockAt(start), newFake())
+	alice := e.token("alice", "acme")
+	c := openControl(t, e.url, alice)
+	e.do("POST", "/v1/tokens/"+tokenID(t, alice)+"/revoke", alice, struct{}{}, http.StatusOK, nil)
+	c.send(map[string]string{"type": "ping"})
+	if got, up := c.recv(); got.Type != api.ControlError || up.Code != api.CodeUnauthorized {
+		t.Errorf("message after the revocation: %+v, want error unauthorized", got)
+	}
+	if got := c.closeStatus(); got != websocket.StatusPolicyViolation {
+		t.Errorf("close status %v, want 1008", got)
+	}
+}
