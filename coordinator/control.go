@@ -62,6 +62,8 @@ type controlHub struct {
 	closed bool
 	conns  map[*controlConn]struct{}
 	perID  map[string]int
+	// open counts the admitted connections until their handlers return.
+	open sync.WaitGroup
 }
 
 func newControlHub(maxAll, maxPerID int, poll time.Duration) *controlHub {
@@ -87,6 +89,7 @@ func (h *controlHub) admit(c *controlConn) *apiError {
 	}
 	h.conns[c] = struct{}{}
 	h.perID[c.key]++
+	h.open.Add(1)
 	return nil
 }
 
@@ -97,6 +100,7 @@ func (h *controlHub) leave(c *controlConn) {
 	if h.perID[c.key]--; h.perID[c.key] <= 0 {
 		delete(h.perID, c.key)
 	}
+	h.open.Done()
 }
 
 // notify wakes the connections that follow run runID.
@@ -110,18 +114,22 @@ func (h *controlHub) notify(runID string) {
 	}
 }
 
-// close refuses new connections and asks every open one to close.
+// close refuses new connections, asks every open one to close and waits
+// until they have.
 func (h *controlHub) close() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.closed = true
 	for c := range h.conns {
 		c.shut()
 	}
+	h.mu.Unlock()
+	h.open.Wait()
 }
 
-// CloseControl closes the control websockets (status 1001, going away)
-// and refuses new ones. http.Server.Shutdown does not wait for
+// CloseControl closes the control websockets (status 1001, going away),
+// refuses new ones, and returns when their handlers have returned (a
+// client that does not answer the close holds it at most 5 seconds).
+// http.Server.Shutdown does not wait for
 // websockets, so the server HTTPServer returns calls it on Shutdown; a
 // caller serving s with its own http.Server registers it the same way
 // (RegisterOnShutdown).
