@@ -83,6 +83,10 @@ type brokerOptions struct {
 type broker struct {
 	coord *coordclient.Client
 	mode  BrokerMode
+	// heartbeats sends the backends' lease heartbeats over the
+	// coordinator's control websocket (HTTP without one); Client.Close
+	// closes it.
+	heartbeats *coordclient.Heartbeater
 
 	mu       gosync.Mutex
 	backends map[string]provider.SSHLeaseBackend
@@ -115,7 +119,7 @@ func (c *Client) setupBroker(o brokerOptions) error {
 	if err != nil {
 		return err
 	}
-	c.broker = &broker{coord: cl, mode: mode, backends: map[string]provider.SSHLeaseBackend{}}
+	c.broker = &broker{coord: cl, mode: mode, heartbeats: cl.NewHeartbeater(), backends: map[string]provider.SSHLeaseBackend{}}
 	return nil
 }
 
@@ -156,7 +160,7 @@ func (c *Client) brokerFor(name string) (b provider.SSHLeaseBackend, ok bool, er
 	if !isSSH {
 		return nil, true, fmt.Errorf("provider %q runs commands itself (%s); it has no SSH leases", canonical, direct.Spec().Kind)
 	}
-	b = coordbroker.NewRegistered(sb, c.broker.coord, c.store, c.log)
+	b = coordbroker.NewRegistered(sb, c.broker.coord, c.store, c.log, coordbroker.WithHeartbeater(c.broker.heartbeats))
 	c.broker.backends[canonical] = b
 	return b, true, nil
 }
@@ -178,7 +182,8 @@ func (c *Client) brokered(name string) (provider.SSHLeaseBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := coordbroker.NewBrokered(c.broker.coord, canonical, settings, c.store, c.rt.Clock, coordbroker.WithRegistry(c.registry))
+	b := coordbroker.NewBrokered(c.broker.coord, canonical, settings, c.store, c.rt.Clock,
+		coordbroker.WithRegistry(c.registry), coordbroker.WithHeartbeater(c.broker.heartbeats))
 	c.broker.backends[key] = b
 	return b, nil
 }

@@ -910,3 +910,43 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.w.Write(p)
 }
+
+// TestBrokeredHeartbeatGoesOverTheControlSocket: against a coordinator
+// that serves GET /v1/control, the lease's heartbeats (the keepalive's
+// and Heartbeat's) go over the control websocket, not one HTTP request
+// each.
+func TestBrokeredHeartbeatGoesOverTheControlSocket(t *testing.T) {
+	rc := newRealCoordinator(t)
+	c := rc.client(t, crabbox.BrokerAll)
+	l, err := c.Acquire(t.Context(), crabbox.AcquireOptions{Keep: true, IdleTimeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if _, err := c.Heartbeat(t.Context(), l.Slug(), crabbox.HeartbeatOptions{IdleTimeout: 20 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := crabbox.CoordinatorOf(c).GetLease(t.Context(), l.ID())
+	if err != nil || got.IdleTimeoutSeconds != 1200 {
+		t.Errorf("coordinator lease after the heartbeat: idle %d, %v; want 1200", got.IdleTimeoutSeconds, err)
+	}
+	families, err := rc.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "crabbox_coordinator_http_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "route" && strings.Contains(lp.GetValue(), "/heartbeat") {
+					t.Errorf("%v HTTP heartbeats (%v), want none: they go over the control socket", m.GetCounter().GetValue(), m.GetLabel())
+				}
+			}
+		}
+	}
+	if err := c.Stop(t.Context(), l.ID()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -306,6 +306,9 @@ func (c *Client) Close() error {
 	for _, l := range held {
 		errs = append(errs, l.Close())
 	}
+	if c.broker != nil {
+		errs = append(errs, c.broker.heartbeats.Close())
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, b := range c.backends {
@@ -511,7 +514,7 @@ func (c *Client) leaseBackend(cl lease.Claim) (provider.SSHLeaseBackend, error) 
 		if err != nil || cl.Route == lease.RouteDirect || c.broker == nil || c.broker.coord.URL() != cl.Coordinator {
 			return b, err // a registered lease without its coordinator is driven direct
 		}
-		return coordbroker.NewRegistered(b, c.broker.coord, c.store, c.log), nil
+		return coordbroker.NewRegistered(b, c.broker.coord, c.store, c.log, coordbroker.WithHeartbeater(c.broker.heartbeats)), nil
 	}
 	return nil, fmt.Errorf("lease %s: unknown route %q in its claim", cl.ID, cl.Route)
 }

@@ -131,30 +131,41 @@ func expectedProvider(v string) (string, *apiError) {
 	return p, nil
 }
 
-// heartbeat serves POST /v1/leases/{id}/heartbeat. Addressed by lease
-// ID it is one database statement; the provider touch that follows is
-// queued for the maintenance loop, off the request path.
+// heartbeat serves POST /v1/leases/{id}/heartbeat.
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
 	var req api.HeartbeatRequest
 	if e := decodeBody(w, r, s.maxBody, true, &req); e != nil {
 		return e
 	}
+	out, e := s.recordHeartbeat(r, id, r.PathValue("id"), req)
+	if e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: out})
+	return nil
+}
+
+// recordHeartbeat is one heartbeat of lease ref by id, sent over HTTP or
+// the control websocket: it checks req, records the heartbeat and returns
+// the lease as its answer shows it. Addressed by lease ID it is one
+// database statement; the provider touch that follows is queued for the
+// maintenance loop, off the request path.
+func (s *Server) recordHeartbeat(r *http.Request, id auth.Identity, ref string, req api.HeartbeatRequest) (api.Lease, *apiError) {
 	if req.IdleTimeoutSeconds < 0 {
-		return invalid("field %q must not be negative", "idleTimeoutSeconds")
+		return api.Lease{}, invalid("field %q must not be negative", "idleTimeoutSeconds")
 	}
 	want, e := expectedProvider(req.ExpectedProvider)
 	if e != nil {
-		return e
+		return api.Lease{}, e
 	}
 	telemetry, e := telemetryField(req.Telemetry)
 	if e != nil {
-		return e
+		return api.Lease{}, e
 	}
 	hb := store.HeartbeatRequest{ExpectedProvider: want, Telemetry: telemetry, Now: s.clock.Now().UTC()}
 	if req.IdleTimeoutSeconds > 0 {
 		hb.IdleTimeoutSeconds = int64(api.ClampSeconds(req.IdleTimeoutSeconds, api.DefaultIdleTimeoutSeconds))
 	}
-	ref := r.PathValue("id")
 	if api.IsLeaseID(ref) {
 		// The store checks ownership in the same statement; an admin
 		// may touch anyone's lease.
@@ -164,13 +175,13 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, id auth.Ident
 	} else {
 		l, e := s.findLease(r, id, ref)
 		if e != nil {
-			return e
+			return api.Lease{}, e
 		}
 		ref = l.ID
 	}
 	l, err := s.store.Heartbeat(r.Context(), ref, hb)
 	if err != nil {
-		return s.fromStore(r, err, "recording the heartbeat", "lease "+ref)
+		return api.Lease{}, s.fromStore(r, err, "recording the heartbeat", "lease "+ref)
 	}
 	s.queueTouch(l)
 	out, e := s.connectLease(r, id, l)
@@ -180,8 +191,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, id auth.Ident
 		// provider for a login again.
 		out = toAPILease(l)
 	}
-	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: out})
-	return nil
+	return out, nil
 }
 
 // telemetryField checks a heartbeat's telemetry sample: absent or null,

@@ -90,7 +90,12 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, id auth.Ident
 // findRun returns a run the caller may read: their own, one on a lease
 // they own, or any for an admin. Others' runs are "not found".
 func (s *Server) findRun(r *http.Request, id auth.Identity) (store.Run, *apiError) {
-	runID := r.PathValue("id")
+	return s.readableRun(r, id, r.PathValue("id"))
+}
+
+// readableRun is findRun of run runID (the control websocket names it in
+// a message).
+func (s *Server) readableRun(r *http.Request, id auth.Identity, runID string) (store.Run, *apiError) {
 	if !api.IsRunID(runID) {
 		return store.Run{}, invalid("run ID %s is malformed: want run_ and 12 lowercase hex digits", quote(runID))
 	}
@@ -221,6 +226,7 @@ func (s *Server) appendEvent(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if err != nil {
 		return s.fromStore(r, err, "appending the event", "run "+run.ID)
 	}
+	s.control.notify(run.ID)
 	writeJSON(w, http.StatusCreated, api.EventResponse{Event: toAPIEvent(ev)})
 	return nil
 }

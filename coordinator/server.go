@@ -128,6 +128,15 @@ type Config struct {
 	// sent. 0 means 1 minute and 20.
 	TouchInterval time.Duration
 	TouchBudget   int
+
+	// MaxControlConnections bounds the control websockets (GET
+	// /v1/control) open at once, MaxControlPerIdentity those of one owner
+	// and org; more get 429. ControlPollInterval is how often a control
+	// websocket that follows runs reads the store for events another
+	// coordinator appended. 0 means the Default* constants.
+	MaxControlConnections int
+	MaxControlPerIdentity int
+	ControlPollInterval   time.Duration
 }
 
 // Server is the coordinator: an http.Handler for the API and a maintenance
@@ -176,6 +185,8 @@ type Server struct {
 	defaultOrg  string
 	// revocations are the revoked token IDs, refreshed from the store.
 	revocations revocations
+	// control holds the open control websockets.
+	control *controlHub
 }
 
 // New validates cfg and returns a Server. It does no I/O.
@@ -208,6 +219,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.TouchInterval < 0 || cfg.TouchBudget < 0 {
 		return nil, errors.New("coordinator: touch interval and budget must not be negative")
+	}
+	if cfg.MaxControlConnections < 0 || cfg.MaxControlPerIdentity < 0 || cfg.ControlPollInterval < 0 {
+		return nil, errors.New("coordinator: control connection maxima and poll interval must not be negative")
 	}
 	for name, z := range cfg.Sizing {
 		if _, ok := cfg.Providers[name]; !ok {
@@ -250,6 +264,9 @@ func New(cfg Config) (*Server, error) {
 		deviceTTL:        cmp.Or(cfg.DeviceTokenTTL, DefaultDeviceTokenTTL),
 		recheckInterval:  cmp.Or(cfg.TokenRecheckInterval, DefaultTokenRecheckInterval),
 		deviceSlots:      make(chan struct{}, max(cmp.Or(cfg.MaxDeviceSignIns, DefaultMaxDeviceSignIns), 1)),
+		control: newControlHub(cmp.Or(cfg.MaxControlConnections, DefaultMaxControlConnections),
+			cmp.Or(cfg.MaxControlPerIdentity, DefaultMaxControlPerIdentity),
+			cmp.Or(cfg.ControlPollInterval, DefaultControlPollInterval)),
 	}
 	if cfg.Tokens.SessionSecret != "" {
 		s.secret = []byte(cfg.Tokens.SessionSecret)
@@ -279,9 +296,12 @@ func checkLimits(l api.Limits) error {
 
 // HTTPServer returns an http.Server serving s with the configured header
 // and idle timeouts (the body timeout is applied per request by s
-// itself). The caller sets Addr or calls Serve, and may set ErrorLog.
+// itself); its Shutdown closes the control websockets (CloseControl).
+// The caller sets Addr or calls Serve, and may set ErrorLog.
 func (s *Server) HTTPServer() *http.Server {
-	return &http.Server{Handler: s, ReadHeaderTimeout: s.headerTimeout, IdleTimeout: s.idleTimeout}
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.headerTimeout, IdleTimeout: s.idleTimeout}
+	hs.RegisterOnShutdown(s.CloseControl)
+	return hs
 }
 
 // Registry is the Server's own Prometheus registry (served at /metrics).
@@ -319,6 +339,7 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/runs/{id}/telemetry", s.authed(s.telemetry))
 
 	m.Handle("GET /v1/usage", s.authed(s.usage))
+	m.Handle("GET /v1/control", s.authed(s.controlSocket))
 
 	m.Handle("POST /v1/auth/device", s.unauthed(s.deviceStart))
 	m.Handle("POST /v1/auth/device/token", s.unauthed(s.deviceToken))

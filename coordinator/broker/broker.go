@@ -70,7 +70,23 @@ const NeutralSSHUser = "ssh-login"
 type Option func(*brokeredOptions)
 
 type brokeredOptions struct {
-	registry *provider.Registry
+	registry   *provider.Registry
+	heartbeats *coordclient.Heartbeater
+}
+
+// WithHeartbeater sends the backend's heartbeats through h (over the
+// coordinator's control websocket, HTTP when it has none) instead of one
+// HTTP request each. h belongs to the caller, who closes it.
+func WithHeartbeater(h *coordclient.Heartbeater) Option {
+	return func(o *brokeredOptions) { o.heartbeats = h }
+}
+
+// heartbeat is a coordinator heartbeat, through h when there is one.
+func heartbeat(ctx context.Context, coord *coordclient.Client, h *coordclient.Heartbeater, ref string, req api.HeartbeatRequest) (api.Lease, error) {
+	if h != nil {
+		return h.Heartbeat(ctx, ref, req)
+	}
+	return coord.Heartbeat(ctx, ref, req)
 }
 
 // WithRegistry sets the registry that tells NewBrokered whether the
@@ -98,7 +114,7 @@ func NewBrokered(coord *coordclient.Client, name string, settings api.LeaseReque
 	for _, opt := range opts {
 		opt(&o)
 	}
-	b := &brokeredBackend{name: name, coord: coord, store: store, clock: clock, extra: settings, pollInterval: 2 * time.Second}
+	b := &brokeredBackend{name: name, coord: coord, heartbeats: o.heartbeats, store: store, clock: clock, extra: settings, pollInterval: 2 * time.Second}
 	if p, err := o.registry.Lookup(name); err == nil && p.Spec().Has(provider.FeatureSSHLogin) {
 		b.login = true
 		return &brokeredLoginBackend{brokeredBackend: b}
@@ -110,6 +126,7 @@ func NewBrokered(coord *coordclient.Client, name string, settings api.LeaseReque
 type brokeredBackend struct {
 	name         string
 	coord        *coordclient.Client
+	heartbeats   *coordclient.Heartbeater
 	store        *lease.Store
 	clock        clockwork.Clock
 	extra        api.LeaseRequest
@@ -283,7 +300,7 @@ func (b *brokeredBackend) Touch(ctx context.Context, req provider.TouchRequest) 
 	if cl, err := b.store.Get(req.Lease.LeaseID); err == nil && cl.IdleSeconds > 0 {
 		hb.IdleTimeoutSeconds = int(cl.IdleSeconds)
 	}
-	l, err := b.coord.Heartbeat(ctx, req.Lease.LeaseID, hb)
+	l, err := heartbeat(ctx, b.coord, b.heartbeats, req.Lease.LeaseID, hb)
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
@@ -309,9 +326,10 @@ func AlreadyOver(err error) bool {
 // registeredBackend is the backend NewRegistered returns.
 type registeredBackend struct {
 	provider.SSHLeaseBackend
-	coord *coordclient.Client
-	store *lease.Store
-	log   *slog.Logger
+	coord      *coordclient.Client
+	heartbeats *coordclient.Heartbeater
+	store      *lease.Store
+	log        *slog.Logger
 }
 
 // registeredCleanupBackend keeps the direct backend's cleanup.
@@ -331,8 +349,13 @@ func (r registeredCleanupBackend) Cleanup(ctx context.Context, req provider.Clea
 // coordinator never touches the box.
 // The backend keeps b's cleanup and, for a provider whose SSH login is a
 // credential, b's SSHLogin: the login is b's own, never registered.
-func NewRegistered(b provider.SSHLeaseBackend, coord *coordclient.Client, store *lease.Store, log *slog.Logger) provider.SSHLeaseBackend {
-	r := &registeredBackend{SSHLeaseBackend: b, coord: coord, store: store, log: log}
+// Of the options only WithHeartbeater applies.
+func NewRegistered(b provider.SSHLeaseBackend, coord *coordclient.Client, store *lease.Store, log *slog.Logger, opts ...Option) provider.SSHLeaseBackend {
+	var o brokeredOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	r := &registeredBackend{SSHLeaseBackend: b, coord: coord, heartbeats: o.heartbeats, store: store, log: log}
 	cb, cleanup := b.(provider.CleanupBackend)
 	lb, login := b.(provider.SSHLoginBackend)
 	switch {
@@ -391,7 +414,7 @@ func (r *registeredBackend) Touch(ctx context.Context, req provider.TouchRequest
 	if err != nil {
 		return t, err
 	}
-	_, err = r.coord.Heartbeat(ctx, t.LeaseID, api.HeartbeatRequest{ExpectedProvider: r.Spec().Name})
+	_, err = heartbeat(ctx, r.coord, r.heartbeats, t.LeaseID, api.HeartbeatRequest{ExpectedProvider: r.Spec().Name})
 	if errors.Is(err, provider.ErrNotFound) {
 		if cl, gerr := r.store.Get(t.LeaseID); gerr == nil {
 			r.register(ctx, t, int(cl.TTLSeconds), int(cl.IdleSeconds), cl.Keep, cl.Labels)
