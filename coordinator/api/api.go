@@ -485,10 +485,14 @@ type Event struct {
 // the run succeeded, anything else failed. Log is the run's output; the
 // coordinator keeps its last MaxLogBytes.
 type FinishRequest struct {
-	ExitCode     int         `json:"exitCode"`
-	SyncMs       int64       `json:"syncMs"`
-	CommandMs    int64       `json:"commandMs"`
-	Log          string      `json:"log" edge:"bytes"` // stored as bytes: any content
+	ExitCode  int    `json:"exitCode"`
+	SyncMs    int64  `json:"syncMs"`
+	CommandMs int64  `json:"commandMs"`
+	Log       string `json:"log" edge:"bytes"` // stored as bytes: any content
+	// LogChunks, when present, is the whole log in pieces and replaces
+	// Log: existing clients send the log's last 64 KiB as Log and all of
+	// it as chunks of at most 64 KiB.
+	LogChunks    []string    `json:"logChunks,omitempty" edge:"bytes"`
 	LogTruncated bool        `json:"logTruncated"`
 	Results      *RunResults `json:"results,omitempty"`
 }
