@@ -29,9 +29,23 @@ func toAPILease(l store.Lease) api.Lease {
 		CleanupAttempts: l.CleanupAttempts, CleanupError: l.CleanupError,
 		CleanupStartedAt: utc(l.CleanupStartedAt), CleanupRetryAt: utc(l.CleanupRetryAt),
 		ReleaseDeletesServer: releaseDeletesServer(l), FailureError: l.FailureError,
-		Labels: maps.Clone(l.Labels), Image: l.Image, Location: l.Location,
+		Labels: maps.Clone(l.Labels), Image: leaseImage(l), Location: l.Location,
 		Telemetry: slices.Clone(l.Telemetry), TelemetryAt: utc(l.TelemetryAt),
 	}
+}
+
+// leaseImage is the wire's image object of l, nil when it asked for none.
+// A lease stored before image sources were recorded named its image in
+// its request as far as anyone can tell.
+func leaseImage(l store.Lease) *api.LeaseImage {
+	if l.Image == "" {
+		return nil
+	}
+	source := l.ImageSource
+	if source == "" {
+		source = api.ImageExplicit
+	}
+	return &api.LeaseImage{ID: l.Image, Source: source, Provider: l.Provider, Region: l.Location}
 }
 
 // releaseDeletesServer is the wire's releaseDeletesServer: true while a

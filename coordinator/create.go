@@ -181,7 +181,14 @@ func (s *Server) insertLease(ctx context.Context, id auth.Identity, spec leaseSp
 ) (store.CreateResult, error) {
 	now := s.clock.Now().UTC()
 	hourly := size.hourly
+	imageSource := ""
+	if spec.Image != "" {
+		imageSource = api.ImageExplicit
+	}
 	if size.sized {
+		if size.Image != "" && size.Image != spec.Image {
+			imageSource = api.ImageProviderDefault
+		}
 		// Recorded is what the provider is asked for, not the client's
 		// claim (a provider may report the type it fell back to).
 		spec.Class, spec.Image, spec.Location, spec.ServerType = size.Class, size.Image, size.Location, ""
@@ -193,7 +200,7 @@ func (s *Server) insertLease(ctx context.Context, id auth.Identity, spec leaseSp
 		ID: spec.LeaseID, Provider: spec.Provider, Lifecycle: store.LifecycleManaged,
 		State: store.StateProvisioning, Owner: id.Owner, Org: id.Org,
 		Target: spec.Target, Class: spec.Class, ServerType: spec.ServerType,
-		Image: spec.Image, Location: spec.Location,
+		Image: spec.Image, ImageSource: imageSource, Location: spec.Location,
 		SSHUser: spec.SSHUser, SSHPort: spec.SSHPort, SSHFallbackPorts: spec.SSHFallbackPorts,
 		WorkRoot: spec.WorkRoot, Keep: spec.Keep,
 		TTLSeconds: spec.TTLSeconds, IdleTimeoutSeconds: spec.IdleSeconds,

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,10 +11,12 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 )
 
-// pool serves GET /v1/pool (admin only): per configured provider the
-// managed leases holding capacity, and those leases, of every owner. Each
-// state lists at most api.MaxLeaseListLimit leases.
+// pool serves GET /v1/pool (admin only): the managed leases holding
+// capacity, of every owner, as machines and as leases, and per configured
+// provider their counts; ?provider= keeps one provider's. Each state
+// lists at most api.MaxLeaseListLimit leases.
 func (s *Server) pool(w http.ResponseWriter, r *http.Request, _ auth.Identity) *apiError {
+	only := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("provider")))
 	var held []store.Lease
 	for _, st := range []store.LeaseState{store.StateProvisioning, store.StateActive, store.StateReleased, store.StateExpired, store.StateFailed} {
 		ls, err := s.store.ListLeases(r.Context(), store.LeaseFilter{State: st, Limit: api.MaxLeaseListLimit})
@@ -21,7 +24,7 @@ func (s *Server) pool(w http.ResponseWriter, r *http.Request, _ auth.Identity) *
 			return s.fromStore(r, err, "listing the pool", "pool")
 		}
 		for _, l := range ls {
-			if l.HoldsCapacity() {
+			if l.HoldsCapacity() && (only == "" || l.Provider == only) {
 				held = append(held, l)
 			}
 		}
@@ -33,10 +36,15 @@ func (s *Server) pool(w http.ResponseWriter, r *http.Request, _ auth.Identity) *
 		return strings.Compare(b.ID, a.ID)
 	})
 	byName := map[string]*api.PoolProvider{}
-	out := api.PoolResponse{Providers: []api.PoolProvider{}, Leases: toAPILeases(held)}
+	out := api.PoolResponse{Machines: make([]api.PoolMachine, 0, len(held)), Providers: []api.PoolProvider{}, Leases: toAPILeases(held)}
+	for _, l := range held {
+		out.Machines = append(out.Machines, poolMachine(l))
+	}
 	names := make([]string, 0, len(s.providers))
 	for name := range s.providers {
-		names = append(names, name)
+		if only == "" || name == only {
+			names = append(names, name)
+		}
 	}
 	slices.Sort(names)
 	for _, name := range names {
@@ -61,4 +69,24 @@ func (s *Server) pool(w http.ResponseWriter, r *http.Request, _ auth.Identity) *
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// poolMachine is the machine view of a lease holding capacity.
+func poolMachine(l store.Lease) api.PoolMachine {
+	labels := maps.Clone(l.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["lease"], labels["slug"], labels["owner"], labels["org"] = l.ID, l.Slug, l.Owner, l.Org
+	m := api.PoolMachine{
+		ID: l.CloudID, Provider: l.Provider, CloudID: l.CloudID, Name: l.ServerName,
+		Status: string(l.State), ServerType: l.ServerType, Host: l.Host, Labels: labels,
+	}
+	if m.ID == "" {
+		m.ID = l.ID
+	}
+	if m.Name == "" {
+		m.Name = l.Slug
+	}
+	return m
 }

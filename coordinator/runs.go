@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
@@ -340,13 +341,17 @@ func (s *Server) finishRun(w http.ResponseWriter, r *http.Request, id auth.Ident
 		}
 		results, _ = json.Marshal(res) // RunResults always marshals
 	}
+	log := req.Log
+	if len(req.LogChunks) > 0 {
+		log = strings.Join(req.LogChunks, "")
+	}
 	run, e := s.findOwnRun(r, id)
 	if e != nil {
 		return e
 	}
 	done, err := s.store.FinishRun(r.Context(), run.ID, store.RunFinish{
 		ExitCode: req.ExitCode, SyncMs: req.SyncMs, CommandMs: req.CommandMs,
-		Log: []byte(req.Log), LogTruncated: req.LogTruncated, Results: results,
+		Log: []byte(log), LogTruncated: req.LogTruncated, Results: results,
 		Now: s.clock.Now().UTC(),
 	})
 	if err != nil {

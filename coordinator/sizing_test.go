@@ -105,7 +105,7 @@ func TestPerLeaseSizing(t *testing.T) {
 			case "serverType":
 				req.ServerType = tc.value
 			case "image":
-				req.ServerType, req.Image = "", tc.value
+				req.ServerType, req.Image = "", api.ImageRef(tc.value)
 			}
 			ae := e.fail("POST", "/v1/leases", tc.token, req, http.StatusBadRequest, api.CodeInvalidRequest)
 			if !strings.Contains(ae.Message, `"`+tc.field+`"`) || !strings.Contains(ae.Message, tc.value) || !strings.Contains(ae.Message, tc.want) {

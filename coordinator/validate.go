@@ -84,7 +84,7 @@ func (s leaseSpec) hash() string {
 func (s *Server) normalizeLeaseRequest(req api.LeaseRequest) (leaseSpec, *apiError) {
 	n := leaseSpec{
 		LeaseID: req.LeaseID, Slug: req.Slug, Keep: req.Keep,
-		Class: req.Class, ServerType: req.ServerType, Location: req.Location, Image: req.Image,
+		Class: req.Class, ServerType: req.ServerType, Location: req.Location, Image: string(req.Image),
 		WorkRoot: req.WorkRoot, SSHPublicKey: strings.TrimSpace(req.SSHPublicKey),
 	}
 	if n.LeaseID != "" && !api.IsLeaseID(n.LeaseID) {

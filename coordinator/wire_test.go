@@ -212,7 +212,7 @@ func TestRunEventsAsClientsSendThem(t *testing.T) {
 }
 
 // TestPoolIsAdminOnly: GET /v1/pool shows every owner's leases holding
-// capacity to admins and is 403 for users.
+// capacity, as machines and as leases, to admins and is 403 for users.
 func TestPoolIsAdminOnly(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
 		e := simple(t, open)
@@ -236,6 +236,16 @@ func TestPoolIsAdminOnly(t *testing.T) {
 		}
 		if diff := cmp.Diff([]api.PoolProvider{{Provider: "fake", ActiveLeases: 2}}, pool.Providers); diff != "" {
 			t.Errorf("pool providers (-want +got):\n%s", diff)
+		}
+		var machines []string
+		for _, m := range pool.Machines {
+			machines = append(machines, m.Labels["lease"]+" "+m.Labels["owner"]+" "+m.ID)
+		}
+		slices.Sort(machines)
+		wantMachines := []string{a.ID + " alice vm-" + a.ID, b.ID + " bob vm-" + b.ID}
+		slices.Sort(wantMachines)
+		if diff := cmp.Diff(wantMachines, machines); diff != "" {
+			t.Errorf("pool machines (-want +got):\n%s", diff)
 		}
 	})
 }

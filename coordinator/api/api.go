@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"time"
 
@@ -138,10 +139,10 @@ type Lease struct {
 	ReleaseDeletesServer *bool             `json:"releaseDeletesServer,omitempty"`
 	FailureError         string            `json:"failureError,omitempty"`
 	Labels               map[string]string `json:"labels,omitempty"`
-	// Image and Location are what the lease asked its provider for
-	// (empty: the provider's default).
-	Image    string `json:"image,omitempty"`
-	Location string `json:"location,omitempty"`
+	// Image is the image the lease asked its provider for (absent: the
+	// provider's own default); Location is where (empty: the default).
+	Image    *LeaseImage `json:"image,omitempty"`
+	Location string      `json:"location,omitempty"`
 	// Telemetry is the latest host sample a heartbeat carried (a JSON
 	// object), received at TelemetryAt.
 	Telemetry   json.RawMessage `json:"telemetry,omitempty"`
@@ -153,6 +154,75 @@ type Lease struct {
 	// connect (create, get, heartbeat), and is never stored; listings
 	// show the lease's neutral user.
 	SSHLoginExpiresAt time.Time `json:"sshLoginExpiresAt,omitzero"`
+}
+
+// Image sources: where a lease's image came from.
+const (
+	// ImageExplicit: the lease request named the image.
+	ImageExplicit = "explicit"
+	// ImageProviderDefault: the provider's configured default image.
+	ImageProviderDefault = "provider-default"
+)
+
+// LeaseImage identifies a lease's image on the wire. Existing clients
+// decode it as this object, never as a string.
+type LeaseImage struct {
+	ID     string `json:"id"`
+	Source string `json:"source"`
+	// Provider is the lease's provider.
+	Provider string `json:"provider,omitempty"`
+	// Region is the lease's location, when it asked for one.
+	Region string `json:"region,omitempty"`
+}
+
+// UnmarshalJSON reads the object, and also the bare image ID that
+// coordinators before LeaseImage sent (its source is then explicit).
+func (i *LeaseImage) UnmarshalJSON(b []byte) error {
+	var id string
+	if json.Unmarshal(b, &id) == nil {
+		*i = LeaseImage{ID: id, Source: ImageExplicit}
+		return nil
+	}
+	type plain LeaseImage
+	return json.Unmarshal(b, (*plain)(i))
+}
+
+// ImageRef is the image a lease request asks for: its ID. On the wire it
+// is either that ID as a string, as existing clients send it, or a
+// LeaseImage object, of which only "id" is read (the coordinator decides
+// the rest). It is always sent as the string.
+type ImageRef string
+
+// UnmarshalJSON accepts the string or the object form.
+func (r *ImageRef) UnmarshalJSON(b []byte) error {
+	var id string
+	if json.Unmarshal(b, &id) == nil {
+		*r = ImageRef(id)
+		return nil
+	}
+	var obj struct {
+		ID *string `json:"id"`
+	}
+	if b[0] != '{' || json.Unmarshal(b, &obj) != nil || obj.ID == nil || *obj.ID == "" {
+		return fmt.Errorf("field %q: want an image ID (a string) or an object with a non-empty string \"id\", got %s", "image", jsonValueKind(b))
+	}
+	*r = ImageRef(*obj.ID)
+	return nil
+}
+
+// jsonValueKind names the kind of a JSON value for an error message.
+func jsonValueKind(b []byte) string {
+	switch b[0] {
+	case '{':
+		return "an object without one"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 // TTL is the lease's time to live.
@@ -193,7 +263,7 @@ type LeaseRequest struct {
 	Class              string            `json:"class,omitempty"`
 	ServerType         string            `json:"serverType,omitempty"`
 	Location           string            `json:"location,omitempty"`
-	Image              string            `json:"image,omitempty"`
+	Image              ImageRef          `json:"image,omitempty"`
 	SSHUser            string            `json:"sshUser,omitempty"`
 	SSHPort            string            `json:"sshPort,omitempty"`
 	SSHFallbackPorts   []string          `json:"sshFallbackPorts,omitempty"`
@@ -415,10 +485,14 @@ type Event struct {
 // the run succeeded, anything else failed. Log is the run's output; the
 // coordinator keeps its last MaxLogBytes.
 type FinishRequest struct {
-	ExitCode     int         `json:"exitCode"`
-	SyncMs       int64       `json:"syncMs"`
-	CommandMs    int64       `json:"commandMs"`
-	Log          string      `json:"log" edge:"bytes"` // stored as bytes: any content
+	ExitCode  int    `json:"exitCode"`
+	SyncMs    int64  `json:"syncMs"`
+	CommandMs int64  `json:"commandMs"`
+	Log       string `json:"log" edge:"bytes"` // stored as bytes: any content
+	// LogChunks, when present, is the whole log in pieces and replaces
+	// Log: existing clients send the log's last 64 KiB as Log and all of
+	// it as chunks of at most 64 KiB.
+	LogChunks    []string    `json:"logChunks,omitempty" edge:"bytes"`
 	LogTruncated bool        `json:"logTruncated"`
 	Results      *RunResults `json:"results,omitempty"`
 }
@@ -504,9 +578,27 @@ type PoolProvider struct {
 	PendingDeletes int `json:"pendingDeletes"`
 }
 
-// PoolResponse answers GET /v1/pool (admin only): the configured providers
-// and the managed leases holding capacity, of every owner.
+// PoolMachine is the box of one managed lease holding capacity, in the
+// shape existing clients list (their `list --all` and doctor read it).
+type PoolMachine struct {
+	// ID is the box's cloud ID, or the lease ID while it has none.
+	ID       string `json:"id"`
+	Provider string `json:"provider"`
+	CloudID  string `json:"cloudID"`
+	Name     string `json:"name"`
+	// Status is the lease's state.
+	Status     string `json:"status"`
+	ServerType string `json:"serverType"`
+	Host       string `json:"host"`
+	// Labels are the lease's labels plus lease, slug, owner and org.
+	Labels map[string]string `json:"labels"`
+}
+
+// PoolResponse answers GET /v1/pool (admin only): the boxes of the
+// managed leases holding capacity, of every owner, as machines; the
+// configured providers; and those leases.
 type PoolResponse struct {
+	Machines  []PoolMachine  `json:"machines"`
 	Providers []PoolProvider `json:"providers"`
 	Leases    []Lease        `json:"leases"`
 }

@@ -46,7 +46,7 @@ func Settings(name string, cfg provider.Config, linked bool) (api.LeaseRequest, 
 		case "location":
 			req.Location = v
 		case "image":
-			req.Image = v
+			req.Image = api.ImageRef(v)
 		case "ssh-user":
 			req.SSHUser = v
 		case "work-root":

@@ -73,10 +73,14 @@ type Lease struct {
 	Owner     string
 	Org       string
 
-	Target           string
-	Class            string
-	ServerType       string
-	Image            string
+	Target     string
+	Class      string
+	ServerType string
+	Image      string
+	// ImageSource is where Image came from: "explicit" (the request named
+	// it) or "provider-default"; empty in leases stored before it was
+	// recorded.
+	ImageSource      string
 	Location         string
 	CloudID          string
 	ServerName       string
@@ -451,7 +455,9 @@ type Store interface {
 
 	// CancelCreate cancels the create attempt attemptID of owner+org for
 	// lease leaseID. An attempt never seen gets a permanent tombstone (a
-	// later CreateLease with it fails with ErrCreateCanceled). A bound
+	// later CreateLease with it fails with ErrCreateCanceled), unless
+	// leaseID is another owner's or org's lease: that is ErrNotFound and
+	// writes nothing. A bound
 	// attempt is marked canceled and its lease, if live, released with
 	// server deletion queued (managed leases); the result carries the lease.
 	// An attempt bound to another lease ID is ErrAttemptConflict.

@@ -166,7 +166,7 @@ func testLeaseRoundTrip(t *testing.T, open Opener) {
 	in.Slug = "tidal-lobster"
 	in.Keep = true
 	in.Labels = map[string]string{"team": "infra"}
-	in.Image, in.Location = "ubuntu-24.04", "fsn1"
+	in.Image, in.ImageSource, in.Location = "ubuntu-24.04", "explicit", "fsn1"
 	in.LastTouchedAt = at(time.Minute)
 	res, err := s.CreateLease(ctx, store.CreateRequest{Lease: in, AttemptID: "cat_a", Now: t0})
 	if err != nil {
@@ -188,6 +188,16 @@ func testLeaseRoundTrip(t *testing.T, open Opener) {
 	}
 	if !res.Lease.HoldsCapacity() {
 		t.Error("a provisioning lease must hold capacity")
+	}
+	// An image without a source is how leases stored before sources were
+	// recorded look; it loads back as it was, whatever its text.
+	for i, image := range []string{"debian-12", `{"id":"x"}`} {
+		old := lease(fmt.Sprintf("cbx_00000000010%d", i), "alice")
+		old.Image = image
+		create(t, s, old, fmt.Sprintf("cat_img%d", i))
+		if got := get(t, s, old.ID); got.Image != image || got.ImageSource != "" {
+			t.Errorf("image %q without a source loads as %q from %q", image, got.Image, got.ImageSource)
+		}
 	}
 }
 
@@ -283,13 +293,16 @@ func testCancelCreate(t *testing.T, open Opener) {
 	// A cancel naming another lease than the attempt's fails closed.
 	_, err = s.CancelCreate(ctx, "cbx_000000000009", "cat_4", "alice", "acme", now)
 	wantErr(t, "cancel with wrong lease", err, store.ErrAttemptConflict)
-	// Another owner cannot cancel alice's lease with her attempt token.
-	if _, err := s.CancelCreate(ctx, "cbx_000000000001", "cat_fresh", "mallory", "acme", now); err != nil {
-		t.Fatal(err)
-	}
+	// Another owner cannot cancel alice's lease with her attempt token:
+	// not found, and nothing written (no tombstone for mallory either).
+	_, err = s.CancelCreate(ctx, "cbx_000000000001", "cat_fresh", "mallory", "acme", now)
+	wantErr(t, "foreign cancel", err, store.ErrNotFound)
+	_, err = s.CancelCreate(ctx, "cbx_000000000001", "cat_fresh", "alice", "other-org", now)
+	wantErr(t, "cancel from another org", err, store.ErrNotFound)
 	if got := get(t, s, "cbx_000000000001"); got.State != store.StateProvisioning {
 		t.Errorf("foreign cancel changed the lease to %s", got.State)
 	}
+	create(t, s, lease("cbx_000000000005", "mallory"), "cat_fresh")
 }
 
 func testPutLease(t *testing.T, open Opener) {

@@ -69,7 +69,7 @@ func leaseArgs(r row) ([]any, error) {
 		ts(l.CreatedAt), ts(l.UpdatedAt), ts(l.LastTouchedAt), ts(l.ExpiresAt), ts(l.ReleasedAt), ts(l.EndedAt),
 		l.EstimatedHourlyUSD, l.MaxEstimatedUSD,
 		l.CleanupAttempts, l.CleanupError, ts(l.CleanupStartedAt), ts(l.CleanupRetryAt),
-		l.ReleaseDeletesServer, l.FailureError, string(lab), l.ServerKept, string(l.Telemetry), ts(l.TelemetryAt), l.Image, l.Location,
+		l.ReleaseDeletesServer, l.FailureError, string(lab), l.ServerKept, string(l.Telemetry), ts(l.TelemetryAt), imageColumn(l.Image, l.ImageSource), l.Location,
 		l.CreateAttemptID, l.RequestHash, l.CleanupToken, r.claimUntil,
 	}, nil
 }
@@ -80,7 +80,7 @@ func scanLease(sc scanner) (row, error) {
 	var (
 		r                                                   row
 		l                                                   = &r.Lease
-		lifecycle, state, ports, labels, telemetry          string
+		lifecycle, state, ports, labels, telemetry, image   string
 		created, updated, touched, expires, released, ended sql.NullInt64
 		cleanupStarted, cleanupRetry, telemetryAt           sql.NullInt64
 	)
@@ -92,13 +92,14 @@ func scanLease(sc scanner) (row, error) {
 		&created, &updated, &touched, &expires, &released, &ended,
 		&l.EstimatedHourlyUSD, &l.MaxEstimatedUSD,
 		&l.CleanupAttempts, &l.CleanupError, &cleanupStarted, &cleanupRetry,
-		&l.ReleaseDeletesServer, &l.FailureError, &labels, &l.ServerKept, &telemetry, &telemetryAt, &l.Image, &l.Location,
+		&l.ReleaseDeletesServer, &l.FailureError, &labels, &l.ServerKept, &telemetry, &telemetryAt, &image, &l.Location,
 		&l.CreateAttemptID, &l.RequestHash, &l.CleanupToken, &r.claimUntil,
 	)
 	if err != nil {
 		return row{}, err
 	}
 	l.Lifecycle, l.State = store.Lifecycle(lifecycle), store.LeaseState(state)
+	l.Image, l.ImageSource = imageFromColumn(image)
 	l.CreatedAt, l.UpdatedAt, l.LastTouchedAt = fromTS(created), fromTS(updated), fromTS(touched)
 	l.ExpiresAt, l.ReleasedAt, l.EndedAt = fromTS(expires), fromTS(released), fromTS(ended)
 	l.CleanupStartedAt, l.CleanupRetryAt = fromTS(cleanupStarted), fromTS(cleanupRetry)
@@ -125,4 +126,30 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// storedImage is the image column of a lease whose image source is known.
+// Leases stored before the source was recorded hold the bare image ID,
+// and so does a lease without a source.
+type storedImage struct {
+	ID     string `json:"id"`
+	Source string `json:"source"`
+}
+
+func imageColumn(id, source string) string {
+	if source == "" {
+		return id
+	}
+	b, _ := json.Marshal(storedImage{ID: id, Source: source}) // two strings always marshal
+	return string(b)
+}
+
+// imageFromColumn reads the image column: the object imageColumn writes,
+// or a bare image ID (which may itself start with a brace).
+func imageFromColumn(v string) (id, source string) {
+	var im storedImage
+	if strings.HasPrefix(v, "{") && json.Unmarshal([]byte(v), &im) == nil && im.ID != "" && im.Source != "" {
+		return im.ID, im.Source
+	}
+	return v, ""
 }

@@ -344,6 +344,14 @@ func (s *Store) CancelCreate(ctx context.Context, leaseID, attemptID, owner, org
 			return err
 		}
 		if att == nil {
+			// Another owner's lease is not the caller's to know about: no
+			// tombstone, the same answer as for a lease that is not there.
+			switch r, err := s.getLease(ctx, c, leaseID, false); {
+			case err == nil && (r.Owner != owner || r.Org != org):
+				return fmt.Errorf("lease %q: %w", leaseID, store.ErrNotFound)
+			case err != nil && !errors.Is(err, store.ErrNotFound):
+				return err
+			}
 			_, err := c.exec(ctx, `INSERT INTO create_attempts (owner, org, attempt_id, lease_id, canceled, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 				owner, org, attemptID, leaseID, true, ts(now))
 			if err != nil {
