@@ -251,6 +251,7 @@ func New(cfg Config) (*Server, error) {
 		recheckInterval:  cmp.Or(cfg.TokenRecheckInterval, DefaultTokenRecheckInterval),
 		deviceSlots:      make(chan struct{}, max(cmp.Or(cfg.MaxDeviceSignIns, DefaultMaxDeviceSignIns), 1)),
 	}
+	s.warnUnusablePrices()
 	if cfg.Tokens.SessionSecret != "" {
 		s.secret = []byte(cfg.Tokens.SessionSecret)
 		if s.sealer, err = newCredentialSealer(s.secret); err != nil {
