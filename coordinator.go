@@ -1,6 +1,7 @@
 package crabbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -203,23 +204,23 @@ const (
 )
 
 // runRecorder mirrors one Client.Run to the coordinator: it creates the run
-// when the lease is known, streams phase and output events in order, keeps
-// the last api.MaxLogBytes of output, and finishes the run. Recording is
-// best effort: a coordinator failure is logged and never fails the run.
+// before anything else happens (its ID is the run's ID, see RunResult.RunID),
+// streams phase and output events in order, keeps the last api.MaxLogBytes
+// of output, and finishes the run. Recording is best effort: a coordinator
+// failure is logged and never fails the run.
 type runRecorder struct {
 	coord *coordclient.Client
 	log   *slog.Logger
 	ctx   context.Context // detached from the run's cancellation
 	req   RunRequest
-	// provider is recorded when the run fails before it has a lease.
-	provider string
+	// createErr is why the run could not be created at the coordinator.
+	createErr error
 	// sendCtx bounds the event sender; stopSend cancels it.
 	sendCtx  context.Context
 	stopSend context.CancelFunc
 
 	mu       gosync.Mutex
-	runID    string // the coordinator's run ID; empty until created
-	created  bool
+	runID    string // the coordinator's run ID; empty if it was not created
 	queue    []api.EventRequest
 	pending  int // bytes of output in queue
 	streamed int // bytes of output queued so far
@@ -230,24 +231,53 @@ type runRecorder struct {
 	logBuf   tailBuffer
 }
 
-// recordRun starts recording req; the caller defers finish. It returns req
-// with its output teed into the recorder.
-func (c *Client) recordRun(ctx context.Context, req RunRequest) (RunRequest, *runRecorder) {
-	prov := req.Acquire.Provider
-	if prov == "" {
-		prov = c.provider
-	}
+// recordRun creates req's run at the coordinator, on held when the run
+// uses a lease the caller holds (Lease.Run); the caller defers finish,
+// and tees the run's output into the recorder with tee once req.RunID is
+// settled.
+func (c *Client) recordRun(ctx context.Context, req RunRequest, held *Lease) *runRecorder {
 	r := &runRecorder{
-		coord: c.broker.coord, log: c.log, ctx: context.WithoutCancel(ctx), req: req, provider: prov,
+		coord: c.broker.coord, log: c.log, ctx: context.WithoutCancel(ctx), req: req,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		logBuf: tailBuffer{max: api.MaxLogBytes},
 	}
 	r.sendCtx, r.stopSend = context.WithCancel(r.ctx)
+	// Until the lease is known, the provider is the one a new lease would
+	// have; the lease event corrects it.
+	prov, leaseID := cmp.Or(req.Acquire.Provider, c.provider), ""
+	switch {
+	case held != nil:
+		prov, leaseID = held.Provider(), r.coordinatorLease(held.Claim())
+	case req.Lease != "":
+		// A warm lease this machine holds names its provider; one made
+		// elsewhere is named by the lease event once it is resolved.
+		if cl, err := c.store.Find(req.Lease); err == nil {
+			prov, leaseID = cl.Provider, r.coordinatorLease(cl)
+		}
+	}
+	r.create(leaseID, prov)
+	return r
+}
+
+// tee returns req with its output teed into the recorder and the lease
+// reported to it.
+func (r *runRecorder) tee(req RunRequest) RunRequest {
+	r.req = req
 	var mu gosync.Mutex
 	req.Stdout = recordWriter{mu: &mu, w: req.Stdout, r: r, stream: api.StreamStdout}
 	req.Stderr = recordWriter{mu: &mu, w: req.Stderr, r: r, stream: api.StreamStderr}
 	req.onLease = r.leased
-	return req, r
+	return req
+}
+
+// coordinatorLease is cl's ID when the coordinator knows the lease
+// (brokered by it or registered with it), else empty: a run names a direct
+// lease only in its events' data.
+func (r *runRecorder) coordinatorLease(cl lease.Claim) string {
+	if (cl.Route == lease.RouteBrokered || cl.Route == lease.RouteRegistered) && cl.Coordinator == r.coord.URL() {
+		return cl.ID
+	}
+	return ""
 }
 
 // recordWriter writes to the caller's writer and the recorder.
@@ -268,33 +298,31 @@ func (w recordWriter) Write(p []byte) (int, error) {
 	return w.w.Write(p)
 }
 
-// leased creates the run once the lease is known. The run names the lease
-// only when the coordinator knows it (brokered or registered); a direct
-// lease's run is recorded on its own.
+// leased reports the run's lease: its event ties the run to the lease
+// when the coordinator knows the lease (brokered or registered), and
+// names its provider either way.
 func (r *runRecorder) leased(l *Lease) {
-	leaseID := ""
-	if cl := l.Claim(); (cl.Route == lease.RouteBrokered || cl.Route == lease.RouteRegistered) && cl.Coordinator == r.coord.URL() {
-		leaseID = l.ID()
+	leaseID, slug := r.coordinatorLease(l.Claim()), ""
+	if leaseID != "" {
+		slug = l.Slug()
 	}
-	r.create(leaseID, l.Provider())
+	data := map[string]string{"leaseID": l.ID(), "slug": l.Slug(), "provider": l.Provider()}
+	if r.req.RunID != r.id() {
+		data["localRunID"] = r.req.RunID // chosen by the caller (RunRequest.RunID)
+	}
 	r.event(api.EventRequest{
 		Type: api.EventLease, Phase: api.PhaseLeasing,
 		Message: fmt.Sprintf("lease %s (%s) from %s", l.ID(), l.Slug(), l.Provider()),
-		Data:    mustJSON(map[string]string{"leaseID": l.ID(), "slug": l.Slug(), "provider": l.Provider(), "localRunID": r.req.RunID}),
+		Data:    mustJSON(data), LeaseID: leaseID, Slug: slug, Provider: l.Provider(),
 	})
 	if !r.req.NoSync {
 		r.event(api.EventRequest{Type: api.EventPhase, Phase: api.PhaseSync})
 	}
 }
 
+// create creates the run at the coordinator and starts the event sender;
+// when it cannot, the run goes on unrecorded there (createErr says why).
 func (r *runRecorder) create(leaseID, providerName string) {
-	r.mu.Lock()
-	if r.created {
-		r.mu.Unlock()
-		return
-	}
-	r.created = true
-	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(r.ctx, recordTimeout)
 	defer cancel()
 	run, err := r.coord.CreateRun(ctx, api.RunRequest{
@@ -302,13 +330,13 @@ func (r *runRecorder) create(leaseID, providerName string) {
 		Command: recordedCommand(r.req), Label: r.req.ScriptName,
 	})
 	if err != nil {
-		r.log.Warn("run not recorded with the coordinator", "run", r.req.RunID, "err", err)
+		r.createErr = fmt.Errorf("record the run with coordinator %s: %w", r.coord.URL(), err)
+		r.log.Warn("run not recorded with the coordinator; its ID is a local one", "err", err)
+		close(r.done)
 		return
 	}
-	r.log.Info("run recorded with the coordinator", "run", r.req.RunID, "coordinatorRun", run.ID)
-	r.mu.Lock()
-	r.runID = run.ID
-	r.mu.Unlock()
+	r.log.Info("run recorded with the coordinator", "run", run.ID)
+	r.runID = run.ID // before the sender starts; nothing else runs yet
 	go r.send()
 }
 
@@ -424,21 +452,20 @@ func (r *runRecorder) send() {
 	}
 }
 
-// finish records the run's outcome.
-// id is the coordinator's run ID, empty until the run was created there.
+// id is the coordinator's run ID, empty when it did not record the run
+// (or there is no recorder).
 func (r *runRecorder) id() string {
+	if r == nil {
+		return ""
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.runID
 }
 
+// finish records the run's outcome.
 func (r *runRecorder) finish(res RunResult, runErr error) {
 	defer r.stopSend()
-	prov := res.Provider
-	if prov == "" {
-		prov = r.provider
-	}
-	r.create(res.LeaseID, prov) // without a lease: record the failure anyway
 	if runErr != nil {
 		r.event(api.EventRequest{Type: api.EventError, Message: truncate(runErr.Error(), api.MaxEventFieldBytes)})
 	}

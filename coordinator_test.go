@@ -58,6 +58,9 @@ type fakeCoordinator struct {
 	// provisioningReads answers this many lease reads with state
 	// provisioning.
 	provisioningReads int
+	// runStatus, if set, answers every run create with it (nothing
+	// recorded).
+	runStatus int
 }
 
 func newFakeCoordinator(t *testing.T) *fakeCoordinator {
@@ -186,6 +189,10 @@ func (f *fakeCoordinator) serve(w http.ResponseWriter, r *http.Request) {
 			TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds}
 		reply(w, status, api.LeaseResponse{Lease: *f.leases[parts[2]]})
 	case "POST /v1/runs":
+		if f.runStatus != 0 {
+			reply(w, f.runStatus, api.Error{Code: api.CodeInternal, Message: "runs are not recorded today"})
+			return
+		}
 		var req api.RunRequest
 		decode(&req)
 		run := &api.Run{ID: api.NewRunID(), LeaseID: req.LeaseID, Provider: req.Provider, Command: req.Command, State: api.RunRunning, StartedAt: time.Now().UTC()}
@@ -195,6 +202,12 @@ func (f *fakeCoordinator) serve(w http.ResponseWriter, r *http.Request) {
 		var req api.EventRequest
 		decode(&req)
 		ev := api.Event{RunID: parts[2], Seq: int64(len(f.events[parts[2]]) + 1), Type: req.Type, Phase: req.Phase, Stream: req.Stream, Message: req.Message, Data: req.Data}
+		if run := f.runs[parts[2]]; run != nil {
+			// As the coordinator does: the run takes the event's lease.
+			setIf(&run.LeaseID, req.LeaseID)
+			setIf(&run.Slug, req.Slug)
+			setIf(&run.Provider, req.Provider)
+		}
 		f.events[parts[2]] = append(f.events[parts[2]], ev)
 		reply(w, 201, api.EventResponse{Event: ev})
 	case "POST /v1/runs/{id}/finish":
@@ -211,6 +224,13 @@ func (f *fakeCoordinator) serve(w http.ResponseWriter, r *http.Request) {
 		reply(w, 200, api.RunResponse{Run: *run})
 	default:
 		reply(w, 404, api.Error{Code: api.CodeNotFound, Message: "no route " + route})
+	}
+}
+
+// setIf sets *dst to v unless v is empty.
+func setIf(dst *string, v string) {
+	if v != "" {
+		*dst = v
 	}
 }
 

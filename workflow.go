@@ -140,7 +140,12 @@ type RunRequest struct {
 	CaptureStdout string
 	CaptureStderr string
 	CaptureOnFail bool
-	// RunID identifies the run (default: a new lease.NewRunID()).
+	// RunID identifies the run. Empty (the usual case) gives it the
+	// coordinator's run ID when the client has a coordinator and it
+	// records the run, else a new lease.NewRunID(). A RunID set here is
+	// kept as the local ID, and the coordinator's own ID of the run is
+	// RunResult.CoordinatorRunID (the history keeps both; Client.RunLog
+	// finds the run by either).
 	RunID string
 	// RecordHistory records the run and its output (the last
 	// history.DefaultLogLimit bytes) in the client's run history (Client.History).
@@ -185,13 +190,25 @@ type Timing struct {
 
 // RunResult is the outcome of Client.Run.
 type RunResult struct {
+	// RunID is the run's ID in the history, the artifacts directory and
+	// errors: with a coordinator that recorded the run, the coordinator's
+	// run ID (so crabbox logs and the portal find it from any machine),
+	// unless RunRequest.RunID chose one; else a local ID.
 	RunID string
 	// CoordinatorRunID is the coordinator's ID of this run when a
-	// coordinator recorded it (crabbox history links the two).
+	// coordinator recorded it: RunID itself unless RunRequest.RunID chose
+	// another. It is empty without a coordinator, or when the coordinator
+	// did not record the run (CoordinatorErr says why).
 	CoordinatorRunID string
-	LeaseID          string
-	Slug             string
-	Provider         string
+	// CoordinatorErr is set when the client has a coordinator but the
+	// run could not be created there (it could not be reached, or
+	// refused): the run went on all the same, and its RunID is a local ID
+	// that only this state directory's history knows. It does not make
+	// Run fail.
+	CoordinatorErr error
+	LeaseID        string
+	Slug           string
+	Provider       string
 	// StartedAt is when the run started.
 	StartedAt time.Time
 	// Kept is set when the lease is still held after the run.
@@ -242,7 +259,7 @@ func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 	if err := c.ready(ctx, "run"); err != nil {
 		return RunResult{}, err
 	}
-	return c.recorded(ctx, req, func(req RunRequest, co sync.Checkout, started RunResult) (res RunResult, err error) {
+	return c.recorded(ctx, req, nil, func(req RunRequest, co sync.Checkout, started RunResult) (res RunResult, err error) {
 		res = started
 		if b, ok := c.delegatedFor(req); ok {
 			if err := checkDelegated(b, req); err != nil {
@@ -302,7 +319,7 @@ func (l *Lease) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 		req.Root, req.PlainDir = dir, true // synced on purpose
 	}
 	req.Lease, req.Acquire, req.Keep, req.KeepOnFailure = l.ID(), AcquireOptions{}, false, false
-	return l.client.recorded(ctx, req, func(req RunRequest, co sync.Checkout, res RunResult) (RunResult, error) {
+	return l.client.recorded(ctx, req, l, func(req RunRequest, co sync.Checkout, res RunResult) (RunResult, error) {
 		res.Kept = true
 		prep := l.client.prepare(ctx, req, co)
 		defer prep.stop()
@@ -317,8 +334,9 @@ func (l *Lease) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 // recorded checks req, settles its checkout (a run refused for where it
 // starts leaves no lease, history or record behind), and runs fn with the
 // run recorded: with the coordinator when there is one, and in the local
-// history when req.RecordHistory is set.
-func (c *Client) recorded(ctx context.Context, req RunRequest, fn func(RunRequest, sync.Checkout, RunResult) (RunResult, error)) (res RunResult, err error) {
+// history when req.RecordHistory is set. held is the lease of a Lease.Run
+// (nil for Client.Run).
+func (c *Client) recorded(ctx context.Context, req RunRequest, held *Lease, fn func(RunRequest, sync.Checkout, RunResult) (RunResult, error)) (res RunResult, err error) {
 	if err := req.check(); err != nil {
 		return res, err
 	}
@@ -326,29 +344,27 @@ func (c *Client) recorded(ctx context.Context, req RunRequest, fn func(RunReques
 	if err != nil {
 		return res, fmt.Errorf("run: %w", err)
 	}
-	if req.RunID == "" {
-		req.RunID = lease.NewRunID()
-	}
+	// With a coordinator the run is created there first: its ID is the
+	// run's ID everywhere (history, logs, artifacts, the portal).
 	var rec *runRecorder
 	if c.broker != nil {
-		req, rec = c.recordRun(ctx, req)
+		rec = c.recordRun(ctx, req, held)
 		defer func() { rec.finish(res, err) }()
 	}
+	if req.RunID == "" {
+		req.RunID = cmp.Or(rec.id(), lease.NewRunID())
+	}
 	if rec != nil {
-		// The coordinator's run is created once the lease is known:
-		// its ID is there when fn returns.
-		inner := fn
-		fn = func(req RunRequest, co sync.Checkout, started RunResult) (RunResult, error) {
-			res, err := inner(req, co, started)
-			res.CoordinatorRunID = rec.id()
-			return res, err
-		}
+		req = rec.tee(req)
 	}
 	if req.ArtifactsDir == "" && len(req.fetchGlobs()) > 0 {
 		req.ArtifactsDir = filepath.Join(c.StateDir(), "artifacts", req.RunID)
 	}
 	start := c.rt.Clock.Now()
-	res = RunResult{RunID: req.RunID, StartedAt: start}
+	res = RunResult{RunID: req.RunID, CoordinatorRunID: rec.id(), StartedAt: start}
+	if rec != nil {
+		res.CoordinatorErr = rec.createErr
+	}
 	caps, err := openCaptures(req)
 	if err != nil {
 		return res, err

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -56,7 +57,8 @@ func (s *Server) price(providerName, serverType string) float64 {
 	return p
 }
 
-// priceOf is price, and whether an entry priced the type.
+// priceOf is price, and whether an entry priced the type. The first of
+// entries naming the same provider and server type applies.
 func (s *Server) priceOf(providerName, serverType string) (float64, bool) {
 	fallback, found := 0.0, false
 	for _, p := range s.prices {
@@ -66,9 +68,60 @@ func (s *Server) priceOf(providerName, serverType string) (float64, bool) {
 		if p.ServerType == serverType {
 			return p.HourlyUSD, true
 		}
-		if p.ServerType == "" {
+		if p.ServerType == "" && !found {
 			fallback, found = p.HourlyUSD, true
 		}
 	}
 	return fallback, found
+}
+
+// warnUnusablePrices logs a warning for each price entry that can never
+// apply, saying why, so that an operator's typo does not go unnoticed
+// (New keeps such entries: they change nothing).
+func (s *Server) warnUnusablePrices() {
+	seen := map[[2]string]bool{}
+	for _, p := range s.prices {
+		if why := s.unusablePrice(p, seen); why != "" {
+			s.log.Warn("price entry never applies: "+why, "provider", p.Provider, "serverType", p.ServerType, "hourlyUSD", p.HourlyUSD)
+		}
+	}
+}
+
+// unusablePrice says why price p can never apply, or "". A lease is
+// priced by its provider's entries, and by its server type only when the
+// coordinator chooses it (the provider's Sizing names server types); a
+// client's claim of a server type is never priced. seen holds the entries
+// before p.
+func (s *Server) unusablePrice(p Price, seen map[[2]string]bool) string {
+	key := [2]string{p.Provider, p.ServerType}
+	if seen[key] {
+		return "an earlier entry prices the same provider and server type"
+	}
+	seen[key] = true
+	if _, ok := s.providers[p.Provider]; !ok {
+		return fmt.Sprintf("provider %q is not configured on this coordinator", p.Provider)
+	}
+	if p.ServerType == "" {
+		return ""
+	}
+	types := s.sizing[p.Provider].serverTypes()
+	switch {
+	case len(types) == 0:
+		return fmt.Sprintf("provider %q has no server types this coordinator chooses, so only an entry without serverType prices its leases", p.Provider)
+	case !slices.Contains(types, p.ServerType):
+		return fmt.Sprintf("provider %q is never asked for server type %q (it is asked for %s)", p.Provider, p.ServerType, strings.Join(types, ", "))
+	}
+	return ""
+}
+
+// serverTypes are the server types the sizing may ask its provider for:
+// the default's and those allowed, for any org.
+func (z Sizing) serverTypes() []string {
+	types := slices.Clone(z.Default.ServerTypes)
+	types = append(types, z.Allowed["serverType"]...)
+	for _, m := range z.Orgs {
+		types = append(types, m["serverType"]...)
+	}
+	slices.Sort(types)
+	return slices.Compact(types)
 }

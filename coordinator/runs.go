@@ -203,7 +203,7 @@ func (s *Server) appendEvent(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if e != nil {
 		return e
 	}
-	if apply.LeaseID != "" && apply.LeaseID != run.LeaseID && !id.Admin {
+	if apply.LeaseID != "" && apply.LeaseID != run.LeaseID {
 		// Tying a run to a lease lets the lease's owner read it: only
 		// to the caller's own lease, or one the coordinator does not
 		// know (a direct provider's).
@@ -212,8 +212,14 @@ func (s *Server) appendEvent(w http.ResponseWriter, r *http.Request, id auth.Ide
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return s.fromStore(r, err, "reading the event's lease", "lease "+apply.LeaseID)
-		case l.Owner != id.Owner || l.Org != id.Org:
+		case !id.Admin && (l.Owner != id.Owner || l.Org != id.Org):
 			return forbidden("lease %s of the event belongs to someone else", apply.LeaseID)
+		default:
+			// The run takes what the event does not say from its lease,
+			// as a run created on the lease does.
+			apply.Slug, apply.Provider = cmpOr(apply.Slug, l.Slug), cmpOr(apply.Provider, l.Provider)
+			apply.Target, apply.Class = cmpOr(apply.Target, l.Target), cmpOr(apply.Class, l.Class)
+			apply.ServerType = cmpOr(apply.ServerType, l.ServerType)
 		}
 	}
 	var data json.RawMessage

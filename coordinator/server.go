@@ -268,6 +268,7 @@ func New(cfg Config) (*Server, error) {
 			cmp.Or(cfg.MaxControlPerIdentity, DefaultMaxControlPerIdentity),
 			cmp.Or(cfg.ControlPollInterval, DefaultControlPollInterval)),
 	}
+	s.warnUnusablePrices()
 	if cfg.Tokens.SessionSecret != "" {
 		s.secret = []byte(cfg.Tokens.SessionSecret)
 		if s.sealer, err = newCredentialSealer(s.secret); err != nil {

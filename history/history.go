@@ -32,9 +32,14 @@ const DefaultLogLimit = 1 << 20
 
 // Entry is one run as the history records it.
 type Entry struct {
+	// RunID is the run's ID: the coordinator's run ID when a coordinator
+	// recorded the run (unless the caller chose another), else a local
+	// one.
 	RunID string `json:"runId"`
 	// CoordinatorRunID is the coordinator's ID of the run, when one
-	// recorded it.
+	// recorded it: RunID itself, or the coordinator's ID of a run whose
+	// caller chose its RunID (and of runs recorded before crabbox used
+	// the coordinator's ID). History.Log finds a run by either.
 	CoordinatorRunID string `json:"coordinatorRunId,omitempty"`
 	// Elsewhere marks a run the coordinator recorded that this state
 	// directory did not (another machine, CI): Client.Runs lists those
@@ -187,8 +192,8 @@ func (h *History) List(limit int) ([]Entry, error) {
 	return entries, nil
 }
 
-// Log returns the stored output of a run (its last LogLimit bytes). An
-// unknown run is ErrNotFound.
+// Log returns the stored output of a run (its last LogLimit bytes), named
+// by its RunID or by its CoordinatorRunID. An unknown run is ErrNotFound.
 func (h *History) Log(runID string) ([]byte, error) {
 	if !lease.IsRunID(runID) {
 		return nil, fmt.Errorf("run %q: malformed run ID: want run_ and 12 lowercase hex digits", runID)
@@ -198,12 +203,33 @@ func (h *History) Log(runID string) ([]byte, error) {
 	}
 	data, err := os.ReadFile(h.logPath(runID))
 	if errors.Is(err, os.ErrNotExist) {
+		if local, ok := h.localID(runID); ok {
+			data, err = os.ReadFile(h.logPath(local))
+		}
+	}
+	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("run %s: no log in the run history: %w", runID, provider.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read log of run %s: %w", runID, err)
 	}
 	return data, nil
+}
+
+// localID is the RunID of the recorded run whose CoordinatorRunID is
+// coordID, when it has another one (a RunID its caller chose, or a run
+// recorded before run IDs were the coordinator's).
+func (h *History) localID(coordID string) (string, bool) {
+	entries, err := h.List(0)
+	if err != nil {
+		return "", false
+	}
+	for _, e := range entries {
+		if e.CoordinatorRunID == coordID && e.RunID != coordID {
+			return e.RunID, true
+		}
+	}
+	return "", false
 }
 
 // CreateLog opens a new log for a run, which keeps the last LogLimit bytes

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/crabbox-dev/crabbox/internal/diskspace"
+	"github.com/crabbox-dev/crabbox/provider"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -93,5 +94,33 @@ func TestRunLogFullDisk(t *testing.T) {
 	}
 	if _, again := l.Write([]byte("more\n")); !errors.Is(again, diskspace.ErrFull) {
 		t.Errorf("second Write: err = %v, want the same disk full", again)
+	}
+}
+
+// A run whose local ID differs from its coordinator run ID (chosen by its
+// caller, or recorded before the IDs were one) is found by either.
+func TestLogByEitherRunID(t *testing.T) {
+	h := Open(t.TempDir())
+	const local, coord, other = "run_00000000000a", "run_00000000000b", "run_00000000000c"
+	l, err := h.CreateLog(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Write([]byte("output\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Append(Entry{RunID: local, CoordinatorRunID: coord, Command: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{local, coord} {
+		if got, err := h.Log(id); err != nil || string(got) != "output\n" {
+			t.Errorf("Log(%s) = %q, %v; want the run's output", id, got, err)
+		}
+	}
+	if _, err := h.Log(other); !errors.Is(err, provider.ErrNotFound) || !strings.Contains(err.Error(), other) {
+		t.Errorf("Log(%s) error %v, want ErrNotFound naming it", other, err)
 	}
 }

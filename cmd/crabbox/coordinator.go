@@ -98,6 +98,9 @@ SIGINT, SIGTERM or SIGHUP stops accepting requests, finishes those in flight (up
 			if len(args) > 0 {
 				return usagef("coordinator serve: unexpected arguments %q", args)
 			}
+			if err := noEmptyFlags(fs); err != nil {
+				return err
+			}
 			if strings.Contains(*db, "://") && *db != os.Getenv("CRABBOX_COORDINATOR_DB") && dsnHasPassword(*db) {
 				return usagef("coordinator serve: --db carries a password, which would show in the process list; set CRABBOX_COORDINATOR_DB instead")
 			}
@@ -113,6 +116,30 @@ SIGINT, SIGTERM or SIGHUP stops accepting requests, finishes those in flight (up
 			return serveCoordinator(ctx, slog.New(h), *listen, *db, *cfgPath)
 		},
 	}
+}
+
+// serveDefaults are the flags of coordinator serve that refuse an empty
+// value, with what leaving them out gives.
+var serveDefaults = map[string]string{
+	"listen": "127.0.0.1:8080",
+	"db":     "coordinator.db in the state directory",
+	"config": "the local provider only",
+}
+
+// noEmptyFlags refuses an empty value given for one of serveDefaults'
+// flags (--db ""): it would silently replace the value from the
+// environment (ff skips empty variables, so only the command line sets
+// one) with the default, such as a fresh SQLite file instead of the
+// team's database.
+func noEmptyFlags(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if def, ok := serveDefaults[f.Name]; ok && err == nil && f.Value.String() == "" {
+			err = usagef("coordinator serve: --%s is empty; leave it out to use %s or the default (%s)",
+				f.Name, "CRABBOX_COORDINATOR_"+strings.ToUpper(f.Name), def)
+		}
+	})
+	return err
 }
 
 // serverConfig is the coordinator's config file.

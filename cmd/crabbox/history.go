@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,10 +22,11 @@ func (a *app) historyCmd() *ffcli.Command {
 		ShortUsage: "crabbox history [--json] [--limit N]",
 		ShortHelp:  "list your recent runs, newest first",
 		LongHelp: `List the runs recorded in the local state directory, newest first: run ID,
-start, lease, exit code, timings and command. With a coordinator, your runs
-it recorded elsewhere (another machine, CI) are listed too, marked
-"(elsewhere)"; --json gives a local run's coordinatorRunId. crabbox logs
-RUN_ID prints a run's output (its last 1 MiB).
+start, lease, exit code, timings and command. With a coordinator, a run's ID
+is the coordinator's (the one its portal shows), and your runs it recorded
+elsewhere (another machine, CI) are listed too, marked "(elsewhere)"; --json
+gives each run's runId and coordinatorRunId. crabbox logs RUN_ID prints a
+run's output (its last 1 MiB).
 
   crabbox history --limit 5`,
 		FlagSet: fs,
@@ -62,7 +64,9 @@ RUN_ID prints a run's output (its last 1 MiB).
 					if e.SyncSkipped {
 						sync = "skipped"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.RunID, e.StartedAt.Local().Format(time.DateTime),
+					// The coordinator's ID, as other machines and its
+					// portal name the run (crabbox logs takes either).
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cmp.Or(e.CoordinatorRunID, e.RunID), e.StartedAt.Local().Format(time.DateTime),
 						orDash(e.Slug), exit, sync, human(time.Duration(e.CommandMs)*time.Millisecond),
 						human(time.Duration(e.TotalMs)*time.Millisecond), e.Command)
 				}

@@ -16,8 +16,10 @@ func (a *app) logsCmd() *ffcli.Command {
 		ShortUsage: "crabbox logs RUN_ID",
 		ShortHelp:  "print a recorded run's output (its last 1 MiB)",
 		LongHelp: `Print the stored output of a past run (the last MiB of it). Run IDs are
-listed by crabbox history. With a coordinator, a run recorded there (made
-elsewhere, or named by its coordinator run ID) prints the coordinator's copy.
+listed by crabbox history and named by crabbox run's summary line. A run made
+on this machine prints from the local history; with a coordinator, a run made
+elsewhere (another machine, CI) prints the coordinator's copy: the ID is the
+same on every machine.
 
   crabbox logs run_0123456789ab`,
 		FlagSet: fs,

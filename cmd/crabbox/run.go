@@ -97,8 +97,10 @@ The exit status is the command's own, even when the box could not be
 released afterwards (a line on stderr says so, and crabbox cleanup retries);
 124 when --timeout stopped it; 125 means crabbox failed; 2 a usage error,
 including a run refused for the directory it would sync. A summary line
-(lease, sync, command, total, exit) follows on stderr unless --quiet. Runs are
-recorded in the local history (crabbox history, crabbox logs RUN_ID).
+(run, lease, sync, command, total, exit) follows on stderr unless --quiet. Runs
+are recorded in the local history (crabbox history, crabbox logs RUN_ID); with
+a coordinator the run ID is the coordinator's, so crabbox logs RUN_ID and its
+portal find the run from any machine.
 
 Artifacts and downloads come home after the command, also a failed one. A
 file that cannot come home safely (a name with a line break, a symlink out of
@@ -230,6 +232,10 @@ func (a *app) report(f runFlags, res crabbox.RunResult) error {
 		a.printJUnit(*res.JUnit, f.quiet)
 	}
 	a.printArtifacts(res, f.quiet)
+	if res.CoordinatorErr != nil {
+		fmt.Fprintf(a.stderr, "crabbox: warning: %s; %s is a local run ID: crabbox logs %s works on this machine only\n",
+			oneLine(res.CoordinatorErr), res.RunID, res.RunID)
+	}
 	if !f.quiet {
 		fmt.Fprintln(a.stderr, summaryLine(res))
 	}

@@ -71,12 +71,13 @@ func (a *app) writeTiming(file string, res crabbox.RunResult) error {
 	return nil
 }
 
-// summaryLine is the one line printed on stderr after a run:
+// summaryLine is the one line printed on stderr after a run; it names the
+// run as crabbox logs, crabbox history and the coordinator's portal do:
 //
-//	crabbox: lease cbx_… (tidal-lobster) 12ms · sync 30ms · command 1.2s · total 1.3s · exit 0
+//	crabbox: run run_… · lease cbx_… (tidal-lobster) 12ms · sync 30ms · command 1.2s · total 1.3s · exit 0
 func summaryLine(res crabbox.RunResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "crabbox: lease %s (%s) %s · sync ", res.LeaseID, res.Slug, human(res.Timing.Lease))
+	fmt.Fprintf(&b, "crabbox: run %s · lease %s (%s) %s · sync ", res.RunID, res.LeaseID, res.Slug, human(res.Timing.Lease))
 	if res.SyncSkipped {
 		b.WriteString("skipped")
 	} else {

@@ -34,9 +34,9 @@ func TestRunTimingJSONAndSummary(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 	last := lines[len(lines)-1]
-	if !strings.HasPrefix(last, "crabbox: lease cbx_") || !strings.Contains(last, " · sync ") ||
+	if !strings.HasPrefix(last, "crabbox: run "+fields["runId"].(string)+" · lease cbx_") || !strings.Contains(last, " · sync ") ||
 		!strings.Contains(last, " · command ") || !strings.Contains(last, " · total ") || !strings.HasSuffix(last, " · exit 3") {
-		t.Errorf("summary line = %q, want lease, sync, command, total and exit 3", last)
+		t.Errorf("summary line = %q, want the run %s, lease, sync, command, total and exit 3", last, fields["runId"])
 	}
 
 	r = crabboxCmd(t, env, repo, "run", "--quiet", "--timing-json", "-", "--", "true")
