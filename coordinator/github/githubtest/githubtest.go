@@ -151,10 +151,11 @@ func (s *Server) DeviceInterval(seconds int) {
 }
 
 // DevicePolls sets the answers to the next device polls, as GitHub gives
-// them (HTTP 200 with an error code, except "http404"): "pending"
+// them (HTTP 200 with an error code, except the http ones): "pending"
 // (authorization_pending), "slow_down", "expired" (expired_token), "denied"
 // (access_denied), "disabled" (device_flow_disabled), "unknown"
-// (incorrect_device_code), "http404" (a bare 404), or a user's token. A
+// (incorrect_device_code), "http404" or "http500" (a bare 404 or 500, an
+// outage), or a user's token. A
 // device code other than the one the fake issued, or a poll with no answer
 // left, gets incorrect_device_code.
 func (s *Server) DevicePolls(answers ...string) {
@@ -245,6 +246,8 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request, writeJSON func(in
 			writeJSON(200, map[string]string{"error": "incorrect_device_code", "error_description": "The device_code provided is not valid."})
 		case "http404":
 			writeJSON(404, map[string]string{"message": "Not Found"})
+		case "http500":
+			writeJSON(500, map[string]string{"message": "Server Error"})
 		default:
 			writeJSON(200, map[string]string{"access_token": next, "token_type": "bearer", "scope": "read:org"})
 		}
