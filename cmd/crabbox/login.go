@@ -36,7 +36,10 @@ win.
 
 By default you sign in with GitHub: crabbox prints a code to enter at
 GitHub's device page and waits; the coordinator then issues you a token if
-your GitHub account is in an org (or team) it allows. With --token, paste a
+your GitHub account is in an org (or team) it allows. While waiting, crabbox
+polls through brief outages (a 5xx or no answer is retried, at most 5 times
+in a row, pausing up to 30 s); a refusal ends it with the coordinator's
+reason. With --token, paste a
 token your admin issued instead (read from stdin, never from the command
 line); it is checked with the coordinator before it is saved.
 
@@ -190,7 +193,7 @@ If the coordinator cannot be reached or fails, nothing is removed and logout
 fails, so you can try again: a token that is only forgotten stays valid
 until it expires (30 days for a GitHub sign-in). A token the coordinator
 already refuses (expired or revoked) is just forgotten; so is an admin or
-shared token, which the coordinator cannot revoke (say so to your admin).
+shared token, which only changing it on the coordinator ends.
 
 With --keep-token, only the saved sign-in here is removed and the token
 stays valid: for example when you copied it elsewhere on purpose. Revoke it
