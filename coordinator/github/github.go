@@ -1,5 +1,6 @@
 // Package github signs coordinator users in with GitHub: the OAuth web flow
-// (for the portal), the device flow (for crabbox login), and the org and
+// (for the portal and the upstream CLI's browser sign-in), the device flow
+// (for crabbox login), and the org and
 // team membership checks that decide who may use the coordinator, at sign-in
 // and again later (Check) so that a user removed from the org loses access.
 //
