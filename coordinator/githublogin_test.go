@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -93,16 +94,11 @@ func get(t testing.TB, hc *http.Client, u string) (int, string, string) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var body strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		body.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return resp.StatusCode, resp.Header.Get("Location"), body.String()
+	return resp.StatusCode, resp.Header.Get("Location"), string(body)
 }
 
 // authorize is the user's browser at GitHub: the callback URL GitHub
