@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
@@ -103,6 +104,7 @@ func (s *Server) deviceToken(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	defer release()
 	tok, err := s.github.PollDevice(r.Context(), req.DeviceCode)
+	var rejected *github.RejectedError
 	switch {
 	case errors.Is(err, github.ErrPending):
 		writeJSON(w, http.StatusAccepted, api.DevicePending{Status: api.DevicePendingStatus})
@@ -111,9 +113,14 @@ func (s *Server) deviceToken(w http.ResponseWriter, r *http.Request) *apiError {
 		writeJSON(w, http.StatusAccepted, api.DevicePending{Status: api.DeviceSlowDownStatus})
 		return nil
 	case errors.Is(err, github.ErrDeviceExpired):
-		return errorf(http.StatusGone, api.CodeDeviceExpired, "the sign-in code expired; start again")
+		return errorf(http.StatusGone, api.CodeDeviceExpired, "GitHub says the sign-in code expired (expired_token); start again")
 	case errors.Is(err, github.ErrAccessDenied):
-		return forbidden("the sign-in was declined at GitHub")
+		return forbidden("the sign-in was declined at GitHub (access_denied)")
+	case errors.As(err, &rejected):
+		return errorf(http.StatusBadRequest, api.CodeDeviceCodeRejected, "%s", rejected.Reason())
+	case errors.Is(err, github.ErrAppRefused):
+		s.log.Warn("GitHub device poll", "err", err)
+		return errorf(http.StatusBadGateway, api.CodeUpstream, "GitHub refused this coordinator's OAuth app (%s); ask the coordinator's admin", strings.TrimPrefix(err.Error(), github.ErrAppRefused.Error()+": "))
 	case err != nil:
 		s.log.Warn("GitHub device poll", "err", err)
 		return errorf(http.StatusBadGateway, api.CodeUpstream, "GitHub did not answer; try again")

@@ -167,3 +167,31 @@ func TestDeviceFlowBusy(t *testing.T) {
 		}
 	})
 }
+
+// GitHub's client errors about a device code are the client's: 4xx with
+// GitHub's reason, not 502 "GitHub did not answer". A refusal of the
+// coordinator's OAuth app stays a 502 that names GitHub's reason.
+func TestDevicePollRefusals(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		opt, gh, _, _ := withGitHub(t)
+		e := simple(t, open, opt)
+		for _, c := range []struct {
+			answer, code, deviceCode string
+			status                   int
+			says                     string
+		}{
+			{"unknown", api.CodeDeviceCodeRejected, "dev-123", http.StatusBadRequest, "incorrect_device_code"},
+			{"", api.CodeDeviceCodeRejected, "dev-never-issued", http.StatusBadRequest, "incorrect_device_code"},
+			{"http404", api.CodeDeviceCodeRejected, "dev-123", http.StatusBadRequest, "http_404"},
+			{"expired", api.CodeDeviceExpired, "dev-123", http.StatusGone, "expired_token"},
+			{"denied", api.CodeForbidden, "dev-123", http.StatusForbidden, "access_denied"},
+			{"disabled", api.CodeUpstream, "dev-123", http.StatusBadGateway, "device_flow_disabled"},
+		} {
+			gh.DevicePolls(c.answer)
+			ae := e.fail("POST", "/v1/auth/device/token", "", api.DeviceTokenRequest{DeviceCode: c.deviceCode}, c.status, c.code)
+			if !strings.Contains(ae.Message, c.says) {
+				t.Errorf("answer %q: message %q does not say %q", c.answer, ae.Message, c.says)
+			}
+		}
+	})
+}

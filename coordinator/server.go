@@ -77,6 +77,14 @@ type Config struct {
 	// (they need no token and each ask GitHub); more get 429. 0 means
 	// DefaultMaxDeviceSignIns.
 	MaxDeviceSignIns int
+	// PublicURL is where browsers and clients reach the coordinator
+	// (https://HOST, no path): GitHub sends the browser sign-in
+	// (POST /v1/auth/github/start) back to PublicURL+GitHubCallbackPath.
+	// Empty means the host each start request was sent to.
+	PublicURL string
+	// MaxPendingGitHubLogins bounds the browser sign-ins kept at once
+	// (more starts get 429); 0 means DefaultMaxPendingGitHubLogins.
+	MaxPendingGitHubLogins int
 	// Limits are the active-lease and monthly reserved-USD maxima; zero
 	// fields are unlimited.
 	Limits api.Limits
@@ -187,6 +195,9 @@ type Server struct {
 	revocations revocations
 	// control holds the open control websockets.
 	control *controlHub
+	// githubLogins are the browser sign-ins in progress.
+	githubLogins *githubLogins
+	publicURL    string
 }
 
 // New validates cfg and returns a Server. It does no I/O.
@@ -231,6 +242,10 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
 	}
+	publicURL, err := checkPublicURL(cfg.PublicURL)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
 	if cfg.DefaultProvider != "" {
 		if _, ok := cfg.Providers[cfg.DefaultProvider]; !ok {
 			return nil, fmt.Errorf("coordinator: default provider %q is not configured", cfg.DefaultProvider)
@@ -267,6 +282,8 @@ func New(cfg Config) (*Server, error) {
 		control: newControlHub(cmp.Or(cfg.MaxControlConnections, DefaultMaxControlConnections),
 			cmp.Or(cfg.MaxControlPerIdentity, DefaultMaxControlPerIdentity),
 			cmp.Or(cfg.ControlPollInterval, DefaultControlPollInterval)),
+		githubLogins: newGitHubLogins(max(cmp.Or(cfg.MaxPendingGitHubLogins, DefaultMaxPendingGitHubLogins), 1)),
+		publicURL:    publicURL,
 	}
 	s.warnUnusablePrices()
 	if cfg.Tokens.SessionSecret != "" {
@@ -344,9 +361,13 @@ func (s *Server) routes() {
 
 	m.Handle("POST /v1/auth/device", s.unauthed(s.deviceStart))
 	m.Handle("POST /v1/auth/device/token", s.unauthed(s.deviceToken))
+	m.Handle("POST /v1/auth/github/start", s.unauthed(s.githubLoginStart))
+	m.HandleFunc("GET /v1/auth/github/callback", s.githubLoginCallback)
+	m.Handle("POST /v1/auth/github/poll", s.unauthed(s.githubLoginPoll))
 
 	m.Handle("GET /v1/tokens", s.authed(s.listTokens))
 	m.Handle("POST /v1/tokens/{id}/revoke", s.authed(s.revokeToken))
+	m.Handle("POST /v1/tokens/current/revoke", s.authed(s.revokeCurrentToken))
 	m.Handle("GET /v1/admin/tokens", s.authed(s.adminOnly(s.adminListTokens)))
 
 	m.Handle("GET /v1/admin/leases", s.authed(s.adminOnly(s.adminListLeases)))

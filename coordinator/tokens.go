@@ -208,3 +208,22 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, id auth.Ide
 	writeJSON(w, http.StatusOK, api.TokenResponse{Token: toAPIToken(t, id.TokenID)})
 	return nil
 }
+
+// revokeCurrentToken serves POST /v1/tokens/current/revoke: the caller
+// revokes the user token the request authenticated with (crabbox logout).
+// Static tokens (admin, shared) and proxy identities have no ID to revoke:
+// 400 token_not_revocable. Repeating it is not possible: the revoked token
+// is refused (401) from then on.
+func (s *Server) revokeCurrentToken(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	if id.TokenID == "" {
+		return errorf(http.StatusBadRequest, api.CodeTokenNotRevocable, "this token is not a user token (an admin or shared token configured on the coordinator, or a proxy identity); it cannot be revoked, only changed on the coordinator")
+	}
+	t, err := s.store.RevokeToken(r.Context(), id.TokenID, id.Owner, s.clock.Now())
+	if err != nil {
+		return s.fromStore(r, err, "revoking a token", "token")
+	}
+	s.addRevoked(id.TokenID)
+	s.log.Info("token revoked by its holder", "token", id.TokenID, "by", id.Owner)
+	writeJSON(w, http.StatusOK, api.TokenResponse{Token: toAPIToken(t, id.TokenID)})
+	return nil
+}

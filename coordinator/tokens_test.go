@@ -141,3 +141,41 @@ func TestIssueUserTokenNeedsSecret(t *testing.T) {
 		t.Error("IssueUserToken without a session secret: no error")
 	}
 }
+
+// POST /v1/tokens/current/revoke revokes the token the request uses (what
+// crabbox logout calls): refused from then on, its other tokens untouched;
+// static tokens cannot revoke themselves.
+func TestRevokeCurrentToken(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e := simple(t, open)
+		ctx := context.Background()
+		alice, err := e.srv.IssueUserToken(ctx, "alice", "acme", "alice", "github", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := e.srv.IssueUserToken(ctx, "alice", "acme", "alice", "github", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got api.TokenResponse
+		e.do("POST", "/v1/tokens/current/revoke", alice, struct{}{}, http.StatusOK, &got)
+		want := api.Token{ID: tokenID(t, alice), Owner: "alice", Org: "acme", Login: "alice", Source: "github",
+			CreatedAt: start, ExpiresAt: start.Add(time.Hour), Revoked: true, RevokedAt: start, RevokedBy: "alice", Current: true}
+		if diff := cmp.Diff(want, got.Token); diff != "" {
+			t.Errorf("revoked token (-want +got):\n%s", diff)
+		}
+		e.fail("GET", "/v1/whoami", alice, nil, http.StatusUnauthorized, api.CodeUnauthorized)
+		e.fail("POST", "/v1/tokens/current/revoke", alice, struct{}{}, http.StatusUnauthorized, api.CodeUnauthorized)
+		e.do("GET", "/v1/whoami", other, nil, http.StatusOK, nil)
+
+		// A token minted offline (not in the registry) revokes itself too.
+		offline := e.token("carol", "acme")
+		e.do("POST", "/v1/tokens/current/revoke", offline, struct{}{}, http.StatusOK, nil)
+		e.fail("GET", "/v1/whoami", offline, nil, http.StatusUnauthorized, api.CodeUnauthorized)
+
+		for _, static := range []string{adminToken, sharedToken} {
+			e.fail("POST", "/v1/tokens/current/revoke", static, struct{}{}, http.StatusBadRequest, api.CodeTokenNotRevocable)
+			e.do("GET", "/v1/whoami", static, nil, http.StatusOK, nil)
+		}
+	})
+}

@@ -164,7 +164,8 @@ type serverConfig struct {
 	MaintenanceInterval string `json:"maintenanceInterval"`
 	// PublicURL is where browsers reach the coordinator, e.g.
 	// https://crabbox.example.com (behind a TLS-terminating proxy too):
-	// with https the portal's cookies are Secure.
+	// with https the portal's cookies are Secure, and GitHub sends the
+	// browser sign-in back to its /v1/auth/github/callback.
 	PublicURL string `json:"publicURL"`
 	// GitHub, when set, lets people sign in to the portal with GitHub
 	// (the app's secret from CRABBOX_GITHUB_CLIENT_SECRET or its _FILE).
@@ -343,7 +344,7 @@ func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgP
 	srv, err := coordinator.New(coordinator.Config{
 		Store: st, Providers: backends, DefaultProvider: cfg.DefaultProvider, Tokens: tokens,
 		Limits: cfg.Limits, Prices: prices, Sizing: sizing, Logger: log, MaintenanceInterval: interval,
-		GitHub: gh,
+		GitHub: gh, PublicURL: cfg.PublicURL,
 	})
 	if err != nil {
 		return err

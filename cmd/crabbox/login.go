@@ -36,7 +36,10 @@ win.
 
 By default you sign in with GitHub: crabbox prints a code to enter at
 GitHub's device page and waits; the coordinator then issues you a token if
-your GitHub account is in an org (or team) it allows. With --token, paste a
+your GitHub account is in an org (or team) it allows. While waiting, crabbox
+polls through brief outages (a 5xx or no answer is retried, at most 5 times
+in a row, pausing up to 30 s); a refusal ends it with the coordinator's
+reason. With --token, paste a
 token your admin issued instead (read from stdin, never from the command
 line); it is checked with the coordinator before it is saved.
 
@@ -117,36 +120,24 @@ func (a *app) deviceLogin(ctx context.Context, url string) (*coordclient.Client,
 		fmt.Fprintf(a.stderr, " (valid until %s)", d.ExpiresAt.Local().Format(time.TimeOnly))
 	}
 	fmt.Fprintln(a.stderr, ". Waiting for GitHub...")
-	interval := time.Duration(max(d.IntervalSeconds, 1)) * time.Second
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, "", api.Whoami{}, ctx.Err()
-		case <-timer.C:
-		}
-		tok, status, err := anon.PollDevice(ctx, d.DeviceCode)
-		switch {
-		case errors.As(err, &apiErr) && apiErr.Status == http.StatusForbidden:
-			return nil, "", api.Whoami{}, fmt.Errorf("login: %s; nothing was saved", apiErr.Message)
-		case errors.As(err, &apiErr) && apiErr.Status == http.StatusGone:
-			return nil, "", api.Whoami{}, errors.New("login: the code expired before the sign-in; run crabbox login again")
-		case err != nil:
-			return nil, "", api.Whoami{}, fmt.Errorf("login: %w", err)
-		case tok == nil:
-			if status == api.DeviceSlowDownStatus {
-				interval += 5 * time.Second
-			}
-			timer.Reset(interval)
-			continue
-		}
-		cl, err := coordclient.New(url, tok.Token)
-		if err != nil {
-			return nil, "", api.Whoami{}, fmt.Errorf("login: %w", err)
-		}
-		return cl, tok.Token, api.Whoami{Owner: tok.Owner, Org: tok.Org, Auth: api.AuthGitHub, TokenExpiresAt: tok.ExpiresAt}, nil
+	tok, err := anon.WaitDevice(ctx, d, func(err error, wait time.Duration) {
+		fmt.Fprintf(a.stderr, "crabbox: polling the sign-in failed (%v); trying again in %s\n", err, wait)
+	})
+	switch {
+	case errors.As(err, &apiErr) && apiErr.Status == http.StatusForbidden:
+		return nil, "", api.Whoami{}, fmt.Errorf("login: %s; nothing was saved", apiErr.Message)
+	case errors.As(err, &apiErr) && apiErr.Status == http.StatusGone:
+		return nil, "", api.Whoami{}, errors.New("login: the code expired before the sign-in; run crabbox login again")
+	case errors.As(err, &apiErr) && apiErr.Status < 500 && apiErr.Message != "":
+		return nil, "", api.Whoami{}, fmt.Errorf("login: %s; nothing was saved", apiErr.Message)
+	case err != nil:
+		return nil, "", api.Whoami{}, fmt.Errorf("login: %w; nothing was saved", err)
 	}
+	cl, err := coordclient.New(url, tok.Token)
+	if err != nil {
+		return nil, "", api.Whoami{}, fmt.Errorf("login: %w", err)
+	}
+	return cl, tok.Token, api.Whoami{Owner: tok.Owner, Org: tok.Org, Auth: api.AuthGitHub, TokenExpiresAt: tok.ExpiresAt}, nil
 }
 
 // readToken reads a token from stdin: with a prompt and no echo on a
@@ -189,14 +180,27 @@ func describeWho(w api.Whoami) string {
 
 func (a *app) logoutCmd() *ffcli.Command {
 	fs, lf := newLocalFlagSet("logout")
+	keep := fs.Bool("keep-token", false, "only forget the saved sign-in here; the token stays valid on the coordinator")
 	return &ffcli.Command{
 		Name:       "logout",
-		ShortUsage: "crabbox logout",
-		ShortHelp:  "forget the coordinator sign-in crabbox login saved",
-		LongHelp: `Remove the coordinator URL and token that crabbox login saved. The token
-itself stays valid until it expires or an admin revokes it.
+		ShortUsage: "crabbox logout [--keep-token]",
+		ShortHelp:  "revoke the saved coordinator token and forget the sign-in",
+		LongHelp: `Revoke the token crabbox login saved at its coordinator, then remove the
+saved URL and token (crabbox/login.json in your config directory). From then
+on the coordinator refuses that token, wherever a copy of it is.
 
-  crabbox logout`,
+If the coordinator cannot be reached or fails, nothing is removed and logout
+fails, so you can try again: a token that is only forgotten stays valid
+until it expires (30 days for a GitHub sign-in). A token the coordinator
+already refuses (expired or revoked) is just forgotten; so is an admin or
+shared token, which only changing it on the coordinator ends.
+
+With --keep-token, only the saved sign-in here is removed and the token
+stays valid: for example when you copied it elsewhere on purpose. Revoke it
+later on the portal's Tokens page or with crabbox admin revoke-token.
+
+  crabbox logout
+  crabbox logout --keep-token`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
@@ -208,6 +212,15 @@ itself stays valid until it expires or an admin revokes it.
 				return nil
 			}
 			saved, ok, _ := config.ReadLogin(file)
+			note := ""
+			if ok && !*keep {
+				var err error
+				if note, err = revokeSaved(ctx, saved); err != nil {
+					return err
+				}
+			} else if ok {
+				note = "the token stays valid on the coordinator"
+			}
 			removed, err := config.RemoveLogin(file)
 			switch {
 			case err != nil:
@@ -215,13 +228,35 @@ itself stays valid until it expires or an admin revokes it.
 			case !removed:
 				fmt.Fprintln(a.stdout, "Not logged in.")
 			case ok:
-				fmt.Fprintf(a.stdout, "Logged out of %s (removed %s).\n", saved.URL, file)
+				fmt.Fprintf(a.stdout, "Logged out of %s (removed %s): %s.\n", saved.URL, file, note)
 			default:
 				fmt.Fprintf(a.stdout, "Removed %s.\n", file)
 			}
 			return nil
 		}),
 	}
+}
+
+// revokeSaved revokes the saved sign-in's token at its coordinator and
+// says what became of it. It fails, so that the sign-in is kept, when the
+// coordinator did not answer or failed.
+func revokeSaved(ctx context.Context, saved config.Login) (string, error) {
+	cl, err := coordclient.New(saved.URL, saved.Token)
+	if err != nil {
+		return "", fmt.Errorf("logout: %w", err)
+	}
+	defer cl.CloseIdleConnections()
+	_, err = cl.RevokeCurrentToken(ctx)
+	var apiErr *coordclient.Error
+	switch {
+	case err == nil:
+		return "the token is revoked", nil
+	case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
+		return "the coordinator already refuses the token (" + apiErr.Message + ")", nil
+	case coordclient.IsCode(err, api.CodeTokenNotRevocable):
+		return "the token is an admin or shared token, which the coordinator cannot revoke; it stays valid", nil
+	}
+	return "", fmt.Errorf("logout: could not revoke the token at %s: %w\nNothing was removed: try again, or run crabbox logout --keep-token to only forget the sign-in here (the token then stays valid until it expires)", saved.URL, err)
 }
 
 // withCoordinator runs fn with a client of the coordinator the settings

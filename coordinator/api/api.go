@@ -656,6 +656,60 @@ type DeviceToken struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
+// GitHubLoginStartRequest is the body of POST /v1/auth/github/start, the
+// browser sign-in of the upstream crabbox CLI: PollSecretHash is the
+// lowercase hex SHA-256 of a secret only the client knows (it proves
+// itself with that secret when polling); LoopbackRedirectURI is where the
+// browser is sent back to after GitHub (http://127.0.0.1:PORT/crabbox/oauth/
+// followed by 64 hex digits). Provider is accepted and echoed, not used.
+type GitHubLoginStartRequest struct {
+	PollSecretHash      string `json:"pollSecretHash"`
+	LoopbackRedirectURI string `json:"loopbackRedirectURI"`
+	Provider            string `json:"provider,omitempty"`
+}
+
+// GitHubLoginStart answers POST /v1/auth/github/start: the client sends
+// the user's browser to URL (GitHub's authorize page) and polls with
+// LoginID until ExpiresAt (RFC 3339).
+type GitHubLoginStart struct {
+	LoginID   string `json:"loginID"`
+	URL       string `json:"url"`
+	ExpiresAt string `json:"expiresAt"`
+}
+
+// GitHubLoginPollRequest is the body of POST /v1/auth/github/poll.
+// BrowserConfirmation is what the coordinator's callback sent to the
+// loopback address ("confirm_" and 32 hex digits), once the client got it.
+type GitHubLoginPollRequest struct {
+	LoginID             string `json:"loginID"`
+	PollSecret          string `json:"pollSecret"`
+	BrowserConfirmation string `json:"browserConfirmation,omitempty"`
+}
+
+// Statuses of a browser sign-in (GitHubLoginPoll.Status).
+const (
+	GitHubLoginPending              = "pending"               // 200: the user has not finished at GitHub
+	GitHubLoginConfirmationRequired = "confirmation_required" // 200: done; poll again with the browser confirmation
+	GitHubLoginComplete             = "complete"              // 200: Token is the user's
+	GitHubLoginFailed               = "failed"                // 403 or 502: Error and Message say why
+	GitHubLoginExpired              = "expired"               // 410: unknown, expired or already collected
+)
+
+// GitHubLoginPoll answers POST /v1/auth/github/poll. On an error status it
+// is also an error body (Error is the code, Message the reason).
+type GitHubLoginPoll struct {
+	Status         string `json:"status"`
+	Token          string `json:"token,omitempty"`
+	Owner          string `json:"owner,omitempty"`
+	Org            string `json:"org,omitempty"`
+	Login          string `json:"login,omitempty"`
+	Provider       string `json:"provider,omitempty"`
+	TokenExpiresAt string `json:"tokenExpiresAt,omitempty"`
+	ExpiresAt      string `json:"expiresAt,omitempty"`
+	Error          string `json:"error,omitempty"`
+	Message        string `json:"message,omitempty"`
+}
+
 // Token is one entry of the coordinator's token registry: a user token
 // it issued (never the token itself), or, with no owner, a revoked ID it
 // never issued (a token minted offline).
@@ -722,6 +776,9 @@ const (
 	CodeProviderIdentityMismatch = "provider_identity_mismatch" // 409
 	CodeRunFinished              = "run_finished"               // 409
 	CodeDeviceExpired            = "device_code_expired"        // 410
+	CodeDeviceCodeRejected       = "device_code_rejected"       // 400, GitHub does not know the device code
+	CodeTokenNotRevocable        = "token_not_revocable"        // 400, a static token revoking itself
+	CodeGitHubLoginExpired       = "github_login_expired"       // 410, a browser sign-in unknown, expired or collected
 	CodeUpstream                 = "upstream_failed"            // 502, GitHub did not answer
 )
 

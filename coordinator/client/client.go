@@ -87,7 +87,8 @@ func WithTransport(rt http.RoundTripper) Option {
 // sign in (StartDevice, PollDevice).
 func Anonymous() Option { return func(c *Client) { c.anonymous = true } }
 
-// WithClock sets the clock used for retry backoff (default: real).
+// WithClock sets the clock used for retry backoff and device-sign-in
+// polling (default: real).
 func WithClock(clk clockwork.Clock) Option { return func(c *Client) { c.clock = clk } }
 
 // WithActAs sets the owner and org an admin token acts as (the
@@ -728,4 +729,83 @@ func (c *Client) PollDevice(ctx context.Context, deviceCode string) (*api.Device
 		return nil, "", fmt.Errorf("coordinator: POST /v1/auth/device/token: no token in the answer")
 	}
 	return &tok, "", nil
+}
+
+// RevokeCurrentToken revokes the token the client uses
+// (POST /v1/tokens/current/revoke), as crabbox logout does. A static token
+// (admin, shared) gets an *Error with code api.CodeTokenNotRevocable; a
+// token already revoked or expired gets a 401.
+func (c *Client) RevokeCurrentToken(ctx context.Context) (api.Token, error) {
+	var out api.TokenResponse
+	_, err := c.do(ctx, c.requestTimeout, http.MethodPost, "/v1/tokens/current/revoke", nil, struct{}{}, &out)
+	return out.Token, err
+}
+
+// DevicePollRetries is how many transient failures in a row WaitDevice
+// takes before it gives up.
+const DevicePollRetries = 5
+
+// devicePollBackoff are the pauses after the 1st, 2nd, ... transient
+// failure in a row (at least the polling interval).
+var devicePollBackoff = []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second}
+
+// WaitDevice polls the device sign-in d (PollDevice) on the client's clock
+// until the user finished it at GitHub, and returns the token the
+// coordinator issued. It waits the interval d asks for before each poll,
+// 5 s longer after each slow_down. A transient failure (a 5xx, a 429 from
+// a busy coordinator, no answer at all) is polled again after a growing
+// pause, at most DevicePollRetries times in a row; retried, when not nil,
+// is told of each such failure and the pause. Any other error ends it: a
+// 4xx is an *Error with the coordinator's reason (403 refused, 410 code
+// expired, 400 code rejected).
+func (c *Client) WaitDevice(ctx context.Context, d api.DeviceStart, retried func(err error, wait time.Duration)) (api.DeviceToken, error) {
+	interval := time.Duration(max(d.IntervalSeconds, 1)) * time.Second
+	wait, failures := interval, 0
+	for {
+		if err := c.sleep(ctx, wait); err != nil {
+			return api.DeviceToken{}, err
+		}
+		tok, status, err := c.PollDevice(ctx, d.DeviceCode)
+		if err != nil {
+			if ctx.Err() != nil || !retryablePoll(err) || failures >= DevicePollRetries {
+				return api.DeviceToken{}, err
+			}
+			wait = max(interval, devicePollBackoff[min(failures, len(devicePollBackoff)-1)])
+			failures++
+			if retried != nil {
+				retried(err, wait)
+			}
+			continue
+		}
+		if tok != nil {
+			return *tok, nil
+		}
+		failures = 0
+		if status == api.DeviceSlowDownStatus {
+			interval += 5 * time.Second
+		}
+		wait = interval
+	}
+}
+
+// retryablePoll reports whether a failed poll may succeed when repeated.
+func retryablePoll(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+	}
+	var te *transportError
+	return errors.As(err, &te)
+}
+
+// sleep waits d on the client's clock, or until ctx ends.
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	t := c.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.Chan():
+		return nil
+	}
 }

@@ -1,5 +1,6 @@
 // Package github signs coordinator users in with GitHub: the OAuth web flow
-// (for the portal), the device flow (for crabbox login), and the org and
+// (for the portal and the upstream CLI's browser sign-in), the device flow
+// (for crabbox login), and the org and
 // team membership checks that decide who may use the coordinator, at sign-in
 // and again later (Check) so that a user removed from the org loses access.
 //
@@ -205,11 +206,46 @@ var (
 	ErrDeviceExpired = errors.New("github: the sign-in code expired; start again")
 	// ErrAccessDenied: the user declined.
 	ErrAccessDenied = errors.New("github: the sign-in was declined")
+	// ErrAppRefused: GitHub refused the coordinator's OAuth app itself
+	// (incorrect_client_credentials, device_flow_disabled, ...): only the
+	// coordinator's admin can fix that.
+	ErrAppRefused = errors.New("github: GitHub refused the coordinator's OAuth app")
 )
+
+// RejectedError is GitHub refusing a device poll because of the device
+// code the client sent (GitHub's error incorrect_device_code, or a 4xx
+// answer without a known error): a client error, not an outage.
+type RejectedError struct {
+	// Code is GitHub's error code, or "http_NNN" for a bare 4xx answer.
+	Code string
+	// Description is GitHub's error_description (may be empty).
+	Description string
+}
+
+func (e *RejectedError) Error() string {
+	if e.Description == "" {
+		return "github: poll device sign-in: refused: " + e.Code
+	}
+	return "github: poll device sign-in: refused: " + e.Code + ": " + e.Description
+}
+
+// Reason says in words why GitHub refused, fit to show a user.
+func (e *RejectedError) Reason() string {
+	switch e.Code {
+	case "incorrect_device_code":
+		return "GitHub does not know this device code (incorrect_device_code); start the sign-in again"
+	}
+	if e.Description != "" {
+		return fmt.Sprintf("GitHub refused the device code (%s: %s)", e.Code, e.Description)
+	}
+	return fmt.Sprintf("GitHub refused the device code (%s)", e.Code)
+}
 
 // PollDevice asks GitHub once whether the device-flow sign-in of
 // deviceCode is done: the user's token when it is, else ErrPending,
-// ErrSlowDown, ErrDeviceExpired, ErrAccessDenied or another error. (x/oauth2
+// ErrSlowDown, ErrDeviceExpired, ErrAccessDenied, a *RejectedError (the
+// code is not one GitHub knows) or another error (GitHub did not answer, or
+// refused the OAuth app itself, as with device_flow_disabled). (x/oauth2
 // polls in a loop with a real ticker; a coordinator answers each of the
 // CLI's polls with one request instead.)
 func (c *Client) PollDevice(ctx context.Context, deviceCode string) (*oauth2.Token, error) {
@@ -236,8 +272,13 @@ func (c *Client) PollDevice(ctx context.Context, deviceCode string) (*oauth2.Tok
 		Error       string `json:"error"`
 		Description string `json:"error_description"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err != nil {
-		return nil, fmt.Errorf("github: poll device sign-in: HTTP %d, unreadable answer: %w", resp.StatusCode, err)
+	decodeErr := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
+	clientError := resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests
+	if decodeErr != nil {
+		if clientError {
+			return nil, &RejectedError{Code: fmt.Sprintf("http_%d", resp.StatusCode)}
+		}
+		return nil, fmt.Errorf("github: poll device sign-in: HTTP %d, unreadable answer: %w", resp.StatusCode, decodeErr)
 	}
 	switch body.Error {
 	case "":
@@ -249,8 +290,19 @@ func (c *Client) PollDevice(ctx context.Context, deviceCode string) (*oauth2.Tok
 		return nil, ErrDeviceExpired
 	case "access_denied":
 		return nil, ErrAccessDenied
+	case "incorrect_device_code":
+		return nil, &RejectedError{Code: body.Error, Description: clipText(body.Description)}
+	case "incorrect_client_credentials", "device_flow_disabled", "unsupported_grant_type":
+		// The coordinator's OAuth app is at fault, not the client.
+		return nil, fmt.Errorf("%w: %s: %s", ErrAppRefused, body.Error, clipText(body.Description))
 	default:
-		return nil, fmt.Errorf("github: poll device sign-in: %s: %s", body.Error, body.Description)
+		if clientError {
+			return nil, &RejectedError{Code: clipText(body.Error), Description: clipText(body.Description)}
+		}
+		return nil, fmt.Errorf("github: poll device sign-in: %s: %s", clipText(body.Error), clipText(body.Description))
+	}
+	if clientError {
+		return nil, &RejectedError{Code: fmt.Sprintf("http_%d", resp.StatusCode)}
 	}
 	if resp.StatusCode != http.StatusOK || body.AccessToken == "" {
 		return nil, fmt.Errorf("github: poll device sign-in: HTTP %d without a token", resp.StatusCode)
@@ -563,6 +615,15 @@ func rateLimited(resp *http.Response) bool {
 		return false
 	}
 	return resp.StatusCode == http.StatusTooManyRequests || resp.Header.Get("X-RateLimit-Remaining") == "0" || resp.Header.Get("Retry-After") != ""
+}
+
+// clipText bounds a text GitHub sent before it goes into an error.
+func clipText(s string) string {
+	const n = 200
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
 // scrub drops the request URL from a transport error, which x/oauth2 and

@@ -240,8 +240,27 @@ func TestDeviceFlow(t *testing.T) {
 			t.Errorf("PollDevice = %v, want %v", err, want)
 		}
 	}
-	if _, err := c.PollDevice(t.Context(), "dev-unknown"); err == nil || !strings.Contains(err.Error(), "incorrect_device_code") {
-		t.Errorf("PollDevice of an unknown code = %v, want GitHub's error", err)
+	var rejected *github.RejectedError
+	if _, err := c.PollDevice(t.Context(), "dev-unknown"); !errors.As(err, &rejected) || rejected.Code != "incorrect_device_code" || !strings.Contains(rejected.Reason(), "incorrect_device_code") {
+		t.Errorf("PollDevice of an unknown code = %v, want a RejectedError with GitHub's code", err)
+	}
+}
+
+// GitHub's client errors about the device code are RejectedErrors; its
+// refusals of the OAuth app itself are ErrAppRefused, with its reason.
+func TestDevicePollRefusals(t *testing.T) {
+	gh, _, _ := newFake(t)
+	c := client(t, gh, []string{"acme"}, nil)
+	for answer, code := range map[string]string{"unknown": "incorrect_device_code", "http404": "http_404"} {
+		gh.DevicePolls(answer)
+		var rejected *github.RejectedError
+		if _, err := c.PollDevice(t.Context(), "dev-123"); !errors.As(err, &rejected) || rejected.Code != code {
+			t.Errorf("answer %q: PollDevice = %v, want a RejectedError %q", answer, err, code)
+		}
+	}
+	gh.DevicePolls("disabled")
+	if _, err := c.PollDevice(t.Context(), "dev-123"); !errors.Is(err, github.ErrAppRefused) || !strings.Contains(err.Error(), "device_flow_disabled") {
+		t.Errorf("device flow disabled: PollDevice = %v, want ErrAppRefused naming GitHub's reason", err)
 	}
 }
 

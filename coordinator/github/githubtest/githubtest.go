@@ -46,10 +46,10 @@ type Server struct {
 	// web flow: the user the authorize page signs in next, and the
 	// codes it handed out with their PKCE challenge and token.
 	approveAs string
+	decline   bool
 	codes     map[string]grant
 	// DevicePolls are the answers the token endpoint gives to device
-	// polls in turn: "pending", "slow_down", "expired", "denied", or a
-	// user's token.
+	// polls in turn (see DevicePolls).
 	devicePolls []string
 	n           int
 	// interval is the device flow's polling interval in seconds.
@@ -166,7 +166,15 @@ func (s *Server) set(m map[string]map[string]string, key, login, state string) {
 func (s *Server) ApproveAs(u User) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.approveAs = u.Token
+	s.approveAs, s.decline = u.Token, false
+}
+
+// Decline makes the authorize page answer as GitHub does when the user
+// cancels: back to the redirect URI with error=access_denied and the state.
+func (s *Server) Decline() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.decline = true
 }
 
 // DeviceInterval sets the polling interval the device flow asks for
@@ -177,7 +185,14 @@ func (s *Server) DeviceInterval(seconds int) {
 	s.interval = seconds
 }
 
-// DevicePolls sets the answers to the next device polls.
+// DevicePolls sets the answers to the next device polls, as GitHub gives
+// them (HTTP 200 with an error code, except the http ones): "pending"
+// (authorization_pending), "slow_down", "expired" (expired_token), "denied"
+// (access_denied), "disabled" (device_flow_disabled), "unknown"
+// (incorrect_device_code), "http404" or "http500" (a bare 404 or 500, an
+// outage), or a user's token. A
+// device code other than the one the fake issued, or a poll with no answer
+// left, gets incorrect_device_code.
 func (s *Server) DevicePolls(answers ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,8 +210,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/login/oauth/authorize":
 		q := r.URL.Query()
-		if q.Get("client_id") != ClientID || q.Get("code_challenge_method") != "S256" || q.Get("redirect_uri") == "" || s.approveAs == "" {
+		if q.Get("client_id") != ClientID || q.Get("code_challenge_method") != "S256" || q.Get("redirect_uri") == "" || (s.approveAs == "" && !s.decline) {
 			http.Error(w, "bad authorize request", http.StatusBadRequest)
+			return
+		}
+		if s.decline {
+			back, err := url.Parse(q.Get("redirect_uri"))
+			if err != nil {
+				http.Error(w, "bad redirect_uri", http.StatusBadRequest)
+				return
+			}
+			back.RawQuery = url.Values{"error": {"access_denied"}, "error_description": {"The user has denied your application access."}, "state": {q.Get("state")}}.Encode()
+			http.Redirect(w, r, back.String(), http.StatusFound)
 			return
 		}
 		s.n++
@@ -250,6 +275,14 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request, writeJSON func(in
 			writeJSON(200, map[string]string{"error": "expired_token"})
 		case "denied":
 			writeJSON(200, map[string]string{"error": "access_denied"})
+		case "disabled":
+			writeJSON(200, map[string]string{"error": "device_flow_disabled", "error_description": "Device Flow must be explicitly enabled for this App"})
+		case "unknown":
+			writeJSON(200, map[string]string{"error": "incorrect_device_code", "error_description": "The device_code provided is not valid."})
+		case "http404":
+			writeJSON(404, map[string]string{"message": "Not Found"})
+		case "http500":
+			writeJSON(500, map[string]string{"message": "Server Error"})
 		default:
 			writeJSON(200, map[string]string{"access_token": next, "token_type": "bearer", "scope": "read:org"})
 		}
