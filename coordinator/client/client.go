@@ -453,14 +453,7 @@ func (c *Client) wait(ctx context.Context, i int) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	t := c.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.Chan():
-		return nil
-	}
+	return c.sleep(ctx, d)
 }
 
 // CancelCreate cancels a create attempt (POST /v1/leases/{id}/cancel-create).
