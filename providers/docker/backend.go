@@ -145,6 +145,20 @@ func (b *Backend) find(ctx context.Context, ref string) (box, error) {
 // target describes x for the library. The expiry comes from the lease
 // record inside a running box (Touch moves it there), else from the label.
 func (b *Backend) target(ctx context.Context, x box) provider.LeaseTarget {
+	if !x.running() {
+		return describe(x, nil)
+	}
+	rec, err := b.record(ctx, x)
+	if err != nil {
+		b.rt.Logger.Debug("docker lease record unreadable; using labels", "lease", x.leaseID(), "err", err)
+		return describe(x, nil)
+	}
+	return describe(x, &rec)
+}
+
+// describe describes x for the library, with the expiry and host key of
+// its lease record rec when there is one, else those of its labels.
+func describe(x box, rec *local.AgentLease) provider.LeaseTarget {
 	t := provider.LeaseTarget{
 		LeaseID:   x.leaseID(),
 		Slug:      x.labels[labelSlug],
@@ -161,11 +175,9 @@ func (b *Backend) target(ctx context.Context, x box) provider.LeaseTarget {
 	}
 	if x.running() {
 		t.State = "ready"
-		if rec, err := b.record(ctx, x); err == nil {
-			t.ExpiresAt, t.HostKey = rec.ExpiresAt, rec.HostKey
-		} else {
-			b.rt.Logger.Debug("docker lease record unreadable; using labels", "lease", t.LeaseID, "err", err)
-		}
+	}
+	if rec != nil {
+		t.ExpiresAt, t.HostKey = rec.ExpiresAt, rec.HostKey
 	}
 	return t
 }
@@ -230,10 +242,19 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: %w", x.leaseID(), err)
 	}
+	rec, err := local.DecodeRecord(data)
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: %w", x.leaseID(), err)
+	}
+	if rec.ID != x.leaseID() {
+		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: container %s holds the record of lease %q", x.leaseID(), x.name, rec.ID)
+	}
 	if err := b.writeFile(ctx, x.containerID, name, data); err != nil {
 		return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": write lease record", err)
 	}
-	return b.target(ctx, x), nil
+	// The box is described by the record just written: reading it back
+	// would cost another copy out of the container.
+	return describe(x, &rec), nil
 }
 
 // ReleaseLease stops and removes the lease's container. A lease whose
