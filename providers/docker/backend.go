@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -37,6 +38,43 @@ type Backend struct {
 	// instead of the user's cache directory. Tests change both.
 	lookPath   func(string) (string, error)
 	agentCache string
+
+	// recent is the lease record last read out of a running box, which
+	// the next Touch of that box rewrites instead of copying it out once
+	// more (a warm run resolves a lease and touches it at once; each copy
+	// out of a running container costs the engine a chrooted tar).
+	// Reusing it is safe: the agent writes the record only before it
+	// announces that it serves, and touches change nothing but the
+	// expiry, which Touch sets.
+	recentMu sync.Mutex
+	recent   recentRecord
+}
+
+// recentRecord is a lease record read out of container containerID.
+type recentRecord struct {
+	containerID string
+	data        []byte
+}
+
+// remember keeps data, the record just read out of containerID, for the
+// next Touch of that box.
+func (b *Backend) remember(containerID string, data []byte) {
+	b.recentMu.Lock()
+	defer b.recentMu.Unlock()
+	b.recent = recentRecord{containerID: containerID, data: data}
+}
+
+// takeRecent returns, and forgets, the record last read out of
+// containerID, if that is the box whose record was read last.
+func (b *Backend) takeRecent(containerID string) ([]byte, bool) {
+	b.recentMu.Lock()
+	defer b.recentMu.Unlock()
+	if b.recent.containerID != containerID || b.recent.data == nil {
+		return nil, false
+	}
+	data := b.recent.data
+	b.recent = recentRecord{}
+	return data, true
 }
 
 // New returns a backend for the engine at cfg.Host (or DOCKER_HOST, or the
@@ -195,6 +233,7 @@ func (b *Backend) record(ctx context.Context, x box) (local.AgentLease, error) {
 	if rec.ID != x.leaseID() {
 		return local.AgentLease{}, fmt.Errorf("container %s holds the record of lease %q", x.name, rec.ID)
 	}
+	b.remember(x.containerID, data)
 	return rec, nil
 }
 
@@ -234,9 +273,11 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: container %s is %s: %w", x.leaseID(), x.name, x.state, provider.ErrNotFound)
 	}
 	name := boxRecordPath(x.leaseID())
-	data, err := b.readFile(ctx, x.containerID, name, maxRecordSize)
-	if err != nil {
-		return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": read lease record", err)
+	data, ok := b.takeRecent(x.containerID)
+	if !ok {
+		if data, err = b.readFile(ctx, x.containerID, name, maxRecordSize); err != nil {
+			return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": read lease record", err)
+		}
 	}
 	data, err = local.SetRecordExpiry(data, req.ExpiresAt.UTC())
 	if err != nil {
