@@ -47,8 +47,9 @@ type Keepalive struct {
 
 // Keep starts keeping l alive through b. With touchNow the first touch is
 // made at once in the background (a lease resolved for reuse is in use
-// from now on); otherwise l counts as just touched (a lease just
-// acquired). Failed touches are logged (log may be nil); a lease whose box
+// from now on), unless l's claim was touched within the slack (see
+// TouchSlack), say by the run before this one; otherwise l counts as
+// just touched (a lease just acquired). Failed touches are logged (log may be nil); a lease whose box
 // is gone stops being touched and Err reports it.
 func (s *Store) Keep(b provider.SSHLeaseBackend, l Grant, log *slog.Logger, touchNow bool) *Keepalive {
 	return s.keep(func(ctx context.Context, g Grant) (Grant, error) { return s.Touch(ctx, b, g) }, l, log, touchNow)
@@ -75,7 +76,17 @@ func (s *Store) keep(touch func(context.Context, Grant) (Grant, error), l Grant,
 	}
 	if touchNow {
 		k.touched = time.Time{}
-		k.poke <- struct{}{}
+		// A touch recorded in the claim within the slack counts as this
+		// holder's own: a burst of short runs, each a process of its
+		// own, costs one touch as a burst of uses of one holder does.
+		if last := l.Claim.LastTouchedAt; !last.IsZero() {
+			if ago := k.store.clock.Since(last); ago >= 0 && ago < TouchSlack(l.Claim.IdleTimeout()) {
+				k.touched = last
+			}
+		}
+		if k.touched.IsZero() {
+			k.poke <- struct{}{}
+		}
 	}
 	go k.loop(ctx)
 	return k

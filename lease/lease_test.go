@@ -424,6 +424,48 @@ func TestIdleCountsFromReady(t *testing.T) {
 	}
 }
 
+// A lease resolved for reuse is touched at once, unless its claim says it
+// was touched within the slack (the run before this one, in a loop of
+// short runs): that touch counts, and the holder's first use costs none.
+func TestResolvedLeaseTouchedWithinSlackIsNotTouchedAgain(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().Truncate(time.Second))
+	s := openStore(t, lease.WithClock(clock))
+	const idle = 10 * time.Minute
+	b := &slowAcquire{SSHLeaseBackend: newLocal(t, clockwork.NewRealClock()), clock: clock}
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, b, lease.Terms{IdleTimeout: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx, b, l.Claim)
+	use := func() []time.Time {
+		t.Helper()
+		b.touched = nil
+		g, err := s.Resolve(ctx, b, l.Claim.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := s.Keep(b, g, nil, true)
+		if err := k.UsedSync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		k.Stop()
+		return b.touched
+	}
+	clock.Advance(lease.TouchSlack(idle) - time.Second)
+	if got := use(); len(got) != 0 {
+		t.Errorf("a lease touched %s ago was touched again: %v", lease.TouchSlack(idle)-time.Second, got)
+	}
+	clock.Advance(time.Second)
+	want := clock.Now().UTC().Add(idle)
+	if got := use(); len(got) != 1 || !got[0].Equal(want) {
+		t.Errorf("a lease touched the slack ago: touches %v, want one with %v", got, want)
+	}
+	if got := use(); len(got) != 0 {
+		t.Errorf("a lease just touched by the last use was touched again: %v", got)
+	}
+}
+
 // slowWarmup is a delegated sandbox whose Warmup takes d of the fake
 // clock's time after the sandbox is made.
 type slowWarmup struct {

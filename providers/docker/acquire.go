@@ -113,9 +113,10 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 		}
 		return provider.LeaseTarget{}, err
 	}
-	t := b.target(ctx, x)
-	t.HostKey = hostPub // what we made, not what the box says
-	return t, nil
+	// The box is described by the record put into it: reading it back
+	// would cost a copy out of the container. Its host key is the one
+	// made here.
+	return describe(x, &local.AgentLease{ExpiresAt: req.ExpiresAt.UTC(), HostKey: hostPub}), nil
 }
 
 // create creates the lease's container, not started.
@@ -183,15 +184,20 @@ func tagFlag(image string) string {
 // start puts files into the created container, starts it, waits until its
 // agent serves, and returns the running box.
 func (b *Backend) start(ctx context.Context, containerID string, files boxFiles) (box, error) {
+	began := b.rt.Clock.Now()
 	if err := b.copyTo(ctx, containerID, files.writeTar); err != nil {
 		return box{}, engineErr("put the agent and lease into the container", err)
 	}
+	copied := b.rt.Clock.Now()
 	if _, err := b.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{}); err != nil {
 		return box{}, engineErr("start container", err)
 	}
+	started := b.rt.Clock.Now()
 	if err := b.awaitReady(ctx, containerID); err != nil {
 		return box{}, err
 	}
+	b.rt.Logger.Debug("docker box serving", "lease", files.leaseID,
+		"copy", copied.Sub(began), "start", started.Sub(copied), "ready", b.rt.Clock.Since(started))
 	found, err := b.boxes(ctx, labelLease+"="+files.leaseID)
 	if err != nil {
 		return box{}, err

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -37,6 +38,43 @@ type Backend struct {
 	// instead of the user's cache directory. Tests change both.
 	lookPath   func(string) (string, error)
 	agentCache string
+
+	// recent is the lease record last read out of a running box, which
+	// the next Touch of that box rewrites instead of copying it out once
+	// more (a warm run resolves a lease and touches it at once; each copy
+	// out of a running container costs the engine a chrooted tar).
+	// Reusing it is safe: the agent writes the record only before it
+	// announces that it serves, and touches change nothing but the
+	// expiry, which Touch sets.
+	recentMu sync.Mutex
+	recent   recentRecord
+}
+
+// recentRecord is a lease record read out of container containerID.
+type recentRecord struct {
+	containerID string
+	data        []byte
+}
+
+// remember keeps data, the record just read out of containerID, for the
+// next Touch of that box.
+func (b *Backend) remember(containerID string, data []byte) {
+	b.recentMu.Lock()
+	defer b.recentMu.Unlock()
+	b.recent = recentRecord{containerID: containerID, data: data}
+}
+
+// takeRecent returns, and forgets, the record last read out of
+// containerID, if that is the box whose record was read last.
+func (b *Backend) takeRecent(containerID string) ([]byte, bool) {
+	b.recentMu.Lock()
+	defer b.recentMu.Unlock()
+	if b.recent.containerID != containerID || b.recent.data == nil {
+		return nil, false
+	}
+	data := b.recent.data
+	b.recent = recentRecord{}
+	return data, true
 }
 
 // New returns a backend for the engine at cfg.Host (or DOCKER_HOST, or the
@@ -145,6 +183,20 @@ func (b *Backend) find(ctx context.Context, ref string) (box, error) {
 // target describes x for the library. The expiry comes from the lease
 // record inside a running box (Touch moves it there), else from the label.
 func (b *Backend) target(ctx context.Context, x box) provider.LeaseTarget {
+	if !x.running() {
+		return describe(x, nil)
+	}
+	rec, err := b.record(ctx, x)
+	if err != nil {
+		b.rt.Logger.Debug("docker lease record unreadable; using labels", "lease", x.leaseID(), "err", err)
+		return describe(x, nil)
+	}
+	return describe(x, &rec)
+}
+
+// describe describes x for the library, with the expiry and host key of
+// its lease record rec when there is one, else those of its labels.
+func describe(x box, rec *local.AgentLease) provider.LeaseTarget {
 	t := provider.LeaseTarget{
 		LeaseID:   x.leaseID(),
 		Slug:      x.labels[labelSlug],
@@ -161,11 +213,9 @@ func (b *Backend) target(ctx context.Context, x box) provider.LeaseTarget {
 	}
 	if x.running() {
 		t.State = "ready"
-		if rec, err := b.record(ctx, x); err == nil {
-			t.ExpiresAt, t.HostKey = rec.ExpiresAt, rec.HostKey
-		} else {
-			b.rt.Logger.Debug("docker lease record unreadable; using labels", "lease", t.LeaseID, "err", err)
-		}
+	}
+	if rec != nil {
+		t.ExpiresAt, t.HostKey = rec.ExpiresAt, rec.HostKey
 	}
 	return t
 }
@@ -183,6 +233,7 @@ func (b *Backend) record(ctx context.Context, x box) (local.AgentLease, error) {
 	if rec.ID != x.leaseID() {
 		return local.AgentLease{}, fmt.Errorf("container %s holds the record of lease %q", x.name, rec.ID)
 	}
+	b.remember(x.containerID, data)
 	return rec, nil
 }
 
@@ -222,18 +273,29 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: container %s is %s: %w", x.leaseID(), x.name, x.state, provider.ErrNotFound)
 	}
 	name := boxRecordPath(x.leaseID())
-	data, err := b.readFile(ctx, x.containerID, name, maxRecordSize)
-	if err != nil {
-		return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": read lease record", err)
+	data, ok := b.takeRecent(x.containerID)
+	if !ok {
+		if data, err = b.readFile(ctx, x.containerID, name, maxRecordSize); err != nil {
+			return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": read lease record", err)
+		}
 	}
 	data, err = local.SetRecordExpiry(data, req.ExpiresAt.UTC())
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: %w", x.leaseID(), err)
 	}
+	rec, err := local.DecodeRecord(data)
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: %w", x.leaseID(), err)
+	}
+	if rec.ID != x.leaseID() {
+		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: container %s holds the record of lease %q", x.leaseID(), x.name, rec.ID)
+	}
 	if err := b.writeFile(ctx, x.containerID, name, data); err != nil {
 		return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": write lease record", err)
 	}
-	return b.target(ctx, x), nil
+	// The box is described by the record just written: reading it back
+	// would cost another copy out of the container.
+	return describe(x, &rec), nil
 }
 
 // ReleaseLease stops and removes the lease's container. A lease whose

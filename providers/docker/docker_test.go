@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -264,4 +267,69 @@ func TestRunSyncsAndRuns(t *testing.T) {
 		t.Errorf("Run result: provider %q kept %v, want %q released", res.Provider, res.Kept, Name)
 	}
 	assertNoContainer(t, newBackend(t, f), res.LeaseID)
+}
+
+// Touch rewrites only the expiry in the box's lease record, whether it
+// starts from the record a Resolve just read or reads it itself, and
+// also when another client touched the box in between.
+func TestTouchRewritesOnlyTheExpiry(t *testing.T) {
+	f := engine(t)
+	b, other := newBackend(t, f), newBackend(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := acquireRequest(t, 10*time.Minute)
+	removeLeftovers(t, b, req.LeaseID)
+	target, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordIn := func() map[string]any {
+		t.Helper()
+		data, err := b.readFile(ctx, target.CloudID, boxRecordPath(req.LeaseID), maxRecordSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	orig := recordIn()
+	if orig["port"] == nil {
+		t.Fatalf("the agent did not write its port into the record: %v", orig)
+	}
+	touch := func(what string, b *Backend, expires time.Time) {
+		t.Helper()
+		got, err := b.Touch(ctx, provider.TouchRequest{Lease: target, Now: time.Now(), ExpiresAt: expires})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if !got.ExpiresAt.Equal(expires) || got.HostKey != target.HostKey {
+			t.Errorf("%s: target expires %v with host key %q, want %v and %q", what, got.ExpiresAt, got.HostKey, expires, target.HostKey)
+		}
+		want := maps.Clone(orig)
+		want["expiresAt"] = expires.UTC().Format(time.RFC3339Nano)
+		if diff := cmp.Diff(want, recordIn()); diff != "" {
+			t.Errorf("%s: record in the box (-want +got):\n%s", what, diff)
+		}
+	}
+	later := req.ExpiresAt.Add(time.Minute)
+	if _, err := b.Resolve(ctx, provider.ResolveRequest{ID: req.LeaseID}); err != nil {
+		t.Fatal(err)
+	}
+	touch("touch after resolve", b, later)
+	touch("touch after touch", b, later.Add(time.Minute))
+	if _, err := b.Resolve(ctx, provider.ResolveRequest{ID: req.LeaseID}); err != nil {
+		t.Fatal(err)
+	}
+	touch("touch by another client", other, later.Add(2*time.Minute))
+	touch("touch after resolve and another's touch", b, later.Add(3*time.Minute))
+	got, err := b.Resolve(ctx, provider.ResolveRequest{ID: req.LeaseID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := later.Add(3 * time.Minute); !got.ExpiresAt.Equal(want) {
+		t.Errorf("Resolve after the touches: expires %v, want %v", got.ExpiresAt, want)
+	}
 }
