@@ -70,7 +70,7 @@ func (c *controlConn) send(v any) {
 }
 
 // recv reads one message; it skips nothing.
-func (c *controlConn) recv() (api.ControlMessage, upstreamControlMessage) {
+func (c *controlConn) recv() (api.ControlMessage, CoordinatorControlMessage) {
 	c.t.Helper()
 	typ, data, err := c.ws.Read(c.t.Context())
 	if err != nil {
@@ -80,7 +80,7 @@ func (c *controlConn) recv() (api.ControlMessage, upstreamControlMessage) {
 		c.t.Fatalf("message of type %v, want text", typ)
 	}
 	var ours api.ControlMessage
-	var up upstreamControlMessage
+	var up CoordinatorControlMessage
 	if err := json.Unmarshal(data, &ours); err != nil {
 		c.t.Fatalf("decode %s: %v", data, err)
 	}

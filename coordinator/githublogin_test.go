@@ -19,34 +19,13 @@ import (
 	"github.com/crabbox-dev/crabbox/internal/logbuf"
 )
 
-// The upstream crabbox CLI's types for the browser sign-in, transcribed
-// field by field (names and JSON types) from its public source
-// (internal/cli/coordinator.go: CoordinatorGitHubLoginStart and
-// CoordinatorGitHubLoginPoll). Its requests are maps with the keys below.
-type upstreamGitHubLoginStart struct {
-	LoginID   string `json:"loginID"`
-	URL       string `json:"url"`
-	ExpiresAt string `json:"expiresAt"`
-}
-
-type upstreamGitHubLoginPoll struct {
-	Status         string `json:"status"`
-	Token          string `json:"token,omitempty"`
-	Owner          string `json:"owner,omitempty"`
-	Org            string `json:"org,omitempty"`
-	Login          string `json:"login,omitempty"`
-	Provider       string `json:"provider,omitempty"`
-	TokenExpiresAt string `json:"tokenExpiresAt,omitempty"`
-	Error          string `json:"error,omitempty"`
-}
-
 // browserLogin is one upstream-style sign-in: its poll secret and the
 // loopback address its browser is sent back to.
 type browserLogin struct {
 	e        *env
 	secret   string
 	loopback string
-	start    upstreamGitHubLoginStart
+	start    CoordinatorGitHubLoginStart
 }
 
 func hexOf(n int) string {
@@ -68,13 +47,13 @@ func startBrowserLogin(e *env) *browserLogin {
 }
 
 // poll polls as the upstream CLI does and decodes the answer with its type.
-func (b *browserLogin) poll(secret, confirmation string, want int) upstreamGitHubLoginPoll {
+func (b *browserLogin) poll(secret, confirmation string, want int) CoordinatorGitHubLoginPoll {
 	b.e.t.Helper()
 	body := map[string]any{"loginID": b.start.LoginID, "pollSecret": secret}
 	if confirmation != "" {
 		body["browserConfirmation"] = confirmation
 	}
-	var out upstreamGitHubLoginPoll
+	var out CoordinatorGitHubLoginPoll
 	b.e.do("POST", "/v1/auth/github/poll", "", body, want, &out)
 	return out
 }

@@ -7,7 +7,7 @@ import (
 
 // The response types of the upstream crabbox CLI (github.com/openclaw/crabbox),
 // transcribed field by field for the compatibility suite in
-// upstream_compat_test.go: names, JSON tags and Go types only, so that our
+// upstream_compat_test.go and the control and sign-in tests: names, JSON tags and Go types only, so that our
 // answers decode, and fail to decode, exactly where the upstream client's
 // would. Unless noted they are declared in its internal/cli/coordinator.go.
 // When upstream changes a type, change it here the same way.
@@ -423,4 +423,44 @@ type RunTelemetrySummary struct {
 	Start   *LeaseTelemetry   `json:"start,omitempty"`
 	End     *LeaseTelemetry   `json:"end,omitempty"`
 	Samples []*LeaseTelemetry `json:"samples,omitempty"`
+}
+
+// CoordinatorControlMessage mirrors upstream's coordinatorControlMessage,
+// every message either way on the control websocket (declared in its
+// internal/cli/control_ws.go).
+type CoordinatorControlMessage struct {
+	Type               string                `json:"type"`
+	Protocol           int                   `json:"protocol,omitempty"`
+	ClientID           string                `json:"clientID,omitempty"`
+	RunID              string                `json:"runID,omitempty"`
+	Events             []CoordinatorRunEvent `json:"events,omitempty"`
+	NextSeq            int                   `json:"nextSeq,omitempty"`
+	LeaseID            string                `json:"leaseID,omitempty"`
+	ExpectedProvider   string                `json:"expectedProvider,omitempty"`
+	OK                 bool                  `json:"ok,omitempty"`
+	ExpiresAt          string                `json:"expiresAt,omitempty"`
+	Code               string                `json:"code,omitempty"`
+	Message            string                `json:"message,omitempty"`
+	Error              string                `json:"error,omitempty"`
+	IdleTimeoutSeconds int                   `json:"idleTimeoutSeconds,omitempty"`
+	Telemetry          *LeaseTelemetry       `json:"telemetry,omitempty"`
+}
+
+// CoordinatorGitHubLoginStart and CoordinatorGitHubLoginPoll are the
+// answers of upstream's browser sign-in (its requests are maps).
+type CoordinatorGitHubLoginStart struct {
+	LoginID   string `json:"loginID"`
+	URL       string `json:"url"`
+	ExpiresAt string `json:"expiresAt"`
+}
+
+type CoordinatorGitHubLoginPoll struct {
+	Status         string `json:"status"`
+	Token          string `json:"token,omitempty"`
+	Owner          string `json:"owner,omitempty"`
+	Org            string `json:"org,omitempty"`
+	Login          string `json:"login,omitempty"`
+	Provider       string `json:"provider,omitempty"`
+	TokenExpiresAt string `json:"tokenExpiresAt,omitempty"`
+	Error          string `json:"error,omitempty"`
 }
