@@ -7,9 +7,9 @@ import (
 
 // The response types of the upstream crabbox CLI (github.com/openclaw/crabbox),
 // transcribed field by field for the compatibility suite in
-// upstream_compat_test.go and the control and sign-in tests: names, JSON tags and Go types only, so that our
-// answers decode, and fail to decode, exactly where the upstream client's
-// would. Unless noted they are declared in its internal/cli/coordinator.go.
+// upstream_compat_test.go and the control and sign-in tests: names, JSON
+// tags and Go types only, so that our answers decode, and fail to decode,
+// exactly where the upstream client's would. Unless noted they are declared in its internal/cli/coordinator.go.
 // When upstream changes a type, change it here the same way.
 
 // CoordinatorLease mirrors upstream's lease record.
