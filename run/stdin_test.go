@@ -4,11 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/crabbox-dev/crabbox/internal/sshserver"
+	"github.com/crabbox-dev/crabbox/internal/sshserver/sshservertest"
 	"github.com/crabbox-dev/crabbox/internal/testsshd"
 	"github.com/crabbox-dev/crabbox/run"
 )
@@ -34,55 +31,8 @@ type boxServer struct {
 func boxServers() []boxServer {
 	return []boxServer{
 		{"openssh", func(t *testing.T) *ssh.Client { return testsshd.Start(t).Dial(t) }},
-		{"crabbox", dialCrabboxServer},
+		{"crabbox", func(t *testing.T) *ssh.Client { return sshservertest.Dial(t, nil) }},
 	}
-}
-
-// dialCrabboxServer starts crabbox's own SSH server on loopback for the
-// test and connects to it.
-func dialCrabboxServer(t *testing.T) *ssh.Client {
-	t.Helper()
-	hostKey, clientKey := newSigner(t), newSigner(t)
-	srv, err := sshserver.New(sshserver.Config{HostKey: hostKey, AuthorizedKey: clientKey.PublicKey(), Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		if err := srv.Close(); err != nil {
-			t.Errorf("close the SSH server: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("SSH server: %v", err)
-		}
-	})
-	c, err := ssh.Dial("tcp", l.Addr().String(), &ssh.ClientConfig{
-		User: "crabbox", Auth: []ssh.AuthMethod{ssh.PublicKeys(clientKey)},
-		HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func newSigner(t *testing.T) ssh.Signer {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 func forEachServer(t *testing.T, test func(t *testing.T, client *ssh.Client)) {

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
-	"github.com/crabbox-dev/crabbox/internal/sshserver"
-	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/internal/sshserver/sshservertest"
 )
 
 // countWriter counts what the pacer lets through.
@@ -257,39 +255,10 @@ func TestPushPacedOtherTar(t *testing.T) {
 // crabbox's own SSH server, whose handler for it hangs) is not paced, and
 // the push neither waits for the answer nor fails.
 func TestPushKeepaliveUnanswered(t *testing.T) {
-	hostKey, clientKey := newKey(t), newKey(t)
 	hang := make(chan struct{})
-	srv, err := sshserver.New(sshserver.Config{
-		HostKey: hostKey, AuthorizedKey: clientKey.PublicKey(), Dir: t.TempDir(),
-		Requests: map[string]func([]byte) (bool, []byte){
-			remote.KeepaliveRequest: func([]byte) (bool, []byte) { <-hang; return false, nil },
-		},
+	client := sshservertest.Dial(t, map[string]func([]byte) (bool, []byte){
+		remote.KeepaliveRequest: func([]byte) (bool, []byte) { <-hang; return false, nil },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		if err := srv.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	client, err := ssh.Dial("tcp", l.Addr().String(), &ssh.ClientConfig{
-		User: "crabbox", Auth: []ssh.AuthMethod{ssh.PublicKeys(clientKey)},
-		HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
 	t.Cleanup(func() { close(hang) }) // first: the handler returns, then the server closes
 
 	root := bigTree(t)
@@ -300,15 +269,6 @@ func TestPushKeepaliveUnanswered(t *testing.T) {
 		t.Errorf("a box that did not answer paced: %q", words)
 	}
 	sameTree(t, root, remoteDir)
-}
-
-func newKey(t *testing.T) ssh.Signer {
-	t.Helper()
-	k, err := lease.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k.Signer
 }
 
 // What the box's tar prints on its standard output (a TAR_OPTIONS with -v
