@@ -13,28 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/testfs"
 	"github.com/crabbox-dev/crabbox/run"
 )
-
-// files returns the files below dir (relative, slash-separated) with their
-// contents.
-func files(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(dir, p)
-		out[filepath.ToSlash(rel)] = string(data)
-		return err
-	})
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
-	}
-	return out
-}
 
 const makeOutputs = `mkdir -p out/sub && echo a > out/a.txt && echo b > out/sub/b.txt && echo c > out/sub/c.log && echo top > top.txt`
 
@@ -53,7 +34,7 @@ func TestRunArtifactsOfSuccessfulRun(t *testing.T) {
 		t.Fatalf("exit %d, artifacts in %q; want 0 and %q", res.ExitCode, res.ArtifactsDir, wantDir)
 	}
 	want := map[string]string{"out/a.txt": "a\n", "out/sub/b.txt": "b\n", "top.txt": "top\n"}
-	if diff := cmp.Diff(want, files(t, wantDir)); diff != "" {
+	if diff := cmp.Diff(want, testfs.Files(t, wantDir)); diff != "" {
 		t.Errorf("artifacts (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"nothing/*"}, res.ArtifactsUnmatched); diff != "" {
@@ -87,7 +68,7 @@ func TestRunArtifactsOfFailedRunKeepExitCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"out/a.txt": "a\n", "out/sub/b.txt": "b\n", "out/sub/c.log": "c\n"}
-	if diff := cmp.Diff(want, files(t, dir)); diff != "" || res.ExitCode != 3 {
+	if diff := cmp.Diff(want, testfs.Files(t, dir)); diff != "" || res.ExitCode != 3 {
 		t.Errorf("exit %d; artifacts (-want +got):\n%s", res.ExitCode, diff)
 	}
 	noLeases(t, c)
@@ -107,7 +88,7 @@ func TestRunArtifactsOfTimedOutRun(t *testing.T) {
 		t.Errorf("exit %d, timed out %v; want %d", res.ExitCode, res.TimedOut, run.ExitTimeout)
 	}
 	want := map[string]string{"progress.txt": "partial\n", "committed.txt": "committed\n", "untracked.txt": "untracked\n"}
-	if diff := cmp.Diff(want, files(t, dir)); diff != "" {
+	if diff := cmp.Diff(want, testfs.Files(t, dir)); diff != "" {
 		t.Errorf("artifacts (-want +got):\n%s", diff)
 	}
 	noLeases(t, c)
@@ -125,7 +106,7 @@ func TestRunDownloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"got/r.json": "report\n", "report.json": "report\n"}
-	if diff := cmp.Diff(want, files(t, here)); diff != "" {
+	if diff := cmp.Diff(want, testfs.Files(t, here)); diff != "" {
 		t.Errorf("downloads (-want +got):\n%s", diff)
 	}
 	if len(res.Artifacts) != 2 || res.Artifacts[0].Kind != run.KindDownload || res.ArtifactsDir != "" {
@@ -159,7 +140,7 @@ func TestRunDownloadsToLocalPathsOutside(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"up/r.json": "report\n", "elsewhere/deep/abs.json": "report\n"}
-	if diff := cmp.Diff(want, files(t, top)); diff != "" {
+	if diff := cmp.Diff(want, testfs.Files(t, top)); diff != "" {
 		t.Errorf("downloads (-want +got):\n%s", diff)
 	}
 	if len(res.Artifacts) != 2 || res.Artifacts[0].Local != filepath.Join(top, "up", "r.json") || res.Artifacts[1].Local != abs {
@@ -211,10 +192,10 @@ func TestRunSkipsResultsThatCannotComeHome(t *testing.T) {
 				t.Errorf("exit %d, want the command's %d", res.ExitCode, tt.exit)
 			}
 			want := map[string]string{"out/a.txt": "a\n", "out/lib/l.txt": "lib\n"}
-			if diff := cmp.Diff(want, files(t, req.ArtifactsDir)); diff != "" {
+			if diff := cmp.Diff(want, testfs.Files(t, req.ArtifactsDir)); diff != "" {
 				t.Errorf("artifacts (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(map[string]string{"r.json": "r\n"}, files(t, req.DownloadDir)); diff != "" {
+			if diff := cmp.Diff(map[string]string{"r.json": "r\n"}, testfs.Files(t, req.DownloadDir)); diff != "" {
 				t.Errorf("downloads (-want +got):\n%s", diff)
 			}
 			var paths []string
@@ -263,7 +244,7 @@ func TestRunCaptures(t *testing.T) {
 			if tt.wantKept {
 				want = map[string]string{"out.log": "out\n", "err.log": "err\n"}
 			}
-			if diff := cmp.Diff(want, files(t, dir)); diff != "" {
+			if diff := cmp.Diff(want, testfs.Files(t, dir)); diff != "" {
 				t.Errorf("captured files (-want +got):\n%s", diff)
 			}
 			if tt.wantKept != (len(res.Artifacts) == 2) {
@@ -283,7 +264,7 @@ func TestRunCapturesMakeTheirFolders(t *testing.T) {
 	if _, err := c.Run(context.Background(), crabbox.RunRequest{Root: repo, Shell: "echo out", CaptureStdout: out}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]string{"cap/deep/out.log": "out\n"}, files(t, dir)); diff != "" {
+	if diff := cmp.Diff(map[string]string{"cap/deep/out.log": "out\n"}, testfs.Files(t, dir)); diff != "" {
 		t.Errorf("captured (-want +got):\n%s", diff)
 	}
 	other := filepath.Join(dir, "other", "err.log")
@@ -346,7 +327,7 @@ func TestRunFetchEscapesRefused(t *testing.T) {
 			if res.ExitCode != 0 {
 				t.Errorf("exit %d, want the command's 0 kept in the result", res.ExitCode)
 			}
-			if got := files(t, dir); strings.Contains(fmt.Sprint(got), "secret") {
+			if got := testfs.Files(t, dir); strings.Contains(fmt.Sprint(got), "secret") {
 				t.Errorf("the outside file was fetched: %v", got)
 			}
 			noLeases(t, c)
@@ -360,7 +341,7 @@ func TestRunFetchEscapesRefused(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]string{"inside.txt": "committed\n"}, files(t, dir)); diff != "" {
+	if diff := cmp.Diff(map[string]string{"inside.txt": "committed\n"}, testfs.Files(t, dir)); diff != "" {
 		t.Errorf("symlink inside (-want +got):\n%s", diff)
 	}
 }
@@ -397,7 +378,7 @@ func TestRunArtifactsNoOverwrite(t *testing.T) {
 	if !errors.Is(err, run.ErrFileExists) || !strings.Contains(err.Error(), existing) {
 		t.Fatalf("error %v, want one naming %s as existing", err, existing)
 	}
-	if diff := cmp.Diff(map[string]string{"committed.txt": "mine"}, files(t, dir)); diff != "" {
+	if diff := cmp.Diff(map[string]string{"committed.txt": "mine"}, testfs.Files(t, dir)); diff != "" {
 		t.Errorf("local files changed by a refused fetch (-want +got):\n%s", diff)
 	}
 	if _, err := c.Run(context.Background(), crabbox.RunRequest{Root: repo, Shell: "echo x", CaptureStdout: existing}); !errors.Is(err, run.ErrFileExists) {
@@ -408,7 +389,7 @@ func TestRunArtifactsNoOverwrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"committed.txt": "committed\n", "new.txt": "new\n", "untracked.txt": "untracked\n"}
-	if diff := cmp.Diff(want, files(t, dir)); diff != "" {
+	if diff := cmp.Diff(want, testfs.Files(t, dir)); diff != "" {
 		t.Errorf("with overwrite (-want +got):\n%s", diff)
 	}
 	noLeases(t, c)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/testfs"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/run"
@@ -305,10 +306,10 @@ func TestDelegatedArtifacts(t *testing.T) {
 	if err != nil || res.ExitCode != 3 {
 		t.Fatalf("run: exit %d, %v; want the command's 3", res.ExitCode, err)
 	}
-	if diff := cmp.Diff(map[string]string{"out/a.txt": "a\n", "out/sub/b.txt": "b\n"}, files(t, arts)); diff != "" {
+	if diff := cmp.Diff(map[string]string{"out/a.txt": "a\n", "out/sub/b.txt": "b\n"}, testfs.Files(t, arts)); diff != "" {
 		t.Errorf("artifacts (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]string{"got/r.json": "r\n", "committed.txt": "committed\n"}, files(t, here)); diff != "" {
+	if diff := cmp.Diff(map[string]string{"got/r.json": "r\n", "committed.txt": "committed\n"}, testfs.Files(t, here)); diff != "" {
 		t.Errorf("downloads (-want +got):\n%s", diff)
 	}
 	if len(res.ArtifactsSkipped) != 1 || res.ArtifactsSkipped[0].Path != "out/host.txt" || !strings.Contains(res.ArtifactsSkipped[0].Reason, "outside the workdir") {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,28 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/crabbox-dev/crabbox/internal/testfs"
 	"github.com/crabbox-dev/crabbox/run"
 )
-
-// localFiles returns the files below dir (relative, slash-separated) with
-// their contents.
-func localFiles(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(dir, p)
-		out[filepath.ToSlash(rel)] = string(data)
-		return err
-	})
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // resultsWorkdir makes a workdir holding good results and the ones that
 // cannot come home: a name with a line break, a symlink to a file outside,
@@ -85,10 +65,10 @@ func realDir(t *testing.T) string {
 func checkResults(t *testing.T, work, outside, arts, here string, res run.FetchResult) {
 	t.Helper()
 	want := map[string]string{"out/a.txt": "a\n", "out/sub/b.txt": "b\n"}
-	if diff := cmp.Diff(want, localFiles(t, arts)); diff != "" {
+	if diff := cmp.Diff(want, testfs.Files(t, arts)); diff != "" {
 		t.Errorf("artifacts (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]string{"r.json": "report\n"}, localFiles(t, here)); diff != "" {
+	if diff := cmp.Diff(map[string]string{"r.json": "report\n"}, testfs.Files(t, here)); diff != "" {
 		t.Errorf("downloads (-want +got):\n%s", diff)
 	}
 	wantSkipped := []run.Skipped{
@@ -157,10 +137,10 @@ func TestFetchFromSandboxFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "sh exited 7") {
 		t.Fatalf("error %v, want the archive script's exit", err)
 	}
-	if got := localFiles(t, arts); len(got) != 0 {
+	if got := testfs.Files(t, arts); len(got) != 0 {
 		t.Errorf("artifacts written by a failed fetch: %v", got)
 	}
-	if got := localFiles(t, here); len(got) != 0 {
+	if got := testfs.Files(t, here); len(got) != 0 {
 		t.Errorf("downloads written by a failed fetch: %v", got)
 	}
 }
