@@ -181,9 +181,13 @@ type Response struct {
 	Leases          []Lease       `json:"leases,omitempty"`
 	Capabilities    *Capabilities `json:"capabilities,omitempty"`
 	// File is crabbox's addition: the answer to read-file.
-	File    *FileChunk `json:"file,omitempty"`
-	Message string     `json:"message,omitempty"`
-	Error   string     `json:"error,omitempty"`
+	File *FileChunk `json:"file,omitempty"`
+	// Checks is crabbox's addition to doctor: the program's own checks,
+	// each reported as a line of crabbox doctor. Without it the message
+	// is one passing check.
+	Checks  []provider.Check `json:"checks,omitempty"`
+	Message string           `json:"message,omitempty"`
+	Error   string           `json:"error,omitempty"`
 	// ErrorKind is crabbox's addition: one of "not-found", "conflict",
 	// "capacity", "unauthenticated", "precondition", "transient", so that
 	// callers can tell failures apart (errors.Is with provider.Err...).
