@@ -23,6 +23,8 @@ type core struct {
 	spec provider.Spec
 	// what names the program in errors.
 	what string
+	// plugin is set for a Plugin: the program is crabbox's own.
+	plugin bool
 
 	mu   gosync.Mutex
 	caps *Capabilities // cached after the first successful call
@@ -44,18 +46,18 @@ func newCore(c Config, sp *provider.Spec, rt provider.Runtime) (*core, error) {
 	if !path.IsAbs(workRoot) {
 		return nil, fmt.Errorf("external provider: config \"work-root\" %q is not an absolute path", workRoot)
 	}
-	what := "external provider " + prog.path
-	if sp == nil {
-		s := spec.Clone()
-		sp = &s
-	} else {
-		what = fmt.Sprintf("provider %s (program %s)", sp.Name, prog.path)
+	if sp != nil {
+		what := fmt.Sprintf("provider %s (program %s)", sp.Name, prog.path)
+		return &core{prog: prog, rt: rt, workRoot: workRoot, spec: *sp, what: what, plugin: true}, nil
 	}
-	return &core{prog: prog, rt: rt, workRoot: workRoot, spec: *sp, what: what}, nil
+	return &core{prog: prog, rt: rt, workRoot: workRoot, spec: spec.Clone(), what: "external provider " + prog.path}, nil
 }
 
 // call runs one operation and names the provider and operation in errors.
 func (c *core) call(ctx context.Context, req Request) (Response, error) {
+	if c.plugin {
+		req.StateDir = c.rt.StateDir
+	}
 	resp, err := c.prog.call(ctx, req)
 	if err != nil {
 		return resp, fmt.Errorf("%s: %s: %w", c.what, req.Operation, err)
@@ -281,7 +283,7 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
 	sent := wireLease(req.Lease)
 	sent.ExpiresAt = req.ExpiresAt
-	resp, err := b.call(ctx, Request{Operation: OpTouch, Lease: sent})
+	resp, err := b.call(ctx, Request{Operation: OpTouch, Lease: sent, Now: req.Now})
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
@@ -359,7 +361,7 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 	if req.DryRun || len(doomed) == 0 {
 		return decisions, nil
 	}
-	deleted, err := b.deleteExpired(ctx, doomed)
+	deleted, err := b.deleteExpired(ctx, doomed, req.Now)
 	if err != nil {
 		return decisions, err
 	}
@@ -378,7 +380,7 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 
 // deleteExpired deletes the leases and reports, per lease ID, nil when it
 // was deleted or why not.
-func (b *Backend) deleteExpired(ctx context.Context, doomed []Lease) (map[string]error, error) {
+func (b *Backend) deleteExpired(ctx context.Context, doomed []Lease, now time.Time) (map[string]error, error) {
 	out := map[string]error{}
 	caps, err := b.Capabilities(ctx)
 	if err != nil {
@@ -390,7 +392,7 @@ func (b *Backend) deleteExpired(ctx context.Context, doomed []Lease) (map[string
 		}
 		return out, nil
 	}
-	resp, err := b.call(ctx, Request{Operation: OpCleanup, Leases: doomed})
+	resp, err := b.call(ctx, Request{Operation: OpCleanup, Leases: doomed, Now: now})
 	if err != nil {
 		return nil, err
 	}

@@ -80,6 +80,13 @@ type Request struct {
 	Dir string `json:"dir,omitempty"`
 	// File is crabbox's addition for write-file and read-file.
 	File *FileRequest `json:"file,omitempty"`
+	// StateDir is crabbox's addition for its own provider programs
+	// (Plugin): the directory the provider may keep its state in, as
+	// provider.Runtime.StateDir in-process.
+	StateDir string `json:"stateDir,omitempty"`
+	// Now is crabbox's addition to cleanup and touch: the time crabbox
+	// decides expiry by, so that the program decides by the same clock.
+	Now time.Time `json:"now,omitzero"`
 }
 
 // FileRequest is the file part of a write-file or read-file request.

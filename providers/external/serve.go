@@ -48,6 +48,9 @@ func serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.
 	if err != nil {
 		return failure(err)
 	}
+	if err := checkRequest(req); err != nil {
+		return failure(err)
+	}
 	spec := p.Spec()
 	var raw provider.Config
 	if len(req.Config) > 0 && string(req.Config) != "null" {
@@ -58,6 +61,9 @@ func serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.
 	cfg, err := spec.Resolve(raw)
 	if err != nil {
 		return failure(err)
+	}
+	if rt.StateDir == "" {
+		rt.StateDir = req.StateDir
 	}
 	b, err := p.Configure(cfg, rt)
 	if err != nil {
@@ -86,12 +92,35 @@ func serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.
 		return s.touch(ctx, req)
 	case OpRelease:
 		return s.release(ctx, req)
-	case OpCleanup:
+	default: // OpCleanup; checkRequest refused the rest
 		return s.cleanup(ctx, req)
-	case "":
-		return failure(errors.New("request field operation is missing"))
 	}
-	return failure(fmt.Errorf("operation %q is not supported by provider %s", req.Operation, spec.Name))
+}
+
+// checkRequest refuses, before anything is configured, an operation Serve
+// does not serve and one missing the field it needs.
+func checkRequest(req Request) error {
+	switch req.Operation {
+	case "":
+		return errors.New("request field operation is missing")
+	case OpCapabilities, OpDoctor, OpList, OpCleanup:
+		return nil
+	case OpAcquire:
+		if req.Desired == nil {
+			return errors.New("request field desired is missing")
+		}
+	case OpResolve:
+		if req.ID == "" {
+			return errors.New("request field id is missing")
+		}
+	case OpTouch, OpRelease:
+		if req.Lease == nil {
+			return errors.New("request field lease is missing")
+		}
+	default:
+		return fmt.Errorf("operation %q is not supported by a provider program (only ssh-lease operations are)", req.Operation)
+	}
+	return nil
 }
 
 // readRequest decodes exactly one JSON object of the protocol's version.
@@ -148,9 +177,6 @@ func (s server) doctor(ctx context.Context) Response {
 
 func (s server) acquire(ctx context.Context, req Request) Response {
 	d := req.Desired
-	if d == nil {
-		return failure(errors.New("request field desired is missing"))
-	}
 	labels := maps.Clone(d.Labels)
 	for _, k := range []string{LabelLease, LabelSlug, LabelName} {
 		delete(labels, k) // crabbox's own; the provider sets its own marks
@@ -172,9 +198,6 @@ func (s server) acquire(ctx context.Context, req Request) Response {
 }
 
 func (s server) resolve(ctx context.Context, req Request) Response {
-	if req.ID == "" {
-		return failure(errors.New("request field id is missing"))
-	}
 	t, err := s.b.Resolve(ctx, provider.ResolveRequest{ID: req.ID})
 	if errors.Is(err, provider.ErrNotFound) {
 		return Response{} // no lease: crabbox reports not found
@@ -198,11 +221,8 @@ func (s server) list(ctx context.Context) Response {
 }
 
 func (s server) touch(ctx context.Context, req Request) Response {
-	if req.Lease == nil {
-		return failure(errors.New("request field lease is missing"))
-	}
 	t, err := s.b.Touch(ctx, provider.TouchRequest{
-		Lease: leaseTarget(req.Lease, s.spec.Name), Now: s.rt.Clock.Now(), ExpiresAt: req.Lease.ExpiresAt,
+		Lease: leaseTarget(req.Lease, s.spec.Name), Now: s.now(req), ExpiresAt: req.Lease.ExpiresAt,
 	})
 	if err != nil {
 		return failure(err)
@@ -211,9 +231,6 @@ func (s server) touch(ctx context.Context, req Request) Response {
 }
 
 func (s server) release(ctx context.Context, req Request) Response {
-	if req.Lease == nil {
-		return failure(errors.New("request field lease is missing"))
-	}
 	err := s.b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: leaseTarget(req.Lease, s.spec.Name)})
 	if err != nil && !errors.Is(err, provider.ErrNotFound) {
 		return failure(err)
@@ -234,7 +251,7 @@ func (s server) cleanup(ctx context.Context, req Request) Response {
 		named[l.LeaseID] = true
 	}
 	decisions, err := c.Cleanup(ctx, provider.CleanupRequest{
-		DryRun: req.DryRun, Now: s.rt.Clock.Now(), Claimed: func(id string) bool { return named[id] },
+		DryRun: req.DryRun, Now: s.now(req), Claimed: func(id string) bool { return named[id] },
 	})
 	if err != nil {
 		return failure(err)
@@ -246,6 +263,14 @@ func (s server) cleanup(ctx context.Context, req Request) Response {
 		}
 	}
 	return Response{Leases: out}
+}
+
+// now is the time crabbox sent, or the program's own.
+func (s server) now(req Request) time.Time {
+	if !req.Now.IsZero() {
+		return req.Now
+	}
+	return s.rt.Clock.Now()
 }
 
 // leaseTarget is the provider's view of a lease object crabbox sent.
