@@ -91,6 +91,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("%w: %w", err, provider.ErrPrecondition)
 	}
+	agent.stdin = agent.stdin && !b.copyLease
 	hostKey, hostPub, err := local.NewHostKey()
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("host key: %w", err)

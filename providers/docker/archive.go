@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-		"path"
+	"path"
 	"time"
 
 	"github.com/moby/moby/client"

@@ -33,6 +33,11 @@ type Backend struct {
 	// the container; an error fails the acquire there.
 	afterCreate func(ctx context.Context, containerID string) error
 
+	// copyLease, when set (by tests), treats every agent as one that
+	// cannot read its lease directory on stdin (the CLI as agent), so the
+	// lease is copied into the container before it starts.
+	copyLease bool
+
 	// lookPath finds programs on PATH (the Go toolchain, to build an
 	// agent); agentCache, when set, is where built agents are kept
 	// instead of the user's cache directory. Tests change both.
