@@ -189,7 +189,7 @@ func TestCoordinatorProgramMissing(t *testing.T) {
 func TestCoordinatorAsChild(t *testing.T) {
 	dir := t.TempDir()
 	writeProgram(t, dir, coordinatorProgram, fakeCoordinator)
-	t.Setenv("PATH", dir)
+	t.Setenv("PATH", strings.TrimPrefix(pathWith(t, dir), "PATH="))
 	t.Setenv("CRABBOX_FAKE_VAR", "child")
 	var stdout, stderr bytes.Buffer
 	code := Main(t.Context(), []string{"coordinator", "token", "issue"}, strings.NewReader("in\n"), &stdout, &stderr)
