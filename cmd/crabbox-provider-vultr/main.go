@@ -12,7 +12,7 @@ package main
 import (
 	"os"
 
-	"github.com/crabbox-dev/crabbox/internal/providerprogram"
+	"github.com/crabbox-dev/crabbox/cmd/internal/providerprogram"
 	"github.com/crabbox-dev/crabbox/providers/vultr"
 )
 

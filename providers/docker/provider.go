@@ -94,7 +94,7 @@ var spec = provider.Spec{
 		},
 		{
 			Name: "agent", Flag: "docker-agent",
-			Help: "static linux crabbox executable that serves each box (default: this executable, if it is one)",
+			Help: "static linux agent (or crabbox) executable that serves each box (default: a small agent built once and cached)",
 		},
 		{Name: "cpus", Flag: "cpus", Help: "CPUs a box may use, like 2 or 1.5 (default: no limit)"},
 		{Name: "memory", Flag: "memory", Help: "memory a box may use, like 2g or 512m (default: no limit)"},

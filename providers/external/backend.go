@@ -1,6 +1,7 @@
 package external
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,6 +86,9 @@ func (c *core) Capabilities(ctx context.Context) (Capabilities, error) {
 
 // Doctor asks the program for its own readiness check.
 func (c *core) Doctor(ctx context.Context) ([]provider.Check, error) {
+	if c.plugin {
+		return c.pluginDoctor(ctx), nil
+	}
 	checks := []provider.Check{}
 	caps, err := c.Capabilities(ctx)
 	if err != nil {
@@ -102,6 +106,26 @@ func (c *core) Doctor(ctx context.Context) ([]provider.Check, error) {
 		return append(checks, resp.Checks...), nil
 	}
 	return append(checks, provider.Check{Name: "external doctor", OK: true, Detail: resp.Message}), nil
+}
+
+// pluginDoctor is Doctor for crabbox's own program: which program, and
+// the provider's own checks. The provider configures in the program, so
+// a setting it refuses (a missing token) is a failed check of its own,
+// in the provider's words.
+func (c *core) pluginDoctor(ctx context.Context) []provider.Check {
+	checks := []provider.Check{{Name: "program", OK: true, Detail: c.prog.path}}
+	resp, err := c.prog.call(ctx, Request{Operation: OpDoctor})
+	if err != nil {
+		detail := err.Error()
+		if resp.Error != "" {
+			detail = resp.Error // the provider's own message, without the protocol's wrapping
+		}
+		return append(checks, provider.Check{Name: "settings", Detail: detail})
+	}
+	if len(resp.Checks) == 0 {
+		return append(checks, provider.Check{Name: "checks", OK: true, Detail: cmp.Or(resp.Message, "none")})
+	}
+	return append(checks, resp.Checks...)
 }
 
 // desired is the acquire request's lease description.

@@ -22,7 +22,7 @@ import (
 
 // serveEnv, when set to "ssh", makes the test binary the provider program
 // of the ssh provider: Serve on its stdin and stdout, as
-// internal/providerprogram does for crabbox's cloud programs.
+// cmd/internal/providerprogram does for crabbox's cloud programs.
 const serveEnv = "CRABBOX_EXTERNAL_SERVE"
 
 func servedProgram() int {
