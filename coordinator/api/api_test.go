@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +123,36 @@ func TestIDs(t *testing.T) {
 	}
 	if got := ClampSeconds(100000, 1800); got != MaxLeaseSeconds {
 		t.Errorf("ClampSeconds(100000) = %d", got)
+	}
+}
+
+// The ID checks accept exactly their formats.
+func TestIDFormats(t *testing.T) {
+	cases := []struct {
+		name string
+		fn   func(string) bool
+		in   string
+		want bool
+	}{
+		{"run", IsRunID, "run_0123456789ab", true},
+		{"run", IsRunID, "run_0123456789aB", false},
+		{"run", IsRunID, "run_0123456789a", false},
+		{"run", IsRunID, "run_0123456789abc", false},
+		{"run", IsRunID, "cbx_0123456789ab", false},
+		{"attempt", IsCreateAttemptID, "cat_" + strings.Repeat("0f", 16), true},
+		{"attempt", IsCreateAttemptID, "cat_" + strings.Repeat("0g", 16), false},
+		{"attempt", IsCreateAttemptID, "cat_" + strings.Repeat("0f", 15), false},
+		{"registered", IsRegisteredLeaseID, "ci-runner:7", true},
+		{"registered", IsRegisteredLeaseID, "abc", true},
+		{"registered", IsRegisteredLeaseID, "ab", false},
+		{"registered", IsRegisteredLeaseID, "-abc", false},
+		{"registered", IsRegisteredLeaseID, "a b", false},
+		{"registered", IsRegisteredLeaseID, "a" + strings.Repeat("b", 127), true},
+		{"registered", IsRegisteredLeaseID, "a" + strings.Repeat("b", 128), false},
+	}
+	for _, c := range cases {
+		if got := c.fn(c.in); got != c.want {
+			t.Errorf("%s(%q) = %v, want %v", c.name, c.in, got, c.want)
+		}
 	}
 }
