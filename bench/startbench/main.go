@@ -12,11 +12,12 @@
 // crabbox binary (a build of the commit before, say) whose version and
 // --help are timed in the same rounds.
 //
-// For each command it prints the median and range of the wall time, the
-// median peak memory (the child's maximum resident set size, from
-// getrusage; Linux only, "unavailable" elsewhere), the ratio of its median
-// to hello's, and whether the goals of issue 37 hold: within 3x hello's
-// wall time and under 20 MB of RSS. The CPU model and the load average
+// For each command it prints the median and range of the wall time, of
+// the CPU time (user and system) and of the peak memory (the child's
+// maximum resident set size from getrusage; Linux only, "unavailable"
+// elsewhere), the ratio of its median wall time to hello's, and whether
+// the goals of issue 37 hold: within 3x hello's wall time and under 20 MB
+// of RSS. The CPU model and the load average
 // before and after are printed with them: numbers from a busy machine are
 // not comparable with an idle one's.
 package main
@@ -90,7 +91,8 @@ type command struct {
 	label string
 	argv  []string
 	wall  []time.Duration
-	rss   []int64 // peak resident set size in bytes; empty where unavailable
+	cpu   []time.Duration // user and system CPU time
+	rss   []int64         // peak resident set size in bytes; empty where unavailable
 }
 
 func run(ctx context.Context, w io.Writer, rounds int, extra []bin) error {
@@ -115,20 +117,21 @@ func run(ctx context.Context, w io.Writer, rounds int, extra []bin) error {
 	loadBefore := loadAverage()
 	// One untimed round first, so that every binary is in the page cache.
 	for _, c := range cmds {
-		if _, _, err := runOnce(ctx, c.argv, env); err != nil {
+		if _, err := runOnce(ctx, c.argv, env); err != nil {
 			return err
 		}
 	}
 	for i := range rounds {
 		for k := range cmds {
 			c := cmds[(i+k)%len(cmds)] // each command goes first in turn
-			d, rss, err := runOnce(ctx, c.argv, env)
+			ps, err := runOnce(ctx, c.argv, env)
 			if err != nil {
 				return err
 			}
-			c.wall = append(c.wall, d)
-			if rss >= 0 {
-				c.rss = append(c.rss, rss)
+			c.wall = append(c.wall, ps.wall)
+			c.cpu = append(c.cpu, ps.cpu)
+			if ps.rss >= 0 {
+				c.rss = append(c.rss, ps.rss)
 			}
 		}
 	}
@@ -186,31 +189,39 @@ func cleanEnv(dir string) []string {
 	return append(env, "CRABBOX_CONFIG="+filepath.Join(dir, "no-config"), "CRABBOX_STATE_DIR="+filepath.Join(dir, "state"))
 }
 
-// runOnce runs argv to completion, its output discarded, and returns its
-// wall time and peak RSS in bytes (-1 where unavailable).
-func runOnce(ctx context.Context, argv, env []string) (time.Duration, int64, error) {
+// sample is what one run of a command cost.
+type sample struct {
+	wall, cpu time.Duration
+	rss       int64 // peak resident set size in bytes, -1 where unavailable
+}
+
+// runOnce runs argv to completion, its output discarded, and returns what
+// it cost, measured from outside: wall time from fork/exec to its exit, and
+// the kernel's account of its CPU time and peak memory.
+func runOnce(ctx context.Context, argv, env []string) (sample, error) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = env
 	start := time.Now()
 	err := cmd.Run()
 	d := time.Since(start)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+		return sample{}, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
 	}
-	return d, maxRSS(cmd.ProcessState), nil
+	ps := cmd.ProcessState
+	return sample{wall: d, cpu: ps.UserTime() + ps.SystemTime(), rss: maxRSS(ps)}, nil
 }
 
 func printTable(w io.Writer, cmds []*command) {
 	hello := median(cmds[0].wall)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "COMMAND\tWALL median (range)\tMAX RSS median (range)\tvs HELLO\tGOALS MET")
+	fmt.Fprintln(tw, "COMMAND\tWALL median (range)\tvs HELLO\tCPU median (range)\tMAX RSS median (range)\tGOALS MET")
 	for i, c := range cmds {
 		ratio := float64(median(c.wall)) / float64(hello)
 		met := "-"
 		if i > 0 {
 			met = goalsMet(ratio, c.rss)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1fx\t%s\n", c.label, msSpan(c.wall), mbSpan(c.rss), ratio, met)
+		fmt.Fprintf(tw, "%s\t%s\t%.1fx\t%s\t%s\t%s\n", c.label, msSpan(c.wall), ratio, msSpan(c.cpu), mbSpan(c.rss), met)
 	}
 	tw.Flush()
 }
