@@ -909,7 +909,7 @@ func pairedRange(crabbox, base []time.Duration) string {
 		q := float64(base[i]) / float64(c)
 		lo, hi = min(lo, q), max(hi, q)
 	}
-	return fmt.Sprintf(" (%.1f-%.1f)", lo, hi)
+	return fmt.Sprintf(" (%.2f-%.2f)", lo, hi)
 }
 
 // span is a median with the range it comes from: "84ms (79-92)".

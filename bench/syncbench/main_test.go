@@ -212,8 +212,8 @@ func TestPairedRange(t *testing.T) {
 		crabbox, base []time.Duration
 		want          string
 	}{
-		{ms(100, 200, 50), ms(740, 1000, 400), " (5.0-8.0)"},
-		{ms(10), ms(25), " (2.5-2.5)"},
+		{ms(100, 200, 50), ms(740, 1000, 400), " (5.00-8.00)"},
+		{ms(10), ms(25), " (2.50-2.50)"},
 		{nil, nil, ""},
 		{ms(10, 20), ms(30), ""},
 	} {
