@@ -69,5 +69,8 @@ install=$(($(now) - start))
 compiled=$(grep -c '/compile -o ' "$tmp/install.log" || true)
 linked=$(grep -c '/link -o ' "$tmp/install.log" || true)
 echo "install: $(secs "$install") wall; compiled $compiled packages, linked $linked programs: $(ls "$GOBIN" | paste -sd' ')"
+if [ "$compiled" -gt 0 ] && [ "$compiled" -le 20 ]; then
+	echo "compiled again: $(sed -n 's|.*/compile -o .* -p \([^ ]*\) .*|\1|p' "$tmp/install.log" | paste -sd' ')"
+fi
 echo
 echo "load average (1, 5, 15 min) after: $(load)"
