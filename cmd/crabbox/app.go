@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,20 +9,20 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
 	"github.com/crabbox-dev/crabbox/config"
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
 // Exit codes: a remote command's own code passes through unchanged.
 const (
-	exitUsage       = 2   // bad flags or arguments
-	exitFailure     = 125 // crabbox itself failed (config, lease, connection, sync), as docker run does
-	exitInterrupted = 130 // interrupted (Ctrl-C); a signal n exits 128+n
+	exitUsage       = cli.ExitUsage       // bad flags or arguments
+	exitFailure     = cli.ExitFailure     // crabbox itself failed (config, lease, connection, sync), as docker run does
+	exitInterrupted = cli.ExitInterrupted // interrupted (Ctrl-C); a signal n exits 128+n
 )
 
 // exitError carries a remote command's exit code out of a command.
@@ -31,12 +30,13 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// ExitCode is the code crabbox exits with (see cli.Program.Main).
+func (e exitError) ExitCode() int { return e.code }
+
 // usageError is a mistake in how a command was called.
-type usageError struct{ msg string }
+type usageError = cli.UsageError
 
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+func usagef(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 // app is what every command shares: the standard streams.
 type app struct {
@@ -81,104 +81,25 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 // Main runs the CLI with args (without the program name) and the given
 // standard streams, and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) > 0 && args[0] == "coordinator":
+		// The coordinator server is its own program; see coordinator.go.
+		return runCoordinator(ctx, args[1:], stdin, stdout, stderr)
+	case len(args) > 1 && args[0] == "help" && args[1] == "coordinator":
+		return runCoordinator(ctx, append([]string{"help"}, args[2:]...), stdin, stdout, stderr)
+	}
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
-	root := a.rootCmd()
-	paths := commandPaths(root)
-	for c, path := range paths {
-		// arrange and helpText report mistakes and help; the flag
-		// package prints nothing.
-		c.FlagSet.SetOutput(io.Discard)
-		c.UsageFunc = func(c *ffcli.Command) string { return helpText(c, path) }
-	}
-
-	r, err := arrange(root, paths, args)
-	var argErr argError
-	if errors.As(err, &argErr) {
-		fmt.Fprintf(stderr, "%s: %s\n%s\n", paths[argErr.cmd], argErr.msg, usageLine(argErr.cmd, paths[argErr.cmd]))
-		return exitUsage
-	}
-	switch {
-	case r.help:
-		fmt.Fprint(stdout, helpText(r.cmd, paths[r.cmd]))
-		return 0
-	case len(args) == 0:
-		// Short usage on stdout and exit 0, as gh does.
-		fmt.Fprint(stdout, shortUsage(root, "crabbox"))
-		return 0
-	}
-
-	for _, w := range r.warnings {
-		fmt.Fprintf(stderr, "crabbox: %s\n", w)
-	}
-	err = root.ParseAndRun(ctx, r.out)
-	var exit exitError
-	var usage usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exit):
-		return exit.code
-	case errors.Is(err, flag.ErrHelp):
-		// A command that needs a subcommand, given none (crabbox alone,
-		// crabbox config): its help, as git and gh do.
-		fmt.Fprint(stdout, helpText(r.cmd, paths[r.cmd]))
-		return 0
-	case errors.As(err, &usage):
-		fmt.Fprintf(stderr, "crabbox: %s\n", usage.msg)
-		return exitUsage
-	case strings.Contains(err.Error(), "error parsing commandline arguments"):
-		// A flag's value the flag does not take (--ttl soon).
-		if e := errors.Unwrap(err); e != nil {
-			err = e
-		}
-		fmt.Fprintf(stderr, "%s: %s\n%s\n", paths[r.cmd], strings.ReplaceAll(err.Error(), " -", " --"), usageLine(r.cmd, paths[r.cmd]))
-		return exitUsage
-	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || signalled(ctx)):
-		// After a signal, whatever failed failed because of it.
-		return interrupted(ctx, err, stderr)
-	default:
-		fmt.Fprintf(stderr, "crabbox: %s\n", oneLine(err))
-		return exitFailure
-	}
+	return program(a.rootCmd()).Main(ctx, args, stdout, stderr)
 }
 
-// interrupted reports on stderr that ctx was cancelled, naming the signal
-// that did it and any failure besides the cancellation (a release that
-// failed: the lease is left behind), and returns the exit code: 128 plus
-// the signal's number, or exitInterrupted when no signal is known.
+// interrupted reports on stderr that ctx was cancelled and returns the
+// exit code (see cli.Interrupted).
 func interrupted(ctx context.Context, err error, stderr io.Writer) int {
-	msg, code := "crabbox: interrupted", exitInterrupted
-	if sig, ok := interruptedBy(ctx); ok {
-		msg, code = fmt.Sprintf("crabbox: interrupted (%s)", signalName(sig)), signalExitCode(sig)
-	}
-	for _, e := range besidesCancel(err) {
-		msg += "; " + oneLine(e)
-	}
-	fmt.Fprintln(stderr, msg)
-	return code
-}
-
-// besidesCancel returns the errors joined into err that are not the
-// cancellation itself.
-func besidesCancel(err error) []error {
-	if !errors.Is(err, context.Canceled) {
-		return []error{err}
-	}
-	joined, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return nil
-	}
-	var rest []error
-	for _, e := range joined.Unwrap() {
-		rest = append(rest, besidesCancel(e)...)
-	}
-	return rest
+	return cli.Interrupted(ctx, "crabbox", err, stderr)
 }
 
 // oneLine keeps an error on one line of stderr.
-func oneLine(err error) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
-}
+func oneLine(err error) string { return cli.OneLine(err) }
 
 // leaseFlags are the flags every command that talks to a provider has, and
 // the settings resolved from them, the environment and the config file.

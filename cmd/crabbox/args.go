@@ -1,16 +1,13 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"slices"
-	"strings"
-
 	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
 )
 
 // Argument conventions, applied once for every command before ffcli parses
-// the arguments (see arrange):
+// the arguments (see cli.Program.Arrange):
 //
 //   - Flags may come before or after a command's positional arguments:
 //     `crabbox status my-box --json` is `crabbox status --json my-box`.
@@ -22,7 +19,7 @@ import (
 //     command is the clear way to write it.
 //     A word after the command spelled as one of run's own flags
 //     (`crabbox run true --id X`) still goes to the command, with a
-//     warning on stderr (see lateFlags).
+//     warning on stderr.
 //   - An unknown flag, a flag without its value and an unknown command are
 //     usage errors (exit 2), with a suggestion when a known name is close.
 //   - -h, -help and --help anywhere among a command's flags ask for its help.
@@ -31,249 +28,18 @@ import (
 // argument, because their positionals are a command line of their own.
 var flagsFirst = map[string]bool{"crabbox run": true}
 
-// argError is a mistake in a command line found before parsing: cmd is the
-// command it concerns.
-type argError struct {
-	cmd *ffcli.Command
-	msg string
-}
+// argError is a mistake in a command line found before parsing.
+type argError = cli.ArgError
 
-func (e argError) Error() string { return e.msg }
-
-// arranged is a command line rearranged for ffcli: out has each command's
-// flags before its positional arguments; cmd is the command selected.
-type arranged struct {
-	out  []string
-	cmd  *ffcli.Command
-	help bool // -h, -help or --help was given
-	// warnings are one-line notes on a command line that is valid but
-	// likely not what was meant (see lateFlags).
-	warnings []string
+// program is the CLI's command tree under root, with crabbox's argument
+// conventions and help.
+func program(root *ffcli.Command) *cli.Program {
+	return &cli.Program{Name: "crabbox", Root: root, FlagsFirst: flagsFirst, GroupedFlags: providerFlags}
 }
 
 // arrange rearranges args (without the program name) for the command tree
 // under root, whose commands' full names are in paths, and checks every
 // flag name and subcommand.
-func arrange(root *ffcli.Command, paths map[*ffcli.Command]string, args []string) (arranged, error) {
-	if len(args) > 0 && args[0] == "help" {
-		// crabbox help [command...] is crabbox [command...] --help.
-		return arrangeHelp(root, args[1:])
-	}
-	var r arranged
-	cmd := root
-	for {
-		flags, positional, sub, rest, help, err := split(cmd, paths, args)
-		if err != nil {
-			return r, err
-		}
-		r.help = r.help || help
-		if n := len(args) - len(positional); sub == nil && flagsFirst[paths[cmd]] && (n == 0 || args[n-1] != "--") {
-			r.warnings = lateFlags(cmd, positional)
-		}
-		r.out = append(r.out, flags...)
-		if sub == nil {
-			r.cmd = cmd
-			if len(positional) > 0 {
-				// Keep positionals that look like flags positional.
-				r.out = append(r.out, "--")
-				r.out = append(r.out, positional...)
-			}
-			return r, nil
-		}
-		r.out = append(r.out, sub.Name)
-		cmd, args = sub, rest
-	}
-}
-
-// arrangeHelp selects the command named by words and asks for its help.
-func arrangeHelp(root *ffcli.Command, words []string) (arranged, error) {
-	cmd := root
-	for _, w := range words {
-		sub := subcommand(cmd, w)
-		if sub == nil {
-			return arranged{}, unknownCommand(cmd, w)
-		}
-		cmd = sub
-	}
-	return arranged{cmd: cmd, help: true}, nil
-}
-
-// split takes cmd's own flags and positional arguments from args. When the
-// first positional names a subcommand, sub is that subcommand and rest its
-// arguments.
-func split(cmd *ffcli.Command, paths map[*ffcli.Command]string, args []string) (flags, positional []string, sub *ffcli.Command, rest []string, help bool, err error) {
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
-		switch {
-		case arg == "--":
-			positional = append(positional, args[i+1:]...)
-			return flags, positional, nil, nil, help, nil
-		case len(arg) > 1 && arg[0] == '-':
-			name, hasValue := flagName(arg)
-			f := cmd.FlagSet.Lookup(name)
-			switch {
-			case f == nil && (name == "h" || name == "help"):
-				help = true
-			case f == nil:
-				return nil, nil, nil, nil, false, unknownFlag(cmd, paths, name, args[i+1:])
-			case hasValue || isBool(f):
-				flags = append(flags, arg)
-			case i+1 == len(args):
-				return nil, nil, nil, nil, false, argError{cmd, fmt.Sprintf("flag --%s needs a value", name)}
-			default:
-				flags = append(flags, arg, args[i+1])
-				i++
-			}
-		case len(cmd.Subcommands) > 0:
-			// A command with subcommands takes no positional arguments
-			// of its own.
-			if s := subcommand(cmd, arg); s != nil {
-				return flags, nil, s, args[i+1:], help, nil
-			}
-			return nil, nil, nil, nil, false, unknownCommand(cmd, arg)
-		case flagsFirst[paths[cmd]]:
-			positional = append(positional, args[i:]...)
-			return flags, positional, nil, nil, help, nil
-		default:
-			positional = append(positional, arg)
-		}
-	}
-	return flags, positional, nil, nil, help, nil
-}
-
-// lateFlags warns about each word of command, a run's command line that
-// began at a word that is not a flag, that is spelled as one of cmd's own
-// flags with two dashes (--id, --id=X): `crabbox run true --id X` passes
-// --id X to true, and leases a new box. Single-dash words are left alone:
-// commands' own flags (go test -v -timeout) share names with crabbox's.
-// Words after a -- in the command are the command's on purpose.
-func lateFlags(cmd *ffcli.Command, command []string) []string {
-	var warnings []string
-	for _, w := range command {
-		if w == "--" {
-			break
-		}
-		if !strings.HasPrefix(w, "--") {
-			continue
-		}
-		name, _ := flagName(w)
-		if cmd.FlagSet.Lookup(name) == nil {
-			continue
-		}
-		warnings = append(warnings, fmt.Sprintf("warning: %q after the command is passed to the command; "+
-			"put crabbox flags before it: crabbox run [flags] -- command", "--"+name))
-	}
-	return warnings
-}
-
-// flagName returns the name of the flag in arg (-name, --name, -name=v or
-// --name=v) and whether arg carries the value.
-func flagName(arg string) (string, bool) {
-	name := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
-	name, _, hasValue := strings.Cut(name, "=")
-	return name, hasValue
-}
-
-func isBool(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-// subcommand returns cmd's subcommand called name, or nil.
-func subcommand(cmd *ffcli.Command, name string) *ffcli.Command {
-	for _, s := range cmd.Subcommands {
-		if s.Name == name {
-			return s
-		}
-	}
-	return nil
-}
-
-// unknownCommand is the error for a word that names no subcommand of cmd.
-func unknownCommand(cmd *ffcli.Command, word string) error {
-	names := make([]string, len(cmd.Subcommands))
-	for i, s := range cmd.Subcommands {
-		names[i] = s.Name
-	}
-	msg := fmt.Sprintf("unknown command %q", word)
-	if s := suggest(word, names); s != "" {
-		msg += fmt.Sprintf("; did you mean %q?", s)
-	}
-	return argError{cmd, msg}
-}
-
-// unknownFlag is the error for a flag cmd does not have; after is the rest
-// of the command line. A flag given before the command name that the
-// command has is misplaced, and the error says where it goes.
-func unknownFlag(cmd *ffcli.Command, paths map[*ffcli.Command]string, name string, after []string) error {
-	if len(cmd.Subcommands) > 0 {
-		if path, ok := misplaced(cmd, paths, name, after); ok {
-			return argError{cmd, fmt.Sprintf("flag --%s goes after the command name: %s --%s ...", name, path, name)}
-		}
-	}
-	var names []string
-	cmd.FlagSet.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	msg := fmt.Sprintf("unknown flag --%s", name)
-	if s := suggest(name, names); s != "" {
-		msg += fmt.Sprintf("; did you mean --%s?", s)
-	}
-	return argError{cmd, msg}
-}
-
-// misplaced reports whether the command that the words after name select
-// below cmd has a flag called name, and that command's full name.
-func misplaced(cmd *ffcli.Command, paths map[*ffcli.Command]string, name string, after []string) (string, bool) {
-	for _, w := range after {
-		if s := subcommand(cmd, w); s != nil {
-			cmd = s
-		}
-	}
-	return paths[cmd], cmd.FlagSet.Lookup(name) != nil
-}
-
-// suggest returns the name of names closest to word when it is close
-// enough to be a likely typo (or word begins it), else "".
-func suggest(word string, names []string) string {
-	best, bestDist := "", 0
-	for _, n := range names {
-		d := distance(word, n)
-		if len(word) >= 2 && strings.HasPrefix(n, word) {
-			d = 0 // an abbreviation
-		}
-		limit := 2
-		if len(word) <= 4 {
-			limit = 1
-		}
-		if d <= limit && (best == "" || d < bestDist) {
-			best, bestDist = n, d
-		}
-	}
-	return best
-}
-
-// distance is the edit distance between a and b counting a swap of two
-// neighbouring characters as one edit (optimal string alignment).
-func distance(a, b string) int {
-	s, t := []rune(a), []rune(b)
-	d := make([][]int, len(s)+1)
-	for i := range d {
-		d[i] = make([]int, len(t)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(s); i++ {
-		for j := 1; j <= len(t); j++ {
-			cost := 1
-			if s[i-1] == t[j-1] {
-				cost = 0
-			}
-			d[i][j] = slices.Min([]int{d[i-1][j] + 1, d[i][j-1] + 1, d[i-1][j-1] + cost})
-			if i > 1 && j > 1 && s[i-1] == t[j-2] && s[i-2] == t[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(s)][len(t)]
+func arrange(root *ffcli.Command, paths map[*ffcli.Command]string, args []string) (cli.Arranged, error) {
+	return program(root).Arrange(paths, args)
 }

@@ -48,7 +48,7 @@ func TestArrange(t *testing.T) {
 		{[]string{"status", "my-box", "--help"}, []string{"status", "--", "my-box"}, "crabbox status", true},
 		{[]string{"-h"}, nil, "crabbox", true},
 		{[]string{"config", "show", "-help"}, []string{"config", "show"}, "crabbox config show", true},
-		{[]string{"help", "coordinator", "token"}, nil, "crabbox coordinator token", true},
+		{[]string{"help", "config", "show"}, nil, "crabbox config show", true},
 		{nil, nil, "crabbox", false},
 	}
 	for _, tt := range tests {
@@ -57,11 +57,11 @@ func TestArrange(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, r.out); diff != "" {
+			if diff := cmp.Diff(tt.want, r.Out); diff != "" {
 				t.Errorf("arguments (-want +got):\n%s", diff)
 			}
-			if paths[r.cmd] != tt.cmd || r.help != tt.help {
-				t.Errorf("command %q help %v, want %q help %v", paths[r.cmd], r.help, tt.cmd, tt.help)
+			if paths[r.Cmd] != tt.cmd || r.Help != tt.help {
+				t.Errorf("command %q help %v, want %q help %v", paths[r.Cmd], r.Help, tt.cmd, tt.help)
 			}
 		})
 	}
@@ -98,8 +98,8 @@ func TestArrangeErrors(t *testing.T) {
 			if !ok {
 				t.Fatalf("error %v, want an argError", err)
 			}
-			if got := paths[e.cmd]; got != tt.cmd || e.msg != tt.msg {
-				t.Errorf("got %q: %q, want %q: %q", got, e.msg, tt.cmd, tt.msg)
+			if got := paths[e.Cmd]; got != tt.cmd || e.Msg != tt.msg {
+				t.Errorf("got %q: %q, want %q: %q", got, e.Msg, tt.cmd, tt.msg)
 			}
 		})
 	}
@@ -238,7 +238,7 @@ func TestLateFlagWarnings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, r.warnings); diff != "" {
+			if diff := cmp.Diff(tt.want, r.Warnings); diff != "" {
 				t.Errorf("warnings (-want +got):\n%s", diff)
 			}
 		})

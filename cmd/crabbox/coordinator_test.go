@@ -13,113 +13,28 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
-	"github.com/crabbox-dev/crabbox/coordinator/auth"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/coordinator/github/githubtest"
 )
 
 var testSecret = strings.Repeat("k", 40)
 
-func TestCoordinatorTokenIssue(t *testing.T) {
-	t.Parallel()
-	env := append(stateEnv(t), "CRABBOX_SESSION_SECRET="+testSecret)
-	r := crabboxCmd(t, env, "", "coordinator", "token", "issue", "--owner", "alice", "--org", "team", "--ttl", "2h")
-	if r.code != 0 {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
-	}
-	claims, err := auth.ParseUserToken([]byte(testSecret), strings.TrimSpace(r.stdout), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if claims.Owner != "alice" || claims.Org != "team" || claims.ExpiresAt.Sub(claims.IssuedAt) != 2*time.Hour {
-		t.Errorf("claims = %+v", claims)
-	}
-
-	secretFile := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(secretFile, []byte(testSecret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r = crabboxCmd(t, stateEnv(t), "", "coordinator", "token", "issue", "--owner", "bob", "--org", "team", "--secret-file", secretFile, "--json")
-	var out struct{ Token, Owner string }
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || out.Owner != "bob" {
-		t.Fatalf("--json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
-	}
-	if _, err := auth.ParseUserToken([]byte(testSecret), out.Token, time.Now()); err != nil {
-		t.Errorf("token from --secret-file: %v", err)
-	}
-
-	for _, tt := range []struct {
-		env      []string
-		args     []string
-		code     int
-		inStderr string
-	}{
-		{nil, []string{"--owner", "a", "--org", "g"}, 125, "no session secret"},
-		{[]string{"CRABBOX_SESSION_SECRET=short"}, []string{"--owner", "a", "--org", "g"}, 125, "at least 32"},
-		{[]string{"CRABBOX_SESSION_SECRET=" + testSecret}, []string{"--org", "g"}, 2, "--owner and --org are required"},
-		{[]string{"CRABBOX_SESSION_SECRET=" + testSecret}, []string{"--owner", "a", "--org", "g", "--ttl", "-1h"}, 2, "positive duration"},
-	} {
-		r := crabboxCmd(t, append(stateEnv(t), tt.env...), "", append([]string{"coordinator", "token", "issue"}, tt.args...)...)
-		if r.code != tt.code || !strings.Contains(r.stderr, tt.inStderr) {
-			t.Errorf("token issue %v: exit %d, stderr %q; want %d with %q", tt.args, r.code, r.stderr, tt.code, tt.inStderr)
-		}
-		if strings.Contains(r.stderr, testSecret) {
-			t.Errorf("stderr shows the secret: %q", r.stderr)
-		}
-	}
-}
-
-func TestCoordinatorServeRejectsBadSetup(t *testing.T) {
-	t.Parallel()
-	cfg := filepath.Join(t.TempDir(), "coordinator.json")
-	if err := os.WriteFile(cfg, []byte(`{"providers":{"local":{}},"limitz":{}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ghCfg := filepath.Join(t.TempDir(), "github.json")
-	if err := os.WriteFile(ghCfg, []byte(`{"providers":{"local":{}},"github":{"clientID":"Iv1.x","orgs":["acme"]}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		env      []string
-		args     []string
-		code     int
-		inStderr string
-	}{
-		{nil, nil, 125, "no credentials configured"},
-		{[]string{"CRABBOX_ADMIN_TOKEN=a", "CRABBOX_ADMIN_TOKEN_FILE=/x"}, nil, 125, "both CRABBOX_ADMIN_TOKEN and CRABBOX_ADMIN_TOKEN_FILE"},
-		{[]string{"CRABBOX_ADMIN_TOKEN=a"}, []string{"--config", cfg}, 125, `unknown field "limitz"`},
-		{[]string{"CRABBOX_ADMIN_TOKEN=a"}, []string{"--db", "mysql://x"}, 125, "want sqlite:///path or postgres://"},
-		{[]string{"CRABBOX_ADMIN_TOKEN=a"}, []string{"--db", "postgres://u:hunter2@127.0.0.1/db"}, 2, "set CRABBOX_COORDINATOR_DB instead"},
-		{[]string{"CRABBOX_SESSION_SECRET=" + testSecret}, []string{"--config", ghCfg}, 125, "needs the OAuth app's secret in CRABBOX_GITHUB_CLIENT_SECRET"},
-		{[]string{"CRABBOX_ADMIN_TOKEN=a", "CRABBOX_GITHUB_CLIENT_SECRET=s"}, []string{"--config", ghCfg}, 125, "github sign-in needs CRABBOX_SESSION_SECRET"},
-	} {
-		r := crabboxCmd(t, append(stateEnv(t), tt.env...), "", append([]string{"coordinator", "serve", "--listen", "127.0.0.1:0"}, tt.args...)...)
-		if r.code != tt.code || !strings.Contains(r.stderr, tt.inStderr) {
-			t.Errorf("serve %v %v: exit %d, stderr %q; want %d with %q", tt.env, tt.args, r.code, r.stderr, tt.code, tt.inStderr)
-		}
-		if strings.Contains(r.stderr, "hunter2") {
-			t.Errorf("stderr shows the password: %q", r.stderr)
-		}
-	}
-}
-
 // TestCoordinatorServeAndBrokeredRun starts `crabbox coordinator serve`
-// with the local provider and SQLite, runs `crabbox run` through it with a
-// token from `crabbox coordinator token issue`, and stops the server with
-// SIGTERM.
+// (crabbox-coordinator, found on PATH) with the local provider and SQLite,
+// runs `crabbox run` through it with a token from `crabbox-coordinator
+// token issue`, and stops the server with SIGTERM.
 func TestCoordinatorServeAndBrokeredRun(t *testing.T) {
 	t.Parallel()
 	const adminToken = "admin-token-for-the-test-0123456789"
 	server := startCoordinator(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret, "CRABBOX_ADMIN_TOKEN=" + adminToken, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"})
 	url := server.url
 
-	tok := crabboxCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "coordinator", "token", "issue", "--owner", "alice", "--org", "team")
+	tok := coordinatorCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "token", "issue", "--owner", "alice", "--org", "team")
 	if tok.code != 0 {
 		t.Fatalf("token issue: exit %d, stderr %q", tok.code, tok.stderr)
 	}
@@ -335,7 +250,8 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-// served is a `crabbox coordinator serve` process.
+// served is a `crabbox coordinator serve` process: this test binary as
+// crabbox-coordinator, which crabbox replaced itself with.
 type served struct {
 	url  string
 	cmd  *exec.Cmd
@@ -344,13 +260,14 @@ type served struct {
 }
 
 // startCoordinator runs `crabbox coordinator serve` on SQLite with env
-// and args, and returns it once it listens; it is killed when the test
-// ends unless stop stopped it.
+// and args (crabbox-coordinator is this test binary, on PATH), and returns
+// it once it listens; it is killed when the test ends unless stop stopped
+// it.
 func startCoordinator(t *testing.T, env []string, args ...string) *served {
 	t.Helper()
 	db := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "coordinator.db"))
 	cmd := exec.Command(os.Args[0], append([]string{"coordinator", "serve", "--listen", "127.0.0.1:0", "--db", db}, args...)...)
-	cmd.Env = append(os.Environ(), append(stateEnv(t), env...)...)
+	cmd.Env = append(os.Environ(), append(append(stateEnv(t), "CRABBOX_TEST_MAIN=1", pathWith(t, testCoordinatorProgram(t))), env...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -413,7 +330,7 @@ func TestCoordinatorAdminTokens(t *testing.T) {
 	const adminToken = "admin-token-for-the-test-0123456789"
 	url := startCoordinator(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret, "CRABBOX_ADMIN_TOKEN=" + adminToken, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}).url
 
-	r := crabboxCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "coordinator", "token", "issue", "--owner", "alice", "--org", "team", "--json")
+	r := coordinatorCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "token", "issue", "--owner", "alice", "--org", "team", "--json")
 	var issued struct{ Token, ID string }
 	if err := json.Unmarshal([]byte(r.stdout), &issued); r.code != 0 || err != nil || issued.ID == "" {
 		t.Fatalf("token issue --json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)

@@ -19,7 +19,7 @@ import (
 func TestBrokeredRunIDIsOneOnEveryMachine(t *testing.T) {
 	t.Parallel()
 	server := startCoordinator(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret, "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"})
-	tok := crabboxCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "coordinator", "token", "issue", "--owner", "alice", "--org", "team")
+	tok := coordinatorCmd(t, []string{"CRABBOX_SESSION_SECRET=" + testSecret}, "", "token", "issue", "--owner", "alice", "--org", "team")
 	if tok.code != 0 {
 		t.Fatalf("token issue: exit %d, stderr %q", tok.code, tok.stderr)
 	}

@@ -2,135 +2,28 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
 )
 
-// interruptWindow is how long after the first signal further signals count
-// as the same interruption. GNU timeout signals both crabbox and its process
-// group, and a terminal's Ctrl-C or a container stop may reach it through
-// more than one path, so one interruption often arrives as several signals
-// within milliseconds; only a signal sent later is a deliberate second one.
-const interruptWindow = time.Second
+// The termination signals (SIGINT, SIGTERM, SIGHUP) cancel a command's
+// context: see cli.HandleSignals.
 
-// interruptedError is the cause of a context cancelled by a signal. It
-// matches context.Canceled, as the context's own error does.
-type interruptedError struct{ sig os.Signal }
-
-func (e interruptedError) Error() string { return "interrupted (" + signalName(e.sig) + ")" }
-
-func (e interruptedError) Unwrap() error { return context.Canceled }
-
-// interrupter turns termination signals into a cancelled context. The first
-// signal cancels the context, with an interruptedError naming the signal as
-// its cause, so that the run ends cleanly: the remote process group is
-// ended, a one-shot lease released and an acquire rolled back. Signals that
-// come within window of the first are the same interruption. One that comes
-// later asks to leave at once: exit is called with it.
-//
-// handle is called from one goroutine (watch); it is not safe for
-// concurrent use.
-type interrupter struct {
-	clock  clockwork.Clock
-	window time.Duration
-	cancel context.CancelCauseFunc
-	exit   func(sig os.Signal)
-
-	first time.Time // when the first signal came; zero before it
-}
-
-// handle acts on one signal.
-func (h *interrupter) handle(sig os.Signal) {
-	now := h.clock.Now()
-	switch {
-	case h.first.IsZero():
-		h.first = now
-		h.cancel(interruptedError{sig})
-	case now.Sub(h.first) < h.window:
-		// The first signal delivered again: already being handled.
-	default:
-		h.exit(sig)
-	}
-}
-
-// watch handles the signals from sigs until it is closed.
-func (h *interrupter) watch(sigs <-chan os.Signal) {
-	for sig := range sigs {
-		h.handle(sig)
-	}
-}
-
-// notifySignals returns which of the termination signals to listen for:
-// those the process does not ignore. A program started with a signal
-// ignored (nohup ignores SIGHUP, a shell's background job SIGINT) was asked
-// to survive it, so crabbox keeps it ignored rather than acting on it.
-func notifySignals(ignored func(os.Signal) bool) []os.Signal {
-	var sigs []os.Signal
-	for _, sig := range terminationSignals {
-		if !ignored(sig) {
-			sigs = append(sigs, sig)
-		}
-	}
-	return sigs
-}
+type interruptedError = cli.InterruptedError
 
 // handleSignals makes the termination signals cancel the context that
 // cancel ends, and a deliberate second signal end the process at once.
-func handleSignals(cancel context.CancelCauseFunc) {
-	sigs := notifySignals(signal.Ignored)
-	if len(sigs) == 0 {
-		return
-	}
-	ch := make(chan os.Signal, 8) // room for a burst: signal.Notify drops what does not fit
-	signal.Notify(ch, sigs...)
-	h := &interrupter{
-		clock: clockwork.NewRealClock(), window: interruptWindow, cancel: cancel,
-		exit: func(sig os.Signal) {
-			os.Stderr.WriteString("crabbox: interrupted again (" + signalName(sig) + "), exiting at once\n")
-			os.Exit(signalExitCode(sig))
-		},
-	}
-	go h.watch(ch)
-}
+func handleSignals(cancel context.CancelCauseFunc) { cli.HandleSignals("crabbox", cancel) }
 
 // interruptedBy returns the signal that cancelled ctx, if one did.
-func interruptedBy(ctx context.Context) (os.Signal, bool) {
-	var ie interruptedError
-	if errors.As(context.Cause(ctx), &ie) {
-		return ie.sig, true
-	}
-	return nil, false
-}
+func interruptedBy(ctx context.Context) (os.Signal, bool) { return cli.InterruptedBy(ctx) }
 
 // signalled reports whether a signal cancelled ctx.
-func signalled(ctx context.Context) bool {
-	_, ok := interruptedBy(ctx)
-	return ok
-}
+func signalled(ctx context.Context) bool { return cli.Signalled(ctx) }
 
-// signalExitCode is the exit status for a process ended by sig: 128 plus
-// its number, as shells report it (SIGINT 130, SIGTERM 143, SIGHUP 129).
-func signalExitCode(sig os.Signal) int {
-	if s, ok := sig.(syscall.Signal); ok && s > 0 && s < 128 {
-		return 128 + int(s)
-	}
-	return exitInterrupted
-}
+// signalExitCode is the exit status for a process ended by sig: 128+n.
+func signalExitCode(sig os.Signal) int { return cli.SignalExitCode(sig) }
 
 // signalName is the conventional name of sig ("SIGTERM").
-func signalName(sig os.Signal) string {
-	switch sig {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	}
-	return sig.String()
-}
+func signalName(sig os.Signal) string { return cli.SignalName(sig) }

@@ -15,10 +15,12 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/docker/internal/boxlease"
 	"github.com/crabbox-dev/crabbox/providers/local"
 )
 
@@ -77,6 +79,7 @@ func (b *Backend) checkRequest(req provider.AcquireRequest) error {
 }
 
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	began := b.rt.Clock.Now()
 	version, err := b.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
 		return provider.LeaseTarget{}, engineErr("reach the docker engine", err)
@@ -88,6 +91,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("%w: %w", err, provider.ErrPrecondition)
 	}
+	agent.stdin = agent.stdin && !b.copyLease
 	hostKey, hostPub, err := local.NewHostKey()
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("host key: %w", err)
@@ -99,12 +103,14 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
+	prepared := b.rt.Clock.Now()
 
-	containerID, err := b.create(ctx, req)
+	containerID, err := b.create(ctx, req, agent, hostPub)
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
-	x, err := b.start(ctx, containerID, boxFiles{agent: agent, leaseID: req.LeaseID, record: record, hostKey: hostKey})
+	created := b.rt.Clock.Now()
+	x, err := b.start(ctx, containerID, agent, boxFiles{leaseID: req.LeaseID, record: record, hostKey: hostKey})
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
@@ -113,24 +119,41 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 		}
 		return provider.LeaseTarget{}, err
 	}
+	b.rt.Logger.Debug("docker acquire steps", "lease", req.LeaseID, "prepare", prepared.Sub(began),
+		"create", created.Sub(prepared), "start", b.rt.Clock.Since(created))
+	b.cacheRecord(x, req.ExpiresAt.UTC(), nil)
 	// The box is described by the record put into it: reading it back
 	// would cost a copy out of the container. Its host key is the one
 	// made here.
 	return describe(x, &local.AgentLease{ExpiresAt: req.ExpiresAt.UTC(), HostKey: hostPub}), nil
 }
 
-// create creates the lease's container, not started.
-func (b *Backend) create(ctx context.Context, req provider.AcquireRequest) (string, error) {
+// create creates the lease's container, not started. The agent is
+// bind-mounted read-only (nothing is copied); a small agent reads its
+// lease directory from the container's stdin, which the container keeps
+// open until start attaches to it.
+func (b *Backend) create(ctx context.Context, req provider.AcquireRequest, agent agentBin, hostPub string) (string, error) {
 	exposed, bindings := portBindings()
+	args := []string{"agent", "--lease-dir", boxLeaseDir(req.LeaseID), "--listen", ":" + strconv.Itoa(sshPort)}
+	if agent.stdin {
+		args = append(args, "--lease-stdin")
+	}
+	labels := boxLabels(b.cfg.Labels, req.Labels, req.LeaseID, req.Slug,
+		req.CreatedAt, req.ExpiresAt, req.TTL, req.IdleTimeout, req.Keep)
+	labels[labelHostKey] = hostPub
 	cfg := &container.Config{
 		Image:        b.cfg.Image,
 		Entrypoint:   []string{boxAgent},
-		Cmd:          []string{"agent", "--lease-dir", boxLeaseDir(req.LeaseID), "--listen", ":" + strconv.Itoa(sshPort)},
+		Cmd:          args,
 		User:         "0:0",
 		WorkingDir:   "/",
 		ExposedPorts: exposed,
-		Labels: boxLabels(b.cfg.Labels, req.Labels, req.LeaseID, req.Slug,
-			req.CreatedAt, req.ExpiresAt, req.TTL, req.IdleTimeout, req.Keep),
+		Labels:       labels,
+		// With StdinOnce the engine closes the agent's stdin when the
+		// attach that wrote the payload ends: an agent whose starter
+		// died before writing it reads an end and exits.
+		OpenStdin: agent.stdin, StdinOnce: agent.stdin, AttachStdin: agent.stdin,
+		AttachStdout: true, AttachStderr: true,
 	}
 	host := &container.HostConfig{
 		PortBindings: bindings,
@@ -143,6 +166,7 @@ func (b *Backend) create(ctx context.Context, req provider.AcquireRequest) (stri
 			NanoCPUs: b.cfg.NanoCPUs,
 			Memory:   b.cfg.Memory,
 		},
+		Mounts: []mount.Mount{{Type: mount.TypeBind, Source: agent.path, Target: boxAgent, ReadOnly: true}},
 	}
 	if b.cfg.Network != "" {
 		host.NetworkMode = container.NetworkMode(b.cfg.Network)
@@ -181,19 +205,41 @@ func tagFlag(image string) string {
 	return " --tag " + image
 }
 
-// start puts files into the created container, starts it, waits until its
-// agent serves, and returns the running box.
-func (b *Backend) start(ctx context.Context, containerID string, files boxFiles) (box, error) {
+// start starts the created container with the lease's files (on the
+// agent's stdin, or copied in before the start for an agent that cannot
+// read them there), waits until its agent serves, and returns the running
+// box.
+func (b *Backend) start(ctx context.Context, containerID string, agent agentBin, files boxFiles) (box, error) {
 	began := b.rt.Clock.Now()
-	if err := b.copyTo(ctx, containerID, files.writeTar); err != nil {
-		return box{}, engineErr("put the agent and lease into the container", err)
+	if !agent.stdin {
+		if err := b.copyTo(ctx, containerID, files.writeTar); err != nil {
+			return box{}, engineErr("put the lease into the container", err)
+		}
 	}
 	copied := b.rt.Clock.Now()
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	// Attached before the start, as `docker run` does, so that no output
+	// is missed and no second request follows the output.
+	att, err := b.cli.ContainerAttach(ctx, containerID, client.ContainerAttachOptions{Stream: true, Stdin: agent.stdin, Stdout: true, Stderr: true})
+	if err != nil {
+		return box{}, engineErr("attach to the container", err)
+	}
+	defer att.Close()
 	if _, err := b.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{}); err != nil {
 		return box{}, engineErr("start container", err)
 	}
 	started := b.rt.Clock.Now()
-	if err := b.awaitReady(ctx, containerID); err != nil {
+	if agent.stdin {
+		err := boxlease.Write(att.Conn, boxlease.Payload{Record: files.record, HostKey: files.hostKey, WorkRoot: workRoot})
+		if err == nil {
+			err = att.CloseWrite()
+		}
+		if err != nil {
+			return box{}, fmt.Errorf("hand the lease to the agent: %w", err)
+		}
+	}
+	if err := b.awaitReady(ctx, att.Reader, att.Close); err != nil {
 		return box{}, err
 	}
 	b.rt.Logger.Debug("docker box serving", "lease", files.leaseID,
@@ -214,25 +260,22 @@ func (b *Backend) start(ctx context.Context, containerID string, files boxFiles)
 	return box{}, fmt.Errorf("container %s vanished after it started: %w", containerID, provider.ErrTransient)
 }
 
-// awaitReady follows the container's output until the agent announces
-// "ready <port>" on stdout; its stderr is quoted if it never does.
-func (b *Backend) awaitReady(ctx context.Context, containerID string) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	logs, err := b.cli.ContainerLogs(ctx, containerID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: true})
-	if err != nil {
-		return engineErr("follow the box's output", err)
-	}
+// awaitReady reads the box's multiplexed output until the agent announces
+// "ready <port>" on stdout; its stderr is quoted if it never does. It
+// calls stop to end the output when ctx ends first.
+func (b *Backend) awaitReady(ctx context.Context, output io.Reader, stop func()) error {
 	stdoutR, stdoutW := io.Pipe()
 	stderr := &tailBuffer{max: logTailBytes}
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		_, err := stdcopy.StdCopy(stdoutW, stderr, logs)
+		_, err := stdcopy.StdCopy(stdoutW, stderr, output)
 		stdoutW.CloseWithError(err)
 	}()
+	unblock := context.AfterFunc(ctx, func() { stop(); _ = stdoutR.Close() })
 	defer func() {
-		_ = logs.Close()
+		unblock()
+		stop()
 		_ = stdoutR.Close()
 		<-copied
 	}()

@@ -36,43 +36,71 @@ var elfMachines = map[string]elf.Machine{
 	"s390x":   elf.EM_S390,
 }
 
+// agentPackage is the main package of the small agent the provider
+// builds (agentDir), which can read its lease directory from its standard
+// input (--lease-stdin).
+const agentPackage = modulePath + "/" + agentDir
+
+// agentBin is the executable run in boxes as `crabbox agent`.
+type agentBin struct {
+	path string // absolute path on this machine, bind-mounted into boxes
+	// stdin says the agent takes its lease directory on its standard
+	// input (the small agent); the crabbox CLI as agent does not, and
+	// the lease files are copied into its container before it starts.
+	stdin bool
+}
+
 // agentPath returns the executable to run in boxes as `crabbox agent`
 // (see resolveAgent), building one without a deadline if need be.
 func (b *Backend) agentPath(arch string) (string, error) {
-	return b.resolveAgent(context.Background(), arch)
+	a, err := b.resolveAgent(context.Background(), arch)
+	return a.path, err
 }
 
 // resolveAgent returns the executable to run in boxes as `crabbox agent`:
-// the configured agent; else the running executable if it is the crabbox
-// CLI built as a static linux binary for the engine's architecture; else a
-// static agent built once from crabbox's source with the Go toolchain and
-// kept in the user's cache directory. arch is the engine's architecture;
-// empty means this machine's.
-func (b *Backend) resolveAgent(ctx context.Context, arch string) (string, error) {
+// the configured agent; else the small static agent built once from
+// crabbox's source with the Go toolchain and kept in the user's cache
+// directory; else, when none can be built, the running executable if it
+// is the crabbox CLI built as a static linux binary for the engine's
+// architecture. arch is the engine's architecture; empty means this
+// machine's.
+func (b *Backend) resolveAgent(ctx context.Context, arch string) (agentBin, error) {
 	if b.cfg.Agent != "" {
 		if err := checkAgent(b.cfg.Agent, arch); err != nil {
-			return "", fmt.Errorf("docker provider: agent (--docker-agent) %s: %w", b.cfg.Agent, err)
+			return agentBin{}, fmt.Errorf("docker provider: agent (--docker-agent) %s: %w", b.cfg.Agent, err)
 		}
-		return b.cfg.Agent, nil
+		abs, err := filepath.Abs(b.cfg.Agent)
+		if err != nil {
+			return agentBin{}, fmt.Errorf("docker provider: agent (--docker-agent) %s: %w", b.cfg.Agent, err)
+		}
+		return agentBin{path: abs, stdin: isSmallAgent(abs)}, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return "", fmt.Errorf("docker provider: no agent: set agent (--docker-agent) to a static linux build of crabbox: %w", err)
+		return agentBin{}, fmt.Errorf("docker provider: no agent: set agent (--docker-agent) to a static linux build of crabbox: %w", err)
+	}
+	built, buildErr := b.buildAgent(ctx, exe, archOr(arch))
+	if buildErr == nil {
+		return agentBin{path: built, stdin: true}, nil
 	}
 	why := checkAgent(exe, arch)
 	if why == nil {
 		if info, err := buildinfo.ReadFile(exe); err == nil && info.Path == cliPackage {
-			return exe, nil
+			b.rt.Logger.Debug("docker provider: no small agent; this executable serves the boxes", "why", buildErr)
+			return agentBin{path: exe}, nil
 		}
 		why = errors.New("it is not the crabbox CLI")
 	}
-	agent, err := b.buildAgent(ctx, exe, archOr(arch))
-	if err != nil {
-		return "", fmt.Errorf("docker provider: this program (%s) cannot serve as the agent in a box (%v), and no agent could be built: %w; "+
-			"install crabbox as a static binary (CGO_ENABLED=0 go install ./cmd/crabbox) or set agent (--docker-agent) to a static linux/%s build of crabbox",
-			exe, why, err, archOr(arch))
-	}
-	return agent, nil
+	return agentBin{}, fmt.Errorf("docker provider: this program (%s) cannot serve as the agent in a box (%v), and no agent could be built: %w; "+
+		"install crabbox as a static binary (CGO_ENABLED=0 go install ./cmd/crabbox) or set agent (--docker-agent) to a static linux/%s build of crabbox",
+		exe, why, buildErr, archOr(arch))
+}
+
+// isSmallAgent reports whether the executable at path is a build of the
+// small agent (agentPackage).
+func isSmallAgent(path string) bool {
+	info, err := buildinfo.ReadFile(path)
+	return err == nil && info.Path == agentPackage
 }
 
 func archOr(arch string) string {

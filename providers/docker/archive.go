@@ -2,12 +2,10 @@ package docker
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"time"
 
@@ -18,7 +16,7 @@ import (
 
 // Paths inside a box.
 const (
-	// boxAgent is where the agent executable is put.
+	// boxAgent is where the agent executable is bind-mounted.
 	boxAgent = "/crabbox/bin/crabbox"
 	// boxLeases holds the lease directory /crabbox/<leaseID>, which the
 	// agent serves and removes when it stops.
@@ -38,9 +36,10 @@ func boxLeaseDir(id string) string { return path.Join(boxLeases, id) }
 
 func boxRecordPath(id string) string { return path.Join(boxLeaseDir(id), local.RecordFile) }
 
-// boxFiles is what Acquire puts into a container before it starts.
+// boxFiles is the lease directory Acquire hands a box: on its agent's
+// stdin, or, for an agent that cannot read it there, copied into the
+// container before it starts (writeTar).
 type boxFiles struct {
-	agent   string // path of the agent executable on this machine
 	leaseID string
 	record  []byte // the lease record
 	hostKey []byte // the box's private host key
@@ -48,50 +47,33 @@ type boxFiles struct {
 
 // writeTar writes f as a tar stream rooted at "/".
 func (f boxFiles) writeTar(w io.Writer) error {
-	agent, err := os.Open(f.agent)
-	if err != nil {
-		return fmt.Errorf("open agent: %w", err)
-	}
-	defer agent.Close()
-	fi, err := agent.Stat()
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
 	lease := "crabbox/" + f.leaseID
 	// A nil content makes a directory.
 	entries := []struct {
 		name    string
 		mode    int64
-		size    int64
-		content io.Reader
+		content []byte
 	}{
-		{"crabbox", 0o755, 0, nil},
-		{"crabbox/bin", 0o755, 0, nil},
-		{"crabbox/bin/crabbox", 0o755, fi.Size(), agent},
-		{lease, 0o700, 0, nil},
-		{lease + "/" + local.HostKeyFile, 0o600, int64(len(f.hostKey)), bytes.NewReader(f.hostKey)},
-		{lease + "/" + local.WorkDir, 0o700, 0, nil},
-		{lease + "/" + local.RecordFile, 0o600, int64(len(f.record)), bytes.NewReader(f.record)},
-		{"work", 0o755, 0, nil},
-		{"work/crabbox", 0o755, 0, nil},
+		{"crabbox", 0o755, nil},
+		{lease, 0o700, nil},
+		{lease + "/" + local.HostKeyFile, 0o600, f.hostKey},
+		{lease + "/" + local.WorkDir, 0o700, nil},
+		{lease + "/" + local.RecordFile, 0o600, f.record},
+		{"work", 0o755, nil},
+		{"work/crabbox", 0o755, nil},
 	}
 	tw := tar.NewWriter(w)
 	now := time.Now()
 	for _, e := range entries {
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: e.mode, Size: e.size, ModTime: now}
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: e.mode, Size: int64(len(e.content)), ModTime: now}
 		if e.content == nil {
 			h.Typeflag, h.Name = tar.TypeDir, e.name+"/"
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		if e.content == nil {
-			continue
-		}
-		if n, err := io.Copy(tw, e.content); err != nil {
+		if _, err := tw.Write(e.content); err != nil {
 			return err
-		} else if n != e.size {
-			return fmt.Errorf("%s: wrote %d of %d bytes", e.name, n, e.size)
 		}
 	}
 	return tw.Close()

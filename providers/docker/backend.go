@@ -33,48 +33,21 @@ type Backend struct {
 	// the container; an error fails the acquire there.
 	afterCreate func(ctx context.Context, containerID string) error
 
+	// copyLease, when set (by tests), treats every agent as one that
+	// cannot read its lease directory on stdin (the CLI as agent), so the
+	// lease is copied into the container before it starts.
+	copyLease bool
+
 	// lookPath finds programs on PATH (the Go toolchain, to build an
 	// agent); agentCache, when set, is where built agents are kept
 	// instead of the user's cache directory. Tests change both.
 	lookPath   func(string) (string, error)
 	agentCache string
 
-	// recent is the lease record last read out of a running box, which
-	// the next Touch of that box rewrites instead of copying it out once
-	// more (a warm run resolves a lease and touches it at once; each copy
-	// out of a running container costs the engine a chrooted tar).
-	// Reusing it is safe: the agent writes the record only before it
-	// announces that it serves, and touches change nothing but the
-	// expiry, which Touch sets.
-	recentMu sync.Mutex
-	recent   recentRecord
-}
-
-// recentRecord is a lease record read out of container containerID.
-type recentRecord struct {
-	containerID string
-	data        []byte
-}
-
-// remember keeps data, the record just read out of containerID, for the
-// next Touch of that box.
-func (b *Backend) remember(containerID string, data []byte) {
-	b.recentMu.Lock()
-	defer b.recentMu.Unlock()
-	b.recent = recentRecord{containerID: containerID, data: data}
-}
-
-// takeRecent returns, and forgets, the record last read out of
-// containerID, if that is the box whose record was read last.
-func (b *Backend) takeRecent(containerID string) ([]byte, bool) {
-	b.recentMu.Lock()
-	defer b.recentMu.Unlock()
-	if b.recent.containerID != containerID || b.recent.data == nil {
-		return nil, false
-	}
-	data := b.recent.data
-	b.recent = recentRecord{}
-	return data, true
+	// records is what the backend last knew of each box's lease record
+	// (see recordcache.go).
+	recordsMu sync.Mutex
+	records   map[string]cachedRecord
 }
 
 // New returns a backend for the engine at cfg.Host (or DOCKER_HOST, or the
@@ -181,10 +154,15 @@ func (b *Backend) find(ctx context.Context, ref string) (box, error) {
 }
 
 // target describes x for the library. The expiry comes from the lease
-// record inside a running box (Touch moves it there), else from the label.
+// record inside a running box (Touch moves it there), as last written or
+// read by this client when it has (with the host key from the box's
+// label), else read out of the box; from the label when it is not running.
 func (b *Backend) target(ctx context.Context, x box) provider.LeaseTarget {
 	if !x.running() {
 		return describe(x, nil)
+	}
+	if c, ok := b.cachedRecordOf(x); ok && x.labels[labelHostKey] != "" {
+		return describe(x, &local.AgentLease{ExpiresAt: c.ExpiresAt, HostKey: x.labels[labelHostKey]})
 	}
 	rec, err := b.record(ctx, x)
 	if err != nil {
@@ -233,7 +211,7 @@ func (b *Backend) record(ctx context.Context, x box) (local.AgentLease, error) {
 	if rec.ID != x.leaseID() {
 		return local.AgentLease{}, fmt.Errorf("container %s holds the record of lease %q", x.name, rec.ID)
 	}
-	b.remember(x.containerID, data)
+	b.cacheRecord(x, rec.ExpiresAt, data)
 	return rec, nil
 }
 
@@ -273,8 +251,11 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: container %s is %s: %w", x.leaseID(), x.name, x.state, provider.ErrNotFound)
 	}
 	name := boxRecordPath(x.leaseID())
-	data, ok := b.takeRecent(x.containerID)
-	if !ok {
+	var data []byte
+	if c, ok := b.cachedRecordOf(x); ok {
+		data = c.Record
+	}
+	if data == nil {
 		if data, err = b.readFile(ctx, x.containerID, name, maxRecordSize); err != nil {
 			return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": read lease record", err)
 		}
@@ -291,8 +272,10 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 		return provider.LeaseTarget{}, fmt.Errorf("touch docker lease %s: container %s holds the record of lease %q", x.leaseID(), x.name, rec.ID)
 	}
 	if err := b.writeFile(ctx, x.containerID, name, data); err != nil {
+		b.forgetRecord(x.leaseID())
 		return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": write lease record", err)
 	}
+	b.cacheRecord(x, rec.ExpiresAt, data)
 	// The box is described by the record just written: reading it back
 	// would cost another copy out of the container.
 	return describe(x, &rec), nil
@@ -316,6 +299,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("release docker lease %s: %w", id, err)
 	}
+	b.forgetRecord(id)
 	b.rt.Logger.Info("docker lease released", "lease", id)
 	return nil
 }

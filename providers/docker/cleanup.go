@@ -79,6 +79,7 @@ func (b *Backend) cleanupBox(ctx context.Context, x box, claimed bool, now time.
 		return d
 	}
 	d.Deleted = true
+	b.forgetRecord(d.LeaseID)
 	b.rt.Logger.Info("docker cleanup deleted a container", "lease", d.LeaseID, "container", x.name, "reason", d.Reason)
 	return d
 }

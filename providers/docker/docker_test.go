@@ -32,6 +32,20 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// An agent that cannot read its lease directory on stdin (the crabbox CLI
+// as agent) gets it copied into the container before the start, and its
+// boxes pass the same suite.
+func TestConformanceWithCopiedLease(t *testing.T) {
+	f := engine(t)
+	providertest.RunSSHLease(t, providertest.Harness{
+		NewBackend: func(t *testing.T) provider.SSHLeaseBackend {
+			b := newBackend(t, f)
+			b.copyLease = true
+			return b
+		},
+	})
+}
+
 // acquireRequest is a request for a fresh lease expiring after ttl.
 func acquireRequest(t *testing.T, ttl time.Duration) provider.AcquireRequest {
 	t.Helper()
@@ -331,5 +345,56 @@ func TestTouchRewritesOnlyTheExpiry(t *testing.T) {
 	}
 	if want := later.Add(3 * time.Minute); !got.ExpiresAt.Equal(want) {
 		t.Errorf("Resolve after the touches: expires %v, want %v", got.ExpiresAt, want)
+	}
+}
+
+// A warm run's Resolve, in a process of its own, reports the expiry the
+// last Touch of a client sharing its state directory wrote, and the host
+// key from the box's label, without reading the record out of the box:
+// here the record in the box says something else, and Resolve does not
+// see it. A client without that state directory reads the box.
+func TestResolveUsesTheStateDirectorysRecord(t *testing.T) {
+	f := engine(t)
+	state := t.TempDir()
+	b := newBackendWith(t, Config{Image: f.image, Agent: f.agent, StateDir: state})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := acquireRequest(t, 10*time.Minute)
+	removeLeftovers(t, b, req.LeaseID)
+	target, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	touched := req.ExpiresAt.Add(time.Minute)
+	if _, err := b.Touch(ctx, provider.TouchRequest{Lease: target, Now: time.Now(), ExpiresAt: touched}); err != nil {
+		t.Fatal(err)
+	}
+	inBox := req.ExpiresAt.Add(2 * time.Minute)
+	stranger := newBackend(t, f)
+	if _, err := stranger.Touch(ctx, provider.TouchRequest{Lease: target, Now: time.Now(), ExpiresAt: inBox}); err != nil {
+		t.Fatal(err)
+	}
+
+	next := newBackendWith(t, Config{Image: f.image, Agent: f.agent, StateDir: state})
+	got, err := next.Resolve(ctx, provider.ResolveRequest{ID: req.LeaseID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.ExpiresAt.Equal(touched) || got.HostKey != target.HostKey {
+		t.Errorf("Resolve with the state directory: expires %v, host key %q; want %v (the cached touch) and %q", got.ExpiresAt, got.HostKey, touched, target.HostKey)
+	}
+	fresh, err := newBackend(t, f).Resolve(ctx, provider.ResolveRequest{ID: req.LeaseID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fresh.ExpiresAt.Equal(inBox) || fresh.HostKey != target.HostKey {
+		t.Errorf("Resolve without it: expires %v, host key %q; want %v (the box's record) and %q", fresh.ExpiresAt, fresh.HostKey, inBox, target.HostKey)
+	}
+
+	if err := b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: target}); err != nil {
+		t.Fatal(err)
+	}
+	if cached, _ := filepath.Glob(filepath.Join(state, "records", "*")); len(cached) != 0 {
+		t.Errorf("records cached after release: %q", cached)
 	}
 }

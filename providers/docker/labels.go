@@ -24,11 +24,16 @@ const (
 	labelExpiresAt = "expires_at"        // Unix seconds, at creation
 	labelTTL       = "ttl_secs"          // seconds
 	labelIdle      = "idle_timeout_secs" // seconds
+	// labelHostKey is the box's public host key (authorized_keys form),
+	// which Resolve reports without reading the lease record out of the
+	// container.
+	labelHostKey = "host_key"
 )
 
 var reservedLabels = map[string]bool{
 	labelCrabbox: true, labelCreatedBy: true, labelProvider: true, labelLease: true, labelSlug: true,
 	labelKeep: true, labelCreatedAt: true, labelExpiresAt: true, labelTTL: true, labelIdle: true,
+	labelHostKey: true,
 }
 
 // checkExtraLabel rejects a caller's label that would shadow an ownership

@@ -2,14 +2,14 @@
 // local Docker engine, driven through the engine's API (the official Go
 // client; no docker CLI).
 //
-// Every lease is one container named crabbox-<slug>-<leaseID>. Before the
-// container starts, crabbox puts a static linux build of itself into it
-// with the engine's archive API, together with a lease directory holding
-// the box's host key (made here, so the first SSH connection is already
-// strict) and the lease key. The container runs `crabbox agent` as its
-// only process: crabbox's own SSH server on port 2222, which the engine
-// publishes on 127.0.0.1 only. Any image with /bin/sh is therefore a box,
-// no sshd needed.
+// Every lease is one container named crabbox-<slug>-<leaseID>. Its only
+// process is a static linux agent (crabbox's own SSH server on port 2222,
+// which the engine publishes on 127.0.0.1 only), bind-mounted read-only
+// from this machine, so nothing is copied into the container and any image
+// with /bin/sh is a box, no sshd needed. The agent gets its lease
+// directory (the box's host key, made here, so the first SSH connection is
+// already strict, and the lease record with the lease key) on its stdin
+// as the container starts, over the attach that reads its ready line.
 //
 // The agent stops at the lease's expiry, which Touch moves by rewriting the
 // lease record inside the container; the container then exits and the
@@ -49,10 +49,12 @@ type Config struct {
 	// Image is the box image. It must exist on the engine (nothing is
 	// pulled) and have /bin/sh.
 	Image string
-	// Agent is a static linux crabbox executable for the engine's
-	// architecture, run in every container as `crabbox agent`. Empty means
-	// the running executable, which must then be such a build of the
-	// crabbox CLI.
+	// Agent is a static linux executable for the engine's architecture,
+	// a build of the small agent (providers/docker/internal/agent) or of
+	// the crabbox CLI, bind-mounted into every container and run there as
+	// `crabbox agent`. Empty means the small agent, built once and kept in
+	// the user's cache directory, or else the running executable if it is
+	// such a build of the CLI.
 	Agent string
 	// NanoCPUs limits the container's CPUs in billionths of a CPU; 0 means
 	// no limit.

@@ -18,12 +18,22 @@ type core struct {
 	prog     *program
 	rt       provider.Runtime
 	workRoot string
+	// spec is what the backend reports as its Spec: the external
+	// provider's, or for a Plugin the provider the program serves.
+	spec provider.Spec
+	// what names the program in errors.
+	what string
+	// plugin is set for a Plugin: the program is crabbox's own.
+	plugin bool
 
 	mu   gosync.Mutex
 	caps *Capabilities // cached after the first successful call
 }
 
-func newCore(c Config, rt provider.Runtime) (*core, error) {
+// newCore makes the core of a backend for the program of c. sp, when not
+// nil (a Plugin), is the provider the program serves: the backend reports
+// it as its Spec and its leases as that provider's.
+func newCore(c Config, sp *provider.Spec, rt provider.Runtime) (*core, error) {
 	rt = rt.WithDefaults()
 	prog, err := newProgram(c, rt)
 	if err != nil {
@@ -36,14 +46,21 @@ func newCore(c Config, rt provider.Runtime) (*core, error) {
 	if !path.IsAbs(workRoot) {
 		return nil, fmt.Errorf("external provider: config \"work-root\" %q is not an absolute path", workRoot)
 	}
-	return &core{prog: prog, rt: rt, workRoot: workRoot}, nil
+	if sp != nil {
+		what := fmt.Sprintf("provider %s (program %s)", sp.Name, prog.path)
+		return &core{prog: prog, rt: rt, workRoot: workRoot, spec: *sp, what: what, plugin: true}, nil
+	}
+	return &core{prog: prog, rt: rt, workRoot: workRoot, spec: spec.Clone(), what: "external provider " + prog.path}, nil
 }
 
 // call runs one operation and names the provider and operation in errors.
 func (c *core) call(ctx context.Context, req Request) (Response, error) {
+	if c.plugin {
+		req.StateDir = c.rt.StateDir
+	}
 	resp, err := c.prog.call(ctx, req)
 	if err != nil {
-		return resp, fmt.Errorf("external provider %s: %s: %w", c.prog.path, req.Operation, err)
+		return resp, fmt.Errorf("%s: %s: %w", c.what, req.Operation, err)
 	}
 	return resp, nil
 }
@@ -60,7 +77,7 @@ func (c *core) Capabilities(ctx context.Context) (Capabilities, error) {
 		return Capabilities{}, err
 	}
 	if resp.Capabilities == nil {
-		return Capabilities{}, fmt.Errorf("external provider %s: capabilities: response has no field capabilities", c.prog.path)
+		return Capabilities{}, fmt.Errorf("%s: capabilities: response has no field capabilities", c.what)
 	}
 	c.caps = resp.Capabilities
 	return *c.caps, nil
@@ -80,6 +97,9 @@ func (c *core) Doctor(ctx context.Context) ([]provider.Check, error) {
 	resp, err := c.call(ctx, Request{Operation: OpDoctor})
 	if err != nil {
 		return append(checks, provider.Check{Name: "external doctor", Detail: err.Error()}), nil
+	}
+	if len(resp.Checks) > 0 {
+		return append(checks, resp.Checks...), nil
 	}
 	return append(checks, provider.Check{Name: "external doctor", OK: true, Detail: resp.Message}), nil
 }
@@ -114,7 +134,7 @@ func (c *core) acquire(ctx context.Context, d *Desired, keep, needSSH bool) (*Le
 		return nil, err
 	}
 	if err := checkLease("lease", resp.Lease, expect{leaseID: d.LeaseID, slug: d.Slug, ssh: needSSH}); err != nil {
-		err = fmt.Errorf("external provider %s: acquire: rejected response: %w", c.prog.path, err)
+		err = fmt.Errorf("%s: acquire: rejected response: %w", c.what, err)
 		if resp.Lease != nil {
 			// Release what the program described, as it described it.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.prog.timeout)
@@ -135,7 +155,7 @@ func (c *core) resolve(ctx context.Context, ref string, needSSH bool) (*Lease, e
 		return nil, err
 	}
 	if resp.Lease == nil {
-		return nil, fmt.Errorf("external provider %s: resolve %s: %w", c.prog.path, ref, provider.ErrNotFound)
+		return nil, fmt.Errorf("%s: resolve %s: %w", c.what, ref, provider.ErrNotFound)
 	}
 	want := expect{ssh: needSSH}
 	if lease.IsID(ref) {
@@ -144,7 +164,7 @@ func (c *core) resolve(ctx context.Context, ref string, needSSH bool) (*Lease, e
 		want.slug = ref
 	}
 	if err := checkLease("lease", resp.Lease, want); err != nil {
-		return nil, fmt.Errorf("external provider %s: resolve %s: rejected response: %w", c.prog.path, ref, err)
+		return nil, fmt.Errorf("%s: resolve %s: rejected response: %w", c.what, ref, err)
 	}
 	return withReserved(resp.Lease), nil
 }
@@ -161,10 +181,10 @@ func (c *core) list(ctx context.Context, needSSH bool) ([]Lease, error) {
 		l := &resp.Leases[i]
 		field := fmt.Sprintf("leases[%d]", i)
 		if err := checkLease(field, l, expect{ssh: needSSH}); err != nil {
-			return nil, fmt.Errorf("external provider %s: list: rejected response: %w", c.prog.path, err)
+			return nil, fmt.Errorf("%s: list: rejected response: %w", c.what, err)
 		}
 		if seen[l.LeaseID] {
-			return nil, fmt.Errorf("external provider %s: list: rejected response: %s.leaseId %s is listed twice", c.prog.path, field, l.LeaseID)
+			return nil, fmt.Errorf("%s: list: rejected response: %s.leaseId %s is listed twice", c.what, field, l.LeaseID)
 		}
 		seen[l.LeaseID] = true
 		out = append(out, *withReserved(l))
@@ -201,7 +221,11 @@ type Backend struct{ *core }
 
 // New returns an SSH-lease backend for the program of c.
 func New(c Config, rt provider.Runtime) (*Backend, error) {
-	co, err := newCore(c, rt)
+	return newBackend(c, nil, rt)
+}
+
+func newBackend(c Config, sp *provider.Spec, rt provider.Runtime) (*Backend, error) {
+	co, err := newCore(c, sp, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +233,7 @@ func New(c Config, rt provider.Runtime) (*Backend, error) {
 }
 
 // Spec describes the external provider.
-func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
+func (b *Backend) Spec() provider.Spec { return b.spec.Clone() }
 
 // Acquire asks the program for a box for req.LeaseID.
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
@@ -259,12 +283,12 @@ func (b *Backend) List(ctx context.Context, _ provider.ListRequest) ([]provider.
 func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
 	sent := wireLease(req.Lease)
 	sent.ExpiresAt = req.ExpiresAt
-	resp, err := b.call(ctx, Request{Operation: OpTouch, Lease: sent})
+	resp, err := b.call(ctx, Request{Operation: OpTouch, Lease: sent, Now: req.Now})
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
 	if err := checkLease("lease", resp.Lease, expect{leaseID: req.Lease.LeaseID, ssh: true}); err != nil {
-		return provider.LeaseTarget{}, fmt.Errorf("external provider %s: touch: rejected response: %w", b.prog.path, err)
+		return provider.LeaseTarget{}, fmt.Errorf("%s: touch: rejected response: %w", b.what, err)
 	}
 	l := withReserved(resp.Lease)
 	if l.ExpiresAt.IsZero() {
@@ -281,19 +305,12 @@ func (b *Backend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest)
 
 // target converts a validated lease object.
 func (b *Backend) target(l *Lease) provider.LeaseTarget {
-	t := provider.LeaseTarget{
-		LeaseID: l.LeaseID, Slug: l.Slug, Provider: Name, CloudID: l.CloudID,
-		WorkRoot: l.WorkRoot, State: l.Status, Labels: l.Labels,
-		CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
-	}
+	t := leaseTarget(l, b.spec.Name)
 	if t.WorkRoot == "" {
 		t.WorkRoot = b.workRoot
 	}
-	if l.SSH != nil {
-		t.Host, t.Port, t.User, t.KeyFile, t.HostKey = l.SSH.Host, l.SSH.Port, l.SSH.User, l.SSH.Key, l.SSH.HostKey
-		if t.Port == 0 {
-			t.Port = 22
-		}
+	if t.Host != "" && t.Port == 0 {
+		t.Port = 22
 	}
 	return t
 }
@@ -344,7 +361,7 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 	if req.DryRun || len(doomed) == 0 {
 		return decisions, nil
 	}
-	deleted, err := b.deleteExpired(ctx, doomed)
+	deleted, err := b.deleteExpired(ctx, doomed, req.Now)
 	if err != nil {
 		return decisions, err
 	}
@@ -363,7 +380,7 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 
 // deleteExpired deletes the leases and reports, per lease ID, nil when it
 // was deleted or why not.
-func (b *Backend) deleteExpired(ctx context.Context, doomed []Lease) (map[string]error, error) {
+func (b *Backend) deleteExpired(ctx context.Context, doomed []Lease, now time.Time) (map[string]error, error) {
 	out := map[string]error{}
 	caps, err := b.Capabilities(ctx)
 	if err != nil {
@@ -375,7 +392,7 @@ func (b *Backend) deleteExpired(ctx context.Context, doomed []Lease) (map[string
 		}
 		return out, nil
 	}
-	resp, err := b.call(ctx, Request{Operation: OpCleanup, Leases: doomed})
+	resp, err := b.call(ctx, Request{Operation: OpCleanup, Leases: doomed, Now: now})
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +403,7 @@ func (b *Backend) deleteExpired(ctx context.Context, doomed []Lease) (map[string
 	}
 	for i, l := range resp.Leases {
 		if !asked[l.LeaseID] {
-			return nil, fmt.Errorf("external provider %s: cleanup: rejected response: leases[%d].leaseId %q is not one crabbox asked to delete", b.prog.path, i, l.LeaseID)
+			return nil, fmt.Errorf("%s: cleanup: rejected response: leases[%d].leaseId %q is not one crabbox asked to delete", b.what, i, l.LeaseID)
 		}
 		out[l.LeaseID] = nil
 	}

@@ -24,7 +24,7 @@ type DelegatedBackend struct {
 
 // NewDelegated returns a delegated-run backend for the program of c.
 func NewDelegated(c Config, rt provider.Runtime) (*DelegatedBackend, error) {
-	co, err := newCore(c, rt)
+	co, err := newCore(c, nil, rt)
 	if err != nil {
 		return nil, err
 	}

@@ -29,8 +29,10 @@ type program struct {
 	args    []string
 	env     []string
 	timeout time.Duration
-	config  json.RawMessage
-	log     *slog.Logger
+	// stopGrace is the time between SIGTERM and SIGKILL.
+	stopGrace time.Duration
+	config    json.RawMessage
+	log       *slog.Logger
 }
 
 // call runs one operation with its timeout and returns the program's
@@ -101,7 +103,7 @@ func (p *program) exec(ctx context.Context, req Request, consume func(io.Reader)
 	cmd.Env = p.env
 	cmd.Stdin = bytes.NewReader(body)
 	cmd.Stderr = stderr
-	cmd.WaitDelay = stopGrace
+	cmd.WaitDelay = p.stopGrace
 	newProcessGroup(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -125,7 +127,7 @@ func (p *program) exec(ctx context.Context, req Request, consume func(io.Reader)
 		case <-stop:
 		}
 		_ = terminateGroup(cmd.Process)
-		t := time.NewTimer(stopGrace)
+		t := time.NewTimer(p.stopGrace)
 		defer t.Stop()
 		select {
 		case <-exited:

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeEnv); mode != "" {
 		os.Exit(fakeProgram(mode))
 	}
+	if os.Getenv(serveEnv) == "ssh" {
+		os.Exit(servedProgram())
+	}
 	dir, err := os.MkdirTemp("", "crabbox-external-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

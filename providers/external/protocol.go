@@ -80,6 +80,13 @@ type Request struct {
 	Dir string `json:"dir,omitempty"`
 	// File is crabbox's addition for write-file and read-file.
 	File *FileRequest `json:"file,omitempty"`
+	// StateDir is crabbox's addition for its own provider programs
+	// (Plugin): the directory the provider may keep its state in, as
+	// provider.Runtime.StateDir in-process.
+	StateDir string `json:"stateDir,omitempty"`
+	// Now is crabbox's addition to cleanup and touch: the time crabbox
+	// decides expiry by, so that the program decides by the same clock.
+	Now time.Time `json:"now,omitzero"`
 }
 
 // FileRequest is the file part of a write-file or read-file request.
@@ -181,9 +188,13 @@ type Response struct {
 	Leases          []Lease       `json:"leases,omitempty"`
 	Capabilities    *Capabilities `json:"capabilities,omitempty"`
 	// File is crabbox's addition: the answer to read-file.
-	File    *FileChunk `json:"file,omitempty"`
-	Message string     `json:"message,omitempty"`
-	Error   string     `json:"error,omitempty"`
+	File *FileChunk `json:"file,omitempty"`
+	// Checks is crabbox's addition to doctor: the program's own checks,
+	// each reported as a line of crabbox doctor. Without it the message
+	// is one passing check.
+	Checks  []provider.Check `json:"checks,omitempty"`
+	Message string           `json:"message,omitempty"`
+	Error   string           `json:"error,omitempty"`
 	// ErrorKind is crabbox's addition: one of "not-found", "conflict",
 	// "capacity", "unauthenticated", "precondition", "transient", so that
 	// callers can tell failures apart (errors.Is with provider.Err...).

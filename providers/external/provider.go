@@ -25,6 +25,7 @@
 package external
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,6 +87,14 @@ type Config struct {
 	// is then a *DelegatedFileBackend. Without it the program syncs
 	// repo.root itself on every run.
 	Files bool
+	// InheritEnv gives the program the caller's whole environment (under
+	// Env), not only BaseEnv and PassEnv: for crabbox's own provider
+	// programs (Plugin), which read their credentials as the provider
+	// would in-process.
+	InheritEnv bool
+	// StopGrace is how long the program has to end after SIGTERM to its
+	// process group before SIGKILL. Zero means 5 seconds.
+	StopGrace time.Duration
 }
 
 var spec = provider.Spec{
@@ -230,7 +239,7 @@ func newProgram(c Config, rt provider.Runtime) (*program, error) {
 		timeout = DefaultTimeout
 	}
 	return &program{
-		path: path, args: slices.Clone(c.Args), env: environment(c), timeout: timeout,
+		path: path, args: slices.Clone(c.Args), env: environment(c), timeout: timeout, stopGrace: cmp.Or(c.StopGrace, stopGrace),
 		config: c.ProviderConfig, log: rt.Logger,
 	}, nil
 }
@@ -239,6 +248,13 @@ func newProgram(c Config, rt provider.Runtime) (*program, error) {
 // pass-through names from the caller's, then the configured variables.
 func environment(c Config) []string {
 	vars := map[string]string{}
+	if c.InheritEnv {
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+				vars[k] = v
+			}
+		}
+	}
 	for _, name := range slices.Concat(BaseEnv, c.PassEnv) {
 		if v, ok := os.LookupEnv(name); ok {
 			vars[name] = v

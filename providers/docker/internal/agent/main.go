@@ -1,10 +1,12 @@
-// Command agent is `crabbox agent` without the rest of the CLI: the docker
-// provider builds it statically and puts it into boxes when the running
-// program cannot serve there itself (a dynamically linked `go build` or
-// `go run` of the CLI, or a program that embeds crabbox), and the
-// provider's tests use it so that they need not build the whole CLI (with
-// every provider) first. It takes the same flags and serves with the same
-// code as `crabbox agent`.
+// Command agent is `crabbox agent` without the rest of the CLI: the small
+// static executable the docker provider runs in boxes (built once and kept
+// in the user's cache, see the provider's docs), and the provider's tests
+// use it so that they need not build the whole CLI (with every provider)
+// first. It takes the same flags and serves with the same code as
+// `crabbox agent`, and one more: with --lease-stdin it first makes the
+// lease directory from the payload the provider writes to its standard
+// input (package boxlease), so that nothing need be copied into the
+// container before it starts.
 package main
 
 import (
@@ -16,25 +18,37 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/crabbox-dev/crabbox/providers/docker/internal/boxlease"
 	"github.com/crabbox-dev/crabbox/providers/local"
 )
 
 func main() {
 	if len(os.Args) < 2 || os.Args[1] != "agent" {
-		fmt.Fprintln(os.Stderr, "usage: agent agent --lease-dir DIR [--listen ADDR]")
+		fmt.Fprintln(os.Stderr, "usage: agent agent --lease-dir DIR [--listen ADDR] [--lease-stdin]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("agent", flag.ExitOnError)
 	dir := fs.String("lease-dir", "", "the lease directory to serve")
 	listen := fs.String("listen", "", "TCP address to serve on")
+	fromStdin := fs.Bool("lease-stdin", false, "make the lease directory from the payload on standard input first")
 	_ = fs.Parse(os.Args[2:])
 	if *dir == "" || fs.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "agent: want --lease-dir DIR and no arguments")
 		os.Exit(2)
 	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *fromStdin {
+		p, err := boxlease.Read(os.Stdin)
+		if err == nil {
+			err = p.Install(*dir)
+		}
+		if err != nil {
+			log.Error("agent: no lease directory", "dir", *dir, "err", err)
+			os.Exit(1)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := local.ServeAgentOn(ctx, *dir, *listen, os.Stdout, log); err != nil {
 		log.Error("agent failed", "err", err)
 		os.Exit(1)

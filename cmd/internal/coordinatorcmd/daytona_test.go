@@ -1,4 +1,4 @@
-package main
+package coordinatorcmd
 
 import (
 	"io"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	_ "github.com/crabbox-dev/crabbox/providers/daytona"
 )
 
 // The coordinator configures daytona in SSH mode, the one with SSH leases

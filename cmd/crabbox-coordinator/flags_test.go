@@ -17,7 +17,7 @@ func TestCoordinatorServeRefusesEmptyFlags(t *testing.T) {
 		env := []string{"CRABBOX_STATE_DIR=" + state, "CRABBOX_CONFIG=" + filepath.Join(t.TempDir(), "none"), "XDG_CONFIG_HOME=" + t.TempDir(),
 			"CRABBOX_ADMIN_TOKEN=admin-token-for-the-test-0123456789",
 			"CRABBOX_COORDINATOR_DB=sqlite://" + filepath.ToSlash(filepath.Join(dbDir, "team.db"))}
-		r := crabboxCmd(t, env, "", append([]string{"coordinator", "serve"}, args...)...)
+		r := coordinatorCmd(t, env, append([]string{"serve"}, args...)...)
 		name := strings.TrimSuffix(strings.TrimPrefix(args[0], "--"), "=")
 		if r.code != 2 || !strings.Contains(r.stderr, "--"+name+" is empty") || !strings.Contains(r.stderr, "CRABBOX_COORDINATOR_"+strings.ToUpper(name)) {
 			t.Errorf("serve %q: exit %d, stderr %q; want 2 naming --%s", args, r.code, r.stderr, name)

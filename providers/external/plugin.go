@@ -1,0 +1,105 @@
+package external
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// Plugin call limits. A provider program is crabbox's own code with its
+// own timeouts (a cloud's boot timeout), so the per-call bound only
+// catches a program that hangs; on cancellation it gets time to roll back
+// what it made (a half-created server) before it is killed.
+const (
+	PluginTimeout   = time.Hour
+	PluginStopGrace = 2 * time.Minute
+)
+
+// InstallHint is how a user installs crabbox's provider programs.
+const InstallHint = "go install github.com/crabbox-dev/crabbox/cmd/...@latest (or go install ./cmd/... in a checkout)"
+
+// Plugin returns the provider spec describes, served by the provider
+// program named program (such as "crabbox-provider-hetzner") over this
+// package's protocol: a program linking a provider that a binary does not
+// want to link itself (a cloud SDK), whose main calls Serve.
+//
+// The provider looks and configures exactly like the one linked
+// in-process: same name, aliases, options and features, its leases
+// recorded as spec's provider. Configure sends the provider's whole
+// configuration as each request's config and gives the program the
+// caller's whole environment (where the provider reads its credentials);
+// a secret never goes into its arguments. Only SSH-lease providers can be
+// served this way.
+//
+// Configure finds the program next to the running executable first (so
+// that binaries installed together use each other), then on PATH. It
+// runs nothing.
+func Plugin(spec provider.Spec, program string) provider.Provider {
+	return pluginProvider{spec: spec.Clone(), program: program}
+}
+
+type pluginProvider struct {
+	spec    provider.Spec
+	program string
+}
+
+func (p pluginProvider) Spec() provider.Spec { return p.spec.Clone() }
+
+// Configure returns a *Backend running the provider's program. cfg is the
+// provider's configuration merged with its defaults (unknown keys are
+// refused); the program checks its values, on first use.
+func (p pluginProvider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
+	if p.spec.Kind != provider.KindSSHLease {
+		return nil, fmt.Errorf("provider %s: a provider program serves only %s providers, not %s", p.spec.Name, provider.KindSSHLease, p.spec.Kind)
+	}
+	resolved, err := p.spec.Resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	path, err := findProgram(p.program)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: %w", p.spec.Name, err)
+	}
+	body, err := json.Marshal(resolved)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: encode config: %w", p.spec.Name, err)
+	}
+	spec := p.spec.Clone()
+	return newBackend(Config{
+		Command: path, ProviderConfig: body, Timeout: PluginTimeout, StopGrace: PluginStopGrace,
+		InheritEnv: true, WorkRoot: DefaultWorkRoot,
+	}, &spec, rt)
+}
+
+// findProgram finds a provider program next to the running executable,
+// then on PATH.
+func findProgram(name string) (string, error) {
+	file := name
+	if runtime.GOOS == "windows" && filepath.Ext(file) == "" {
+		file += ".exe"
+	}
+	if self, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(self); err == nil {
+			self = real
+		}
+		next := filepath.Join(filepath.Dir(self), file)
+		if fi, err := os.Stat(next); err == nil && fi.Mode().IsRegular() {
+			return next, nil
+		}
+	}
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path, nil
+	}
+	if errors.Is(err, exec.ErrNotFound) {
+		return "", fmt.Errorf("its program %s is not installed (not next to this executable, not on PATH); install it with: %s", name, InstallHint)
+	}
+	return "", fmt.Errorf("its program %s: %w", name, err)
+}

@@ -1,0 +1,287 @@
+package external
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"time"
+
+	"github.com/crabbox-dev/crabbox/provider"
+)
+
+// MaxRequestBytes bounds the one request a program reads.
+const MaxRequestBytes = 1 << 20
+
+// Serve is the program side of the protocol for a provider linked into
+// the program: it reads one request from in, configures p with the
+// request's config (merged with p's defaults), performs the operation and
+// writes one response to out. It is what a provider program's main calls
+// (see Plugin, the crabbox side).
+//
+// A failed operation is a response with error and errorKind (the
+// provider's portable error kind), not an error of Serve: Serve returns
+// an error only when it could not write its response. Cancelling ctx (the
+// program was asked to stop) cancels the operation, which rolls back what
+// it made as it would in-process.
+//
+// Only SSH-lease providers are served; a backend that implements
+// io.Closer is closed before Serve returns.
+func Serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.Reader, out io.Writer) error {
+	resp := serve(ctx, p, rt.WithDefaults(), in)
+	resp.ProtocolVersion = ProtocolVersion
+	body, err := json.Marshal(resp)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	if _, err := out.Write(append(body, '\n')); err != nil {
+		return fmt.Errorf("write response: %w", err)
+	}
+	return nil
+}
+
+// serve answers one request.
+func serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.Reader) Response {
+	req, err := readRequest(in)
+	if err != nil {
+		return failure(err)
+	}
+	if err := checkRequest(req); err != nil {
+		return failure(err)
+	}
+	spec := p.Spec()
+	var raw provider.Config
+	if len(req.Config) > 0 && string(req.Config) != "null" {
+		if err := json.Unmarshal(req.Config, &raw); err != nil {
+			return failure(fmt.Errorf("request field config: want an object of strings: %w", jsonError(err)))
+		}
+	}
+	cfg, err := spec.Resolve(raw)
+	if err != nil {
+		return failure(err)
+	}
+	if rt.StateDir == "" {
+		rt.StateDir = req.StateDir
+	}
+	b, err := p.Configure(cfg, rt)
+	if err != nil {
+		return failure(err)
+	}
+	if c, ok := b.(io.Closer); ok {
+		defer c.Close()
+	}
+	sb, ok := b.(provider.SSHLeaseBackend)
+	if !ok {
+		return failure(fmt.Errorf("provider %s is a %s provider; a provider program serves only %s providers", spec.Name, spec.Kind, provider.KindSSHLease))
+	}
+	s := server{b: sb, spec: spec, rt: rt}
+	switch req.Operation {
+	case OpCapabilities:
+		return Response{Capabilities: &Capabilities{Cleanup: spec.Has(provider.FeatureCleanup)}}
+	case OpDoctor:
+		return s.doctor(ctx)
+	case OpAcquire:
+		return s.acquire(ctx, req)
+	case OpResolve:
+		return s.resolve(ctx, req)
+	case OpList:
+		return s.list(ctx)
+	case OpTouch:
+		return s.touch(ctx, req)
+	case OpRelease:
+		return s.release(ctx, req)
+	default: // OpCleanup; checkRequest refused the rest
+		return s.cleanup(ctx, req)
+	}
+}
+
+// checkRequest refuses, before anything is configured, an operation Serve
+// does not serve and one missing the field it needs.
+func checkRequest(req Request) error {
+	switch req.Operation {
+	case "":
+		return errors.New("request field operation is missing")
+	case OpCapabilities, OpDoctor, OpList, OpCleanup:
+		return nil
+	case OpAcquire:
+		if req.Desired == nil {
+			return errors.New("request field desired is missing")
+		}
+	case OpResolve:
+		if req.ID == "" {
+			return errors.New("request field id is missing")
+		}
+	case OpTouch, OpRelease:
+		if req.Lease == nil {
+			return errors.New("request field lease is missing")
+		}
+	default:
+		return fmt.Errorf("operation %q is not supported by a provider program (only ssh-lease operations are)", req.Operation)
+	}
+	return nil
+}
+
+// readRequest decodes exactly one JSON object of the protocol's version.
+func readRequest(in io.Reader) (Request, error) {
+	data, err := io.ReadAll(io.LimitReader(in, MaxRequestBytes+1))
+	if err != nil {
+		return Request{}, fmt.Errorf("read request: %w", err)
+	}
+	if len(data) > MaxRequestBytes {
+		return Request{}, fmt.Errorf("request is larger than %d bytes", MaxRequestBytes)
+	}
+	var req Request
+	if err := json.Unmarshal(data, &req); err != nil {
+		return Request{}, fmt.Errorf("malformed request: %w", jsonError(err))
+	}
+	if req.ProtocolVersion != ProtocolVersion {
+		return Request{}, fmt.Errorf("request field protocolVersion is %d, want %d", req.ProtocolVersion, ProtocolVersion)
+	}
+	return req, nil
+}
+
+// failure is the response reporting err, with its portable kind.
+func failure(err error) Response {
+	r := Response{Error: err.Error()}
+	for name, kind := range errorKinds {
+		if errors.Is(err, kind) {
+			r.ErrorKind = name
+			break
+		}
+	}
+	return r
+}
+
+type server struct {
+	b    provider.SSHLeaseBackend
+	spec provider.Spec
+	rt   provider.Runtime
+}
+
+func (s server) doctor(ctx context.Context) Response {
+	d, ok := s.b.(provider.DoctorBackend)
+	if !ok {
+		return Response{Message: "provider " + s.spec.Name + " has no checks"}
+	}
+	checks, err := d.Doctor(ctx)
+	if err != nil {
+		return failure(err)
+	}
+	if checks == nil {
+		checks = []provider.Check{}
+	}
+	return Response{Checks: checks}
+}
+
+func (s server) acquire(ctx context.Context, req Request) Response {
+	d := req.Desired
+	labels := maps.Clone(d.Labels)
+	for _, k := range []string{LabelLease, LabelSlug, LabelName} {
+		delete(labels, k) // crabbox's own; the provider sets its own marks
+	}
+	t, err := s.b.Acquire(ctx, provider.AcquireRequest{
+		LeaseID: d.LeaseID, Slug: d.Slug, PublicKey: d.PublicKey,
+		TTL: time.Duration(d.TTLSeconds) * time.Second, IdleTimeout: time.Duration(d.IdleTimeoutSeconds) * time.Second,
+		CreatedAt: d.CreatedAt, ExpiresAt: d.ExpiresAt, Keep: req.Keep, Labels: labels,
+	})
+	if err != nil {
+		return failure(err)
+	}
+	if h, ok := s.b.(provider.ConnectionHandoff); ok {
+		if c := h.TakeConnection(t.LeaseID); c != nil {
+			c.Close() // crabbox connects itself, from its own process
+		}
+	}
+	return Response{Lease: wireLease(t)}
+}
+
+func (s server) resolve(ctx context.Context, req Request) Response {
+	t, err := s.b.Resolve(ctx, provider.ResolveRequest{ID: req.ID})
+	if errors.Is(err, provider.ErrNotFound) {
+		return Response{} // no lease: crabbox reports not found
+	}
+	if err != nil {
+		return failure(err)
+	}
+	return Response{Lease: wireLease(t)}
+}
+
+func (s server) list(ctx context.Context) Response {
+	ts, err := s.b.List(ctx, provider.ListRequest{})
+	if err != nil {
+		return failure(err)
+	}
+	out := make([]Lease, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, *wireLease(t))
+	}
+	return Response{Leases: out}
+}
+
+func (s server) touch(ctx context.Context, req Request) Response {
+	t, err := s.b.Touch(ctx, provider.TouchRequest{
+		Lease: leaseTarget(req.Lease, s.spec.Name), Now: s.now(req), ExpiresAt: req.Lease.ExpiresAt,
+	})
+	if err != nil {
+		return failure(err)
+	}
+	return Response{Lease: wireLease(t)}
+}
+
+func (s server) release(ctx context.Context, req Request) Response {
+	err := s.b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: leaseTarget(req.Lease, s.spec.Name)})
+	if err != nil && !errors.Is(err, provider.ErrNotFound) {
+		return failure(err)
+	}
+	return Response{}
+}
+
+// cleanup deletes the leases crabbox names (expired ones it holds claims
+// for) through the provider's own cleanup, which checks them again, and
+// answers with those it deleted.
+func (s server) cleanup(ctx context.Context, req Request) Response {
+	c, ok := s.b.(provider.CleanupBackend)
+	if !ok {
+		return failure(fmt.Errorf("provider %s has no cleanup", s.spec.Name))
+	}
+	named := map[string]bool{}
+	for _, l := range req.Leases {
+		named[l.LeaseID] = true
+	}
+	decisions, err := c.Cleanup(ctx, provider.CleanupRequest{
+		DryRun: req.DryRun, Now: s.now(req), Claimed: func(id string) bool { return named[id] },
+	})
+	if err != nil {
+		return failure(err)
+	}
+	out := []Lease{}
+	for _, d := range decisions {
+		if d.Deleted && named[d.LeaseID] {
+			out = append(out, Lease{LeaseID: d.LeaseID, Slug: d.Slug, CloudID: d.CloudID})
+		}
+	}
+	return Response{Leases: out}
+}
+
+// now is the time crabbox sent, or the program's own.
+func (s server) now(req Request) time.Time {
+	if !req.Now.IsZero() {
+		return req.Now
+	}
+	return s.rt.Clock.Now()
+}
+
+// leaseTarget is the provider's view of a lease object crabbox sent.
+func leaseTarget(l *Lease, providerName string) provider.LeaseTarget {
+	t := provider.LeaseTarget{
+		LeaseID: l.LeaseID, Slug: l.Slug, Provider: providerName, CloudID: l.CloudID,
+		WorkRoot: l.WorkRoot, State: l.Status, Labels: maps.Clone(l.Labels),
+		CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
+	}
+	if l.SSH != nil {
+		t.Host, t.Port, t.User, t.KeyFile, t.HostKey = l.SSH.Host, l.SSH.Port, l.SSH.User, l.SSH.Key, l.SSH.HostKey
+	}
+	return t
+}
