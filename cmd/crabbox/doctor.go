@@ -76,7 +76,7 @@ func okOrFail(ch provider.Check) string {
 	return "FAIL"
 }
 
-// hintSettings adds to the failed check of a provider that does not
+// hintSettings adds to the failed checks of a provider that does not
 // configure how to set each of its options the error names ("option
 // project" or "option \"host\"") but says nothing about setting: its flag,
 // environment variable and config file key. The library's errors name the
@@ -88,7 +88,9 @@ func hintSettings(checks []provider.Check, name string) {
 	}
 	spec := p.Spec()
 	for i, ch := range checks {
-		if ch.OK || ch.Name != "provider "+name {
+		// A provider served by its program (providers/slim) reports its
+		// configuration's errors in the program's check ("gcp: ...").
+		if ch.OK || ch.Name != "provider "+name && !strings.HasPrefix(ch.Name, name+": ") {
 			continue
 		}
 		var hints []string

@@ -38,10 +38,11 @@ func TestDoctorExitCode(t *testing.T) {
 		{"hetzner without token", []string{"HCLOUD_TOKEN="}, []string{"doctor", "--provider", "hetzner"}, exitFailure,
 			[]string{"provider hetzner", "HCLOUD_TOKEN is not set"}},
 	}
+	programs := programsPath(t) // the clouds' programs
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := crabboxCmd(t, append(stateEnv(t), tt.env...), t.TempDir(), tt.args...)
+			r := crabboxCmd(t, append(append(stateEnv(t), programs), tt.env...), t.TempDir(), tt.args...)
 			if r.code != tt.code {
 				t.Errorf("%s: exit %d, want %d; stdout %q, stderr %q", strings.Join(tt.args, " "), r.code, tt.code, r.stdout, r.stderr)
 			}

@@ -93,11 +93,12 @@ func TestCloudEndpointFromCLI(t *testing.T) {
 		{"digitalocean", []string{"DIGITALOCEAN_TOKEN=test-only"}, nil, "flag", "/v2/account"},
 		{"linode", []string{"LINODE_TOKEN=test-only"}, nil, "env", "/v4/profile"},
 	}
+	programs := programsPath(t) // the clouds' programs
 	for _, tt := range tests {
 		t.Run(tt.name+" "+tt.via, func(t *testing.T) {
 			t.Parallel()
 			api := newAPIRecorder(t)
-			env := append(stateEnv(t), tt.env...)
+			env := append(append(stateEnv(t), programs), tt.env...)
 			args := append([]string{"doctor", "--provider", tt.name}, tt.args...)
 			switch tt.via {
 			case "flag":

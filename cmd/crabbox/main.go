@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/crabbox-dev/crabbox/cmd/crabbox/internal/quickstart"
-	_ "github.com/crabbox-dev/crabbox/providers/all"
+	_ "github.com/crabbox-dev/crabbox/providers/slim"
 )
 
 func main() {

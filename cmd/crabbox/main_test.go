@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	os.Setenv(envSyncWatch, "0")
 	// Nor shares a connection (see TestRunWithSharedConnection).
 	os.Setenv(envShare, "0")
-	testenv.Main(m, nil, testsshd.Tests)
+	testenv.Main(m, removeProviderPrograms, testsshd.Tests)
 }
 
 type result struct {

@@ -54,11 +54,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/aws/awsspec"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
 
 // Name is the provider's registered name.
-const Name = "aws"
+const Name = awsspec.Name
 
 // Provider is the registered "aws" provider. Its zero value is ready to use.
 type Provider struct{}

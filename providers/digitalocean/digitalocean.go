@@ -30,30 +30,27 @@ import (
 	"time"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/digitalocean/digitaloceanspec"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
 )
 
 // Name is the provider's registered name.
-const Name = "digitalocean"
+const Name = digitaloceanspec.Name
 
 // TokenEnv is the environment variable holding the API token.
-const TokenEnv = "DIGITALOCEAN_TOKEN"
+const TokenEnv = digitaloceanspec.TokenEnv
 
 // Defaults of the provider's options.
 const (
-	DefaultSizes   = "s-1vcpu-2gb,s-2vcpu-2gb"
-	DefaultRegions = "fra1,ams3,nyc3"
-	DefaultImage   = "debian-12-x64"
+	DefaultSizes   = digitaloceanspec.DefaultSizes
+	DefaultRegions = digitaloceanspec.DefaultRegions
+	DefaultImage   = digitaloceanspec.DefaultImage
 )
 
 // MaxTagLength is the longest tag DigitalOcean accepts.
 const MaxTagLength = 255
 
-var doCloud = tagcloud.Cloud{
-	Provider: Name, Name: "DigitalOcean", SizeWord: "Droplet size", RegionWord: "region",
-	Sizes: DefaultSizes, Regions: DefaultRegions, Image: DefaultImage,
-	TokenEnv: TokenEnv, TokenHelp: "create a personal access token (read and write) in the DigitalOcean control panel",
-}
+var doCloud = digitaloceanspec.Cloud()
 
 // Config is the DigitalOcean provider's typed configuration.
 type Config struct {
@@ -80,7 +77,9 @@ type Config struct {
 	CallTimeout time.Duration
 }
 
-var spec = doCloud.ProviderSpec("Droplet", "do")
+// spec is the provider's description, shared with the crabbox CLI
+// through digitaloceanspec.
+var spec = digitaloceanspec.Spec()
 
 // Provider is the registered DigitalOcean provider.
 type Provider struct{}

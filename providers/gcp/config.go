@@ -10,18 +10,19 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/gcp/gcpspec"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
 
 // Defaults of the provider's options.
 const (
-	DefaultZones       = "us-central1-a"
-	DefaultMachineType = "e2-small"
+	DefaultZones       = gcpspec.DefaultZones
+	DefaultMachineType = gcpspec.DefaultMachineType
 	// DefaultImage is Debian 12's image family, always its newest image.
-	DefaultImage       = "projects/debian-cloud/global/images/family/debian-12"
-	DefaultMarket      = MarketSpot
-	DefaultDiskGB      = 20
-	DefaultBootTimeout = 10 * time.Minute
+	DefaultImage       = gcpspec.DefaultImage
+	DefaultMarket      = gcpspec.DefaultMarket
+	DefaultDiskGB      = gcpspec.DefaultDiskGB
+	DefaultBootTimeout = gcpspec.DefaultBootTimeout
 	// DefaultNetwork is the VPC network boxes get their interface in.
 	DefaultNetwork = "global/networks/default"
 	// NetworkTag is the network tag of every crabbox instance; crabbox's
@@ -33,9 +34,9 @@ const (
 const (
 	// MarketSpot asks for spot instances and falls back to standard ones
 	// when no zone has spot capacity.
-	MarketSpot = cloud.MarketSpot
+	MarketSpot = gcpspec.MarketSpot
 	// MarketStandard asks only for standard instances.
-	MarketStandard = "standard"
+	MarketStandard = gcpspec.MarketStandard
 )
 
 // Config is the typed configuration of the gcp provider.
@@ -94,30 +95,9 @@ type Config struct {
 	MapAddress func(host string, port int) (string, int)
 }
 
-var spec = provider.Spec{
-	Name:        Name,
-	Aliases:     []string{"gce"},
-	Description: "Google Compute Engine instances (spot by default) that Compute Engine deletes at their TTL; credentials from Application Default Credentials.",
-	Kind:        provider.KindSSHLease,
-	Targets:     []provider.Target{provider.TargetLinux},
-	Features: []provider.Feature{
-		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor,
-	},
-	Coordinator: provider.CoordinatorSupported,
-	Options: []provider.Option{
-		{Name: "project", Flag: "gcp-project", Help: "Google Cloud project ID (required)", Locates: true},
-		{Name: "zones", Flag: "gcp-zones", Default: DefaultZones, Help: "comma-separated zones: boxes are created in the first with capacity, list and cleanup search all", Locates: true},
-		{Name: "machine-type", Flag: "gcp-machine-type", Default: DefaultMachineType, Help: "machine type"},
-		{Name: "image", Flag: "gcp-image", Default: DefaultImage, Help: "boot image or image family (partial URL)"},
-		{Name: "source-range", Flag: "gcp-source-range", Help: "network allowed to reach the boxes' SSH ports, e.g. 203.0.113.7/32 (required to create boxes)"},
-		{Name: "market", Flag: "gcp-market", Default: DefaultMarket, Help: "spot (falls back to standard when no zone has spot capacity) or standard"},
-		{Name: "disk-gb", Flag: "gcp-disk-gb", Default: fmt.Sprint(DefaultDiskGB), Help: "boot disk size in GB"},
-		{Name: "boot-timeout", Flag: "gcp-boot-timeout", Default: DefaultBootTimeout.String(), Help: "how long to wait for a new box's address and SSH"},
-		{Name: "work-root", Flag: "gcp-work-root", Default: cloud.DefaultWorkRoot, Help: "absolute directory on the box under which lease work directories are created", Locates: true},
-		{Name: "owner", Flag: "gcp-owner", Help: "value of the boxes' owner label (default: the current user)"},
-		cloud.EndpointOption(Name, "Compute Engine", "requests to it carry no Google credentials (for a proxy that adds them, or a fake)"),
-	},
-}
+// spec is the provider's description, shared with the crabbox CLI
+// through gcpspec.
+var spec = gcpspec.Spec()
 
 // ParseConfig turns the provider's raw settings into a Config, applying the
 // Spec's defaults and rejecting unknown keys and malformed numbers. New

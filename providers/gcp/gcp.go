@@ -56,10 +56,11 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/gcp/gcpspec"
 )
 
 // Name is the provider's registered name.
-const Name = "gcp"
+const Name = gcpspec.Name
 
 // Provider is the registered "gcp" provider. Its zero value is ready to use.
 type Provider struct{}

@@ -75,9 +75,12 @@ type fakeServer struct {
 	userData string
 }
 
-func newFakeAPI(t testing.TB) *fakeAPI {
+func newFakeAPI(t testing.TB) *fakeAPI { return newFakeAPIOf(t, cloudtest.NewFleet(t)) }
+
+// newFakeAPIOf is newFakeAPI with the servers' boxes served by fleet.
+func newFakeAPIOf(t testing.TB, fleet *cloudtest.Fleet) *fakeAPI {
 	f := &fakeAPI{
-		t: t, fleet: cloudtest.NewFleet(t), nextID: 100,
+		t: t, fleet: fleet, nextID: 100,
 		servers: map[int64]*fakeServer{}, keys: map[int64]schema.SSHKey{},
 		faults: map[string]*fault{}, capacity: map[string]string{},
 	}

@@ -32,21 +32,22 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/hetzner/hetznerspec"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 )
 
 // Name is the provider's registered name.
-const Name = "hetzner"
+const Name = hetznerspec.Name
 
 // TokenEnv is the environment variable holding the Hetzner Cloud API token.
-const TokenEnv = "HCLOUD_TOKEN"
+const TokenEnv = hetznerspec.TokenEnv
 
 // Defaults of the provider's options.
 const (
-	DefaultServerTypes = "cx23,cpx22,cx33"
-	DefaultLocations   = "fsn1,nbg1,hel1"
-	DefaultImage       = "debian-12"
-	DefaultBootTimeout = 10 * time.Minute
+	DefaultServerTypes = hetznerspec.DefaultServerTypes
+	DefaultLocations   = hetznerspec.DefaultLocations
+	DefaultImage       = hetznerspec.DefaultImage
+	DefaultBootTimeout = hetznerspec.DefaultBootTimeout
 )
 
 // Config is the Hetzner provider's typed configuration.
@@ -86,25 +87,9 @@ type Config struct {
 	ClientOptions []hcloud.ClientOption
 }
 
-var spec = provider.Spec{
-	Name:        Name,
-	Description: "a fresh Hetzner Cloud server per lease (token from HCLOUD_TOKEN)",
-	Kind:        provider.KindSSHLease,
-	Targets:     []provider.Target{provider.TargetLinux},
-	Features: []provider.Feature{
-		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
-	},
-	Coordinator: provider.CoordinatorSupported,
-	Options: slices.Concat([]provider.Option{
-		{Name: "server-type", Flag: "hetzner-server-type", Default: DefaultServerTypes,
-			Help: "server types to try in order, comma-separated (the next one when Hetzner has no capacity)"},
-		{Name: "location", Flag: "hetzner-location", Default: DefaultLocations,
-			Help: "locations to try in order, comma-separated"},
-		{Name: "image", Flag: "hetzner-image", Default: DefaultImage, Help: "system image"},
-	}, cloud.BoxOptions(Name, "owner label on servers", "server", DefaultBootTimeout), []provider.Option{
-		cloud.EndpointOption(Name, "Hetzner Cloud", ""),
-	}),
-}
+// spec is the provider's description, shared with the crabbox CLI
+// through hetznerspec.
+var spec = hetznerspec.Spec()
 
 // Provider is the registered Hetzner provider.
 type Provider struct{}

@@ -35,19 +35,20 @@ import (
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
+	"github.com/crabbox-dev/crabbox/providers/linode/linodespec"
 )
 
 // Name is the provider's registered name.
-const Name = "linode"
+const Name = linodespec.Name
 
 // TokenEnv is the environment variable holding the API token.
-const TokenEnv = "LINODE_TOKEN"
+const TokenEnv = linodespec.TokenEnv
 
 // Defaults of the provider's options.
 const (
-	DefaultTypes   = "g6-standard-1,g6-standard-2"
-	DefaultRegions = "eu-central,nl-ams,us-east"
-	DefaultImage   = "linode/debian12"
+	DefaultTypes   = linodespec.DefaultTypes
+	DefaultRegions = linodespec.DefaultRegions
+	DefaultImage   = linodespec.DefaultImage
 )
 
 // DefaultEndpoint is Linode's API.
@@ -56,11 +57,7 @@ const DefaultEndpoint = "https://" + linodego.APIHost + "/" + linodego.APIVersio
 // MaxTagLength is the longest tag Linode accepts.
 const MaxTagLength = 50
 
-var linodeCloud = tagcloud.Cloud{
-	Provider: Name, Name: "Linode", SizeWord: "Linode type", RegionWord: "region",
-	Sizes: DefaultTypes, Regions: DefaultRegions, Image: DefaultImage,
-	TokenEnv: TokenEnv, TokenHelp: "create a personal access token (Linodes read/write) in Cloud Manager",
-}
+var linodeCloud = linodespec.Cloud()
 
 // Config is the Linode provider's typed configuration.
 type Config struct {
@@ -90,7 +87,9 @@ type Config struct {
 	NoRetries bool
 }
 
-var spec = linodeCloud.ProviderSpec("instance", "akamai")
+// spec is the provider's description, shared with the crabbox CLI
+// through linodespec.
+var spec = linodespec.Spec()
 
 // Provider is the registered Linode provider.
 type Provider struct{}

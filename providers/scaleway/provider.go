@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -38,25 +37,26 @@ import (
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/scaleway/scalewayspec"
 )
 
 // Name is the provider's registered name.
-const Name = "scaleway"
+const Name = scalewayspec.Name
 
 // The environment variables holding the credentials (the SDK's own names).
 const (
-	AccessKeyEnv = "SCW_ACCESS_KEY"
-	SecretKeyEnv = "SCW_SECRET_KEY"
-	ProjectEnv   = "SCW_DEFAULT_PROJECT_ID"
+	AccessKeyEnv = scalewayspec.AccessKeyEnv
+	SecretKeyEnv = scalewayspec.SecretKeyEnv
+	ProjectEnv   = scalewayspec.ProjectEnv
 )
 
 // Defaults of the provider's options.
 const (
-	DefaultCommercialTypes = "DEV1-M,GP1-XS"
-	DefaultZones           = "fr-par-1,nl-ams-1,pl-waw-1"
-	DefaultImage           = "debian_bookworm"
-	DefaultDiskGB          = 20
-	DefaultBootTimeout     = 10 * time.Minute
+	DefaultCommercialTypes = scalewayspec.DefaultCommercialTypes
+	DefaultZones           = scalewayspec.DefaultZones
+	DefaultImage           = scalewayspec.DefaultImage
+	DefaultDiskGB          = scalewayspec.DefaultDiskGB
+	DefaultBootTimeout     = scalewayspec.DefaultBootTimeout
 )
 
 // Config is the Scaleway provider's typed configuration.
@@ -98,26 +98,9 @@ type Config struct {
 	MapAddress func(host string, port int) (string, int)
 }
 
-var spec = provider.Spec{
-	Name:        Name,
-	Description: "a fresh Scaleway Instance per lease (credentials from " + AccessKeyEnv + ", " + SecretKeyEnv + " and " + ProjectEnv + ")",
-	Kind:        provider.KindSSHLease,
-	Targets:     []provider.Target{provider.TargetLinux},
-	Features: []provider.Feature{
-		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
-	},
-	Coordinator: provider.CoordinatorSupported,
-	Options: slices.Concat([]provider.Option{
-		{Name: "commercial-type", Flag: "scaleway-commercial-type", Default: DefaultCommercialTypes,
-			Help: "Instance types with local storage to try in order, comma-separated (the next one when one is out of stock)"},
-		{Name: "zone", Flag: "scaleway-zone", Default: DefaultZones,
-			Help: "zones to try in order, comma-separated; list and cleanup search all", Locates: true},
-		{Name: "image", Flag: "scaleway-image", Default: DefaultImage, Help: "image label or ID"},
-		{Name: "disk-gb", Flag: "scaleway-disk-gb", Default: fmt.Sprint(DefaultDiskGB), Help: "root volume size in GB (local storage)"},
-	}, cloud.BoxOptions(Name, "owner tag on servers", "server", DefaultBootTimeout), []provider.Option{
-		cloud.EndpointOption(Name, "Scaleway", ""),
-	}),
-}
+// spec is the provider's description, shared with the crabbox CLI
+// through scalewayspec.
+var spec = scalewayspec.Spec()
 
 // Provider is the registered Scaleway provider.
 type Provider struct{}

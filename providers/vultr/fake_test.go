@@ -73,9 +73,12 @@ type fakeInstance struct {
 	ip       string
 }
 
-func newFakeAPI(t testing.TB) *fakeAPI {
+func newFakeAPI(t testing.TB) *fakeAPI { return newFakeAPIOf(t, cloudtest.NewFleet(t)) }
+
+// newFakeAPIOf is newFakeAPI with the instances' boxes served by fleet.
+func newFakeAPIOf(t testing.TB, fleet *cloudtest.Fleet) *fakeAPI {
 	f := &fakeAPI{
-		t: t, fleet: cloudtest.NewFleet(t), instances: map[string]*fakeInstance{},
+		t: t, fleet: fleet, instances: map[string]*fakeInstance{},
 		faults: map[string]*fault{}, soldOut: map[string]bool{},
 	}
 	srv := httptest.NewServer(f)

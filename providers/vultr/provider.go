@@ -35,21 +35,22 @@ import (
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/vultr/vultrspec"
 )
 
 // Name is the provider's registered name.
-const Name = "vultr"
+const Name = vultrspec.Name
 
 // APIKeyEnv is the environment variable holding the Vultr API key.
-const APIKeyEnv = "VULTR_API_KEY"
+const APIKeyEnv = vultrspec.APIKeyEnv
 
 // Defaults of the provider's options.
 const (
-	DefaultPlans   = "vc2-2c-4gb,vhf-2c-4gb"
-	DefaultRegions = "fra,ams,ewr"
+	DefaultPlans   = vultrspec.DefaultPlans
+	DefaultRegions = vultrspec.DefaultRegions
 	// DefaultOSID is Debian 12 x64.
-	DefaultOSID        = 2136
-	DefaultBootTimeout = 10 * time.Minute
+	DefaultOSID        = vultrspec.DefaultOSID
+	DefaultBootTimeout = vultrspec.DefaultBootTimeout
 )
 
 // Config is the Vultr provider's typed configuration.
@@ -90,24 +91,9 @@ type Config struct {
 	ClientOptions []func(*govultr.Client)
 }
 
-var spec = provider.Spec{
-	Name:        Name,
-	Description: "a fresh Vultr cloud compute instance per lease (API key from " + APIKeyEnv + ")",
-	Kind:        provider.KindSSHLease,
-	Targets:     []provider.Target{provider.TargetLinux},
-	Features: []provider.Feature{
-		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
-	},
-	Coordinator: provider.CoordinatorSupported,
-	Options: slices.Concat([]provider.Option{
-		{Name: "plan", Flag: "vultr-plan", Default: DefaultPlans,
-			Help: "plans to try in order, comma-separated (the next one when a region has none available)"},
-		{Name: "region", Flag: "vultr-region", Default: DefaultRegions, Help: "regions to try in order, comma-separated"},
-		{Name: "os-id", Flag: "vultr-os-id", Default: fmt.Sprint(DefaultOSID), Help: "operating system ID (2136 is Debian 12 x64; see GET /v2/os)"},
-	}, cloud.BoxOptions(Name, "owner tag on instances", "instance", DefaultBootTimeout), []provider.Option{
-		cloud.EndpointOption(Name, "Vultr", "scheme, host and port only"),
-	}),
-}
+// spec is the provider's description, shared with the crabbox CLI
+// through vultrspec.
+var spec = vultrspec.Spec()
 
 // Provider is the registered Vultr provider.
 type Provider struct{}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -235,7 +236,7 @@ func (b Bootstrap) Script() (string, error) {
 		ports[i] = strconv.Itoa(p)
 	}
 	var out strings.Builder
-	err = scriptTemplate.Execute(&out, map[string]any{
+	err = scriptTemplate().Execute(&out, map[string]any{
 		"User":          b.User,
 		"WorkRoot":      b.WorkRoot,
 		"Ports":         strings.Join(ports, " "),
@@ -333,7 +334,14 @@ const (
 	hostKeyEOF       = "CRABBOX_HOST_KEY"
 )
 
-var scriptTemplate = template.Must(template.New("bootstrap").Parse(`#!/bin/sh
+// scriptTemplate is parsed on first use, not at start: every command of
+// the crabbox CLI links this package (for the clouds' Specs), and few of
+// them render a bootstrap.
+var scriptTemplate = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("bootstrap").Parse(scriptSource))
+})
+
+const scriptSource = `#!/bin/sh
 # crabbox box bootstrap: rendered by the crabbox client, run once as root
 # (by cloud-init on the first boot). It turns a fresh Linux image into a box.
 set -eu
@@ -584,4 +592,4 @@ step='start sshd'
 start_sshd
 log "ready: sshd ($restarted) on ports $CRABBOX_PORTS"
 end_output_log
-`))
+`

@@ -12,12 +12,19 @@
 // 192.0.2.0/24, 198.51.100.0/24 and 203.0.113.0/24, never dialled) and
 // maps each address and SSH port of the user data to where its box really
 // listens: providers take Fleet.MapAddress as their address mapper.
+//
+// A loopback fleet (NewLoopbackFleet) needs no mapper, for a provider that
+// runs in another process (its provider program, crabbox-provider-<name>):
+// its addresses are distinct loopback addresses (127.a.b.c), and each box
+// listens on its address at the SSH port of its user data, as a real box
+// does on its public address.
 package cloudtest
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -50,11 +57,13 @@ type Box struct {
 // box it describes on a fresh loopback port. It creates the work root if
 // it does not exist. log may be nil. Close the box to stop it.
 func StartBox(userData string, log *slog.Logger) (*Box, error) {
-	return startBox(userData, log, "")
+	return startBox(userData, log, "", "")
 }
 
-// startBox is StartBox with sshd's banner (empty for none).
-func startBox(userData string, log *slog.Logger, banner string) (*Box, error) {
+// startBox is StartBox with sshd's banner (empty for none), listening on
+// a fresh port of 127.0.0.1 when host is empty, else on host at the first
+// of the user data's SSH ports it can listen on.
+func startBox(userData string, log *slog.Logger, banner, host string) (*Box, error) {
 	bs, err := cloud.ParseUserData(userData)
 	if err != nil {
 		return nil, fmt.Errorf("fake box: %w", err)
@@ -81,16 +90,34 @@ func startBox(userData string, log *slog.Logger, banner string) (*Box, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fake box: %w", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := listen(host, portsOf(bs))
 	if err != nil {
-		return nil, fmt.Errorf("fake box: listen: %w", err)
+		return nil, fmt.Errorf("fake box: %w", err)
 	}
-	b := &Box{Bootstrap: bs, Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, srv: srv, served: make(chan struct{})}
+	addr := l.Addr().(*net.TCPAddr)
+	b := &Box{Bootstrap: bs, Host: addr.IP.String(), Port: addr.Port, srv: srv, served: make(chan struct{})}
 	go func() {
 		defer close(b.served)
 		b.err = srv.Serve(l)
 	}()
 	return b, nil
+}
+
+// listen listens on a fresh port of 127.0.0.1 when host is empty, else on
+// host at the first of ports that is free.
+func listen(host string, ports []int) (net.Listener, error) {
+	if host == "" {
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+	var errs []error
+	for _, p := range ports {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(p)))
+		if err == nil {
+			return l, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("listen on %s at none of the SSH ports %v: %w", host, ports, errors.Join(errs...))
 }
 
 // Addr is the box's real address, host:port.
@@ -132,6 +159,9 @@ type Fleet struct {
 	next    int
 	closed  string // an address where nothing listens
 	banner  string // served by boxes booted from now on (FailBootstrap)
+
+	loopback bool            // addresses are loopback addresses, boxes listen there
+	issued   map[string]bool // the loopback addresses handed out
 }
 
 // IgnoreGoroutines are the goleak options for the goroutines of a fake
@@ -169,6 +199,31 @@ func NewFleet(t testing.TB) *Fleet {
 	return f
 }
 
+// NewLoopbackFleet returns an empty loopback fleet, whose boxes are all
+// stopped when the test ends: NewAddress hands out distinct, random
+// addresses of 127.0.0.0/8 other than 127.0.0.1, and a box listens on its
+// address at the first SSH port of its user data that is free there (2222
+// by default), so a provider in another process reaches it without an
+// address mapper. Block has no effect on it. Call CheckLoopback first to
+// skip where the system routes only 127.0.0.1.
+func NewLoopbackFleet(t testing.TB) *Fleet {
+	t.Helper()
+	f := NewFleet(t)
+	f.loopback, f.issued = true, map[string]bool{}
+	return f
+}
+
+// CheckLoopback reports whether this system serves every address of
+// 127.0.0.0/8 on loopback, as Linux does (macOS and Windows serve only
+// 127.0.0.1 unless configured), which a loopback fleet needs.
+func CheckLoopback() error {
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		return fmt.Errorf("loopback fleet: this system does not serve 127.0.0.2 on loopback: %w", err)
+	}
+	return l.Close()
+}
+
 var fakeNets = []string{"192.0.2.", "198.51.100.", "203.0.113."}
 
 // NewAddress returns a fresh fake public IPv4 address with no box yet.
@@ -179,6 +234,17 @@ func (f *Fleet) NewAddress() string {
 }
 
 func (f *Fleet) newAddressLocked() string {
+	if f.loopback {
+		// Random, so that concurrent test processes' boxes do not meet at
+		// one address and port.
+		for {
+			ip := fmt.Sprintf("127.%d.%d.%d", rand.IntN(256), rand.IntN(256), 2+rand.IntN(253))
+			if !f.issued[ip] {
+				f.issued[ip] = true
+				return ip
+			}
+		}
+	}
 	n := f.next
 	f.next++
 	return fmt.Sprintf("%s%d", fakeNets[(n/254)%len(fakeNets)], n%254+1)
@@ -188,9 +254,18 @@ func (f *Fleet) newAddressLocked() string {
 // (NewAddress), replacing any box there.
 func (f *Fleet) Boot(ip, userData string) error {
 	f.mu.Lock()
-	banner := f.banner
+	banner, host := f.banner, ""
+	if f.loopback {
+		host = ip
+	}
 	f.mu.Unlock()
-	b, err := startBox(userData, f.log, banner)
+	if old := f.Box(ip); old != nil && host != "" {
+		// The new box listens where the old one did.
+		if err := f.Halt(ip); err != nil {
+			return err
+		}
+	}
+	b, err := startBox(userData, f.log, banner, host)
 	if err != nil {
 		return err
 	}

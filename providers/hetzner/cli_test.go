@@ -1,0 +1,53 @@
+package hetzner_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/crabbox-dev/crabbox/internal/clitest"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
+)
+
+// TestInstalledCLI runs the provider as a user does: the crabbox command
+// and crabbox-provider-hetzner built and installed side by side, `crabbox
+// run --provider hetzner` against the fake API, with the provider in its
+// own process. The fake's servers are reachable for real (a loopback fleet:
+// every server its own 127.x.y.z address, sshd on port 2222 there), since
+// no Go hook reaches into the provider program.
+func TestInstalledCLI(t *testing.T) {
+	if err := cloudtest.CheckLoopback(); err != nil {
+		t.Skip(err)
+	}
+	bin := cloudtest.Install(t, "hetzner")
+	api := newFakeAPIOf(t, cloudtest.NewLoopbackFleet(t))
+	run := clitest.Command(filepath.Join(bin, cloudtest.Exe("crabbox")), append(clitest.StateEnv(t),
+		cloudtest.PathWith(bin), "HCLOUD_TOKEN="+testToken))
+	flags := []string{"--provider", "hetzner", "--hetzner-endpoint", api.URL, "--hetzner-work-root", t.TempDir()}
+
+	t.Run("one-shot run", func(t *testing.T) {
+		repo := clitest.GitRepo(t)
+		r := run(t, repo, append(append([]string{"run"}, flags...), "--", "sh", "-c", "cat committed.txt untracked.txt; echo to-stderr >&2; exit 7")...)
+		if r.Code != 7 || r.Stdout != "committed\nuntracked\n" || !strings.Contains(r.Stderr, "to-stderr\n") {
+			t.Errorf("run: exit %d, stdout %q, stderr %q; want 7, both files, and the command's stderr", r.Code, r.Stdout, r.Stderr)
+		}
+		if events := events(api); !containsInOrder(events, "create server", "delete server") {
+			t.Errorf("fake API events %q: want the server created, then deleted at release", events)
+		}
+		checkEmpty(t, api)
+	})
+	t.Run("warm lease", func(t *testing.T) {
+		clitest.DelegatedWarmLease(t, run, "hetzner", flags...)
+		checkEmpty(t, api)
+	})
+}
+
+// containsInOrder reports whether events has each of want, in this order.
+func containsInOrder(events []string, want ...string) bool {
+	for _, e := range events {
+		if len(want) > 0 && strings.HasPrefix(e, want[0]) {
+			want = want[1:]
+		}
+	}
+	return len(want) == 0
+}
