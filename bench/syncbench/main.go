@@ -3,7 +3,7 @@
 // Command syncbench measures crabbox's sync against rsync and tar over ssh,
 // side by side on one machine, as DESIGN.md's "Performance targets" ask.
 //
-//	go run ./bench/syncbench [-files 20000] [-runs 5] [-seed 1] [-curve 20000,100000,200000] [-compare BIN] [-first-only]
+//	go run ./bench/syncbench [-files 20000] [-runs 5] [-seed 1] [-curve 20000,100000,200000] [-compare BIN] [-first-only | -loop-only]
 //
 // It starts its own OpenSSH sshd on a free 127.0.0.1 port with generated
 // keys, builds a synthetic git checkout of -files files, builds crabbox and
@@ -22,8 +22,13 @@
 //
 // To weigh a change to the first sync, -compare BIN times the first full
 // sync of another crabbox binary too (a build of the commit before, say),
-// taking turns with the others, and reports this build against it;
-// -first-only stops after the first full sync. Everything it
+// taking turns with the others, and reports this build against it, and
+// the same for the no-op resync, the incremental resync and the no-op run
+// (into a warm lease of its own); -first-only stops after the first full
+// sync. -loop-only times only the warm loop of issue 37 (no-op resync,
+// incremental resync and no-op run, after one untimed first sync; no
+// curve), which is quick enough to repeat. Every ratio is shown with the
+// range of the ratios of the runs taken side by side. Everything it
 // creates lives in one directory under os.TempDir (set TMPDIR=/dev/shm to put
 // it on tmpfs), removed with sshd killed on exit and on Ctrl-C. It installs
 // nothing: sshd, ssh, rsync, tar and git must be present. Only 127.0.0.1 is
@@ -45,6 +50,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -71,13 +77,14 @@ func main() {
 	curve := flag.String("curve", "20000,100000,200000", "comma-separated checkout sizes of the tree-size curve (\"\" for none)")
 	flag.StringVar(&cfg.compare, "compare", "", "another crabbox binary whose first full sync is timed too, for an A/B comparison")
 	flag.BoolVar(&cfg.firstOnly, "first-only", false, "time the first full sync only (no resyncs, no curve)")
+	flag.BoolVar(&cfg.loopOnly, "loop-only", false, "time the warm loop only: no-op resync, incremental resync and no-op run, after one untimed first sync (no curve)")
 	flag.Parse()
 	var err error
-	if cfg.curve, err = parseSizes(*curve); err != nil || cfg.files < 20 || cfg.runs < 1 || flag.NArg() != 0 {
+	if cfg.curve, err = parseSizes(*curve); err != nil || cfg.files < 20 || cfg.runs < 1 || flag.NArg() != 0 || cfg.firstOnly && cfg.loopOnly {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "syncbench: -curve:", err)
 		}
-		fmt.Fprintln(os.Stderr, "usage: syncbench [-files N>=20] [-runs N>=1] [-seed N] [-curve N,N,...] [-compare BIN] [-first-only] [-v]")
+		fmt.Fprintln(os.Stderr, "usage: syncbench [-files N>=20] [-runs N>=1] [-seed N] [-curve N,N,...] [-compare BIN] [-first-only | -loop-only] [-v]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -102,6 +109,7 @@ type config struct {
 	login       string
 	compare     string // another crabbox binary to time the first sync of
 	firstOnly   bool
+	loopOnly    bool // time the warm loop only
 }
 
 // benchAccount is the account root's benchmark logs in as.
@@ -170,8 +178,13 @@ type bench struct {
 	sshArgs  []string
 	login    string // user@127.0.0.1
 	specs    []fileSpec
-	mutation int // mutations applied so far
+	mutation int        // mutations applied so far
+	other    *warmLease // the -compare build's lease in the warm loop; nil for none
 }
+
+// warmLease is a crabbox binary's lease on the benchmark's sshd, kept
+// between runs.
+type warmLease struct{ bin, state, workRoot, id string }
 
 func run(ctx context.Context, cfg config) (err error) {
 	if err := checkRequirements(); err != nil {
@@ -185,7 +198,7 @@ func run(ctx context.Context, cfg config) (err error) {
 			return fmt.Errorf("-compare: %w", err)
 		}
 	}
-	if cfg.firstOnly {
+	if cfg.firstOnly || cfg.loopOnly {
 		cfg.curve = nil
 	}
 	repo, err := moduleRoot()
@@ -433,16 +446,18 @@ func (r *row) add(s sample) {
 	r.cpu = append(r.cpu, s.cpu)
 }
 
-// alternate runs first and second, in that order on even runs i and the
-// other way round on odd ones, so that neither tool always goes first.
-func alternate(i int, first, second func() error) error {
-	if i%2 == 1 {
-		first, second = second, first
+// rotate runs each of tools once, in order from the (i mod n)th, so that
+// over successive runs i each tool goes first in turn; nil tools are
+// left out. With two tools: in order on even i, the other way round on
+// odd ones.
+func rotate(i int, tools ...func() error) error {
+	tools = slices.DeleteFunc(slices.Clone(tools), func(f func() error) bool { return f == nil })
+	for k := range tools {
+		if err := tools[(i+k)%len(tools)](); err != nil {
+			return err
+		}
 	}
-	if err := first(); err != nil {
-		return err
-	}
-	return second()
+	return nil
 }
 
 // medianPhases is the timing report of the crabbox run with the median time.
@@ -464,7 +479,11 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 	compared := row{scenario: "first full sync", baseline: "-compare build"}
 	noop := row{scenario: "no-op resync", baseline: "rsync -a --delete", target: 6}
 	incr := row{scenario: incrementalScenario, baseline: "rsync -a --delete", target: 4}
-	noopRun := row{scenario: "no-op run -- true", baseline: "rsync && ssh true", target: 10}
+	noopRun := row{scenario: "no-op run -- true", baseline: "rsync && ssh true", target: 12}
+	// The -compare build in the warm loop: this build's times against it.
+	noopVs := row{scenario: "no-op resync", baseline: "-compare build"}
+	incrVs := row{scenario: incrementalScenario, baseline: "-compare build"}
+	noopRunVs := row{scenario: "no-op run -- true", baseline: "-compare build"}
 
 	var state, workRoot, rsyncDest, id string
 	// The floor of any sync through sshd into the box's tar: the archive
@@ -477,7 +496,19 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 	}
 	defer os.Remove(archive)
 	fmt.Fprintln(os.Stderr, "first full sync")
-	for i := range b.cfg.runs {
+	runs := b.cfg.runs
+	if b.cfg.loopOnly {
+		// One first sync of each, untimed, for the warm loop to start from.
+		runs = 0
+		state, workRoot, rsyncDest = filepath.Join(b.base, "state0"), filepath.Join(b.remote, "crabbox0"), filepath.Join(b.remote, "rsync0")
+		if _, err := b.firstSync(ctx, b.crabbox, state, workRoot); err != nil {
+			return nil, err
+		}
+		if _, err := b.timed(ctx, "rsync", b.rsyncArgs(rsyncDest)...); err != nil {
+			return nil, err
+		}
+	}
+	for i := range runs {
 		last := i == b.cfg.runs-1
 		state = filepath.Join(b.base, fmt.Sprintf("state%d", i))
 		workRoot = filepath.Join(b.remote, fmt.Sprintf("crabbox%d", i))
@@ -541,9 +572,12 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 			os.RemoveAll(rsyncDest)
 		}
 	}
-	first := []row{full, tar, floor}
-	if b.cfg.compare != "" {
-		first = append(first, compared)
+	var first []row
+	if !b.cfg.loopOnly {
+		first = []row{full, tar, floor}
+		if b.cfg.compare != "" {
+			first = append(first, compared)
+		}
 	}
 	if b.cfg.firstOnly {
 		return first, nil
@@ -552,23 +586,67 @@ func (b *bench) measure(ctx context.Context) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	var vs [3]*row // the -compare build's rows, nil without one
+	if b.cfg.compare != "" {
+		if b.other, err = b.warmCompare(ctx); err != nil {
+			return nil, err
+		}
+		vs = [3]*row{&noopVs, &incrVs, &noopRunVs}
+	}
 
 	fmt.Fprintln(os.Stderr, "no-op resync")
-	if err := b.resyncs(ctx, &noop, state, workRoot, id, rsyncDest, false); err != nil {
+	if err := b.resyncs(ctx, &noop, vs[0], state, workRoot, id, rsyncDest, false); err != nil {
 		return nil, err
 	}
 	fmt.Fprintln(os.Stderr, "incremental resync")
-	if err := b.resyncs(ctx, &incr, state, workRoot, id, rsyncDest, true); err != nil {
+	if err := b.resyncs(ctx, &incr, vs[1], state, workRoot, id, rsyncDest, true); err != nil {
 		return nil, err
 	}
 	fmt.Fprintln(os.Stderr, "no-op run")
-	if err := b.noopRuns(ctx, &noopRun, state, workRoot, id, rsyncDest); err != nil {
+	if err := b.noopRuns(ctx, &noopRun, vs[2], state, workRoot, id, rsyncDest); err != nil {
 		return nil, err
 	}
 	if err := b.verify(ctx, state, workRoot, id, rsyncDest); err != nil {
 		return nil, err
 	}
-	return append(first, noop, incr, noopRun), nil
+	rows := append(first, noop, incr, noopRun)
+	if b.cfg.compare != "" {
+		rows = append(rows, noopVs, incrVs, noopRunVs)
+	}
+	return rows, nil
+}
+
+// warmCompare gives the -compare build a lease of its own with the
+// checkout synced (untimed), for the warm loop.
+func (b *bench) warmCompare(ctx context.Context) (*warmLease, error) {
+	l := &warmLease{bin: b.cfg.compare, state: filepath.Join(b.base, "compare-warm-state"), workRoot: filepath.Join(b.remote, "compare-warm")}
+	if _, err := b.firstSync(ctx, l.bin, l.state, l.workRoot); err != nil {
+		return nil, fmt.Errorf("-compare build: %w", err)
+	}
+	c := *b
+	c.crabbox = l.bin
+	id, err := c.leaseID(ctx, l.state, l.workRoot)
+	if err != nil {
+		return nil, fmt.Errorf("-compare build: %w", err)
+	}
+	l.id = id
+	return l, nil
+}
+
+// otherTool is the -compare build's turn in a warm-loop round: crabbox
+// with args (after "--id ID") into its own lease, its time added to vs as
+// the baseline. Nil when there is no -compare build.
+func (b *bench) otherTool(ctx context.Context, vs *row, args ...string) func() error {
+	if b.other == nil || vs == nil {
+		return nil
+	}
+	return func() error {
+		c := *b
+		c.crabbox = b.other.bin
+		s, err := c.timedCrabEnv(ctx, b.other.state, b.other.workRoot, append([]string{"run", "--id", b.other.id}, args...)...)
+		vs.base = append(vs.base, s.d)
+		return err
+	}
 }
 
 // firstSync times the crabbox binary bin's first sync of the checkout into
@@ -588,8 +666,8 @@ const incrementalScenario = "incremental (10 edited in place, 1 new, 1 deleted)"
 
 // resyncs times -runs crabbox syncs and rsyncs into the lease id and
 // rsyncDest, after applying a mutation to the checkout before each pair
-// when mutate is set.
-func (b *bench) resyncs(ctx context.Context, r *row, state, workRoot, id, rsyncDest string, mutate bool) error {
+// when mutate is set; with a -compare build, its syncs too, into vs.
+func (b *bench) resyncs(ctx context.Context, r, vs *row, state, workRoot, id, rsyncDest string, mutate bool) error {
 	for i := range b.cfg.runs {
 		if mutate {
 			b.mutation++
@@ -599,15 +677,18 @@ func (b *bench) resyncs(ctx context.Context, r *row, state, workRoot, id, rsyncD
 				return err
 			}
 		}
-		err := alternate(i, func() error {
+		err := rotate(i, func() error {
 			s, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--sync-only", "--quiet")
 			r.add(s)
+			if vs != nil {
+				vs.add(s)
+			}
 			return err
 		}, func() error {
 			d, err := b.timed(ctx, "rsync", b.rsyncArgs(rsyncDest)...)
 			r.base = append(r.base, d)
 			return err
-		})
+		}, b.otherTool(ctx, vs, "--sync-only", "--quiet"))
 		if err != nil {
 			return err
 		}
@@ -616,19 +697,22 @@ func (b *bench) resyncs(ctx context.Context, r *row, state, workRoot, id, rsyncD
 }
 
 // noopRuns times -runs crabbox runs of true and rsyncs followed by ssh
-// true.
-func (b *bench) noopRuns(ctx context.Context, r *row, state, workRoot, id, rsyncDest string) error {
+// true; with a -compare build, its runs too, into vs.
+func (b *bench) noopRuns(ctx context.Context, r, vs *row, state, workRoot, id, rsyncDest string) error {
 	both := shellJoin(append([]string{"rsync"}, b.rsyncArgs(rsyncDest)...)) + " && ssh " + shellJoin(b.sshArgs) + " " + shellQuote(b.login) + " true"
 	for i := range b.cfg.runs {
-		err := alternate(i, func() error {
+		err := rotate(i, func() error {
 			s, err := b.timedCrabEnv(ctx, state, workRoot, "run", "--id", id, "--quiet", "--", "true")
 			r.add(s)
+			if vs != nil {
+				vs.add(s)
+			}
 			return err
 		}, func() error {
 			d, err := b.timed(ctx, "sh", "-c", both)
 			r.base = append(r.base, d)
 			return err
-		})
+		}, b.otherTool(ctx, vs, "--quiet", "--", "true"))
 		if err != nil {
 			return err
 		}
@@ -679,10 +763,10 @@ func (b *bench) curvePoint(ctx context.Context, n int) (curvePoint, error) {
 	if err != nil {
 		return pt, err
 	}
-	if err := c.noopRuns(ctx, &pt.noopRun, state, workRoot, id, rsyncDest); err != nil {
+	if err := c.noopRuns(ctx, &pt.noopRun, nil, state, workRoot, id, rsyncDest); err != nil {
 		return pt, err
 	}
-	if err := c.resyncs(ctx, &pt.incremental, state, workRoot, id, rsyncDest, true); err != nil {
+	if err := c.resyncs(ctx, &pt.incremental, nil, state, workRoot, id, rsyncDest, true); err != nil {
 		return pt, err
 	}
 	return pt, c.verify(ctx, state, workRoot, id, rsyncDest)
@@ -814,6 +898,20 @@ func median(ds []time.Duration) time.Duration {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// pairedRange is the range of the ratios base[i]/crabbox[i] of runs taken
+// side by side, " (7.4-9.4)", or "" when the runs do not pair up.
+func pairedRange(crabbox, base []time.Duration) string {
+	if len(crabbox) == 0 || len(crabbox) != len(base) {
+		return ""
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i, c := range crabbox {
+		q := float64(base[i]) / float64(c)
+		lo, hi = min(lo, q), max(hi, q)
+	}
+	return fmt.Sprintf(" (%.2f-%.2f)", lo, hi)
+}
+
 // span is a median with the range it comes from: "84ms (79-92)".
 func span(ds []time.Duration) string {
 	if len(ds) == 0 {
@@ -839,7 +937,8 @@ func rssSpan(rss []int64) string {
 }
 
 func printTable(w io.Writer, cfg config, rows []row) {
-	fmt.Fprintf(w, "\nsyncbench: %d files, median (min-max) of %d runs, OpenSSH sshd on 127.0.0.1\n\n", cfg.files, cfg.runs)
+	fmt.Fprintf(w, "\nsyncbench: %d files, median (min-max) of %d runs, OpenSSH sshd on 127.0.0.1\n", cfg.files, cfg.runs)
+	fmt.Fprintf(w, "RATIO: baseline's median / crabbox's median (min-max of the runs' ratios, each run's tools side by side)\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tVS\tCRABBOX\tBASELINE\tRATIO\tTARGET\tMET")
 	for _, r := range rows {
@@ -856,21 +955,25 @@ func printTable(w io.Writer, cfg config, rows []row) {
 		if r.note != "" {
 			target += " (" + r.note + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fx\t%s\t%s\n", r.scenario, r.baseline, span(r.crabbox), span(r.base), ratio, target, met)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fx%s\t%s\t%s\n", r.scenario, r.baseline, span(r.crabbox), span(r.base), ratio, pairedRange(r.crabbox, r.base), target, met)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "\nfloor: the archive of the checkout, made beforehand (untimed), sent with ssh -c aes128-gcm@openssh.com")
-	fmt.Fprintln(w, "(crabbox's cipher) into tar -x -b 128 (the records crabbox has the box's GNU tar read): what moving the")
-	fmt.Fprintln(w, "bytes through sshd into the box's tar costs, with nothing listed, read or hashed: a first sync through")
-	fmt.Fprintln(w, "sshd into tar cannot be faster")
+	if !cfg.loopOnly {
+		fmt.Fprintln(w, "\nfloor: the archive of the checkout, made beforehand (untimed), sent with ssh -c aes128-gcm@openssh.com")
+		fmt.Fprintln(w, "(crabbox's cipher) into tar -x -b 128 (the records crabbox has the box's GNU tar read): what moving the")
+		fmt.Fprintln(w, "bytes through sshd into the box's tar costs, with nothing listed, read or hashed: a first sync through")
+		fmt.Fprintln(w, "sshd into tar cannot be faster")
+	}
 	if cfg.compare != "" {
-		fmt.Fprintf(w, "\n-compare build: %s; a ratio above 1 means this build's first sync is faster\n", cfg.compare)
+		fmt.Fprintf(w, "\n-compare build: %s; a ratio above 1 means this build is faster\n", cfg.compare)
 	}
 	fmt.Fprintf(w, "\ncrabbox's own timing (--timing-json, ms) of its median run:\n")
-	for i, r := range rows {
-		if i > 0 && rows[i-1].scenario == r.scenario {
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.scenario] {
 			continue
 		}
+		seen[r.scenario] = true
 		fmt.Fprintf(w, "  %-52s %s\n", r.scenario, r.medianPhases())
 	}
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -170,15 +171,55 @@ func TestSpan(t *testing.T) {
 	}
 }
 
-func TestAlternate(t *testing.T) {
+func TestRotate(t *testing.T) {
 	var order []string
+	tool := func(name string) func() error {
+		return func() error { order = append(order, name); return nil }
+	}
 	for i := range 3 {
-		if err := alternate(i, func() error { order = append(order, "a"); return nil }, func() error { order = append(order, "b"); return nil }); err != nil {
+		if err := rotate(i, tool("a"), tool("b")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if want := []string{"a", "b", "b", "a", "a", "b"}; !slices.Equal(order, want) {
-		t.Errorf("order = %v, want %v", order, want)
+		t.Errorf("two tools: order = %v, want %v", order, want)
+	}
+	order = nil
+	for i := range 3 {
+		if err := rotate(i, tool("a"), nil, tool("b"), tool("c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"a", "b", "c", "b", "c", "a", "c", "a", "b"}; !slices.Equal(order, want) {
+		t.Errorf("three tools and a nil one: order = %v, want %v", order, want)
+	}
+	order = nil
+	stop := errors.New("stop")
+	if err := rotate(0, tool("a"), func() error { return stop }, tool("c")); !errors.Is(err, stop) || !slices.Equal(order, []string{"a"}) {
+		t.Errorf("a failing tool: err %v, ran %v; want the error and nothing after it", err, order)
+	}
+}
+
+func TestPairedRange(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	for _, c := range []struct {
+		crabbox, base []time.Duration
+		want          string
+	}{
+		{ms(100, 200, 50), ms(740, 1000, 400), " (5.00-8.00)"},
+		{ms(10), ms(25), " (2.50-2.50)"},
+		{nil, nil, ""},
+		{ms(10, 20), ms(30), ""},
+	} {
+		if got := pairedRange(c.crabbox, c.base); got != c.want {
+			t.Errorf("pairedRange(%v, %v) = %q, want %q", c.crabbox, c.base, got, c.want)
+		}
 	}
 }
 
