@@ -3,8 +3,10 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	gosync "sync"
@@ -508,5 +510,41 @@ func TestDelegatedIdleCountsFromReady(t *testing.T) {
 	}
 	if _, err := s.ResolveDelegated(context.Background(), b, c.ID); err != nil {
 		t.Errorf("ResolveDelegated of a lease just warmed up: %v", err)
+	}
+}
+
+// refusing is a backend whose provider refuses its configuration where it
+// runs (a provider program without its token), and which must never be
+// asked for a box.
+type refusing struct {
+	provider.SSHLeaseBackend
+	acquired bool
+}
+
+var errNoToken = fmt.Errorf("fake provider: TOKEN is not set: %w", provider.ErrUnauthenticated)
+
+func (b *refusing) CheckConfig(context.Context) error { return errNoToken }
+
+func (b *refusing) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	b.acquired = true
+	return b.SSHLeaseBackend.Acquire(ctx, req)
+}
+
+// A configuration the provider refuses fails the acquire with the
+// provider's words before anything is recorded: no claim, no key, no box.
+func TestAcquireRefusedConfigLeavesNothing(t *testing.T) {
+	s, b := openStore(t), &refusing{SSHLeaseBackend: newLocal(t, clockwork.NewRealClock())}
+	_, err := s.Acquire(context.Background(), b, lease.Terms{})
+	if !errors.Is(err, provider.ErrUnauthenticated) || !strings.Contains(err.Error(), "TOKEN is not set") {
+		t.Fatalf("Acquire = %v, want the provider's refusal", err)
+	}
+	if b.acquired {
+		t.Error("the provider was asked for a box")
+	}
+	if claims, _ := s.List(); len(claims) != 0 {
+		t.Errorf("claims left: %+v", claims)
+	}
+	if keys, _ := filepath.Glob(filepath.Join(s.Dir(), "keys", "*")); len(keys) != 0 {
+		t.Errorf("keys left: %v", keys)
 	}
 }

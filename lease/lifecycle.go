@@ -46,6 +46,11 @@ type Terms struct {
 // the claim failed when that release fails too, so cleanup can finish it.
 func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Terms) (Grant, error) {
 	spec := b.Spec()
+	if cc, ok := b.(provider.ConfigChecker); ok {
+		if err := cc.CheckConfig(ctx); err != nil {
+			return Grant{}, fmt.Errorf("acquire %s lease: %w", spec.Name, err)
+		}
+	}
 	key, err := NewKey()
 	if err != nil {
 		return Grant{}, err

@@ -421,6 +421,17 @@ type CleanupBackend interface {
 	Cleanup(ctx context.Context, req CleanupRequest) ([]CleanupDecision, error)
 }
 
+// ConfigChecker is a backend whose configuration is checked where the
+// provider runs rather than in Configure: a provider served by its own
+// program (external.Plugin), whose Configure runs nothing. The library
+// calls CheckConfig before it records a new lease, so that a setting the
+// provider refuses (a missing token) fails the acquire with the
+// provider's own message and leaves nothing behind.
+type ConfigChecker interface {
+	Backend
+	CheckConfig(ctx context.Context) error
+}
+
 // DoctorBackend runs cheap, non-mutating readiness checks.
 type DoctorBackend interface {
 	Backend

@@ -114,7 +114,7 @@ func (c *core) Doctor(ctx context.Context) ([]provider.Check, error) {
 // in the provider's words.
 func (c *core) pluginDoctor(ctx context.Context) []provider.Check {
 	checks := []provider.Check{{Name: "program", OK: true, Detail: c.prog.path}}
-	resp, err := c.prog.call(ctx, Request{Operation: OpDoctor})
+	resp, err := c.call(ctx, Request{Operation: OpDoctor})
 	if err != nil {
 		detail := err.Error()
 		if resp.Error != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -208,5 +209,26 @@ func TestServeUnknownLease(t *testing.T) {
 	gone := provider.LeaseTarget{LeaseID: "cbx_ffffffffffff", Slug: "gone-crab"}
 	if err := b.ReleaseLease(context.Background(), provider.ReleaseRequest{Lease: gone}); err != nil {
 		t.Fatalf("ReleaseLease of an unknown lease: %v", err)
+	}
+}
+
+// A setting the provider refuses in its program is the provider's own
+// message from CheckConfig, which the library asks before it records a
+// lease; a good configuration passes.
+func TestPluginCheckConfig(t *testing.T) {
+	installPlugin(t)
+	srv := testsshd.Start(t)
+	p := external.Plugin(sshp.Provider{}.Spec(), "crabbox-provider-ssh")
+	good := pluginConfig(t, srv)
+	bad := maps.Clone(good)
+	bad["key"] = filepath.Join(t.TempDir(), "missing")
+	b := configurePlugin(t, p, bad, t.TempDir())
+	err := b.(provider.ConfigChecker).CheckConfig(context.Background())
+	if err == nil || !strings.HasPrefix(err.Error(), "ssh provider: key file") {
+		t.Fatalf("CheckConfig with a missing key file = %v, want the ssh provider's own message", err)
+	}
+	b = configurePlugin(t, p, good, t.TempDir())
+	if err := b.(provider.ConfigChecker).CheckConfig(context.Background()); err != nil {
+		t.Fatalf("CheckConfig of a good configuration: %v", err)
 	}
 }
