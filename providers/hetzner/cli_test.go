@@ -1,7 +1,6 @@
 package hetzner_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,21 +15,12 @@ import (
 // every server its own 127.x.y.z address, sshd on port 2222 there), since
 // no Go hook reaches into the provider program.
 func TestInstalledCLI(t *testing.T) {
-	if err := cloudtest.CheckLoopback(); err != nil {
-		t.Skip(err)
-	}
-	bin := cloudtest.Install(t, "hetzner")
+	run := cloudtest.InstalledCLI(t, "hetzner", "HCLOUD_TOKEN="+testToken)
 	api := newFakeAPIOf(t, cloudtest.NewLoopbackFleet(t))
-	run := clitest.Command(filepath.Join(bin, cloudtest.Exe("crabbox")), append(clitest.StateEnv(t),
-		cloudtest.PathWith(bin), "HCLOUD_TOKEN="+testToken))
 	flags := []string{"--provider", "hetzner", "--hetzner-endpoint", api.URL, "--hetzner-work-root", t.TempDir()}
 
 	t.Run("one-shot run", func(t *testing.T) {
-		repo := clitest.GitRepo(t)
-		r := run(t, repo, append(append([]string{"run"}, flags...), "--", "sh", "-c", "cat committed.txt untracked.txt; echo to-stderr >&2; exit 7")...)
-		if r.Code != 7 || r.Stdout != "committed\nuntracked\n" || !strings.Contains(r.Stderr, "to-stderr\n") {
-			t.Errorf("run: exit %d, stdout %q, stderr %q; want 7, both files, and the command's stderr", r.Code, r.Stdout, r.Stderr)
-		}
+		cloudtest.OneShot(t, run, flags...)
 		if events := events(api); !containsInOrder(events, "create server", "delete server") {
 			t.Errorf("fake API events %q: want the server created, then deleted at release", events)
 		}

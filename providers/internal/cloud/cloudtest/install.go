@@ -6,8 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/crabbox-dev/crabbox/internal/clitest"
 )
 
 // Module is the crabbox module's path, whose commands Install builds.
@@ -52,4 +55,30 @@ func Exe(name string) string {
 		return name + ".exe"
 	}
 	return name
+}
+
+// InstalledCLI prepares an end-to-end test of the installed crabbox
+// against a fake cloud served by a loopback fleet: it skips t where such a
+// fleet cannot run (CheckLoopback), installs crabbox and the provider
+// program of name (Install), and returns a runner of that crabbox with a
+// fresh state, its directory first on PATH and env.
+func InstalledCLI(t *testing.T, name string, env ...string) clitest.Runner {
+	t.Helper()
+	if err := CheckLoopback(); err != nil {
+		t.Skip(err)
+	}
+	bin := Install(t, name)
+	return clitest.Command(filepath.Join(bin, Exe("crabbox")), append(append(clitest.StateEnv(t), PathWith(bin)), env...))
+}
+
+// OneShot runs `crabbox run FLAGS -- CMD` in a fresh git checkout, CMD
+// printing both of its files, writing to stderr and exiting 7, and fails t
+// unless exactly that came back.
+func OneShot(t *testing.T, run clitest.Runner, flags ...string) {
+	t.Helper()
+	repo := clitest.GitRepo(t)
+	r := run(t, repo, append(append([]string{"run"}, flags...), "--", "sh", "-c", "cat committed.txt untracked.txt; echo to-stderr >&2; exit 7")...)
+	if r.Code != 7 || r.Stdout != "committed\nuntracked\n" || !strings.Contains(r.Stderr, "to-stderr\n") {
+		t.Errorf("run: exit %d, stdout %q, stderr %q; want 7, both files, and the command's stderr", r.Code, r.Stdout, r.Stderr)
+	}
 }
