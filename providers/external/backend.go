@@ -60,11 +60,26 @@ func (c *core) call(ctx context.Context, req Request) (Response, error) {
 		req.StateDir = c.rt.StateDir
 	}
 	resp, err := c.prog.call(ctx, req)
-	if err != nil {
-		return resp, fmt.Errorf("%s: %s: %w", c.what, req.Operation, err)
+	switch {
+	case err == nil:
+		return resp, nil
+	case c.plugin && resp.Error != "":
+		// crabbox's own program reports the provider's own error, as the
+		// provider would in-process.
+		return resp, &refusal{msg: resp.Error, kind: errorKinds[resp.ErrorKind]}
 	}
-	return resp, nil
+	return resp, fmt.Errorf("%s: %s: %w", c.what, req.Operation, err)
 }
+
+// refusal is a provider's own error message from its program, matching
+// its error kind with errors.Is (the message already names it).
+type refusal struct {
+	msg  string
+	kind error
+}
+
+func (r *refusal) Error() string { return r.msg }
+func (r *refusal) Unwrap() error { return r.kind }
 
 // Capabilities asks the program what it can do (once; the answer is kept).
 func (c *core) Capabilities(ctx context.Context) (Capabilities, error) {
@@ -116,11 +131,7 @@ func (c *core) pluginDoctor(ctx context.Context) []provider.Check {
 	checks := []provider.Check{{Name: "program", OK: true, Detail: c.prog.path}}
 	resp, err := c.call(ctx, Request{Operation: OpDoctor})
 	if err != nil {
-		detail := err.Error()
-		if resp.Error != "" {
-			detail = resp.Error // the provider's own message, without the protocol's wrapping
-		}
-		return append(checks, provider.Check{Name: "settings", Detail: detail})
+		return append(checks, provider.Check{Name: "settings", Detail: err.Error()})
 	}
 	if len(resp.Checks) == 0 {
 		return append(checks, provider.Check{Name: "checks", OK: true, Detail: cmp.Or(resp.Message, "none")})

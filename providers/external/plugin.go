@@ -114,33 +114,6 @@ func (b *Backend) CheckConfig(ctx context.Context) error {
 	if !b.plugin {
 		return nil
 	}
-	b.mu.Lock()
-	known := b.caps != nil
-	b.mu.Unlock()
-	if known {
-		return nil
-	}
-	resp, err := b.call(ctx, Request{Operation: OpCapabilities})
-	switch {
-	case err == nil && resp.Capabilities != nil:
-		b.mu.Lock()
-		b.caps = resp.Capabilities
-		b.mu.Unlock()
-		return nil
-	case err == nil:
-		return fmt.Errorf("%s: capabilities: response has no field capabilities", b.what)
-	case resp.Error != "":
-		return &refusal{msg: resp.Error, kind: errorKinds[resp.ErrorKind]}
-	}
+	_, err := b.Capabilities(ctx)
 	return err
 }
-
-// refusal is a provider's own error message from its program, matching
-// its error kind with errors.Is (the message already names it).
-type refusal struct {
-	msg  string
-	kind error
-}
-
-func (r *refusal) Error() string { return r.msg }
-func (r *refusal) Unwrap() error { return r.kind }
