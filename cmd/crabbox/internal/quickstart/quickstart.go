@@ -4,17 +4,16 @@
 // which most commands (a run on a warm lease with nothing to sync, a list,
 // a status) do not outlive.
 //
-// crabbox links every provider's SDK, and their package initialisers
-// (protocol buffer registries above all) allocate megabytes: with the
-// collector on, two collections run before main, and two more in the first
-// 100 ms of a run whose heap never holds more than 20 MB. Each marks the
-// SDKs' tables again and takes a processor from the listing and the SSH
-// handshake; without them, `crabbox run --id X -- true` on a 20,000-file
-// checkout takes ~10% less time. Go initialises packages in the order of
-// their import paths once their own imports are done, so this package,
-// which imports only the runtime, runs before the SDKs whose paths sort
-// after it (google.golang.org/protobuf and all that needs it,
-// github.com/hetznercloud, ...).
+// It was written when crabbox linked every cloud SDK, whose package
+// initialisers allocated megabytes: with the collector on, two collections
+// ran before main and two more in the first 100 ms of a warm run, and
+// without them `crabbox run --id X -- true` on a 20,000-file checkout took
+// ~10% less time. The clouds are provider programs now (providers/slim),
+// and initialisation allocates under 1 MB; what still counts is the first
+// Window of a run, whose listing and SSH handshake allocate while they
+// compete for processors. Go initialises packages in the order of their
+// import paths once their own imports are done, so this package, which
+// imports only the runtime, runs before most others.
 //
 // Until Window has passed, a memory limit of StartLimit (or the one set
 // with GOMEMLIMIT, if lower) makes the collector run should the heap grow
