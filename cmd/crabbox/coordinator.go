@@ -6,12 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/crabbox-dev/crabbox/providers/external"
 )
 
 // coordinatorProgram is the coordinator server's own program. The CLI
@@ -86,32 +85,14 @@ func isHelpFlag(arg string) bool {
 	return false
 }
 
-// findCoordinator returns the path of coordinatorProgram: next to the
-// running crabbox first (installed together, by go install ./cmd/... or
-// a release archive), then on PATH.
+// findCoordinator returns the path of coordinatorProgram, installed
+// beside crabbox or on PATH (external.FindProgram).
 func findCoordinator() (string, error) {
-	name := coordinatorProgram
-	if runtime.GOOS == "windows" {
-		name += ".exe"
+	p, err := external.FindProgram(coordinatorProgram)
+	if err != nil {
+		return "", fmt.Errorf("the coordinator is the program %w; install it with\n  %s", err, coordinatorInstall)
 	}
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && (runtime.GOOS == "windows" || fi.Mode().Perm()&0o111 != 0) {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath(coordinatorProgram)
-	if err == nil {
-		return p, nil
-	}
-	where := "on PATH"
-	if exe, err := os.Executable(); err == nil {
-		where = fmt.Sprintf("next to %s nor on PATH", exe)
-	}
-	if errors.Is(err, exec.ErrDot) {
-		where += " (one in the current directory is not run)"
-	}
-	return "", fmt.Errorf("the coordinator is the program %s, which is not installed (not %s); install it with\n  %s", coordinatorProgram, where, coordinatorInstall)
+	return p, nil
 }
 
 // runChild runs the program at path as a child with args, the streams and

@@ -64,9 +64,9 @@ func (p pluginProvider) Configure(cfg provider.Config, rt provider.Runtime) (pro
 	if err != nil {
 		return nil, err
 	}
-	path, err := findProgram(p.program)
+	path, err := FindProgram(p.program)
 	if err != nil {
-		return nil, fmt.Errorf("provider %s: %w", p.spec.Name, err)
+		return nil, fmt.Errorf("provider %s: its program %w; install it with: %s", p.spec.Name, err, InstallHint)
 	}
 	body, err := json.Marshal(resolved)
 	if err != nil {
@@ -79,19 +79,23 @@ func (p pluginProvider) Configure(cfg provider.Config, rt provider.Runtime) (pro
 	}, &spec, rt)
 }
 
-// findProgram finds a provider program next to the running executable,
-// then on PATH.
-func findProgram(name string) (string, error) {
+// FindProgram finds one of crabbox's companion programs (a provider
+// program, crabbox-coordinator) by name: an executable file next to the
+// running executable first (programs installed together use each other),
+// then on PATH. When there is none the error says where it looked, and
+// errors.Is(err, exec.ErrNotFound) holds.
+func FindProgram(name string) (string, error) {
 	file := name
 	if runtime.GOOS == "windows" && filepath.Ext(file) == "" {
 		file += ".exe"
 	}
-	if self, err := os.Executable(); err == nil {
+	self, selfErr := os.Executable()
+	if selfErr == nil {
 		if real, err := filepath.EvalSymlinks(self); err == nil {
 			self = real
 		}
 		next := filepath.Join(filepath.Dir(self), file)
-		if fi, err := os.Stat(next); err == nil && fi.Mode().IsRegular() {
+		if fi, err := os.Stat(next); err == nil && fi.Mode().IsRegular() && (runtime.GOOS == "windows" || fi.Mode().Perm()&0o111 != 0) {
 			return next, nil
 		}
 	}
@@ -99,11 +103,21 @@ func findProgram(name string) (string, error) {
 	if err == nil {
 		return path, nil
 	}
-	if errors.Is(err, exec.ErrNotFound) {
-		return "", fmt.Errorf("its program %s is not installed (not next to this executable, not on PATH); install it with: %s", name, InstallHint)
+	where := "on PATH"
+	if selfErr == nil {
+		where = "next to " + self + " nor on PATH"
 	}
-	return "", fmt.Errorf("its program %s: %w", name, err)
+	if errors.Is(err, exec.ErrDot) {
+		where += " (one in the current directory is not run)"
+	}
+	return "", &notInstalled{msg: fmt.Sprintf("%s is not installed (not %s)", name, where)}
 }
+
+// notInstalled is FindProgram's error.
+type notInstalled struct{ msg string }
+
+func (e *notInstalled) Error() string { return e.msg }
+func (e *notInstalled) Unwrap() error { return exec.ErrNotFound }
 
 // CheckConfig has a Plugin's program configure the provider (Serve
 // configures before it answers capabilities), so that a setting the
