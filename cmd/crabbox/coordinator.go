@@ -90,7 +90,7 @@ func isHelpFlag(arg string) bool {
 func findCoordinator() (string, error) {
 	p, err := external.FindProgram(coordinatorProgram)
 	if err != nil {
-		return "", fmt.Errorf("the coordinator is the program %w; install it with\n  %s", err, coordinatorInstall)
+		return "", fmt.Errorf("%w: the coordinator server is a program of its own; install it with\n  %s", err, coordinatorInstall)
 	}
 	return p, nil
 }
