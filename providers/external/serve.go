@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/provider"
@@ -145,9 +146,9 @@ func readRequest(in io.Reader) (Request, error) {
 // failure is the response reporting err, with its portable kind.
 func failure(err error) Response {
 	r := Response{Error: err.Error()}
-	for name, kind := range errorKinds {
-		if errors.Is(err, kind) {
-			r.ErrorKind = name
+	for _, name := range slices.Sorted(maps.Keys(errorKinds)) {
+		if errors.Is(err, errorKinds[name]) {
+			r.ErrorKind = name // the first in name order, the same every time
 			break
 		}
 	}
