@@ -45,6 +45,11 @@ type app struct {
 	// layeredSets are the flag sets of the commands that read settings
 	// from the environment and the config file (see layered).
 	layeredSets []*flag.FlagSet
+	// providerFlags are the provider option flags of the commands that
+	// talk to providers, not yet registered (see prepare).
+	providerFlags map[*flag.FlagSet]func() []provider.Spec
+	// configFile is --config's default, read from the environment once.
+	configFile *string
 }
 
 // rootCmd returns the command tree of the CLI.
@@ -89,7 +94,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return runCoordinator(ctx, append([]string{"help"}, args[2:]...), stdin, stdout, stderr)
 	}
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
-	return program(a.rootCmd()).Main(ctx, args, stdout, stderr)
+	return a.program().Main(ctx, args, stdout, stderr)
 }
 
 // interrupted reports on stderr that ctx was cancelled and returns the
@@ -113,12 +118,14 @@ type leaseFlags struct {
 // newFlagSet returns the flag set of a command that talks to providers: the
 // common flags and every provider's option flags. Registering them touches
 // nothing.
-func newFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
-	var specs []provider.Spec
-	for _, p := range provider.Default().All() {
-		specs = append(specs, p.Spec())
-	}
-	return newFlagSetFor(name, specs...)
+func (a *app) newFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
+	return a.newFlagSetFor(name, func() []provider.Spec {
+		var specs []provider.Spec
+		for _, p := range provider.Default().All() {
+			specs = append(specs, p.Spec())
+		}
+		return specs
+	})
 }
 
 // newLeaseFlagSet returns the flag set of a command that addresses leases
@@ -126,33 +133,53 @@ func newFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
 // provider options that locate boxes (provider.Option.Locates), which a
 // lease's claim records and a damaged claim or a search across regions
 // needs; options that only shape new boxes do not apply.
-func newLeaseFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
-	var specs []provider.Spec
-	for _, p := range provider.Default().All() {
-		spec := p.Spec()
-		spec.Options = slices.DeleteFunc(slices.Clone(spec.Options), func(o provider.Option) bool { return !o.Locates })
-		specs = append(specs, spec)
-	}
-	return newFlagSetFor(name, specs...)
+func (a *app) newLeaseFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
+	return a.newFlagSetFor(name, func() []provider.Spec {
+		var specs []provider.Spec
+		for _, p := range provider.Default().All() {
+			spec := p.Spec()
+			spec.Options = slices.DeleteFunc(slices.Clone(spec.Options), func(o provider.Option) bool { return !o.Locates })
+			specs = append(specs, spec)
+		}
+		return specs
+	})
 }
 
 // newFlagSetFor returns a command's flag set with the common flags and the
-// option flags of the providers of specs only: image build has only the
-// flags of the providers that build images.
-func newFlagSetFor(name string, specs ...provider.Spec) (*flag.FlagSet, *leaseFlags) {
-	fs, lf := newLocalFlagSet(name)
+// option flags of the providers specs returns only: image build has only
+// the flags of the providers that build images. The option flags are
+// registered when the command line selects the command or its help is
+// shown (see prepare): only the command that runs pays for them.
+func (a *app) newFlagSetFor(name string, specs func() []provider.Spec) (*flag.FlagSet, *leaseFlags) {
+	fs, lf := a.newLocalFlagSet(name)
 	fs.StringVar(&lf.provider, "provider", crabbox.DefaultProvider, "provider of boxes (see crabbox providers)")
-	provider.RegisterFlags(fs, specs...)
+	if a.providerFlags == nil {
+		a.providerFlags = map[*flag.FlagSet]func() []provider.Spec{}
+	}
+	a.providerFlags[fs] = specs
 	return fs, lf
+}
+
+// prepare registers the provider option flags of c's flag set, once (see
+// newFlagSetFor and cli.Program.Prepare).
+func (a *app) prepare(c *ffcli.Command) {
+	if specs, ok := a.providerFlags[c.FlagSet]; ok {
+		delete(a.providerFlags, c.FlagSet)
+		provider.RegisterFlags(c.FlagSet, specs()...)
+	}
 }
 
 // newLocalFlagSet returns the flag set of a command that reads settings
 // (the state directory) but never talks to a provider, like logs and
 // history: --config and -v, no provider flags.
-func newLocalFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
+func (a *app) newLocalFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
+	if a.configFile == nil {
+		file := config.DefaultFile(os.Environ())
+		a.configFile = &file
+	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	lf := &leaseFlags{}
-	fs.StringVar(&lf.config, "config", config.DefaultFile(os.Environ()), "config file of \"flag value\" lines")
+	fs.StringVar(&lf.config, "config", *a.configFile, "config file of \"flag value\" lines")
 	fs.BoolVar(&lf.verbose, "v", false, "log what crabbox does to stderr")
 	return fs, lf
 }

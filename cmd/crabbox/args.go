@@ -1,10 +1,6 @@
 package main
 
-import (
-	"github.com/peterbourgon/ff/v3/ffcli"
-
-	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
-)
+import "github.com/crabbox-dev/crabbox/cmd/internal/cli"
 
 // Argument conventions, applied once for every command before ffcli parses
 // the arguments (see cli.Program.Arrange):
@@ -31,15 +27,8 @@ var flagsFirst = map[string]bool{"crabbox run": true}
 // argError is a mistake in a command line found before parsing.
 type argError = cli.ArgError
 
-// program is the CLI's command tree under root, with crabbox's argument
-// conventions and help.
-func program(root *ffcli.Command) *cli.Program {
-	return &cli.Program{Name: "crabbox", Root: root, FlagsFirst: flagsFirst, GroupedFlags: providerFlags}
-}
-
-// arrange rearranges args (without the program name) for the command tree
-// under root, whose commands' full names are in paths, and checks every
-// flag name and subcommand.
-func arrange(root *ffcli.Command, paths map[*ffcli.Command]string, args []string) (cli.Arranged, error) {
-	return program(root).Arrange(paths, args)
+// program is the CLI's command tree, with crabbox's argument conventions
+// and help.
+func (a *app) program() *cli.Program {
+	return &cli.Program{Name: "crabbox", Root: a.rootCmd(), FlagsFirst: flagsFirst, GroupedFlags: providerFlags, Prepare: a.prepare}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -18,8 +19,8 @@ import (
 // or after positionals, -- and run's command.
 func TestArrange(t *testing.T) {
 	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}
-	root := a.rootCmd()
-	paths := commandPaths(root)
+	p := a.program()
+	paths := p.Paths()
 	tests := []struct {
 		args []string
 		want []string
@@ -53,7 +54,7 @@ func TestArrange(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			r, err := arrange(root, paths, tt.args)
+			r, err := p.Arrange(paths, tt.args)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,8 +71,8 @@ func TestArrange(t *testing.T) {
 // TestArrangeErrors pins the usage errors found before parsing.
 func TestArrangeErrors(t *testing.T) {
 	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}
-	root := a.rootCmd()
-	paths := commandPaths(root)
+	p := a.program()
+	paths := p.Paths()
 	tests := []struct {
 		args []string
 		cmd  string
@@ -89,11 +90,15 @@ func TestArrangeErrors(t *testing.T) {
 		{[]string{"status", "my-box", "--provider"}, "crabbox status", "flag --provider needs a value"},
 		{[]string{"--json", "list"}, "crabbox", "flag --json goes after the command name: crabbox list --json ..."},
 		{[]string{"--json", "providers", "describe", "ssh"}, "crabbox", "flag --json goes after the command name: crabbox providers describe --json ..."},
+		// Provider flags are registered only on the command a command line
+		// selects; the one it names after a misplaced flag has them too.
+		{[]string{"--hetzner-location", "fsn1", "run", "true"}, "crabbox", "flag --hetzner-location goes after the command name: crabbox run --hetzner-location ..."},
+		{[]string{"run", "--hetzner-lcation", "fsn1", "--", "true"}, "crabbox run", "unknown flag --hetzner-lcation; did you mean --hetzner-location?"},
 		{[]string{"help", "stpo"}, "crabbox", `unknown command "stpo"; did you mean "stop"?`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			_, err := arrange(root, paths, tt.args)
+			_, err := p.Arrange(paths, tt.args)
 			e, ok := err.(argError)
 			if !ok {
 				t.Fatalf("error %v, want an argError", err)
@@ -134,7 +139,7 @@ func normalizeHelp(s string) string {
 // example and no placeholder garbled from a back-quoted word.
 func TestGoldenHelp(t *testing.T) {
 	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}
-	paths := commandPaths(a.rootCmd())
+	paths := a.program().Paths()
 	example := regexp.MustCompile(`(?m)^  (\S+=\S+ |sudo )?crabbox\b`)
 	for _, path := range paths {
 		words := strings.Fields(path)[1:]
@@ -210,8 +215,8 @@ func TestGoldenUsageErrors(t *testing.T) {
 // command's own -- get none.
 func TestLateFlagWarnings(t *testing.T) {
 	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}
-	root := a.rootCmd()
-	paths := commandPaths(root)
+	p := a.program()
+	paths := p.Paths()
 	warning := func(flag string) string {
 		return fmt.Sprintf("warning: %q after the command is passed to the command; put crabbox flags before it: crabbox run [flags] -- command", flag)
 	}
@@ -234,7 +239,7 @@ func TestLateFlagWarnings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			r, err := arrange(root, paths, tt.args)
+			r, err := p.Arrange(paths, tt.args)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -256,5 +261,17 @@ func TestLateFlagPassedWithWarning(t *testing.T) {
 	want := `crabbox: warning: "--id" after the command is passed to the command; put crabbox flags before it: crabbox run [flags] -- command` + "\n"
 	if r.stderr != want {
 		t.Errorf("stderr %q, want %q", r.stderr, want)
+	}
+}
+
+// BenchmarkStartVersion is the in-process part of every crabbox start:
+// the command tree, the command line and the command (version). Provider
+// flags are registered for the selected command only (see app.prepare).
+func BenchmarkStartVersion(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if code := Main(context.Background(), []string{"version"}, nil, io.Discard, io.Discard); code != 0 {
+			b.Fatalf("version: exit %d", code)
+		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func (a *app) cleanupCmd() *ffcli.Command {
-	fs, lf := newLeaseFlagSet("cleanup")
+	fs, lf := a.newLeaseFlagSet("cleanup")
 	dryRun := fs.Bool("dry-run", false, "decide and report, but change nothing")
 	asJSON := fs.Bool("json", false, "print the decisions as a JSON array")
 	return &ffcli.Command{

@@ -31,7 +31,7 @@ config file: lines of "flag value", like "provider ssh".
 }
 
 func (a *app) configPathCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("path")
+	fs, lf := a.newLocalFlagSet("path")
 	return &ffcli.Command{
 		Name:       "path",
 		ShortUsage: "crabbox config path",
@@ -61,7 +61,7 @@ type setting struct {
 }
 
 func (a *app) configShowCmd() *ffcli.Command {
-	fs, lf := newFlagSet("show")
+	fs, lf := a.newFlagSet("show")
 	asJSON := fs.Bool("json", false, "print a JSON object")
 	return &ffcli.Command{
 		Name:       "show",

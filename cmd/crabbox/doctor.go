@@ -14,7 +14,7 @@ import (
 )
 
 func (a *app) doctorCmd() *ffcli.Command {
-	fs, lf := newFlagSet("doctor")
+	fs, lf := a.newFlagSet("doctor")
 	asJSON := fs.Bool("json", false, "print the checks as a JSON array")
 	id := fs.String("id", "", "also check the free space on the box of the lease with this ID or slug (df over SSH)")
 	return &ffcli.Command{

@@ -12,7 +12,7 @@ import (
 )
 
 func (a *app) heartbeatCmd() *ffcli.Command {
-	fs, lf := newLeaseFlagSet("heartbeat")
+	fs, lf := a.newLeaseFlagSet("heartbeat")
 	idle := fs.Duration("idle-timeout", 0, "change the lease's idle timeout for this and later touches")
 	asJSON := fs.Bool("json", false, "print the lease as JSON (as status --json)")
 	return &ffcli.Command{

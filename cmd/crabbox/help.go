@@ -13,23 +13,12 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
-// commandPaths returns the full name of every command under root
-// ("crabbox", "crabbox config show", ...).
-func commandPaths(root *ffcli.Command) map[*ffcli.Command]string {
-	return program(root).Paths()
-}
-
 // helpText is a command's --help: what it does, its usage, its long help
 // (with an example), its subcommands, its own flags, then the provider
 // flags it has, under the provider that owns each.
 func helpText(c *ffcli.Command, path string) string {
-	return program(nil).Help(c, path)
-}
-
-// shortUsage is what crabbox alone prints: its usage and commands, without
-// the long help.
-func shortUsage(c *ffcli.Command, path string) string {
-	return program(nil).ShortUsage(c, path)
+	p := cli.Program{Name: "crabbox", GroupedFlags: providerFlags}
+	return p.Help(c, path)
 }
 
 // usageLine is the one line that follows a usage error: the command's

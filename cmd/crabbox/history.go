@@ -14,7 +14,7 @@ import (
 )
 
 func (a *app) historyCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("history")
+	fs, lf := a.newLocalFlagSet("history")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	limit := fs.Int("limit", 20, "show at most this many runs (0: all)")
 	return &ffcli.Command{

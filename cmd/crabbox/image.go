@@ -8,6 +8,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/docker"
 )
 
@@ -28,7 +29,7 @@ func (a *app) imageCmd() *ffcli.Command {
 }
 
 func (a *app) imageBuildCmd() *ffcli.Command {
-	fs, lf := newFlagSetFor("image build", specsOf("docker")...)
+	fs, lf := a.newFlagSetFor("image build", func() []provider.Spec { return specsOf("docker") })
 	// Only docker has images to build.
 	lf.provider, fs.Lookup("provider").DefValue = "docker", "docker"
 	tag := fs.String("tag", "", "image name (default: the configured --docker-image, "+docker.DefaultImage+")")

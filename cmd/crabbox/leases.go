@@ -16,7 +16,7 @@ import (
 )
 
 func (a *app) stopCmd() *ffcli.Command {
-	fs, lf := newLeaseFlagSet("stop")
+	fs, lf := a.newLeaseFlagSet("stop")
 	return &ffcli.Command{
 		Name:       "stop",
 		ShortUsage: "crabbox stop ID|slug",
@@ -43,7 +43,7 @@ lease's claim is damaged (see crabbox doctor), its box is looked up by ID at
 }
 
 func (a *app) listCmd() *ffcli.Command {
-	fs, lf := newLeaseFlagSet("list")
+	fs, lf := a.newLeaseFlagSet("list")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	return &ffcli.Command{
 		Name:       "list",
@@ -90,7 +90,7 @@ more); they are not in the list.
 }
 
 func (a *app) statusCmd() *ffcli.Command {
-	fs, lf := newLeaseFlagSet("status")
+	fs, lf := a.newLeaseFlagSet("status")
 	asJSON := fs.Bool("json", false, "print a JSON object")
 	return &ffcli.Command{
 		Name:       "status",

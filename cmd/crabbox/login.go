@@ -22,7 +22,7 @@ import (
 )
 
 func (a *app) loginCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("login")
+	fs, lf := a.newLocalFlagSet("login")
 	withToken := fs.Bool("token", false, "read a crabbox user token from stdin (a prompt without echo on a terminal) instead of signing in with GitHub")
 	return &ffcli.Command{
 		Name:       "login",
@@ -179,7 +179,7 @@ func describeWho(w api.Whoami) string {
 }
 
 func (a *app) logoutCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("logout")
+	fs, lf := a.newLocalFlagSet("logout")
 	keep := fs.Bool("keep-token", false, "only forget the saved sign-in here; the token stays valid on the coordinator")
 	return &ffcli.Command{
 		Name:       "logout",
@@ -281,7 +281,7 @@ func coordinatorOf(s config.Settings) (*coordclient.Client, error) {
 }
 
 func (a *app) whoamiCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("whoami")
+	fs, lf := a.newLocalFlagSet("whoami")
 	asJSON := fs.Bool("json", false, "print JSON")
 	return &ffcli.Command{
 		Name:       "whoami",
@@ -316,7 +316,7 @@ is an admin, and when the token expires.
 }
 
 func (a *app) adminCmd() *ffcli.Command {
-	fs, _ := newLocalFlagSet("admin")
+	fs, _ := a.newLocalFlagSet("admin")
 	return &ffcli.Command{
 		Name:       "admin",
 		ShortUsage: "crabbox admin <leases|release|tokens|revoke-token> ...",
@@ -336,7 +336,7 @@ or CRABBOX_COORDINATOR and CRABBOX_COORDINATOR_TOKEN).
 }
 
 func (a *app) adminLeasesCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("admin leases")
+	fs, lf := a.newLocalFlagSet("admin leases")
 	asJSON := fs.Bool("json", false, "print JSON")
 	state := fs.String("state", "", "only leases in this state (provisioning, active, released, expired, failed)")
 	return &ffcli.Command{
@@ -377,7 +377,7 @@ func (a *app) adminLeasesCmd() *ffcli.Command {
 }
 
 func (a *app) adminReleaseCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("admin release")
+	fs, lf := a.newLocalFlagSet("admin release")
 	return &ffcli.Command{
 		Name:       "release",
 		ShortUsage: "crabbox admin release ID|slug",
@@ -405,7 +405,7 @@ deletes its box unless the lease is kept or registered.
 }
 
 func (a *app) adminTokensCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("admin tokens")
+	fs, lf := a.newLocalFlagSet("admin tokens")
 	owner := fs.String("owner", "", "only this owner's tokens")
 	org := fs.String("org", "", "only tokens in this org")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -451,7 +451,7 @@ Tokens themselves are never stored or shown, only their IDs.
 }
 
 func (a *app) adminRevokeTokenCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("admin revoke-token")
+	fs, lf := a.newLocalFlagSet("admin revoke-token")
 	return &ffcli.Command{
 		Name:       "revoke-token",
 		ShortUsage: "crabbox admin revoke-token ID",
@@ -482,7 +482,7 @@ tokens minted offline can be revoked. Revoking again changes nothing.
 }
 
 func (a *app) usageCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("usage")
+	fs, lf := a.newLocalFlagSet("usage")
 	org := fs.Bool("org", false, "your org's usage instead of yours")
 	all := fs.Bool("all", false, "everyone's usage (admin token)")
 	month := fs.String("month", "", "month as YYYY-MM (default: this month)")

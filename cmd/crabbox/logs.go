@@ -10,7 +10,7 @@ import (
 )
 
 func (a *app) logsCmd() *ffcli.Command {
-	fs, lf := newLocalFlagSet("logs")
+	fs, lf := a.newLocalFlagSet("logs")
 	return &ffcli.Command{
 		Name:       "logs",
 		ShortUsage: "crabbox logs RUN_ID",

@@ -46,7 +46,7 @@ type runFlags struct {
 }
 
 func (a *app) runCmd() *ffcli.Command {
-	fs, lf := newFlagSet("run")
+	fs, lf := a.newFlagSet("run")
 	var f runFlags
 	fs.StringVar(&f.id, "id", "", "reuse the warm lease with this ID or slug instead of acquiring one")
 	fs.BoolVar(&f.keep, "keep", false, "keep a newly acquired lease after the run (stop it with crabbox stop)")

@@ -16,7 +16,7 @@ import (
 const envShare = "CRABBOX_SHARED_CONNECTIONS"
 
 func (a *app) shareCmd() *ffcli.Command {
-	fs, lf := newLeaseFlagSet("share")
+	fs, lf := a.newLeaseFlagSet("share")
 	socket := fs.String("socket", "", "the Unix socket to serve the connection on")
 	return &ffcli.Command{
 		Name:       "share",

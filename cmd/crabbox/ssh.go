@@ -14,7 +14,7 @@ import (
 )
 
 func (a *app) sshCmd() *ffcli.Command {
-	fs, lf := newLeaseFlagSet("ssh")
+	fs, lf := a.newLeaseFlagSet("ssh")
 	printCmd := fs.Bool("print", false, "print an equivalent OpenSSH command line instead of connecting")
 	return &ffcli.Command{
 		Name:       "ssh",

@@ -10,7 +10,7 @@ import (
 )
 
 func (a *app) warmupCmd() *ffcli.Command {
-	fs, lf := newFlagSet("warmup")
+	fs, lf := a.newFlagSet("warmup")
 	ttl := fs.Duration("ttl", 0, "maximum lifetime of the lease (default 90m)")
 	idle := fs.Duration("idle-timeout", 0, "the lease expires after this long without use (default 30m)")
 	slug := fs.String("slug", "", "friendly name for the lease (default: a fresh adjective-noun)")

@@ -57,15 +57,14 @@ func (p *Program) Arrange(paths map[*ffcli.Command]string, args []string) (Arran
 	}
 	var r Arranged
 	cmd := p.Root
-	flagsFirst := p.FlagsFirst
 	for {
-		flags, positional, sub, rest, help, err := split(cmd, paths, flagsFirst, args)
+		flags, positional, sub, rest, help, err := p.split(cmd, paths, args)
 		if err != nil {
 			return r, err
 		}
 		r.Help = r.Help || help
-		if n := len(args) - len(positional); sub == nil && flagsFirst[paths[cmd]] && (n == 0 || args[n-1] != "--") {
-			r.Warnings = lateFlags(cmd, paths[cmd], positional)
+		if n := len(args) - len(positional); sub == nil && p.FlagsFirst[paths[cmd]] && (n == 0 || args[n-1] != "--") {
+			r.Warnings = p.lateFlags(cmd, paths[cmd], positional)
 		}
 		r.Out = append(r.Out, flags...)
 		if sub == nil {
@@ -98,7 +97,8 @@ func arrangeHelp(root *ffcli.Command, words []string) (Arranged, error) {
 // split takes cmd's own flags and positional arguments from args. When the
 // first positional names a subcommand, sub is that subcommand and rest its
 // arguments.
-func split(cmd *ffcli.Command, paths map[*ffcli.Command]string, flagsFirst map[string]bool, args []string) (flags, positional []string, sub *ffcli.Command, rest []string, help bool, err error) {
+func (p *Program) split(cmd *ffcli.Command, paths map[*ffcli.Command]string, args []string) (flags, positional []string, sub *ffcli.Command, rest []string, help bool, err error) {
+	fs := p.flags(cmd)
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		switch {
@@ -107,12 +107,12 @@ func split(cmd *ffcli.Command, paths map[*ffcli.Command]string, flagsFirst map[s
 			return flags, positional, nil, nil, help, nil
 		case len(arg) > 1 && arg[0] == '-':
 			name, hasValue := flagName(arg)
-			f := cmd.FlagSet.Lookup(name)
+			f := fs.Lookup(name)
 			switch {
 			case f == nil && (name == "h" || name == "help"):
 				help = true
 			case f == nil:
-				return nil, nil, nil, nil, false, unknownFlag(cmd, paths, name, args[i+1:])
+				return nil, nil, nil, nil, false, p.unknownFlag(cmd, paths, name, args[i+1:])
 			case hasValue || IsBool(f):
 				flags = append(flags, arg)
 			case i+1 == len(args):
@@ -128,7 +128,7 @@ func split(cmd *ffcli.Command, paths map[*ffcli.Command]string, flagsFirst map[s
 				return flags, nil, s, args[i+1:], help, nil
 			}
 			return nil, nil, nil, nil, false, unknownCommand(cmd, arg)
-		case flagsFirst[paths[cmd]]:
+		case p.FlagsFirst[paths[cmd]]:
 			positional = append(positional, args[i:]...)
 			return flags, positional, nil, nil, help, nil
 		default:
@@ -144,7 +144,7 @@ func split(cmd *ffcli.Command, paths map[*ffcli.Command]string, flagsFirst map[s
 // --id X to true, and leases a new box. Single-dash words are left alone:
 // commands' own flags (go test -v -timeout) share names with crabbox's.
 // Words after a -- in the command are the command's on purpose.
-func lateFlags(cmd *ffcli.Command, path string, command []string) []string {
+func (p *Program) lateFlags(cmd *ffcli.Command, path string, command []string) []string {
 	var warnings []string
 	for _, w := range command {
 		if w == "--" {
@@ -154,7 +154,7 @@ func lateFlags(cmd *ffcli.Command, path string, command []string) []string {
 			continue
 		}
 		name, _ := flagName(w)
-		if cmd.FlagSet.Lookup(name) == nil {
+		if p.flags(cmd).Lookup(name) == nil {
 			continue
 		}
 		warnings = append(warnings, fmt.Sprintf("warning: %q after the command is passed to the command; "+
@@ -203,14 +203,14 @@ func unknownCommand(cmd *ffcli.Command, word string) error {
 // unknownFlag is the error for a flag cmd does not have; after is the rest
 // of the command line. A flag given before the command name that the
 // command has is misplaced, and the error says where it goes.
-func unknownFlag(cmd *ffcli.Command, paths map[*ffcli.Command]string, name string, after []string) error {
+func (p *Program) unknownFlag(cmd *ffcli.Command, paths map[*ffcli.Command]string, name string, after []string) error {
 	if len(cmd.Subcommands) > 0 {
-		if path, ok := misplaced(cmd, paths, name, after); ok {
+		if path, ok := p.misplaced(cmd, paths, name, after); ok {
 			return ArgError{cmd, fmt.Sprintf("flag --%s goes after the command name: %s --%s ...", name, path, name)}
 		}
 	}
 	var names []string
-	cmd.FlagSet.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	p.flags(cmd).VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	msg := fmt.Sprintf("unknown flag --%s", name)
 	if s := suggest(name, names); s != "" {
 		msg += fmt.Sprintf("; did you mean --%s?", s)
@@ -220,13 +220,13 @@ func unknownFlag(cmd *ffcli.Command, paths map[*ffcli.Command]string, name strin
 
 // misplaced reports whether the command that the words after name select
 // below cmd has a flag called name, and that command's full name.
-func misplaced(cmd *ffcli.Command, paths map[*ffcli.Command]string, name string, after []string) (string, bool) {
+func (p *Program) misplaced(cmd *ffcli.Command, paths map[*ffcli.Command]string, name string, after []string) (string, bool) {
 	for _, w := range after {
 		if s := subcommand(cmd, w); s != nil {
 			cmd = s
 		}
 	}
-	return paths[cmd], cmd.FlagSet.Lookup(name) != nil
+	return paths[cmd], p.flags(cmd).Lookup(name) != nil
 }
 
 // suggest returns the name of names closest to word when it is close

@@ -56,6 +56,21 @@ type Program struct {
 	// listed apart from a command's own (crabbox's provider flags), and
 	// reports which flag names it lists.
 	GroupedFlags func(fs *flag.FlagSet) (section string, listed func(name string) bool)
+	// Prepare, when set, completes a command's flag set before its flags
+	// are first read: when a command line selects the command, names a
+	// flag it may have, or asks for its help. crabbox adds its provider
+	// option flags there, hundreds on each command that talks to
+	// providers, which only the command being run needs: defining them
+	// all would cost every start more than the rest of the command tree.
+	Prepare func(c *ffcli.Command)
+}
+
+// flags returns c's flag set, complete (see Prepare).
+func (p *Program) flags(c *ffcli.Command) *flag.FlagSet {
+	if p.Prepare != nil {
+		p.Prepare(c)
+	}
+	return c.FlagSet
 }
 
 // Paths returns the full name of every command of the program

@@ -36,12 +36,13 @@ func (p *Program) help(c *ffcli.Command, path string, short bool) string {
 		}
 		tw.Flush()
 	}
+	fs := p.flags(c)
 	section, listed := "", func(string) bool { return false }
 	if p.GroupedFlags != nil {
-		section, listed = p.GroupedFlags(c.FlagSet)
+		section, listed = p.GroupedFlags(fs)
 	}
 	var own []*flag.Flag
-	c.FlagSet.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *flag.Flag) {
 		if !listed(f.Name) {
 			own = append(own, f)
 		}
