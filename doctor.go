@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/crabbox-dev/crabbox/internal/diskspace"
 	"github.com/crabbox-dev/crabbox/internal/remote"
@@ -187,8 +188,11 @@ func (c *capped) Write(p []byte) (int, error) {
 
 // dfLine is a data line of `df -Pk`: the filesystem (which may hold
 // spaces), 1024-blocks, used, available, capacity and the mount point
-// (which may hold spaces too).
-var dfLine = regexp.MustCompile(`^(.*\S)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+%|-)\s+(/.*)$`)
+// (which may hold spaces too). It is compiled on first use, not at every
+// start of every program that links crabbox.
+var dfLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(.*\S)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+%|-)\s+(/.*)$`)
+})
 
 // parseDF reads the output of `df -Pk DIR` (POSIX format: a header, then
 // one line for DIR's filesystem) into its free space. The output comes
@@ -198,7 +202,7 @@ func parseDF(out string) (diskspace.Space, error) {
 	if len(lines) < 2 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "Filesystem") {
 		return diskspace.Space{}, fmt.Errorf("unexpected output %s", quoteOutput(out))
 	}
-	m := dfLine.FindStringSubmatch(lines[len(lines)-1])
+	m := dfLine().FindStringSubmatch(lines[len(lines)-1])
 	if m == nil {
 		return diskspace.Space{}, fmt.Errorf("unexpected output %s", quoteOutput(out))
 	}

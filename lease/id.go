@@ -12,14 +12,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strings"
+
+	"github.com/crabbox-dev/crabbox/internal/hexid"
 )
 
-var (
-	idPattern   = regexp.MustCompile(`^cbx_[0-9a-f]{12}$`)
-	slugPattern = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
-)
+// The checks below are plain loops, not regexps: every crabbox command
+// links this package, and regexps compiled at start cost each one.
 
 // NewID returns a new lease ID: "cbx_" and 12 lowercase hex digits.
 func NewID() string { return "cbx_" + randomHex(6) }
@@ -27,18 +26,27 @@ func NewID() string { return "cbx_" + randomHex(6) }
 // NewRunID returns a new run ID: "run_" and 12 lowercase hex digits.
 func NewRunID() string { return "run_" + randomHex(6) }
 
-var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{12}$`)
-
 // IsRunID reports whether s has the shape of a run ID (run_ and 12
 // lowercase hex digits).
-func IsRunID(s string) bool { return runIDPattern.MatchString(s) }
+func IsRunID(s string) bool { return hexid.Valid(s, "run_", 12) }
 
 // IsID reports whether s has the shape of a lease ID.
-func IsID(s string) bool { return idPattern.MatchString(s) }
+func IsID(s string) bool { return hexid.Valid(s, "cbx_", 12) }
 
 // ValidSlug reports whether s is a well-formed slug: lowercase [a-z0-9-],
-// at most 41 characters.
-func ValidSlug(s string) bool { return len(s) <= 41 && slugPattern.MatchString(s) }
+// at most 41 characters, words of letters and digits joined by single
+// dashes.
+func ValidSlug(s string) bool {
+	if s == "" || len(s) > 41 || s[0] == '-' || s[len(s)-1] == '-' || strings.Contains(s, "--") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // NewSlug returns a friendly adjective-noun slug for which taken returns
 // false, adding "-" and 4 hex digits on collision.

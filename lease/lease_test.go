@@ -59,9 +59,22 @@ func TestIDsAndSlugs(t *testing.T) {
 	if parts := strings.Split(taken, "-"); len(parts) != 3 || len(parts[2]) != 4 {
 		t.Errorf("NewSlug on collision = %q, want adjective-noun-xxxx", taken)
 	}
-	for _, bad := range []string{"Tidal-Lobster", "tidal_lobster", "-tidal", strings.Repeat("a", 42)} {
+	for _, bad := range []string{"Tidal-Lobster", "tidal_lobster", "-tidal", "tidal-", "tidal--lobster", "-", "", "tidal lobster", "tidal.lobster", strings.Repeat("a", 42)} {
 		if lease.ValidSlug(bad) {
 			t.Errorf("ValidSlug(%q) = true", bad)
+		}
+	}
+	for _, good := range []string{"tidal-lobster", "a", "box7", "a-b-c-1", "tidal-lobster-0f3a", strings.Repeat("a", 41)} {
+		if !lease.ValidSlug(good) {
+			t.Errorf("ValidSlug(%q) = false", good)
+		}
+	}
+	for _, tt := range []struct {
+		s    string
+		want bool
+	}{{"run_0123456789ab", true}, {"run_0123456789aB", false}, {"run_0123456789abc", false}, {"cbx_0123456789ab", false}, {"run_", false}} {
+		if got := lease.IsRunID(tt.s); got != tt.want {
+			t.Errorf("IsRunID(%q) = %v, want %v", tt.s, got, tt.want)
 		}
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/internal/hexid"
 	"github.com/crabbox-dev/crabbox/lease"
 )
 
@@ -817,26 +817,12 @@ func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// hexID reports whether s is prefix followed by n lowercase hex digits.
-func hexID(s, prefix string, n int) bool {
-	rest, ok := strings.CutPrefix(s, prefix)
-	if !ok || len(rest) != n {
-		return false
-	}
-	for i := 0; i < len(rest); i++ {
-		if c := rest[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // IsCreateAttemptID reports whether s is a create attempt ID: cat_ and 32
 // lowercase hex digits.
-func IsCreateAttemptID(s string) bool { return hexID(s, "cat_", 32) }
+func IsCreateAttemptID(s string) bool { return hexid.Valid(s, "cat_", 32) }
 
 // IsRunID reports whether s is a run ID: run_ and 12 lowercase hex digits.
-func IsRunID(s string) bool { return hexID(s, "run_", 12) }
+func IsRunID(s string) bool { return lease.IsRunID(s) }
 
 // IsSlug reports whether s is a well-formed slug: lowercase [a-z0-9-], at
 // most 41 characters.

@@ -146,9 +146,11 @@ type Bootstrap struct {
 	Packages []string
 }
 
+// The patterns are compiled on first use, not at every start of the CLI,
+// which links this package.
 var (
-	userPattern    = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
-	packagePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._-]*$`)
+	userPattern    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`) })
+	packagePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._-]*$`) })
 )
 
 // CheckWorkRoot reports whether dir can be a box's work root as the
@@ -192,7 +194,7 @@ func (b Bootstrap) withDefaults() (Bootstrap, error) {
 	if b.SelfDestructAfter < time.Minute {
 		return b, fmt.Errorf("bootstrap: self-destruct after %s: must be at least a minute (the lease TTL)", b.SelfDestructAfter)
 	}
-	if !userPattern.MatchString(b.User) {
+	if !userPattern().MatchString(b.User) {
 		return b, fmt.Errorf("bootstrap: user %q: want a lowercase Linux user name", b.User)
 	}
 	for _, p := range b.Ports {
@@ -204,7 +206,7 @@ func (b Bootstrap) withDefaults() (Bootstrap, error) {
 		return b, fmt.Errorf("bootstrap: %w", err)
 	}
 	for _, p := range b.Packages {
-		if !packagePattern.MatchString(p) {
+		if !packagePattern().MatchString(p) {
 			return b, fmt.Errorf("bootstrap: package %q is not a package name", p)
 		}
 	}
