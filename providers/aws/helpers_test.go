@@ -34,11 +34,13 @@ type world struct {
 	logs  *logbuf.Buffer
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T) *world { return newWorldOf(t, cloudtest.NewFleet(t)) }
+
+// newWorldOf is newWorld with the instances' boxes served by fleet.
+func newWorldOf(t *testing.T, fleet *cloudtest.Fleet) *world {
 	t.Helper()
 	fake, url := fakeec2.Start(t)
 	fake.SetPendingDescribes(0)
-	fleet := cloudtest.NewFleet(t)
 	fake.SetHooks(fakeec2.Hooks{
 		Launch: func(in fakeec2.Instance) (string, error) {
 			ip := fleet.NewAddress()

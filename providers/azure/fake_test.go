@@ -73,8 +73,11 @@ type fakeARM struct {
 	creates      []string
 }
 
-func newFakeARM(t testing.TB) *fakeARM {
-	f := &fakeARM{t: t, fleet: cloudtest.NewFleet(t), res: map[string]map[string]map[string]any{}, faults: map[string]*fault{}}
+func newFakeARM(t testing.TB) *fakeARM { return newFakeARMOf(t, cloudtest.NewFleet(t)) }
+
+// newFakeARMOf is newFakeARM with the VMs' boxes served by fleet.
+func newFakeARMOf(t testing.TB, fleet *cloudtest.Fleet) *fakeARM {
+	f := &fakeARM{t: t, fleet: fleet, res: map[string]map[string]map[string]any{}, faults: map[string]*fault{}}
 	f.srv = httptest.NewTLSServer(f)
 	t.Cleanup(f.srv.Close)
 	f.URL = f.srv.URL

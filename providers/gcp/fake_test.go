@@ -78,9 +78,12 @@ type fakeInstance struct {
 	in   *computepb.Instance
 }
 
-func newFakeGCE(t testing.TB) *fakeGCE {
+func newFakeGCE(t testing.TB) *fakeGCE { return newFakeGCEOf(t, cloudtest.NewFleet(t)) }
+
+// newFakeGCEOf is newFakeGCE with the instances' boxes served by fleet.
+func newFakeGCEOf(t testing.TB, fleet *cloudtest.Fleet) *fakeGCE {
 	f := &fakeGCE{
-		t: t, fleet: cloudtest.NewFleet(t),
+		t: t, fleet: fleet,
 		instances: map[string]*fakeInstance{}, firewalls: map[string]*computepb.Firewall{},
 		ops: map[string]*computepb.Operation{}, faults: map[string]*fault{}, capacity: map[string]string{},
 	}

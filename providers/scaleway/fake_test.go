@@ -85,9 +85,12 @@ type fakeServer struct {
 	ip       string
 }
 
-func newFakeAPI(t testing.TB) *fakeAPI {
+func newFakeAPI(t testing.TB) *fakeAPI { return newFakeAPIOf(t, cloudtest.NewFleet(t)) }
+
+// newFakeAPIOf is newFakeAPI with the servers' boxes served by fleet.
+func newFakeAPIOf(t testing.TB, fleet *cloudtest.Fleet) *fakeAPI {
 	f := &fakeAPI{
-		t: t, fleet: cloudtest.NewFleet(t), servers: map[string]*fakeServer{}, volumes: map[string]bool{},
+		t: t, fleet: fleet, servers: map[string]*fakeServer{}, volumes: map[string]bool{},
 		faults: map[string]*fault{}, capacity: map[string]string{},
 	}
 	srv := httptest.NewServer(f)

@@ -45,8 +45,12 @@ type FakeCloud struct {
 }
 
 // NewFakeCloud returns an empty fake cloud.
-func NewFakeCloud(t testing.TB) *FakeCloud {
-	return &FakeCloud{Fleet: cloudtest.NewFleet(t), next: 1000, machines: map[int]*FakeMachine{}, full: map[string]bool{}}
+func NewFakeCloud(t testing.TB) *FakeCloud { return NewFakeCloudOf(cloudtest.NewFleet(t)) }
+
+// NewFakeCloudOf is NewFakeCloud with the machines' boxes served by
+// fleet (a loopback fleet, for a provider in another process).
+func NewFakeCloudOf(fleet *cloudtest.Fleet) *FakeCloud {
+	return &FakeCloud{Fleet: fleet, next: 1000, machines: map[int]*FakeMachine{}, full: map[string]bool{}}
 }
 
 // Create records a create attempt of size in region and, unless that is

@@ -1,0 +1,49 @@
+package linode_test
+
+import (
+	"net/http/httptest"
+	"testing"
+
+	"github.com/crabbox-dev/crabbox/internal/clitest"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
+	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud/tagcloudtest"
+	"github.com/crabbox-dev/crabbox/providers/linode"
+)
+
+// TestInstalledCLI runs the provider as a user does: the crabbox command
+// and crabbox-provider-linode built and installed side by side, `crabbox
+// run --provider linode` against the fake API, with the provider in its
+// own process. The fake's instances are reachable for real (a loopback
+// fleet: every instance its own 127.x.y.z address, sshd on port 2222
+// there), since no Go hook reaches into the provider program.
+func TestInstalledCLI(t *testing.T) {
+	run := cloudtest.InstalledCLI(t, "linode", linode.TokenEnv+"="+testToken)
+	api := &fakeAPI{cloud: tagcloudtest.NewFakeCloudOf(cloudtest.NewLoopbackFleet(t))}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	flags := []string{"--provider", "linode", "--linode-endpoint", srv.URL, "--linode-work-root", t.TempDir()}
+
+	t.Run("one-shot run", func(t *testing.T) {
+		cloudtest.OneShot(t, run, flags...)
+		if c := api.cloud.Creates(); len(c) != 1 {
+			t.Errorf("instance creates %q, want one", c)
+		}
+		checkNoInstance(t, api)
+	})
+	t.Run("warm lease", func(t *testing.T) {
+		clitest.DelegatedWarmLease(t, run, "linode", flags...)
+		checkNoInstance(t, api)
+	})
+}
+
+// checkNoInstance fails unless the fake account has no instance and no
+// running box: the lease's instance was deleted at release.
+func checkNoInstance(t *testing.T, api *fakeAPI) {
+	t.Helper()
+	if m := api.cloud.IDs(); len(m) != 0 {
+		t.Errorf("instances left: %v", m)
+	}
+	if r := api.cloud.Fleet.Running(); len(r) != 0 {
+		t.Errorf("boxes still running: %v", r)
+	}
+}

@@ -1,0 +1,45 @@
+package scaleway_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/crabbox-dev/crabbox/internal/clitest"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
+	"github.com/crabbox-dev/crabbox/providers/scaleway"
+)
+
+// TestInstalledCLI runs the provider as a user does: the crabbox command
+// and crabbox-provider-scaleway built and installed side by side, `crabbox
+// run --provider scaleway` against the fake API, with the provider in its
+// own process. The fake's servers are reachable for real (a loopback
+// fleet: every server its own 127.x.y.z address, sshd on port 2222 there),
+// since no Go hook reaches into the provider program.
+func TestInstalledCLI(t *testing.T) {
+	run := cloudtest.InstalledCLI(t, "scaleway", scaleway.AccessKeyEnv+"="+testAccessKey,
+		scaleway.SecretKeyEnv+"="+testSecretKey, scaleway.ProjectEnv+"="+testProject)
+	api := newFakeAPIOf(t, cloudtest.NewLoopbackFleet(t))
+	flags := []string{"--provider", "scaleway", "--scaleway-endpoint", api.URL, "--scaleway-work-root", t.TempDir()}
+
+	t.Run("one-shot run", func(t *testing.T) {
+		cloudtest.OneShot(t, run, flags...)
+		if e := events(api); !containsInOrder(e, "create server", "terminate server") {
+			t.Errorf("fake API events %q: want the server created, then terminated (with its volumes) at release", e)
+		}
+		checkEmpty(t, api)
+	})
+	t.Run("warm lease", func(t *testing.T) {
+		clitest.DelegatedWarmLease(t, run, "scaleway", flags...)
+		checkEmpty(t, api)
+	})
+}
+
+// containsInOrder reports whether events has each of want, in this order.
+func containsInOrder(events []string, want ...string) bool {
+	for _, e := range events {
+		if len(want) > 0 && strings.HasPrefix(e, want[0]) {
+			want = want[1:]
+		}
+	}
+	return len(want) == 0
+}
