@@ -31,7 +31,7 @@ func TestInstalledCLI(t *testing.T) {
 
 	t.Run("one-shot run", func(t *testing.T) {
 		cloudtest.OneShot(t, run, flags...)
-		if a := w.actions(); !containsInOrder(a, "RunInstances", "TerminateInstances") {
+		if a := w.actions(); !cloudtest.InOrder(a, "RunInstances", "TerminateInstances") {
 			t.Errorf("fake EC2 actions %q: want the instance run, then terminated at release", a)
 		}
 		checkReleased(t, w)
@@ -40,16 +40,6 @@ func TestInstalledCLI(t *testing.T) {
 		clitest.DelegatedWarmLease(t, run, "aws", flags...)
 		checkReleased(t, w)
 	})
-}
-
-// containsInOrder reports whether events has each of want, in this order.
-func containsInOrder(events []string, want ...string) bool {
-	for _, e := range events {
-		if len(want) > 0 && e == want[0] {
-			want = want[1:]
-		}
-	}
-	return len(want) == 0
 }
 
 // checkReleased fails unless the fake region has no live instance, no key

@@ -43,7 +43,7 @@ func TestInstalledCLI(t *testing.T) {
 
 	t.Run("one-shot run", func(t *testing.T) {
 		cloudtest.OneShot(t, run, flags...)
-		if events := f.log(); !containsInOrder(events, "create vm", "delete vm") {
+		if events := f.log(); !cloudtest.InOrder(events, "create vm", "delete vm") {
 			t.Errorf("fake ARM events %q: want the VM created, then deleted at release", events)
 		}
 		checkEmpty(t, f)
@@ -89,14 +89,4 @@ func certFile(t *testing.T, srv *httptest.Server) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// containsInOrder reports whether events has each of want, in this order.
-func containsInOrder(events []string, want ...string) bool {
-	for _, e := range events {
-		if len(want) > 0 && strings.HasPrefix(e, want[0]) {
-			want = want[1:]
-		}
-	}
-	return len(want) == 0
 }

@@ -28,22 +28,10 @@ func TestInstalledCLI(t *testing.T) {
 		if c := api.cloud.Creates(); len(c) != 1 {
 			t.Errorf("droplet creates %q, want one", c)
 		}
-		checkNoDroplet(t, api)
+		api.cloud.CheckReleased(t)
 	})
 	t.Run("warm lease", func(t *testing.T) {
 		clitest.DelegatedWarmLease(t, run, "digitalocean", flags...)
-		checkNoDroplet(t, api)
+		api.cloud.CheckReleased(t)
 	})
-}
-
-// checkNoDroplet fails unless the fake account has no droplet and no
-// running box: the lease's droplet was deleted at release.
-func checkNoDroplet(t *testing.T, api *fakeAPI) {
-	t.Helper()
-	if m := api.cloud.IDs(); len(m) != 0 {
-		t.Errorf("droplets left: %v", m)
-	}
-	if r := api.cloud.Fleet.Running(); len(r) != 0 {
-		t.Errorf("boxes still running: %v", r)
-	}
 }

@@ -28,7 +28,7 @@ func TestInstalledCLI(t *testing.T) {
 
 	t.Run("one-shot run", func(t *testing.T) {
 		cloudtest.OneShot(t, run, flags...)
-		if e := events(api); !containsInOrder(e, "insert instance", "delete instance") {
+		if e := events(api); !cloudtest.InOrder(e, "insert instance", "delete instance") {
 			t.Errorf("fake API events %q: want the instance inserted, then deleted at release", e)
 		}
 		checkReleased(t, api)
@@ -37,16 +37,6 @@ func TestInstalledCLI(t *testing.T) {
 		clitest.DelegatedWarmLease(t, run, "gcp", flags...)
 		checkReleased(t, api)
 	})
-}
-
-// containsInOrder reports whether events has each of want, in this order.
-func containsInOrder(events []string, want ...string) bool {
-	for _, e := range events {
-		if len(want) > 0 && strings.HasPrefix(e, want[0]) {
-			want = want[1:]
-		}
-	}
-	return len(want) == 0
 }
 
 // checkReleased fails unless the fake project has no instance and no

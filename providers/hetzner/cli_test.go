@@ -1,7 +1,6 @@
 package hetzner_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/crabbox-dev/crabbox/internal/clitest"
@@ -21,7 +20,7 @@ func TestInstalledCLI(t *testing.T) {
 
 	t.Run("one-shot run", func(t *testing.T) {
 		cloudtest.OneShot(t, run, flags...)
-		if events := events(api); !containsInOrder(events, "create server", "delete server") {
+		if events := events(api); !cloudtest.InOrder(events, "create server", "delete server") {
 			t.Errorf("fake API events %q: want the server created, then deleted at release", events)
 		}
 		checkEmpty(t, api)
@@ -30,14 +29,4 @@ func TestInstalledCLI(t *testing.T) {
 		clitest.DelegatedWarmLease(t, run, "hetzner", flags...)
 		checkEmpty(t, api)
 	})
-}
-
-// containsInOrder reports whether events has each of want, in this order.
-func containsInOrder(events []string, want ...string) bool {
-	for _, e := range events {
-		if len(want) > 0 && strings.HasPrefix(e, want[0]) {
-			want = want[1:]
-		}
-	}
-	return len(want) == 0
 }

@@ -28,22 +28,10 @@ func TestInstalledCLI(t *testing.T) {
 		if c := api.cloud.Creates(); len(c) != 1 {
 			t.Errorf("instance creates %q, want one", c)
 		}
-		checkNoInstance(t, api)
+		api.cloud.CheckReleased(t)
 	})
 	t.Run("warm lease", func(t *testing.T) {
 		clitest.DelegatedWarmLease(t, run, "linode", flags...)
-		checkNoInstance(t, api)
+		api.cloud.CheckReleased(t)
 	})
-}
-
-// checkNoInstance fails unless the fake account has no instance and no
-// running box: the lease's instance was deleted at release.
-func checkNoInstance(t *testing.T, api *fakeAPI) {
-	t.Helper()
-	if m := api.cloud.IDs(); len(m) != 0 {
-		t.Errorf("instances left: %v", m)
-	}
-	if r := api.cloud.Fleet.Running(); len(r) != 0 {
-		t.Errorf("boxes still running: %v", r)
-	}
 }

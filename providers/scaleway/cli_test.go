@@ -1,7 +1,6 @@
 package scaleway_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/crabbox-dev/crabbox/internal/clitest"
@@ -23,7 +22,7 @@ func TestInstalledCLI(t *testing.T) {
 
 	t.Run("one-shot run", func(t *testing.T) {
 		cloudtest.OneShot(t, run, flags...)
-		if e := events(api); !containsInOrder(e, "create server", "terminate server") {
+		if e := events(api); !cloudtest.InOrder(e, "create server", "terminate server") {
 			t.Errorf("fake API events %q: want the server created, then terminated (with its volumes) at release", e)
 		}
 		checkEmpty(t, api)
@@ -32,14 +31,4 @@ func TestInstalledCLI(t *testing.T) {
 		clitest.DelegatedWarmLease(t, run, "scaleway", flags...)
 		checkEmpty(t, api)
 	})
-}
-
-// containsInOrder reports whether events has each of want, in this order.
-func containsInOrder(events []string, want ...string) bool {
-	for _, e := range events {
-		if len(want) > 0 && strings.HasPrefix(e, want[0]) {
-			want = want[1:]
-		}
-	}
-	return len(want) == 0
 }

@@ -82,3 +82,14 @@ func OneShot(t *testing.T, run clitest.Runner, flags ...string) {
 		t.Errorf("run: exit %d, stdout %q, stderr %q; want 7, both files, and the command's stderr", r.Code, r.Stdout, r.Stderr)
 	}
 }
+
+// InOrder reports whether events holds, in this order (others between
+// them allowed), an event beginning with each of want.
+func InOrder(events []string, want ...string) bool {
+	for _, e := range events {
+		if len(want) > 0 && strings.HasPrefix(e, want[0]) {
+			want = want[1:]
+		}
+	}
+	return len(want) == 0
+}

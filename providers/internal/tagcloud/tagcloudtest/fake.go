@@ -234,3 +234,15 @@ func NewEnv(t *testing.T, cloud *FakeCloud, faults *Faults, api http.Handler, si
 	}
 	return env
 }
+
+// CheckReleased fails t unless the fake account has no machine and its
+// fleet no running box: the lease's machine was deleted at release.
+func (c *FakeCloud) CheckReleased(t testing.TB) {
+	t.Helper()
+	if m := c.IDs(); len(m) != 0 {
+		t.Errorf("machines left: %v", m)
+	}
+	if r := c.Fleet.Running(); len(r) != 0 {
+		t.Errorf("boxes still running: %v", r)
+	}
+}
