@@ -11,7 +11,7 @@ import (
 // forbiddenDeps are the module path prefixes the crabbox command must not
 // link: every package linked runs its init at each start, and these are
 // the heavy ones (the cloud SDKs, served by the crabbox-provider-<name>
-// programs instead).
+// programs instead, and what moby's engine client brought along).
 var forbiddenDeps = []struct{ prefix, why string }{
 	{"cloud.google.com/go", "the gcp provider's SDK (crabbox-provider-gcp)"},
 	{"google.golang.org/api", "the gcp provider's SDK (crabbox-provider-gcp)"},
@@ -23,6 +23,9 @@ var forbiddenDeps = []struct{ prefix, why string }{
 	{"github.com/linode/", "the linode provider's SDK (crabbox-provider-linode)"},
 	{"github.com/scaleway/", "the scaleway provider's SDK (crabbox-provider-scaleway)"},
 	{"github.com/vultr/", "the vultr provider's SDK (crabbox-provider-vultr)"},
+	{"github.com/distribution/reference", "image reference parsing, whose package init compiles regexps at every start (the docker provider checks names itself)"},
+	{"github.com/opencontainers/go-digest", "digest parsing, whose package init compiles regexps at every start"},
+	{"go.opentelemetry.io/", "OpenTelemetry, which moby's engine client pulled in (the docker provider speaks the Engine API itself)"},
 }
 
 // The crabbox command links none of the forbidden modules, so that its

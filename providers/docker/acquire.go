@@ -12,15 +12,12 @@ import (
 	"sync"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/mount"
-	"github.com/moby/moby/client"
 
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/docker/internal/boxlease"
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 	"github.com/crabbox-dev/crabbox/providers/local"
 )
 
@@ -80,9 +77,9 @@ func (b *Backend) checkRequest(req provider.AcquireRequest) error {
 
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
 	began := b.rt.Clock.Now()
-	version, err := b.cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	version, err := b.cli.ServerVersion(ctx)
 	if err != nil {
-		return provider.LeaseTarget{}, engineErr("reach the docker engine", err)
+		return provider.LeaseTarget{}, engineErr(err)
 	}
 	if version.Os != "" && version.Os != "linux" {
 		return provider.LeaseTarget{}, fmt.Errorf("the docker engine runs %s containers; boxes need linux: %w", version.Os, provider.ErrPrecondition)
@@ -141,7 +138,7 @@ func (b *Backend) create(ctx context.Context, req provider.AcquireRequest, agent
 	labels := boxLabels(b.cfg.Labels, req.Labels, req.LeaseID, req.Slug,
 		req.CreatedAt, req.ExpiresAt, req.TTL, req.IdleTimeout, req.Keep)
 	labels[labelHostKey] = hostPub
-	cfg := &container.Config{
+	cfg := eng.ContainerConfig{
 		Image:        b.cfg.Image,
 		Entrypoint:   []string{boxAgent},
 		Cmd:          args,
@@ -155,34 +152,28 @@ func (b *Backend) create(ctx context.Context, req provider.AcquireRequest, agent
 		OpenStdin: agent.stdin, StdinOnce: agent.stdin, AttachStdin: agent.stdin,
 		AttachStdout: true, AttachStderr: true,
 	}
-	host := &container.HostConfig{
+	cfg.HostConfig = &eng.HostConfig{
 		PortBindings: bindings,
 		// The box goes away by itself when its agent stops at the expiry.
 		AutoRemove: true,
 		// An init process reaps what commands leave behind and passes
 		// signals on to the agent.
-		Init: new(true),
-		Resources: container.Resources{
-			NanoCPUs: b.cfg.NanoCPUs,
-			Memory:   b.cfg.Memory,
-		},
-		Mounts: []mount.Mount{{Type: mount.TypeBind, Source: agent.path, Target: boxAgent, ReadOnly: true}},
+		Init:        new(true),
+		NanoCPUs:    b.cfg.NanoCPUs,
+		Memory:      b.cfg.Memory,
+		Mounts:      []eng.Mount{{Type: "bind", Source: agent.path, Target: boxAgent, ReadOnly: true}},
+		NetworkMode: b.cfg.Network,
 	}
-	if b.cfg.Network != "" {
-		host.NetworkMode = container.NetworkMode(b.cfg.Network)
-	}
-	res, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name: containerName(req.Slug, req.LeaseID), Config: cfg, HostConfig: host,
-	})
+	res, err := b.cli.ContainerCreate(ctx, containerName(req.Slug, req.LeaseID), cfg)
 	switch {
 	case err == nil:
-	case cerrdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image"):
+	case eng.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image"):
 		return "", fmt.Errorf("image %q is not on the docker engine (nothing is pulled): make it with `crabbox image build --provider docker%s` or choose another with --docker-image: %w",
 			b.cfg.Image, tagFlag(b.cfg.Image), provider.ErrPrecondition)
-	case cerrdefs.IsConflict(err):
-		return "", engineErr("create container: a container of this lease exists", err)
+	case eng.IsConflict(err):
+		return "", engineErr(fmt.Errorf("a container of this lease exists: %w", err))
 	default:
-		return "", engineErr("create container", err)
+		return "", engineErr(err)
 	}
 	for _, w := range res.Warnings {
 		b.rt.Logger.Warn("docker engine warning", "lease", req.LeaseID, "warning", w)
@@ -213,7 +204,7 @@ func (b *Backend) start(ctx context.Context, containerID string, agent agentBin,
 	began := b.rt.Clock.Now()
 	if !agent.stdin {
 		if err := b.copyTo(ctx, containerID, files.writeTar); err != nil {
-			return box{}, engineErr("put the lease into the container", err)
+			return box{}, engineErr(fmt.Errorf("put the lease into the container: %w", err))
 		}
 	}
 	copied := b.rt.Clock.Now()
@@ -221,13 +212,13 @@ func (b *Backend) start(ctx context.Context, containerID string, agent agentBin,
 	defer cancel()
 	// Attached before the start, as `docker run` does, so that no output
 	// is missed and no second request follows the output.
-	att, err := b.cli.ContainerAttach(ctx, containerID, client.ContainerAttachOptions{Stream: true, Stdin: agent.stdin, Stdout: true, Stderr: true})
+	att, err := b.cli.ContainerAttach(ctx, containerID, eng.AttachOptions{Stdin: agent.stdin, Stdout: true, Stderr: true})
 	if err != nil {
-		return box{}, engineErr("attach to the container", err)
+		return box{}, engineErr(err)
 	}
 	defer att.Close()
-	if _, err := b.cli.ContainerStart(ctx, containerID, client.ContainerStartOptions{}); err != nil {
-		return box{}, engineErr("start container", err)
+	if err := b.cli.ContainerStart(ctx, containerID); err != nil {
+		return box{}, engineErr(err)
 	}
 	started := b.rt.Clock.Now()
 	if agent.stdin {
@@ -239,7 +230,7 @@ func (b *Backend) start(ctx context.Context, containerID string, agent agentBin,
 			return box{}, fmt.Errorf("hand the lease to the agent: %w", err)
 		}
 	}
-	if err := b.awaitReady(ctx, att.Reader, att.Close); err != nil {
+	if err := b.awaitReady(ctx, att.Reader, func() { _ = att.Close() }); err != nil {
 		return box{}, err
 	}
 	b.rt.Logger.Debug("docker box serving", "lease", files.leaseID,

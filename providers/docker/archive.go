@@ -9,8 +9,6 @@ import (
 	"path"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/crabbox-dev/crabbox/providers/local"
 )
 
@@ -89,7 +87,7 @@ func (b *Backend) copyTo(ctx context.Context, id string, write func(io.Writer) e
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	_, err := b.cli.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: pr})
+	err := b.cli.CopyToContainer(ctx, id, "/", pr)
 	pr.CloseWithError(errors.New("copy to container ended")) // unblocks the writer if the engine stopped reading
 	werr := <-done
 	if err != nil {
@@ -100,12 +98,12 @@ func (b *Backend) copyTo(ctx context.Context, id string, write func(io.Writer) e
 
 // readFile reads one regular file out of a container.
 func (b *Backend) readFile(ctx context.Context, id, name string, limit int64) ([]byte, error) {
-	res, err := b.cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: name})
+	content, err := b.cli.CopyFromContainer(ctx, id, name)
 	if err != nil {
 		return nil, err
 	}
-	defer res.Content.Close()
-	tr := tar.NewReader(res.Content)
+	defer content.Close()
+	tr := tar.NewReader(content)
 	h, err := tr.Next()
 	if err != nil {
 		return nil, fmt.Errorf("read %s from container: %w", name, err)

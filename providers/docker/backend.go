@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -12,13 +12,9 @@ import (
 	"sync"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/network"
-	"github.com/moby/moby/client"
-
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 	"github.com/crabbox-dev/crabbox/providers/local"
 )
 
@@ -27,7 +23,7 @@ import (
 type Backend struct {
 	cfg Config
 	rt  provider.Runtime
-	cli *client.Client
+	cli *eng.Client
 
 	// afterCreate, when set (by tests), runs right after Acquire created
 	// the container; an error fails the acquire there.
@@ -59,15 +55,15 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	opts := []client.Opt{client.FromEnv}
+	ecfg := eng.ConfigFromEnv(os.Getenv)
 	if cfg.Host != "" {
-		opts = append(opts, client.WithHost(cfg.Host))
+		ecfg.Host = cfg.Host
 	}
-	cli, err := client.New(opts...)
+	cli, err := eng.New(ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("docker provider: engine client: %w", err)
 	}
-	if err := checkLocalHost(cli.DaemonHost()); err != nil {
+	if err := checkLocalHost(cli.Host()); err != nil {
 		_ = cli.Close()
 		return nil, fmt.Errorf("docker provider: engine: %w", err)
 	}
@@ -92,7 +88,7 @@ func containerName(slug, id string) string {
 type box struct {
 	containerID string
 	name        string
-	state       container.ContainerState
+	state       string // eng.StateRunning, ...
 	labels      map[string]string
 	port        int // host port on 127.0.0.1 of the SSH port; 0 if not published
 }
@@ -100,18 +96,18 @@ type box struct {
 func (x box) leaseID() string { return x.labels[labelLease] }
 
 // running reports whether the box can serve.
-func (x box) running() bool { return x.state == container.StateRunning }
+func (x box) running() bool { return x.state == eng.StateRunning }
 
 // boxes lists the provider's containers, filtered by extra label terms
 // ("key=value").
 func (b *Backend) boxes(ctx context.Context, terms ...string) ([]box, error) {
-	f := client.Filters{}.Add("label", labelCrabbox+"=true", labelProvider+"="+Name).Add("label", terms...)
-	res, err := b.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	labels := append([]string{labelCrabbox + "=true", labelProvider + "=" + Name}, terms...)
+	items, err := b.cli.ContainerList(ctx, eng.ListOptions{All: true, Labels: labels})
 	if err != nil {
-		return nil, engineErr("list containers", err)
+		return nil, engineErr(err)
 	}
 	var out []box
-	for _, s := range res.Items {
+	for _, s := range items {
 		if !owned(s.Labels) {
 			continue
 		}
@@ -120,7 +116,7 @@ func (b *Backend) boxes(ctx context.Context, terms ...string) ([]box, error) {
 			x.name = strings.TrimPrefix(s.Names[0], "/")
 		}
 		for _, p := range s.Ports {
-			if int(p.PrivatePort) == sshPort && p.Type == "tcp" && p.IP == netip.MustParseAddr("127.0.0.1") {
+			if int(p.PrivatePort) == sshPort && p.Type == "tcp" && p.IP == "127.0.0.1" {
 				x.port = int(p.PublicPort)
 			}
 		}
@@ -257,7 +253,7 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 	}
 	if data == nil {
 		if data, err = b.readFile(ctx, x.containerID, name, maxRecordSize); err != nil {
-			return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": read lease record", err)
+			return provider.LeaseTarget{}, engineErr(fmt.Errorf("touch docker lease %s: read lease record: %w", x.leaseID(), err))
 		}
 	}
 	data, err = local.SetRecordExpiry(data, req.ExpiresAt.UTC())
@@ -273,7 +269,7 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 	}
 	if err := b.writeFile(ctx, x.containerID, name, data); err != nil {
 		b.forgetRecord(x.leaseID())
-		return provider.LeaseTarget{}, engineErr("touch docker lease "+x.leaseID()+": write lease record", err)
+		return provider.LeaseTarget{}, engineErr(fmt.Errorf("touch docker lease %s: write lease record: %w", x.leaseID(), err))
 	}
 	b.cacheRecord(x, rec.ExpiresAt, data)
 	// The box is described by the record just written: reading it back
@@ -311,54 +307,52 @@ const removeTimeout = 30 * time.Second
 // that is already gone is fine; one the engine is already removing (its
 // AutoRemove) is waited for.
 func (b *Backend) remove(ctx context.Context, containerID string) error {
-	_, err := b.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	err := b.cli.ContainerRemove(ctx, containerID, eng.RemoveOptions{Force: true, Volumes: true})
 	switch {
-	case err == nil, cerrdefs.IsNotFound(err):
+	case err == nil, eng.IsNotFound(err):
 		return nil
-	case cerrdefs.IsConflict(err):
+	case eng.IsConflict(err):
 		ctx, cancel := context.WithTimeout(ctx, removeTimeout)
 		defer cancel()
-		res := b.cli.ContainerWait(ctx, containerID, client.ContainerWaitOptions{Condition: container.WaitConditionRemoved})
-		select {
-		case <-res.Result:
+		_, werr := b.cli.ContainerWait(ctx, containerID, eng.WaitRemoved)
+		if werr == nil || eng.IsNotFound(werr) {
 			return nil
-		case werr := <-res.Error:
-			if cerrdefs.IsNotFound(werr) {
-				return nil
-			}
-			return engineErr("remove container "+containerID, errors.Join(err, werr))
 		}
+		return engineErr(errors.Join(err, werr))
 	default:
-		return engineErr("remove container "+containerID, err)
+		return engineErr(err)
 	}
 }
 
-// engineErr wraps an engine error with the portable kind it matches.
-func engineErr(what string, err error) error {
+// engineErr marks an engine error, which names what was asked, with the
+// portable kind it matches.
+func engineErr(err error) error {
 	var kind error
 	switch {
-	case cerrdefs.IsNotFound(err):
+	case eng.IsNotFound(err):
 		kind = provider.ErrNotFound
-	case cerrdefs.IsConflict(err):
+	case eng.IsConflict(err):
 		kind = provider.ErrConflict
-	case cerrdefs.IsUnauthorized(err), cerrdefs.IsPermissionDenied(err):
+	case eng.IsDenied(err):
 		kind = provider.ErrUnauthenticated
-	case cerrdefs.IsUnavailable(err), cerrdefs.IsDeadlineExceeded(err), client.IsErrConnectionFailed(err):
+	case eng.IsUnavailable(err):
 		kind = provider.ErrTransient
-	case cerrdefs.IsResourceExhausted(err):
+	case eng.IsExhausted(err):
 		kind = provider.ErrCapacity
 	}
 	if kind == nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return err
 	}
-	return fmt.Errorf("%s: %w: %w", what, kind, err)
+	return fmt.Errorf("%w (%w)", err, kind)
 }
+
+// sshPortKey is the engine's name of the SSH port.
+var sshPortKey = strconv.Itoa(sshPort) + "/tcp"
 
 // portBindings publishes the SSH port on 127.0.0.1 with a port the engine
 // chooses.
-func portBindings() (network.PortSet, network.PortMap) {
-	p := network.MustParsePort(strconv.Itoa(sshPort) + "/tcp")
-	return network.PortSet{p: {}}, network.PortMap{p: {{HostIP: netip.MustParseAddr("127.0.0.1")}}}
+func portBindings() (map[string]struct{}, map[string][]eng.PortBinding) {
+	return map[string]struct{}{sshPortKey: {}}, map[string][]eng.PortBinding{sshPortKey: {{HostIP: "127.0.0.1"}}}
 }
 
 // Image is the box image the backend creates containers from.

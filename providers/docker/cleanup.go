@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -119,7 +119,7 @@ func decide(x box, expires time.Time, claimed bool, st acquireState, now time.Ti
 		// A kept box stays while its lease lives, stopped or not; once
 		// expired it goes like any other.
 		return false, "keep=true: kept while live until " + expires.UTC().Format(time.RFC3339)
-	case x.state == container.StateExited || x.state == container.StateDead:
+	case x.state == eng.StateExited || x.state == eng.StateDead:
 		return true, fmt.Sprintf("box stopped (container %s)", x.state)
 	case !now.Before(expires):
 		return true, "expired at " + expires.UTC().Format(time.RFC3339)

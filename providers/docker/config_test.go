@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 	"github.com/google/go-cmp/cmp"
-	"github.com/moby/moby/api/types/container"
 
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -84,11 +84,11 @@ func TestLabels(t *testing.T) {
 func TestDecide(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	later, earlier := now.Add(time.Hour), now.Add(-time.Minute)
-	running := box{state: container.StateRunning, labels: map[string]string{}}
-	kept := box{state: container.StateRunning, labels: map[string]string{labelKeep: "true"}}
-	keptExited := box{state: container.StateExited, labels: map[string]string{labelKeep: "true"}}
-	exited := box{state: container.StateExited, labels: map[string]string{}}
-	created := box{state: container.StateCreated, labels: map[string]string{}}
+	running := box{state: eng.StateRunning, labels: map[string]string{}}
+	kept := box{state: eng.StateRunning, labels: map[string]string{labelKeep: "true"}}
+	keptExited := box{state: eng.StateExited, labels: map[string]string{labelKeep: "true"}}
+	exited := box{state: eng.StateExited, labels: map[string]string{}}
+	created := box{state: eng.StateCreated, labels: map[string]string{}}
 	for _, tc := range []struct {
 		name    string
 		x       box
@@ -127,7 +127,7 @@ func TestExpiryCappedAtTTL(t *testing.T) {
 	b := newBackendWith(t, Config{})
 	created := time.Unix(1_800_000_000, 0).UTC()
 	labels := boxLabels(nil, nil, "cbx_0123456789ab", "", created, created.Add(5*time.Hour), time.Hour, time.Hour, false)
-	x := box{state: container.StateExited, labels: labels}
+	x := box{state: eng.StateExited, labels: labels}
 	if got, want := b.expiry(t.Context(), x), created.Add(time.Hour); !got.Equal(want) {
 		t.Errorf("expiry = %v, want %v (capped at the TTL)", got, want)
 	}

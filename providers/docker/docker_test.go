@@ -16,13 +16,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
 
 	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 )
 
 func TestConformance(t *testing.T) {
@@ -73,10 +72,7 @@ func TestBoxRemovesItselfAtExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := b.cli.ContainerWait(ctx, target.CloudID, client.ContainerWaitOptions{Condition: container.WaitConditionRemoved})
-	select {
-	case <-res.Result:
-	case err := <-res.Error:
+	if _, err := b.cli.ContainerWait(ctx, target.CloudID, eng.WaitRemoved); err != nil {
 		t.Fatalf("waiting for the expired box to be removed: %v", err)
 	}
 	if _, err := b.Resolve(ctx, provider.ResolveRequest{ID: req.LeaseID}); !errors.Is(err, provider.ErrNotFound) {

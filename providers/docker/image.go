@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,11 +11,8 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/distribution/reference"
-	"github.com/moby/moby/api/types/jsonstream"
-	"github.com/moby/moby/client"
-
 	"github.com/crabbox-dev/crabbox/provider"
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 )
 
 // DefaultSuite is the Debian release BuildImage installs by default.
@@ -84,8 +80,8 @@ func (b *Backend) BuildImage(ctx context.Context, opts BuildOptions) (string, er
 	if err != nil {
 		return "", fmt.Errorf("build image: tar is not installed: %w", provider.ErrPrecondition)
 	}
-	if _, err := b.cli.Ping(ctx, client.PingOptions{}); err != nil {
-		return "", engineErr("build image: reach the docker engine", err)
+	if _, err := b.cli.Ping(ctx); err != nil {
+		return "", engineErr(fmt.Errorf("build image: %w", err))
 	}
 	dir, err := os.MkdirTemp("", "crabbox-rootfs-")
 	if err != nil {
@@ -138,7 +134,7 @@ func imageRef(tag string) (string, error) {
 	if tag == "" {
 		return DefaultImage, nil
 	}
-	if _, err := reference.ParseNormalizedNamed(tag); err != nil {
+	if err := checkImageRef(tag); err != nil {
 		return "", fmt.Errorf("image tag %q: %w", tag, err)
 	}
 	return tag, nil
@@ -153,30 +149,9 @@ func (b *Backend) ImportImage(ctx context.Context, rootfs io.Reader, tag string)
 	if err != nil {
 		return "", err
 	}
-	res, err := b.cli.ImageImport(ctx, client.ImageImportSource{Source: rootfs, SourceName: "-"}, tag,
-		client.ImageImportOptions{Message: "crabbox box image", Changes: imageChanges})
+	id, err := b.cli.ImageImport(ctx, rootfs, tag, eng.ImportOptions{Message: "crabbox box image", Changes: imageChanges})
 	if err != nil {
-		return "", engineErr("import image "+tag, err)
-	}
-	defer res.Close()
-	var id string
-	dec := json.NewDecoder(res)
-	for {
-		var m jsonstream.Message
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return "", fmt.Errorf("import image %s: engine answer: %w", tag, err)
-		}
-		if m.Error != nil {
-			return "", fmt.Errorf("import image %s: %s", tag, m.Error.Message)
-		}
-		if s := strings.TrimSpace(m.Status); strings.HasPrefix(s, "sha256:") {
-			id = s
-		}
-	}
-	if id == "" {
-		return "", fmt.Errorf("import image %s: the engine reported no image ID", tag)
+		return "", engineErr(err)
 	}
 	return id, nil
 }

@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/moby/moby/client"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 )
 
 // fakeBuild stands in for debootstrap and tar: debootstrap makes the root
@@ -75,7 +75,7 @@ func TestBuildImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := b.cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true}); err != nil {
+		if err := b.cli.ImageRemove(context.Background(), tag, eng.ImageRemoveOptions{Force: true}); err != nil {
 			t.Errorf("remove image %s: %v", tag, err)
 		}
 	})

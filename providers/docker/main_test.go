@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/crabbox-dev/crabbox/internal/testenv"
 	"github.com/crabbox-dev/crabbox/provider"
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 )
 
 // helperEnv makes the test binary act as a CLI that dies mid-acquire
@@ -62,7 +61,7 @@ func engine(t *testing.T) *testFixture {
 }
 
 func (f *testFixture) setup() {
-	cli, err := client.New(client.FromEnv)
+	cli, err := eng.New(eng.ConfigFromEnv(os.Getenv))
 	if err != nil {
 		f.skip = fmt.Sprintf("no docker client: %v", err)
 		return
@@ -70,9 +69,9 @@ func (f *testFixture) setup() {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	v, err := cli.ServerVersion(ctx)
 	if err != nil {
-		f.skip = fmt.Sprintf("no docker engine answers at %s: %v", cli.DaemonHost(), err)
+		f.skip = fmt.Sprintf("no docker engine answers at %s: %v", cli.Host(), err)
 		return
 	}
 	if v.Os != "linux" {
@@ -119,9 +118,9 @@ func (f *testFixture) setup() {
 func (f *testFixture) teardown() error {
 	var errs []string
 	if f.image != "" {
-		cli, err := client.New(client.FromEnv)
+		cli, err := eng.New(eng.ConfigFromEnv(os.Getenv))
 		if err == nil {
-			_, err = cli.ImageRemove(context.Background(), f.image, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+			err = cli.ImageRemove(context.Background(), f.image, eng.ImageRemoveOptions{Force: true, PruneChildren: true})
 			_ = cli.Close()
 		}
 		if err != nil {

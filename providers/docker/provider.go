@@ -32,9 +32,9 @@ import (
 	"strings"
 
 	"github.com/docker/go-units"
-	"github.com/moby/moby/client"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 )
 
 // Name is the provider's registered name.
@@ -188,9 +188,9 @@ func (c Config) check() error {
 // published on the engine host's loopback, which is only ours when the
 // engine runs here.
 func checkLocalHost(host string) error {
-	u, err := client.ParseHostURL(host)
+	u, err := eng.ParseHost(host)
 	if err != nil {
-		return fmt.Errorf("%q: %w", host, err)
+		return err
 	}
 	switch u.Scheme {
 	case "unix", "npipe":
