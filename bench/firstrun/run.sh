@@ -3,11 +3,12 @@
 #
 #   1. a clean `git clone` of this repository (its committed HEAD) into a
 #      temporary directory;
-#   2. the README's first command, `go run ./cmd/crabbox run -- sh -c 'pwd; ls'`,
+#   2. the README's first command,
+#      `CGO_ENABLED=0 go run ./cmd/crabbox run -- sh -c 'pwd; ls'`,
 #      with an EMPTY module cache and build cache (GOMODCACHE and GOCACHE
 #      point at fresh temporary directories; GOPROXY, GONOSUMDB, GOFLAGS and
 #      the rest stay as `go env` has them), wall-clock;
-#   3. the README's install, `go install ./cmd/...` into a temporary GOBIN
+#   3. the README's install, `CGO_ENABLED=0 go install ./cmd/...` into a temporary GOBIN
 #      with the same caches, wall-clock, counting with -x the packages it
 #      compiles and the programs it links, and how many of those the first
 #      command had built already (it should be none: the install may
@@ -51,12 +52,14 @@ git clone -q "$root" "$tmp/src"
 echo "git clone: $(secs $(($(now) - start)))"
 
 export GOMODCACHE=$tmp/mod GOCACHE=$tmp/cache GOBIN=$tmp/bin
+# Both of the README's commands build static binaries.
+export CGO_ENABLED=0
 export CRABBOX_STATE_DIR=$tmp/state CRABBOX_CONFIG=$tmp/no-config XDG_CACHE_HOME=$tmp/xdg-cache
 mkdir -p "$GOMODCACHE" "$GOCACHE" "$GOBIN"
 cd "$tmp/src"
 
 echo
-echo "\$ go run ./cmd/crabbox run -- sh -c 'pwd; ls'   (empty GOMODCACHE and GOCACHE)"
+echo "\$ CGO_ENABLED=0 go run ./cmd/crabbox run -- sh -c 'pwd; ls'   (empty GOMODCACHE and GOCACHE)"
 start=$(now)
 go run ./cmd/crabbox run -- sh -c 'pwd; ls'
 first=$(($(now) - start))
@@ -65,7 +68,7 @@ echo "first command: $(secs "$first") wall; it builds $(wc -l <"$tmp/deps.txt") 
 
 # shellcheck disable=SC2086 # INSTALL_ENV is a list of NAME=VALUE words
 echo
-echo "\$ ${INSTALL_ENV:+$INSTALL_ENV }go install -x ./cmd/...   (same caches, GOBIN=\$tmp/bin)"
+echo "\$ CGO_ENABLED=0 ${INSTALL_ENV:+$INSTALL_ENV }go install -x ./cmd/...   (same caches, GOBIN=\$tmp/bin)"
 start=$(now)
 env ${INSTALL_ENV:-} go install -x ./cmd/... 2>"$tmp/install.log"
 install=$(($(now) - start))

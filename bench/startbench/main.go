@@ -4,8 +4,8 @@
 //	go run ./bench/startbench [-n 15] [-bin NAME=PATH]...
 //
 // It builds, into a temporary directory, a hello-world Go program and
-// this checkout's crabbox (plain `go build ./cmd/crabbox`, as the README
-// installs it), then runs `crabbox version`, `crabbox --help` and hello
+// this checkout's crabbox (`CGO_ENABLED=0 go build ./cmd/crabbox`, static
+// as the README installs it), then runs `crabbox version`, `crabbox --help` and hello
 // -n rounds, the commands taking turns to go first, each as a whole
 // process: the wall time from fork/exec to exit, taken by this program
 // around the child, never the child's own timing. -bin adds another
@@ -151,7 +151,8 @@ func run(ctx context.Context, w io.Writer, rounds int, extra []bin) error {
 }
 
 // build compiles the hello-world program and this checkout's crabbox into
-// dir and returns their paths.
+// dir, both static as the README builds crabbox (CGO_ENABLED=0), and
+// returns their paths.
 func build(ctx context.Context, dir string) (hello, crabbox string, err error) {
 	root, err := moduleRoot()
 	if err != nil {
@@ -172,9 +173,10 @@ func build(ctx context.Context, dir string) (hello, crabbox string, err error) {
 	}
 	hello, crabbox = filepath.Join(dir, "hello"), filepath.Join(dir, "crabbox")
 	for _, b := range []struct{ dir, out, pkg string }{{src, hello, "."}, {root, crabbox, "./cmd/crabbox"}} {
-		fmt.Fprintf(os.Stderr, "go build -o %s %s\n", b.out, b.pkg)
+		fmt.Fprintf(os.Stderr, "CGO_ENABLED=0 go build -o %s %s\n", b.out, b.pkg)
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.out, b.pkg)
 		cmd.Dir = b.dir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", "", fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
 		}

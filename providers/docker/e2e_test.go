@@ -13,10 +13,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// The CLI built the way the README says a plain checkout builds it
-// (`go build ./cmd/crabbox`, dynamically linked where cgo is available)
-// runs a command on a docker box with no agent flag and no CGO_ENABLED:
-// it builds its static agent itself, once, into the user's cache.
+// The CLI built without the README's CGO_ENABLED=0 (a plain `go build
+// ./cmd/crabbox`, as a `go install ...@latest` without it builds it:
+// dynamically linked where cgo is available) runs a command on a docker
+// box with no agent flag: it builds its static agent itself, once, into
+// the user's cache.
 func TestPlainGoBuildRunsOnDocker(t *testing.T) {
 	f := engine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
