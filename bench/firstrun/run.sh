@@ -16,7 +16,7 @@
 #      programs, but should not rebuild crabbox's packages).
 #
 #   bench/firstrun/run.sh
-#   INSTALL_ENV='CGO_ENABLED=0' bench/firstrun/run.sh   # the install with extra env
+#   INSTALL_ENV='GOFLAGS=-trimpath' bench/firstrun/run.sh   # the install with extra env
 #
 # crabbox's state and config go to temporary directories too. Everything is
 # removed on exit (the module cache with `go clean -modcache`, as its files
