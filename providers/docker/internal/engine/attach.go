@@ -47,7 +47,11 @@ func (c *Client) ContainerAttach(ctx context.Context, id string, opts AttachOpti
 			q.Set(name, "1")
 		}
 	}
-	u, err := c.versioned(ctx, "/containers/"+id+"/attach", q)
+	p, err := containerPath(op, id, "/attach")
+	if err != nil {
+		return nil, err
+	}
+	u, err := c.versioned(ctx, p, q)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}

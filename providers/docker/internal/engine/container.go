@@ -126,9 +126,29 @@ func (c *Client) ContainerCreate(ctx context.Context, name string, cfg Container
 	return out, err
 }
 
+// containerPath is the API path of container id (an ID or a name) with
+// suffix. An id that is neither is refused: it goes into the path, where
+// a slash or dots would name something else.
+func containerPath(op, id, suffix string) (string, error) {
+	ok := id != ""
+	for i := 0; i < len(id) && ok; i++ {
+		c := id[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || i > 0 && (c == '_' || c == '.' || c == '-')
+	}
+	if !ok {
+		return "", fmt.Errorf("%s: %q is not a container ID or name", op, id)
+	}
+	return "/containers/" + id + suffix, nil
+}
+
 // ContainerStart starts a created container.
 func (c *Client) ContainerStart(ctx context.Context, id string) error {
-	return c.doJSON(ctx, "start container "+id, http.MethodPost, "/containers/"+id+"/start", nil, nil, nil)
+	op := "start container " + id
+	p, err := containerPath(op, id, "/start")
+	if err != nil {
+		return err
+	}
+	return c.doJSON(ctx, op, http.MethodPost, p, nil, nil, nil)
 }
 
 // RemoveOptions shape ContainerRemove.
@@ -146,7 +166,12 @@ func (c *Client) ContainerRemove(ctx context.Context, id string, opts RemoveOpti
 	if opts.Volumes {
 		q.Set("v", "1")
 	}
-	return c.doJSON(ctx, "remove container "+id, http.MethodDelete, "/containers/"+id, q, nil, nil)
+	op := "remove container " + id
+	p, err := containerPath(op, id, "")
+	if err != nil {
+		return err
+	}
+	return c.doJSON(ctx, op, http.MethodDelete, p, q, nil, nil)
 }
 
 // Wait conditions of ContainerWait.
@@ -168,7 +193,11 @@ func (c *Client) ContainerWait(ctx context.Context, id, condition string) (int64
 		StatusCode int64
 		Error      *struct{ Message string }
 	}
-	if err := c.doJSON(ctx, op, http.MethodPost, "/containers/"+id+"/wait", q, nil, &out); err != nil {
+	p, err := containerPath(op, id, "/wait")
+	if err != nil {
+		return 0, err
+	}
+	if err := c.doJSON(ctx, op, http.MethodPost, p, q, nil, &out); err != nil {
 		return 0, err
 	}
 	if out.Error != nil && out.Error.Message != "" {
@@ -182,8 +211,12 @@ func (c *Client) ContainerWait(ctx context.Context, id, condition string) (int64
 // a file a directory.
 func (c *Client) CopyToContainer(ctx context.Context, id, dst string, content io.Reader) error {
 	op := fmt.Sprintf("copy into container %s at %s", id, dst)
+	p, err := containerPath(op, id, "/archive")
+	if err != nil {
+		return err
+	}
 	q := url.Values{"path": {dst}, "noOverwriteDirNonDir": {"true"}}
-	res, err := c.do(ctx, op, http.MethodPut, "/containers/"+id+"/archive", q, content, "application/x-tar")
+	res, err := c.do(ctx, op, http.MethodPut, p, q, content, "application/x-tar")
 	if err != nil {
 		return err
 	}
@@ -195,7 +228,11 @@ func (c *Client) CopyToContainer(ctx context.Context, id, dst string, content io
 // the container. Close it.
 func (c *Client) CopyFromContainer(ctx context.Context, id, src string) (io.ReadCloser, error) {
 	op := fmt.Sprintf("copy %s out of container %s", src, id)
-	res, err := c.do(ctx, op, http.MethodGet, "/containers/"+id+"/archive", url.Values{"path": {src}}, nil, "")
+	p, err := containerPath(op, id, "/archive")
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.do(ctx, op, http.MethodGet, p, url.Values{"path": {src}}, nil, "")
 	if err != nil {
 		return nil, err
 	}

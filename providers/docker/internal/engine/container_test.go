@@ -167,3 +167,33 @@ func TestCopyToAndFromContainer(t *testing.T) {
 		t.Errorf("CopyFromContainer of a missing file: err = %v", err)
 	}
 }
+
+// An ID that is not a container ID or name never reaches the engine: it
+// would go into the request's path, where ../ or a slash names something
+// else.
+func TestContainerIDsAreChecked(t *testing.T) {
+	f := &fakeEngine{apiVersion: "1.41", handle: func(w http.ResponseWriter, r *http.Request) {
+		answerJSON(w, http.StatusBadRequest, `{"message":"unexpected `+r.Method+` `+r.URL.String()+`"}`)
+	}}
+	c := f.serve(t, Config{})
+	ctx := t.Context()
+	for _, id := range []string{"", "..", "../images/x", "c1/start", "c1?force=1", "-c1", "c 1"} {
+		errs := []error{c.ContainerStart(ctx, id), c.ContainerRemove(ctx, id, RemoveOptions{})}
+		_, err := c.ContainerWait(ctx, id, WaitRemoved)
+		errs = append(errs, err, c.CopyToContainer(ctx, id, "/", strings.NewReader("")))
+		_, err = c.CopyFromContainer(ctx, id, "/x")
+		errs = append(errs, err)
+		_, err = c.ContainerAttach(ctx, id, AttachOptions{Stdout: true})
+		errs = append(errs, err)
+		for i, err := range errs {
+			if err == nil || !strings.Contains(err.Error(), "is not a container ID or name") {
+				t.Errorf("call %d with id %q: err = %v, want it refused", i, id, err)
+			}
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.paths) != 0 {
+		t.Errorf("the engine was asked %q", f.paths)
+	}
+}
