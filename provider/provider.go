@@ -423,10 +423,12 @@ type CleanupBackend interface {
 
 // ConfigChecker is a backend whose configuration is checked where the
 // provider runs rather than in Configure: a provider served by its own
-// program (external.Plugin), whose Configure runs nothing. The library
-// calls CheckConfig before it records a new lease, so that a setting the
-// provider refuses (a missing token) fails the acquire with the
-// provider's own message and leaves nothing behind.
+// program (external.Plugin), whose Configure runs nothing, or one that
+// must reach its service to know (docker: is the engine there?). The
+// library calls CheckConfig before it records a new lease, so that a
+// setting the provider refuses (a missing token, an engine that is down)
+// fails the acquire with the provider's own message and leaves nothing
+// behind. It must not create anything.
 type ConfigChecker interface {
 	Backend
 	CheckConfig(ctx context.Context) error

@@ -75,6 +75,18 @@ func (b *Backend) checkRequest(req provider.AcquireRequest) error {
 	return nil
 }
 
+// CheckConfig asks whether the engine is there before the library records
+// a new lease (provider.ConfigChecker): an engine that is down or
+// unreachable fails the acquire with nothing left behind, where a claim
+// recorded first would stay, failed, for cleanup. It settles the API
+// version too, which the acquire's first request would otherwise do.
+func (b *Backend) CheckConfig(ctx context.Context) error {
+	if _, err := b.cli.Ping(ctx); err != nil {
+		return engineErr(err)
+	}
+	return nil
+}
+
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
 	began := b.rt.Clock.Now()
 	version, err := b.cli.ServerVersion(ctx)

@@ -394,3 +394,28 @@ func TestResolveUsesTheStateDirectorysRecord(t *testing.T) {
 		t.Errorf("records cached after release: %q", cached)
 	}
 }
+
+// An engine that is not there fails the acquire before anything is
+// recorded (CheckConfig): no lease is left, failed, for cleanup. No
+// engine is needed: the socket does not exist.
+func TestUnreachableEngineLeavesNothing(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "absent.sock")
+	c, err := crabbox.New(crabbox.WithStateDir(t.TempDir()),
+		crabbox.WithProviderConfig(Name, provider.Config{"host": "unix://" + sock, "image": "crabbox-test/absent:nope"}),
+		crabbox.WithProvider(Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Acquire(t.Context(), crabbox.AcquireOptions{})
+	if !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "cannot reach the docker engine at unix://"+sock) {
+		t.Fatalf("Acquire with no engine: err = %v, want ErrTransient naming the engine", err)
+	}
+	if strings.Count(err.Error(), "cannot reach") != 1 {
+		t.Errorf("Acquire error says it more than once: %v", err)
+	}
+	leases, err := c.List(t.Context())
+	if err != nil || len(leases) != 0 {
+		t.Errorf("leases after the failed acquire = %+v (%v), want none", leases, err)
+	}
+}
