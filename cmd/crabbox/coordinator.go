@@ -10,6 +10,7 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
 	"github.com/crabbox-dev/crabbox/providers/external"
 )
 
@@ -19,10 +20,6 @@ import (
 // `crabbox-coordinator ARGS...`, as git runs git-foo.
 const coordinatorProgram = "crabbox-coordinator"
 
-// coordinatorInstall is how to install coordinatorProgram.
-const coordinatorInstall = `go install github.com/crabbox-dev/crabbox/cmd/...@latest
-  (or, from a checkout of crabbox: go install ./cmd/...)`
-
 // coordinatorCmd stands for coordinatorProgram in crabbox's command list
 // and help; Main hands every `crabbox coordinator` command line to
 // runCoordinator before it reaches ffcli.
@@ -31,12 +28,7 @@ func (a *app) coordinatorCmd() *ffcli.Command {
 		Name:       "coordinator",
 		ShortUsage: "crabbox coordinator <serve|token> ...",
 		ShortHelp:  "run a coordinator, or issue tokens for one",
-		LongHelp: `The coordinator owns provider credentials, lease state, run history, usage
-and spend limits for a team. Clients use it when CRABBOX_COORDINATOR (its URL)
-and CRABBOX_COORDINATOR_TOKEN are set; CRABBOX_COORDINATOR_MODE says which
-leases go through it: managed (default: providers that declare coordinator
-support, and providers this binary does not have), all, or registered (direct
-providers whose leases are only recorded). See docs/coordinator.md.
+		LongHelp: cli.CoordinatorAbout + `
 
   CRABBOX_ADMIN_TOKEN_FILE=/etc/crabbox/admin-token crabbox coordinator serve --listen :8080
 
@@ -48,7 +40,7 @@ These commands are the program crabbox-coordinator, which crabbox runs with
 the same arguments (found next to crabbox, else on PATH); it installs with
 crabbox:
 
-  ` + coordinatorInstall + `
+  ` + external.InstallHint + `
 
 Run 'crabbox coordinator COMMAND --help' for a command's flags and an example.`,
 		FlagSet: flag.NewFlagSet("coordinator", flag.ContinueOnError),
@@ -90,7 +82,7 @@ func isHelpFlag(arg string) bool {
 func findCoordinator() (string, error) {
 	p, err := external.FindProgram(coordinatorProgram)
 	if err != nil {
-		return "", fmt.Errorf("%w: the coordinator server is a program of its own; install it with\n  %s", err, coordinatorInstall)
+		return "", fmt.Errorf("%w: the coordinator server is a program of its own; install it with\n  %s", err, external.InstallHint)
 	}
 	return p, nil
 }

@@ -43,6 +43,16 @@ func (e UsageError) Error() string { return e.Msg }
 // Usagef returns a UsageError.
 func Usagef(format string, args ...any) error { return UsageError{fmt.Sprintf(format, args...)} }
 
+// CoordinatorAbout opens the help of the coordinator's commands, in
+// crabbox-coordinator and in crabbox, which only names them (crabbox
+// coordinator runs crabbox-coordinator).
+const CoordinatorAbout = `The coordinator owns provider credentials, lease state, run history, usage
+and spend limits for a team. Clients use it when CRABBOX_COORDINATOR (its URL)
+and CRABBOX_COORDINATOR_TOKEN are set; CRABBOX_COORDINATOR_MODE says which
+leases go through it: managed (default: providers that declare coordinator
+support, and providers this binary does not have), all, or registered (direct
+providers whose leases are only recorded). See docs/coordinator.md.`
+
 // Program is a command tree and how its help is written.
 type Program struct {
 	// Name is the program's name as users type it ("crabbox").

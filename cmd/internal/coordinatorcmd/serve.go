@@ -89,12 +89,7 @@ func (a *app) rootCmd() *ffcli.Command {
 	return &ffcli.Command{
 		ShortUsage: "crabbox-coordinator <serve|token> ...",
 		ShortHelp:  "run a coordinator, or issue tokens for one",
-		LongHelp: `The coordinator owns provider credentials, lease state, run history, usage
-and spend limits for a team. Clients use it when CRABBOX_COORDINATOR (its URL)
-and CRABBOX_COORDINATOR_TOKEN are set; CRABBOX_COORDINATOR_MODE says which
-leases go through it: managed (default: providers that declare coordinator
-support, and providers this binary does not have), all, or registered (direct
-providers whose leases are only recorded). See docs/coordinator.md.
+		LongHelp: cli.CoordinatorAbout + `
 
 crabbox coordinator ARGS... runs this program with the same arguments.
 
