@@ -33,9 +33,6 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 // ExitCode is the code crabbox exits with (see cli.Program.Main).
 func (e exitError) ExitCode() int { return e.code }
 
-// usageError is a mistake in how a command was called.
-type usageError = cli.UsageError
-
 func usagef(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 // app is what every command shares: the standard streams.
@@ -95,12 +92,6 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	return a.program().Main(ctx, args, stdout, stderr)
-}
-
-// interrupted reports on stderr that ctx was cancelled and returns the
-// exit code (see cli.Interrupted).
-func interrupted(ctx context.Context, err error, stderr io.Writer) int {
-	return cli.Interrupted(ctx, "crabbox", err, stderr)
 }
 
 // oneLine keeps an error on one line of stderr.

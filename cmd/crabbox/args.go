@@ -24,9 +24,6 @@ import "github.com/crabbox-dev/crabbox/cmd/internal/cli"
 // argument, because their positionals are a command line of their own.
 var flagsFirst = map[string]bool{"crabbox run": true}
 
-// argError is a mistake in a command line found before parsing.
-type argError = cli.ArgError
-
 // program is the CLI's command tree, with crabbox's argument conventions
 // and help.
 func (a *app) program() *cli.Program {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
 	"github.com/crabbox-dev/crabbox/config"
 )
 
@@ -99,9 +100,9 @@ func TestArrangeErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			_, err := p.Arrange(paths, tt.args)
-			e, ok := err.(argError)
+			e, ok := err.(cli.ArgError)
 			if !ok {
-				t.Fatalf("error %v, want an argError", err)
+				t.Fatalf("error %v, want a cli.ArgError", err)
 			}
 			if got := paths[e.Cmd]; got != tt.cmd || e.Msg != tt.msg {
 				t.Errorf("got %q: %q, want %q: %q", got, e.Msg, tt.cmd, tt.msg)

@@ -58,7 +58,7 @@ Run 'crabbox coordinator COMMAND --help' for a command's flags and an example.`,
 func runCoordinator(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || isHelpFlag(args[0]) || len(args) == 1 && args[0] == "help" {
 		a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
-		fmt.Fprint(stdout, helpText(a.coordinatorCmd(), "crabbox coordinator"))
+		fmt.Fprint(stdout, a.program().Help(a.coordinatorCmd(), "crabbox coordinator"))
 		return 0
 	}
 	path, err := findCoordinator()

@@ -18,7 +18,7 @@ func execCoordinator(ctx context.Context, path string, args []string, stdin io.R
 // interruptChild does nothing to the child: Ctrl-C and Ctrl-Break go to
 // every process of the console, so the child has the interrupt already,
 // and closing the console ends both. crabbox waits for the child to
-// finish (a second Ctrl-C ends crabbox at once, see handleSignals).
+// finish (a second Ctrl-C ends crabbox at once, see cli.HandleSignals).
 func interruptChild(context.Context, *os.Process) error { return nil }
 
 // exitCodeOf is a child's exit code.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
 )
 
 // execCoordinator runs the coordinator program at path with args. With
@@ -28,7 +30,7 @@ func execCoordinator(ctx context.Context, path string, args []string, stdin io.R
 // interruptChild forwards to the child the signal that ended ctx
 // (SIGTERM when none is known).
 func interruptChild(ctx context.Context, p *os.Process) error {
-	sig, ok := interruptedBy(ctx)
+	sig, ok := cli.InterruptedBy(ctx)
 	if !ok {
 		sig = syscall.SIGTERM
 	}
@@ -39,7 +41,7 @@ func interruptChild(ctx context.Context, p *os.Process) error {
 // shell reports it.
 func exitCodeOf(ps *os.ProcessState) int {
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return signalExitCode(ws.Signal())
+		return cli.SignalExitCode(ws.Signal())
 	}
 	return ps.ExitCode()
 }

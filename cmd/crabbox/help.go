@@ -7,23 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/peterbourgon/ff/v3/ffcli"
-
-	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
 	"github.com/crabbox-dev/crabbox/provider"
 )
-
-// helpText is a command's --help: what it does, its usage, its long help
-// (with an example), its subcommands, its own flags, then the provider
-// flags it has, under the provider that owns each.
-func helpText(c *ffcli.Command, path string) string {
-	p := cli.Program{Name: "crabbox", GroupedFlags: providerFlags}
-	return p.Help(c, path)
-}
-
-// usageLine is the one line that follows a usage error: the command's
-// short usage and where its help is.
-func usageLine(c *ffcli.Command, path string) string { return cli.UsageLine(c, path) }
 
 // providerFlags is the help section of the provider option flags fs has,
 // and which flags it lists: every provider option flag.

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/crabbox-dev/crabbox/cmd/crabbox/internal/quickstart"
+	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
 	_ "github.com/crabbox-dev/crabbox/providers/slim"
 )
 
@@ -17,7 +18,7 @@ func main() {
 	// group ended, one-shot lease released, acquire rolled back) and Main
 	// exits 128+signal. A second signal a moment later exits at once.
 	ctx, cancel := context.WithCancelCause(context.Background())
-	handleSignals(cancel)
+	cli.HandleSignals("crabbox", cancel)
 	code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	cancel(nil)
 	os.Exit(code)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/crabbox-dev/crabbox/cmd/internal/cli"
 )
 
 // Main exits 128+signal for any failure after a signal, with the failure on
@@ -16,7 +18,7 @@ func TestMainAfterSignal(t *testing.T) {
 		code  int
 		line  string
 	}{
-		{interruptedError{Sig: syscall.SIGTERM}, 143, "crabbox: interrupted (SIGTERM); "},
+		{cli.InterruptedError{Sig: syscall.SIGTERM}, 143, "crabbox: interrupted (SIGTERM); "},
 		{nil, 125, "crabbox: "},
 	} {
 		ctx, cancel := context.WithCancelCause(context.Background())
