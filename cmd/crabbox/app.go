@@ -45,12 +45,14 @@ type app struct {
 	// providerFlags are the provider option flags of the commands that
 	// talk to providers, not yet registered (see prepare).
 	providerFlags map[*flag.FlagSet]func() []provider.Spec
-	// configFile is --config's default, read from the environment once.
-	configFile *string
+	// configFile is --config's default, read from the environment once
+	// per command tree (see rootCmd).
+	configFile string
 }
 
 // rootCmd returns the command tree of the CLI.
 func (a *app) rootCmd() *ffcli.Command {
+	a.configFile = config.DefaultFile(os.Environ())
 	return &ffcli.Command{
 		ShortUsage: "crabbox <command> [flags] [args...]",
 		ShortHelp:  "lease a box, sync your checkout, run a command, release the box",
@@ -164,13 +166,9 @@ func (a *app) prepare(c *ffcli.Command) {
 // (the state directory) but never talks to a provider, like logs and
 // history: --config and -v, no provider flags.
 func (a *app) newLocalFlagSet(name string) (*flag.FlagSet, *leaseFlags) {
-	if a.configFile == nil {
-		file := config.DefaultFile(os.Environ())
-		a.configFile = &file
-	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	lf := &leaseFlags{}
-	fs.StringVar(&lf.config, "config", *a.configFile, "config file of \"flag value\" lines")
+	fs.StringVar(&lf.config, "config", a.configFile, "config file of \"flag value\" lines")
 	fs.BoolVar(&lf.verbose, "v", false, "log what crabbox does to stderr")
 	return fs, lf
 }
