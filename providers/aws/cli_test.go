@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/crabbox-dev/crabbox/internal/clitest"
 	"github.com/crabbox-dev/crabbox/providers/aws"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
@@ -29,17 +28,11 @@ func TestInstalledCLI(t *testing.T) {
 	w := newWorldOf(t, cloudtest.NewLoopbackFleet(t))
 	flags := []string{"--provider", "aws", "--aws-endpoint", w.url, "--aws-regions", region, "--aws-work-root", t.TempDir()}
 
-	t.Run("one-shot run", func(t *testing.T) {
-		cloudtest.OneShot(t, run, flags...)
+	cloudtest.CLIRuns(t, run, "aws", flags, func(t *testing.T) {
 		if a := w.actions(); !cloudtest.InOrder(a, "RunInstances", "TerminateInstances") {
 			t.Errorf("fake EC2 actions %q: want the instance run, then terminated at release", a)
 		}
-		checkReleased(t, w)
-	})
-	t.Run("warm lease", func(t *testing.T) {
-		clitest.DelegatedWarmLease(t, run, "aws", flags...)
-		checkReleased(t, w)
-	})
+	}, func(t *testing.T) { checkReleased(t, w) })
 }
 
 // checkReleased fails unless the fake region has no live instance, no key

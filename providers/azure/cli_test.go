@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crabbox-dev/crabbox/internal/clitest"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
@@ -41,17 +40,11 @@ func TestInstalledCLI(t *testing.T) {
 		"CRABBOX_AZURE_SOURCE_RANGE="+testRange)
 	flags := []string{"--provider", "azure", "--azure-endpoint", f.URL, "--azure-work-root", t.TempDir()}
 
-	t.Run("one-shot run", func(t *testing.T) {
-		cloudtest.OneShot(t, run, flags...)
+	cloudtest.CLIRuns(t, run, "azure", flags, func(t *testing.T) {
 		if events := f.log(); !cloudtest.InOrder(events, "create vm", "delete vm") {
 			t.Errorf("fake ARM events %q: want the VM created, then deleted at release", events)
 		}
-		checkEmpty(t, f)
-	})
-	t.Run("warm lease", func(t *testing.T) {
-		clitest.DelegatedWarmLease(t, run, "azure", flags...)
-		checkEmpty(t, f)
-	})
+	}, func(t *testing.T) { checkEmpty(t, f) })
 }
 
 // identityHeader is the secret App Service hands its managed identity

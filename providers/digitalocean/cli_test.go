@@ -4,7 +4,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/crabbox-dev/crabbox/internal/clitest"
 	"github.com/crabbox-dev/crabbox/providers/digitalocean"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud/tagcloudtest"
@@ -23,15 +22,9 @@ func TestInstalledCLI(t *testing.T) {
 	t.Cleanup(srv.Close)
 	flags := []string{"--provider", "digitalocean", "--digitalocean-endpoint", srv.URL, "--digitalocean-work-root", t.TempDir()}
 
-	t.Run("one-shot run", func(t *testing.T) {
-		cloudtest.OneShot(t, run, flags...)
+	cloudtest.CLIRuns(t, run, "digitalocean", flags, func(t *testing.T) {
 		if c := api.cloud.Creates(); len(c) != 1 {
 			t.Errorf("droplet creates %q, want one", c)
 		}
-		api.cloud.CheckReleased(t)
-	})
-	t.Run("warm lease", func(t *testing.T) {
-		clitest.DelegatedWarmLease(t, run, "digitalocean", flags...)
-		api.cloud.CheckReleased(t)
-	})
+	}, func(t *testing.T) { api.cloud.CheckReleased(t) })
 }

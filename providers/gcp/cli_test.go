@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/crabbox-dev/crabbox/internal/clitest"
 	"github.com/crabbox-dev/crabbox/providers/gcp"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
@@ -26,17 +25,11 @@ func TestInstalledCLI(t *testing.T) {
 	flags := []string{"--provider", "gcp", "--gcp-endpoint", api.URL, "--gcp-project", project,
 		"--gcp-zones", strings.Join(zones, ","), "--gcp-work-root", t.TempDir()}
 
-	t.Run("one-shot run", func(t *testing.T) {
-		cloudtest.OneShot(t, run, flags...)
+	cloudtest.CLIRuns(t, run, "gcp", flags, func(t *testing.T) {
 		if e := events(api); !cloudtest.InOrder(e, "insert instance", "delete instance") {
 			t.Errorf("fake API events %q: want the instance inserted, then deleted at release", e)
 		}
-		checkReleased(t, api)
-	})
-	t.Run("warm lease", func(t *testing.T) {
-		clitest.DelegatedWarmLease(t, run, "gcp", flags...)
-		checkReleased(t, api)
-	})
+	}, func(t *testing.T) { checkReleased(t, api) })
 }
 
 // checkReleased fails unless the fake project has no instance and no

@@ -3,7 +3,6 @@ package hetzner_test
 import (
 	"testing"
 
-	"github.com/crabbox-dev/crabbox/internal/clitest"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
@@ -18,15 +17,9 @@ func TestInstalledCLI(t *testing.T) {
 	api := newFakeAPIOf(t, cloudtest.NewLoopbackFleet(t))
 	flags := []string{"--provider", "hetzner", "--hetzner-endpoint", api.URL, "--hetzner-work-root", t.TempDir()}
 
-	t.Run("one-shot run", func(t *testing.T) {
-		cloudtest.OneShot(t, run, flags...)
+	cloudtest.CLIRuns(t, run, "hetzner", flags, func(t *testing.T) {
 		if events := events(api); !cloudtest.InOrder(events, "create server", "delete server") {
 			t.Errorf("fake API events %q: want the server created, then deleted at release", events)
 		}
-		checkEmpty(t, api)
-	})
-	t.Run("warm lease", func(t *testing.T) {
-		clitest.DelegatedWarmLease(t, run, "hetzner", flags...)
-		checkEmpty(t, api)
-	})
+	}, func(t *testing.T) { checkEmpty(t, api) })
 }

@@ -4,7 +4,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/crabbox-dev/crabbox/internal/clitest"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud/tagcloudtest"
 	"github.com/crabbox-dev/crabbox/providers/linode"
@@ -23,15 +22,9 @@ func TestInstalledCLI(t *testing.T) {
 	t.Cleanup(srv.Close)
 	flags := []string{"--provider", "linode", "--linode-endpoint", srv.URL, "--linode-work-root", t.TempDir()}
 
-	t.Run("one-shot run", func(t *testing.T) {
-		cloudtest.OneShot(t, run, flags...)
+	cloudtest.CLIRuns(t, run, "linode", flags, func(t *testing.T) {
 		if c := api.cloud.Creates(); len(c) != 1 {
 			t.Errorf("instance creates %q, want one", c)
 		}
-		api.cloud.CheckReleased(t)
-	})
-	t.Run("warm lease", func(t *testing.T) {
-		clitest.DelegatedWarmLease(t, run, "linode", flags...)
-		api.cloud.CheckReleased(t)
-	})
+	}, func(t *testing.T) { api.cloud.CheckReleased(t) })
 }

@@ -3,7 +3,6 @@ package scaleway_test
 import (
 	"testing"
 
-	"github.com/crabbox-dev/crabbox/internal/clitest"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 	"github.com/crabbox-dev/crabbox/providers/scaleway"
 )
@@ -20,15 +19,9 @@ func TestInstalledCLI(t *testing.T) {
 	api := newFakeAPIOf(t, cloudtest.NewLoopbackFleet(t))
 	flags := []string{"--provider", "scaleway", "--scaleway-endpoint", api.URL, "--scaleway-work-root", t.TempDir()}
 
-	t.Run("one-shot run", func(t *testing.T) {
-		cloudtest.OneShot(t, run, flags...)
+	cloudtest.CLIRuns(t, run, "scaleway", flags, func(t *testing.T) {
 		if e := events(api); !cloudtest.InOrder(e, "create server", "terminate server") {
 			t.Errorf("fake API events %q: want the server created, then terminated (with its volumes) at release", e)
 		}
-		checkEmpty(t, api)
-	})
-	t.Run("warm lease", func(t *testing.T) {
-		clitest.DelegatedWarmLease(t, run, "scaleway", flags...)
-		checkEmpty(t, api)
-	})
+	}, func(t *testing.T) { checkEmpty(t, api) })
 }

@@ -3,7 +3,6 @@ package vultr_test
 import (
 	"testing"
 
-	"github.com/crabbox-dev/crabbox/internal/clitest"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
@@ -18,12 +17,5 @@ func TestInstalledCLI(t *testing.T) {
 	api := newFakeAPIOf(t, cloudtest.NewLoopbackFleet(t))
 	flags := []string{"--provider", "vultr", "--vultr-endpoint", api.URL, "--vultr-work-root", t.TempDir()}
 
-	t.Run("one-shot run", func(t *testing.T) {
-		cloudtest.OneShot(t, run, flags...)
-		checkEmpty(t, api) // released: the instance is deleted
-	})
-	t.Run("warm lease", func(t *testing.T) {
-		clitest.DelegatedWarmLease(t, run, "vultr", flags...)
-		checkEmpty(t, api)
-	})
+	cloudtest.CLIRuns(t, run, "vultr", flags, nil, func(t *testing.T) { checkEmpty(t, api) })
 }

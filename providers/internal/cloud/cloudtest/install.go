@@ -93,3 +93,23 @@ func InOrder(events []string, want ...string) bool {
 	}
 	return len(want) == 0
 }
+
+// CLIRuns runs the flows of an end-to-end test of the installed crabbox
+// with provider (see InstalledCLI) as subtests: a one-shot run (OneShot),
+// then the provider's own checks of it (oneShot, if not nil), then a warm
+// lease's flow (clitest.DelegatedWarmLease). After each, released checks
+// that nothing billable is left.
+func CLIRuns(t *testing.T, run clitest.Runner, provider string, flags []string, oneShot, released func(t *testing.T)) {
+	t.Helper()
+	t.Run("one-shot run", func(t *testing.T) {
+		OneShot(t, run, flags...)
+		if oneShot != nil {
+			oneShot(t)
+		}
+		released(t)
+	})
+	t.Run("warm lease", func(t *testing.T) {
+		clitest.DelegatedWarmLease(t, run, provider, flags...)
+		released(t)
+	})
+}
