@@ -19,8 +19,8 @@ func TestCoordinatorServeRefusesEmptyFlags(t *testing.T) {
 			"CRABBOX_COORDINATOR_DB=sqlite://" + filepath.ToSlash(filepath.Join(dbDir, "team.db"))}
 		r := coordinatorCmd(t, env, append([]string{"serve"}, args...)...)
 		name := strings.TrimSuffix(strings.TrimPrefix(args[0], "--"), "=")
-		if r.code != 2 || !strings.Contains(r.stderr, "--"+name+" is empty") || !strings.Contains(r.stderr, "CRABBOX_COORDINATOR_"+strings.ToUpper(name)) {
-			t.Errorf("serve %q: exit %d, stderr %q; want 2 naming --%s", args, r.code, r.stderr, name)
+		if r.Code != 2 || !strings.Contains(r.Stderr, "--"+name+" is empty") || !strings.Contains(r.Stderr, "CRABBOX_COORDINATOR_"+strings.ToUpper(name)) {
+			t.Errorf("serve %q: exit %d, stderr %q; want 2 naming --%s", args, r.Code, r.Stderr, name)
 		}
 		for _, db := range []string{filepath.Join(state, "coordinator", "coordinator.db"), filepath.Join(dbDir, "team.db")} {
 			if _, err := os.Stat(db); !os.IsNotExist(err) {

@@ -13,16 +13,17 @@ import (
 	"time"
 
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
+	"github.com/crabbox-dev/crabbox/internal/clitest"
 )
 
 func TestCoordinatorTokenIssue(t *testing.T) {
 	t.Parallel()
-	env := append(stateEnv(t), "CRABBOX_SESSION_SECRET="+testSecret)
+	env := append(clitest.StateEnv(t), "CRABBOX_SESSION_SECRET="+testSecret)
 	r := coordinatorCmd(t, env, "token", "issue", "--owner", "alice", "--org", "team", "--ttl", "2h")
-	if r.code != 0 {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 	}
-	claims, err := auth.ParseUserToken([]byte(testSecret), strings.TrimSpace(r.stdout), time.Now())
+	claims, err := auth.ParseUserToken([]byte(testSecret), strings.TrimSpace(r.Stdout), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +35,10 @@ func TestCoordinatorTokenIssue(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte(testSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r = coordinatorCmd(t, stateEnv(t), "token", "issue", "--owner", "bob", "--org", "team", "--secret-file", secretFile, "--json")
+	r = coordinatorCmd(t, clitest.StateEnv(t), "token", "issue", "--owner", "bob", "--org", "team", "--secret-file", secretFile, "--json")
 	var out struct{ Token, Owner string }
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || out.Owner != "bob" {
-		t.Fatalf("--json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &out) != nil || out.Owner != "bob" {
+		t.Fatalf("--json: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	if _, err := auth.ParseUserToken([]byte(testSecret), out.Token, time.Now()); err != nil {
 		t.Errorf("token from --secret-file: %v", err)
@@ -54,12 +55,12 @@ func TestCoordinatorTokenIssue(t *testing.T) {
 		{[]string{"CRABBOX_SESSION_SECRET=" + testSecret}, []string{"--org", "g"}, 2, "--owner and --org are required"},
 		{[]string{"CRABBOX_SESSION_SECRET=" + testSecret}, []string{"--owner", "a", "--org", "g", "--ttl", "-1h"}, 2, "positive duration"},
 	} {
-		r := coordinatorCmd(t, append(stateEnv(t), tt.env...), append([]string{"token", "issue"}, tt.args...)...)
-		if r.code != tt.code || !strings.Contains(r.stderr, tt.inStderr) {
-			t.Errorf("token issue %v: exit %d, stderr %q; want %d with %q", tt.args, r.code, r.stderr, tt.code, tt.inStderr)
+		r := coordinatorCmd(t, append(clitest.StateEnv(t), tt.env...), append([]string{"token", "issue"}, tt.args...)...)
+		if r.Code != tt.code || !strings.Contains(r.Stderr, tt.inStderr) {
+			t.Errorf("token issue %v: exit %d, stderr %q; want %d with %q", tt.args, r.Code, r.Stderr, tt.code, tt.inStderr)
 		}
-		if strings.Contains(r.stderr, testSecret) {
-			t.Errorf("stderr shows the secret: %q", r.stderr)
+		if strings.Contains(r.Stderr, testSecret) {
+			t.Errorf("stderr shows the secret: %q", r.Stderr)
 		}
 	}
 }
@@ -88,12 +89,12 @@ func TestCoordinatorServeRejectsBadSetup(t *testing.T) {
 		{[]string{"CRABBOX_SESSION_SECRET=" + testSecret}, []string{"--config", ghCfg}, 125, "needs the OAuth app's secret in CRABBOX_GITHUB_CLIENT_SECRET"},
 		{[]string{"CRABBOX_ADMIN_TOKEN=a", "CRABBOX_GITHUB_CLIENT_SECRET=s"}, []string{"--config", ghCfg}, 125, "github sign-in needs CRABBOX_SESSION_SECRET"},
 	} {
-		r := coordinatorCmd(t, append(stateEnv(t), tt.env...), append([]string{"serve", "--listen", "127.0.0.1:0"}, tt.args...)...)
-		if r.code != tt.code || !strings.Contains(r.stderr, tt.inStderr) {
-			t.Errorf("serve %v %v: exit %d, stderr %q; want %d with %q", tt.env, tt.args, r.code, r.stderr, tt.code, tt.inStderr)
+		r := coordinatorCmd(t, append(clitest.StateEnv(t), tt.env...), append([]string{"serve", "--listen", "127.0.0.1:0"}, tt.args...)...)
+		if r.Code != tt.code || !strings.Contains(r.Stderr, tt.inStderr) {
+			t.Errorf("serve %v %v: exit %d, stderr %q; want %d with %q", tt.env, tt.args, r.Code, r.Stderr, tt.code, tt.inStderr)
 		}
-		if strings.Contains(r.stderr, "hunter2") {
-			t.Errorf("stderr shows the password: %q", r.stderr)
+		if strings.Contains(r.Stderr, "hunter2") {
+			t.Errorf("stderr shows the password: %q", r.Stderr)
 		}
 	}
 }
@@ -104,7 +105,7 @@ func TestServeStopsGracefully(t *testing.T) {
 	t.Parallel()
 	db := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "coordinator.db"))
 	cmd := exec.Command(os.Args[0], "serve", "--listen", "127.0.0.1:0", "--db", db)
-	cmd.Env = append(os.Environ(), append(stateEnv(t), "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0", "CRABBOX_ADMIN_TOKEN=admin-token-for-the-test-0123456789")...)
+	cmd.Env = append(os.Environ(), append(clitest.StateEnv(t), "CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0", "CRABBOX_ADMIN_TOKEN=admin-token-for-the-test-0123456789")...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
