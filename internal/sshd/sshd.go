@@ -227,6 +227,11 @@ func config(dir, login string, port int) string {
 		"MaxSessions 64",
 		"MaxStartups 64",
 		"LogLevel VERBOSE",
+		// bash sources ~/.bashrc for an ssh command only when it is a
+		// top-level shell; SHLVL=1 makes it a nested one. The account's
+		// dotfiles are the developer's, not the test's: pyenv's init in
+		// them, say, blocks every login on a lock a killed session left.
+		"SetEnv SHLVL=1",
 	}
 	return strings.Join(lines, "\n") + "\n"
 }
