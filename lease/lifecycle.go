@@ -38,6 +38,10 @@ type Terms struct {
 	Route       Route
 	Coordinator string
 	Config      map[string]string
+	// From, if set, starts the box from this native checkpoint: the
+	// backend must be a provider.NativeForkBackend, whose Fork is called
+	// instead of Acquire.
+	From *provider.CheckpointArtifact
 }
 
 // Acquire creates a lease through b. The claim is written before the
@@ -46,6 +50,9 @@ type Terms struct {
 // the claim failed when that release fails too, so cleanup can finish it.
 func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Terms) (Grant, error) {
 	spec := b.Spec()
+	if _, ok := b.(provider.NativeForkBackend); opts.From != nil && !ok {
+		return Grant{}, fmt.Errorf("acquire %s lease: the provider cannot start a box from a checkpoint", spec.Name)
+	}
 	if cc, ok := b.(provider.ConfigChecker); ok {
 		if err := cc.CheckConfig(ctx); err != nil {
 			return Grant{}, fmt.Errorf("acquire %s lease: %w", spec.Name, err)
@@ -65,11 +72,17 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 		return Grant{}, err
 	}
 	ttl, idle := c.TTL(), c.IdleTimeout()
-	target, err := b.Acquire(ctx, provider.AcquireRequest{
+	req := provider.AcquireRequest{
 		LeaseID: c.ID, Slug: c.Slug, PublicKey: key.AuthorizedKey(),
 		TTL: ttl, IdleTimeout: idle, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt,
 		Keep: c.Keep, Labels: maps.Clone(c.Labels),
-	})
+	}
+	var target provider.LeaseTarget
+	if opts.From != nil {
+		target, err = fork(ctx, b, req, *opts.From)
+	} else {
+		target, err = b.Acquire(ctx, req)
+	}
 	if err == nil {
 		err = checkTarget(c, target)
 	}
@@ -95,6 +108,12 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 		}
 	}
 	return Grant{Claim: c, Target: moved, Key: key}, nil
+}
+
+// fork starts the box of req from the native checkpoint a (Acquire has
+// checked that b can).
+func fork(ctx context.Context, b provider.SSHLeaseBackend, req provider.AcquireRequest, a provider.CheckpointArtifact) (provider.LeaseTarget, error) {
+	return b.(provider.NativeForkBackend).Fork(ctx, provider.ForkRequest{AcquireRequest: req, Artifact: a})
 }
 
 // fromReady makes the idle time of the lease c, whose box the provider

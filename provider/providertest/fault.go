@@ -123,3 +123,55 @@ func (f *Faulty) ReleaseLease(ctx context.Context, req provider.ReleaseRequest) 
 	_, err := inject(ctx, f, StepRelease, func() (struct{}, error) { return struct{}{}, f.SSHLeaseBackend.ReleaseLease(ctx, req) })
 	return err
 }
+
+// Steps of a native checkpoint backend.
+const (
+	StepCheckpoint       Step = "checkpoint"
+	StepListCheckpoints  Step = "list-checkpoints"
+	StepDeleteCheckpoint Step = "delete-checkpoint"
+	StepFork             Step = "fork"
+	StepRestore          Step = "restore"
+)
+
+// FaultyNative is Faulty for a native checkpoint backend: it injects
+// faults at the checkpoint steps too, and is a provider.NativeForkBackend
+// and a provider.NativeRestoreBackend whose Fork and Restore fail when the
+// wrapped backend is not one.
+type FaultyNative struct {
+	*Faulty
+	native provider.NativeCheckpointBackend
+}
+
+// WithNativeFaults wraps b so that each fault fires at its step.
+func WithNativeFaults(b provider.NativeCheckpointBackend, faults ...Fault) *FaultyNative {
+	return &FaultyNative{Faulty: WithFaults(b, faults...), native: b}
+}
+
+func (f *FaultyNative) CreateCheckpoint(ctx context.Context, req provider.CheckpointRequest) (provider.CheckpointArtifact, error) {
+	return inject(ctx, f.Faulty, StepCheckpoint, func() (provider.CheckpointArtifact, error) { return f.native.CreateCheckpoint(ctx, req) })
+}
+
+func (f *FaultyNative) ListCheckpoints(ctx context.Context, req provider.CheckpointListRequest) ([]provider.CheckpointArtifact, error) {
+	return inject(ctx, f.Faulty, StepListCheckpoints, func() ([]provider.CheckpointArtifact, error) { return f.native.ListCheckpoints(ctx, req) })
+}
+
+func (f *FaultyNative) DeleteCheckpoint(ctx context.Context, req provider.CheckpointDeleteRequest) error {
+	_, err := inject(ctx, f.Faulty, StepDeleteCheckpoint, func() (struct{}, error) { return struct{}{}, f.native.DeleteCheckpoint(ctx, req) })
+	return err
+}
+
+func (f *FaultyNative) Fork(ctx context.Context, req provider.ForkRequest) (provider.LeaseTarget, error) {
+	fb, ok := f.native.(provider.NativeForkBackend)
+	if !ok {
+		return provider.LeaseTarget{}, fmt.Errorf("providertest: %s cannot fork", f.Spec().Name)
+	}
+	return inject(ctx, f.Faulty, StepFork, func() (provider.LeaseTarget, error) { return fb.Fork(ctx, req) })
+}
+
+func (f *FaultyNative) Restore(ctx context.Context, req provider.RestoreRequest) (provider.LeaseTarget, error) {
+	rb, ok := f.native.(provider.NativeRestoreBackend)
+	if !ok {
+		return provider.LeaseTarget{}, fmt.Errorf("providertest: %s cannot restore", f.Spec().Name)
+	}
+	return inject(ctx, f.Faulty, StepRestore, func() (provider.LeaseTarget, error) { return rb.Restore(ctx, req) })
+}

@@ -58,6 +58,11 @@ type Harness struct {
 	// idle connections of an HTTP client the harness hands the backend in
 	// its Runtime.
 	IgnoreGoroutines []goleak.Option
+	// Installed is a directory on the box outside its work root where the
+	// suite may write, standing for installed packages: a native
+	// checkpoint (FeatureCheckpoint) must keep it, and its forks and
+	// restores bring it back. Empty: only the work root is checked.
+	Installed string
 }
 
 // RunSSHLease runs the conformance suite against the harness's backends.
@@ -80,6 +85,7 @@ func RunSSHLease(t *testing.T, h Harness) {
 		defer cancel()
 		testClose(t, ctx, h)
 	})
+	runCheckpoint(t, h)
 }
 
 // newRequest makes an acquire request with a fresh identity and key.
@@ -218,6 +224,21 @@ func findListed(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend, i
 // provider.SSHLoginBackend, and is connected to as its login says.
 func checkSSH(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend, target provider.LeaseTarget, key lease.Key) {
 	t.Helper()
+	client, err := dialBox(t, ctx, b, target, key)
+	if err != nil {
+		t.Fatalf("SSH to %s lease %s: %v", b.Spec().Name, target.LeaseID, err)
+	}
+	defer client.Close()
+	dir := target.WorkRoot + "/" + target.LeaseID
+	cmd := fmt.Sprintf("mkdir -p %s && cd %s && echo crabbox > probe && cat probe", remote.Quote(dir), remote.Quote(dir))
+	if got := strings.TrimSpace(runOn(t, client, target.LeaseID, cmd)); got != "crabbox" {
+		t.Errorf("command output = %q, want %q", got, "crabbox")
+	}
+}
+
+// dialBox connects to target's box as checkSSH says.
+func dialBox(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend, target provider.LeaseTarget, key lease.Key) (*ssh.Client, error) {
+	t.Helper()
 	spec := b.Spec()
 	host, port, user := target.Host, target.Port, target.User
 	lb, ok := b.(provider.SSHLoginBackend)
@@ -265,24 +286,26 @@ func checkSSH(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend, tar
 		HostKeyCallback: hostKey, Timeout: 30 * time.Second,
 	})
 	if err != nil {
-		t.Fatalf("SSH to %s lease %s at %s: %v", spec.Name, target.LeaseID, addr, err)
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	defer client.Close()
+	return client, nil
+}
+
+// runOn runs cmd on the box of lease id and returns its stdout; a failed
+// command fails the test.
+func runOn(t *testing.T, client *ssh.Client, id, cmd string) string {
+	t.Helper()
 	sess, err := client.NewSession()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	dir := target.WorkRoot + "/" + target.LeaseID
-	var out bytes.Buffer
-	sess.Stdout = &out
-	cmd := fmt.Sprintf("mkdir -p %s && cd %s && echo crabbox > probe && cat probe", remote.Quote(dir), remote.Quote(dir))
+	var out, errOut bytes.Buffer
+	sess.Stdout, sess.Stderr = &out, &errOut
 	if err := sess.Run(cmd); err != nil {
-		t.Fatalf("run %q on lease %s: %v", cmd, target.LeaseID, err)
+		t.Fatalf("run %q on lease %s: %v (stderr %q)", cmd, id, err, errOut.String())
 	}
-	if got := strings.TrimSpace(out.String()); got != "crabbox" {
-		t.Errorf("command output = %q, want %q", got, "crabbox")
-	}
+	return out.String()
 }
 
 func testCleanup(t *testing.T, ctx context.Context, b provider.SSHLeaseBackend) {
