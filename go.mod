@@ -26,6 +26,7 @@ require (
 	github.com/hetznercloud/hcloud-go/v2 v2.52.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/jonboulle/clockwork v0.5.0
+	github.com/klauspost/compress v1.20.1
 	github.com/linode/linodego v1.69.1
 	github.com/moby/moby/api v1.57.0
 	github.com/peterbourgon/ff/v3 v3.4.0

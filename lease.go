@@ -250,6 +250,12 @@ func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, erro
 	if err != nil {
 		return nil, err
 	}
+	return c.acquireSSH(ctx, b, lo, opts)
+}
+
+// acquireSSH leases a new box of the SSH-lease backend b on the terms lo
+// (the route, and a checkpoint to start from) and opts.
+func (c *Client) acquireSSH(ctx context.Context, b provider.SSHLeaseBackend, lo lease.Terms, opts AcquireOptions) (*Lease, error) {
 	opts = c.capLifetime(b, opts)
 	lo.Slug, lo.TTL, lo.IdleTimeout, lo.Keep, lo.Labels = opts.Slug, opts.TTL, opts.IdleTimeout, opts.Keep, opts.Labels
 	l, err := c.store.Acquire(ctx, b, lo)

@@ -58,3 +58,26 @@ func DeleteCheckpointArtifacts(ctx context.Context, b provider.NativeCheckpointB
 	}
 	return errors.Join(errs...)
 }
+
+// Restore puts the box of the lease g back to the native checkpoint a
+// through b and records how the box is reached now (its target, and its
+// host key, pinned again when the provider reports it, otherwise on the
+// next connection). The lease keeps its identity, key and expiry.
+func (s *Store) Restore(ctx context.Context, b provider.NativeRestoreBackend, g Grant, a provider.CheckpointArtifact) (Grant, error) {
+	name := b.Spec().Name
+	target, err := b.Restore(ctx, provider.RestoreRequest{Lease: g.Target, Artifact: a, PublicKey: g.Key.AuthorizedKey()})
+	if err == nil {
+		err = checkTarget(g.Claim, target)
+	}
+	if err != nil {
+		return Grant{}, fmt.Errorf("restore %s lease %s to checkpoint %s: %w", name, g.Claim.ID, a.CheckpointID, err)
+	}
+	c, err := s.Update(g.Claim.ID, func(cl *Claim) error {
+		cl.Target, cl.PinnedHostKey = &target, target.HostKey
+		return nil
+	})
+	if err != nil {
+		return Grant{}, fmt.Errorf("record the restored lease %s: %w", g.Claim.ID, err)
+	}
+	return Grant{Claim: c, Target: target, Key: g.Key}, nil
+}

@@ -217,3 +217,14 @@ var ErrExpired = errors.New("lease expired")
 func errExpired(c Claim) error {
 	return fmt.Errorf("lease %s expired at %s: %w (%w)", c.ID, c.ExpiresAt.Format(time.RFC3339), ErrExpired, provider.ErrNotFound)
 }
+
+// Replace makes g the lease as last touched: the same lease, now reached
+// as g says (after Store.Restore rebuilt its box). Touches under way
+// finish with the lease as they found it.
+func (k *Keepalive) Replace(g Grant) {
+	k.touchMu.Lock()
+	defer k.touchMu.Unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.lease = g
+}

@@ -440,3 +440,6 @@ func (s *Store) write(c Claim) error {
 	}
 	return nil
 }
+
+// Clock is the clock the store keeps lease times by.
+func (s *Store) Clock() clockwork.Clock { return s.clock }
