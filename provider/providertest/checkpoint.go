@@ -132,7 +132,9 @@ func checkpoint(t *testing.T, ctx context.Context, b provider.NativeCheckpointBa
 	if err != nil {
 		t.Fatalf("CreateCheckpoint: %v", err)
 	}
-	t.Cleanup(func() { _ = b.DeleteCheckpoint(context.WithoutCancel(ctx), provider.CheckpointDeleteRequest{Artifact: a}) })
+	t.Cleanup(func() {
+		_ = b.DeleteCheckpoint(context.WithoutCancel(ctx), provider.CheckpointDeleteRequest{Artifact: a})
+	})
 	spec := b.Spec()
 	if a.ID == "" || a.Provider != spec.Name || a.CheckpointID != req.CheckpointID || a.SourceLease != x.target.LeaseID || a.CreatedAt.IsZero() {
 		t.Errorf("CreateCheckpoint = %+v, want an ID, provider %q, checkpoint %s, source lease %s and a creation time", a, spec.Name, req.CheckpointID, x.target.LeaseID)
