@@ -36,6 +36,9 @@ type RunRequest struct {
 	Lease string
 	// Acquire shapes a new lease (ignored when Lease is set).
 	Acquire AcquireOptions
+	// From is a checkpoint (ID or name) the new lease starts from, as
+	// Client.Fork starts it; it cannot go with Lease.
+	From string
 	// Command is the argv to run; Shell is a shell command string instead;
 	// Script is the content of a script run by sh. Set exactly one, or
 	// none with SyncOnly.
@@ -258,6 +261,9 @@ type RunResult struct {
 func (c *Client) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 	if err := c.ready(ctx, "run"); err != nil {
 		return RunResult{}, err
+	}
+	if req.From != "" && req.Lease != "" {
+		return RunResult{}, fmt.Errorf("run: a run starts a new lease from checkpoint %s or reuses lease %s, not both", req.From, req.Lease)
 	}
 	return c.recorded(ctx, req, nil, func(req RunRequest, co sync.Checkout, started RunResult) (res RunResult, err error) {
 		res = started
@@ -749,6 +755,10 @@ func (c *Client) leaseFor(ctx context.Context, req RunRequest) (l *Lease, acquir
 	}
 	opts := req.Acquire
 	opts.Keep = opts.Keep || req.Keep
+	if req.From != "" {
+		l, err = c.Fork(ctx, req.From, opts)
+		return l, true, err
+	}
 	l, err = c.Acquire(ctx, opts)
 	return l, true, err
 }

@@ -28,7 +28,8 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // runFlags are run's own flags.
 type runFlags struct {
-	id, shell, script, timingJSON, junit  string
+	id, from, shell, script, timingJSON   string
+	junit                                 string
 	syncDir                               string
 	keep, keepOnFailure, noSync, syncOnly bool
 	failOnTestFailures, quiet             bool
@@ -49,6 +50,7 @@ func (a *app) runCmd() *ffcli.Command {
 	fs, lf := a.newFlagSet("run")
 	var f runFlags
 	fs.StringVar(&f.id, "id", "", "reuse the warm lease with this ID or slug instead of acquiring one")
+	fs.StringVar(&f.from, "from", "", "start the new lease from this checkpoint (ID or name; see crabbox checkpoint)")
 	fs.BoolVar(&f.keep, "keep", false, "keep a newly acquired lease after the run (stop it with crabbox stop)")
 	fs.BoolVar(&f.keepOnFailure, "keep-on-failure", false, "keep a newly acquired lease when the command exits non-zero")
 	fs.BoolVar(&f.noSync, "no-sync", false, "do not copy the checkout; run in the existing workdir")
@@ -86,7 +88,8 @@ func (a *app) runCmd() *ffcli.Command {
 		Name:       "run",
 		ShortUsage: "crabbox run [flags] -- command [args...] | --shell 'cmd' | --script FILE [-- args...] | --sync-only",
 		ShortHelp:  "run a command on a box with your checkout synced to it",
-		LongHelp: `Acquire a box (or reuse one with --id), copy the git checkout holding the
+		LongHelp: `Acquire a box (or reuse one with --id, or start one from a checkpoint with
+--from), copy the git checkout holding the
 current directory to it, run the command there and release the box (unless
 --keep, --keep-on-failure after a failure, or --id). Outside a git checkout
 run refuses and uploads nothing: name a plain directory to sync on purpose
@@ -120,7 +123,8 @@ the command's stdin is empty; --no-stdin (-n) never forwards it. A delegated
 provider that cannot forward stdin refuses a run with it: pass -n there.
 
   crabbox run -- go test ./...
-  crabbox run --keep --provider docker -- make test`,
+  crabbox run --keep --provider docker -- make test
+  crabbox run --from go-warm -- go test ./...`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			req, err := f.request(args)
@@ -164,7 +168,7 @@ provider that cannot forward stdin refuses a run with it: pass -n there.
 // request turns the flags and arguments into a library request.
 func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 	req := crabbox.RunRequest{
-		Lease:   f.id,
+		Lease: f.id, From: f.from,
 		Acquire: crabbox.AcquireOptions{TTL: f.ttl, IdleTimeout: f.idle, Keep: f.keep},
 		Command: args, Shell: f.shell, NoSync: f.noSync, SyncOnly: f.syncOnly,
 		Root: f.syncDir, PlainDir: f.syncDir != "",
@@ -191,6 +195,8 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 		}
 	}
 	switch {
+	case f.id != "" && f.from != "":
+		return req, usagef("run: --id reuses a lease and --from starts a new one from a checkpoint: give one")
 	case f.syncOnly && given > 0:
 		return req, usagef("run: --sync-only takes no command")
 	case f.syncOnly && f.noSync:

@@ -14,6 +14,7 @@ func (a *app) warmupCmd() *ffcli.Command {
 	ttl := fs.Duration("ttl", 0, "maximum lifetime of the lease (default 90m)")
 	idle := fs.Duration("idle-timeout", 0, "the lease expires after this long without use (default 30m)")
 	slug := fs.String("slug", "", "friendly name for the lease (default: a fresh adjective-noun)")
+	from := fs.String("from", "", "start the box from this checkpoint (ID or name; see crabbox checkpoint)")
 	asJSON := fs.Bool("json", false, "print the lease as JSON")
 	return &ffcli.Command{
 		Name:       "warmup",
@@ -21,17 +22,25 @@ func (a *app) warmupCmd() *ffcli.Command {
 		ShortHelp:  "acquire a box and keep it for later runs (crabbox run --id)",
 		LongHelp: `Acquire a box and keep it for later runs. It prints the lease ID and slug
 (--json: an object with id, slug, provider, state, expiresAt, ...). Reuse it
-with crabbox run --id, release it with crabbox stop.
+with crabbox run --id, release it with crabbox stop. With --from the box starts
+from a checkpoint: its workdir (and, for a native checkpoint, everything else
+on the box) is the checkpoint's.
 
-  crabbox warmup --ttl 2h --json`,
+  crabbox warmup --ttl 2h --json
+  crabbox warmup --from built`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("warmup takes no arguments, got %q", args)
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
-				l, err := c.Acquire(ctx, crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Slug: *slug, Keep: true,
-					Warn: func(w string) { fmt.Fprintf(a.stderr, "crabbox: %s\n", w) }})
+				opts := crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Slug: *slug, Keep: true,
+					Warn: func(w string) { fmt.Fprintf(a.stderr, "crabbox: %s\n", w) }}
+				acquire := c.Acquire
+				if *from != "" {
+					acquire = func(ctx context.Context, opts crabbox.AcquireOptions) (*crabbox.Lease, error) { return c.Fork(ctx, *from, opts) }
+				}
+				l, err := acquire(ctx, opts)
 				if err != nil {
 					return err
 				}
