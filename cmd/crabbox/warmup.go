@@ -38,7 +38,9 @@ on the box) is the checkpoint's.
 					Warn: func(w string) { fmt.Fprintf(a.stderr, "crabbox: %s\n", w) }}
 				acquire := c.Acquire
 				if *from != "" {
-					acquire = func(ctx context.Context, opts crabbox.AcquireOptions) (*crabbox.Lease, error) { return c.Fork(ctx, *from, opts) }
+					acquire = func(ctx context.Context, opts crabbox.AcquireOptions) (*crabbox.Lease, error) {
+						return c.Fork(ctx, *from, opts)
+					}
 				}
 				l, err := acquire(ctx, opts)
 				if err != nil {
