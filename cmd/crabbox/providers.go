@@ -105,12 +105,15 @@ func dash(s, cond string) string {
 
 // providerDescription is a provider's Spec as `crabbox providers` reports it.
 type providerDescription struct {
-	Name        string                      `json:"name"`
-	Aliases     []string                    `json:"aliases"`
-	Description string                      `json:"description,omitempty"`
-	Kind        provider.Kind               `json:"kind"`
-	Targets     []provider.Target           `json:"targets"`
-	Features    []provider.Feature          `json:"features"`
+	Name        string             `json:"name"`
+	Aliases     []string           `json:"aliases"`
+	Description string             `json:"description,omitempty"`
+	Kind        provider.Kind      `json:"kind"`
+	Targets     []provider.Target  `json:"targets"`
+	Features    []provider.Feature `json:"features"`
+	// Workspace are the normalized names of the checkpoint features
+	// (checkpoint, fork, restore; see provider.Spec.Workspace).
+	Workspace   []string                    `json:"workspace"`
 	Coordinator provider.CoordinatorSupport `json:"coordinator"`
 	Options     []optionDescription         `json:"options,omitempty"`
 	// MaxLifetime is set for a provider whose service ends its boxes at a
@@ -166,7 +169,7 @@ func describeProvider(r *provider.Registry, name string) (providerDescription, e
 func describe(s provider.Spec) providerDescription {
 	info := providerDescription{
 		Name: s.Name, Aliases: s.Aliases, Description: s.Description, Kind: s.Kind,
-		Targets: s.Targets, Features: s.Features, Coordinator: s.Coordinator,
+		Targets: s.Targets, Features: s.Features, Workspace: s.Workspace(), Coordinator: s.Coordinator,
 	}
 	if info.Aliases == nil {
 		info.Aliases = []string{}
