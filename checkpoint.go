@@ -68,6 +68,8 @@ func (l *Lease) Checkpoint(ctx context.Context, opts CheckpointOptions) (lease.C
 		Provider: g.Claim.Provider, Config: maps.Clone(g.Claim.Config), SourceLease: g.Claim.ID,
 		Paths: opts.Paths, CreatedAt: c.store.Clock().Now().UTC(), Labels: maps.Clone(opts.Labels),
 	}
+	creator := lease.ThisProcess()
+	cp.Creator = &creator
 	if err := c.checkNewCheckpoint(cp); err != nil {
 		return lease.Checkpoint{}, err
 	}
@@ -97,7 +99,7 @@ func (l *Lease) Checkpoint(ctx context.Context, opts CheckpointOptions) (lease.C
 		err = l.saveArchive(ctx, &cp)
 	}
 	if err == nil {
-		cp.State = lease.CheckpointReady
+		cp.State, cp.Creator = lease.CheckpointReady, nil
 		err = c.store.PutCheckpoint(cp)
 	}
 	if err != nil {

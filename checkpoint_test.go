@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -192,5 +195,72 @@ func TestFailedForkReleasesTheLease(t *testing.T) {
 	}
 	if len(infos) != 1 || infos[0].ID != src.ID() {
 		t.Errorf("leases after a failed fork: %+v, want only the source %s", infos, src.ID())
+	}
+}
+
+func TestCleanupFinishesHalfDoneCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	state := t.TempDir()
+	c := newClient(t, state)
+	store, err := lease.OpenStore(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := exec.Command("true")
+	if err := done.Run(); err != nil {
+		t.Fatal(err)
+	}
+	gone := lease.ThisProcess()
+	gone.PID, gone.Start = done.Process.Pid, ""
+	me := lease.ThisProcess()
+	records := map[string]lease.Checkpoint{
+		"crashed":  {State: lease.CheckpointCreating, Creator: &gone},
+		"running":  {State: lease.CheckpointCreating, Creator: &me},
+		"deleting": {State: lease.CheckpointDeleting},
+		"ready":    {State: lease.CheckpointReady},
+	}
+	ids := map[string]string{}
+	for name, cp := range records {
+		cp.ID, cp.Name, cp.Kind, cp.Provider, cp.CreatedAt = lease.NewCheckpointID(), name, lease.CheckpointArchive, "local", time.Now()
+		if err := store.PutCheckpoint(cp); err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = cp.ID
+	}
+
+	dry, err := c.Cleanup(ctx, crabbox.CleanupOptions{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := c.Checkpoints(ctx); len(left) != 4 {
+		t.Errorf("a dry run removed checkpoints: %d left", len(left))
+	}
+	out, err := c.Cleanup(ctx, crabbox.CleanupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, outcomes := range [][]crabbox.CleanupOutcome{dry, out} {
+		var got []string
+		for _, o := range outcomes {
+			got = append(got, o.CheckpointID)
+		}
+		slices.Sort(got)
+		want := []string{ids["crashed"], ids["deleting"]}
+		slices.Sort(want)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("cleanup decided on checkpoints (-want +got):\n%s", diff)
+		}
+	}
+	left, err := c.Checkpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, cp := range left {
+		names = append(names, cp.Name)
+	}
+	slices.Sort(names)
+	if diff := cmp.Diff([]string{"ready", "running"}, names); diff != "" {
+		t.Errorf("checkpoints after cleanup (-want +got):\n%s", diff)
 	}
 }

@@ -39,11 +39,14 @@ const (
 
 // CleanupOutcome is what cleanup decided about one box or claim.
 type CleanupOutcome struct {
-	LeaseID  string        `json:"leaseId"`
-	Slug     string        `json:"slug,omitempty"`
-	Provider string        `json:"provider"`
-	Action   CleanupAction `json:"action"`
-	Reason   string        `json:"reason"`
+	LeaseID string `json:"leaseId,omitempty"`
+	// CheckpointID is set instead of LeaseID for a checkpoint whose
+	// creation or deletion did not finish.
+	CheckpointID string        `json:"checkpointId,omitempty"`
+	Slug         string        `json:"slug,omitempty"`
+	Provider     string        `json:"provider"`
+	Action       CleanupAction `json:"action"`
+	Reason       string        `json:"reason"`
 	// Result is what happened: "deleted", "claim dropped", "dry run",
 	// "failed: ...", or empty when nothing was to be done.
 	Result string `json:"result,omitempty"`
@@ -70,6 +73,53 @@ func (c *Client) Cleanup(ctx context.Context, opts CleanupOptions) ([]CleanupOut
 		if err != nil {
 			errs = append(errs, fmt.Errorf("clean up provider %q: %w", name, err))
 		}
+	}
+	ds, err := c.cleanupCheckpoints(ctx, opts)
+	return append(out, ds...), errors.Join(append(errs, err)...)
+}
+
+// cleanupCheckpoints finishes what checkpoints left half-done: the
+// creation of one whose process is gone (or, when that cannot be told,
+// started more than acquireGrace ago) and a delete that failed. Ready
+// checkpoints stay until deleted.
+func (c *Client) cleanupCheckpoints(ctx context.Context, opts CleanupOptions) ([]CleanupOutcome, error) {
+	cps, err := c.store.Checkpoints()
+	if err != nil {
+		return nil, err
+	}
+	only := opts.Provider
+	if p, err := c.registry.Lookup(only); err == nil {
+		only = p.Spec().Name
+	}
+	now := c.store.Clock().Now()
+	var out []CleanupOutcome
+	var errs []error
+	for _, cp := range cps {
+		if only != "" && only != cp.Provider {
+			continue
+		}
+		var reason string
+		switch {
+		case cp.State == lease.CheckpointDeleting:
+			reason = "its delete did not finish"
+		case cp.State != lease.CheckpointCreating:
+			continue
+		case cp.Creator != nil && cp.Creator.Gone():
+			reason = "its creation did not finish: " + cp.Creator.String() + " is gone"
+		case cp.Creator == nil && now.Sub(cp.CreatedAt) > acquireGrace:
+			reason = "its creation did not finish within " + acquireGrace.String()
+		default:
+			continue
+		}
+		o := CleanupOutcome{CheckpointID: cp.ID, Provider: cp.Provider, Action: CleanupDelete, Reason: "checkpoint: " + reason, Result: "dry run"}
+		if !opts.DryRun {
+			o.Result = "deleted"
+			if err := c.DeleteCheckpoint(ctx, cp.ID); err != nil {
+				o.Result = "failed: " + err.Error()
+				errs = append(errs, err)
+			}
+		}
+		out = append(out, o)
 	}
 	return out, errors.Join(errs...)
 }

@@ -61,15 +61,15 @@ type Checkpoint struct {
 	// holds, as given: absolute, or relative to the box user's home
 	// ("~/.cache/go-build").
 	Paths []string `json:"paths,omitempty"`
-	// Fingerprint is the sync fingerprint of the saved workdir: what was
-	// synced into it last.
-	Fingerprint string `json:"fingerprint,omitempty"`
 	// Size is what the checkpoint stores: the archives' bytes, or what
 	// the provider reports for its artifact.
 	Size      int64                        `json:"size"`
 	CreatedAt time.Time                    `json:"createdAt"`
 	Labels    map[string]string            `json:"labels,omitempty"`
 	Artifact  *provider.CheckpointArtifact `json:"artifact,omitempty"`
+	// Creator is the process making the checkpoint, while it is
+	// creating: cleanup finishes the job of one that is gone.
+	Creator *Process `json:"creator,omitempty"`
 }
 
 func (s *Store) checkpointDir(id string) string { return filepath.Join(s.dir, "checkpoints", id) }

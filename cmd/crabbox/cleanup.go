@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -49,7 +50,7 @@ A lease whose claim is damaged is still yours: with any damaged claims, the
 				tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "LEASE\tSLUG\tPROVIDER\tACTION\tREASON\tRESULT")
 				for _, d := range ds {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.LeaseID, d.Slug, d.Provider, d.Action, d.Reason, d.Result)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cmp.Or(d.LeaseID, d.CheckpointID), d.Slug, d.Provider, d.Action, d.Reason, d.Result)
 				}
 				return errors.Join(tw.Flush(), err)
 			})
