@@ -157,10 +157,10 @@ func (l *Lease) saveArchive(ctx context.Context, cp *lease.Checkpoint) error {
 	if err != nil {
 		return err
 	}
-	save := func(n int, what string, fn func(io.Writer) error) error {
+	save := func(n int, missing string, fn func(io.Writer) error) error {
 		size, err := writePart(l.client.store.CheckpointPart(cp.ID, n), fn)
 		if errors.Is(err, sync.ErrNoTree) {
-			return fmt.Errorf("checkpoint lease %s: %s is not on the box: %w", cp.SourceLease, what, err)
+			return fmt.Errorf("checkpoint lease %s: %s", cp.SourceLease, missing)
 		}
 		if err != nil {
 			return fmt.Errorf("checkpoint lease %s: %w", cp.SourceLease, err)
@@ -170,18 +170,18 @@ func (l *Lease) saveArchive(ctx context.Context, cp *lease.Checkpoint) error {
 	}
 	// The state first: should a sync run in between, the tree's marker
 	// disagrees with it and the first sync after a restore sends all.
-	if err := save(partState, "nothing synced from "+cp.Checkout+": its sync state", func(w io.Writer) error {
+	if err := save(partState, "nothing synced from "+cp.Checkout+" is on it: run or sync from that checkout first", func(w io.Writer) error {
 		return sync.SaveState(ctx, conn, cp.SourceWorkdir, w)
 	}); err != nil {
 		return err
 	}
-	if err := save(partWorkdir, "the workdir "+cp.SourceWorkdir, func(w io.Writer) error {
+	if err := save(partWorkdir, "its workdir "+cp.SourceWorkdir+" is gone", func(w io.Writer) error {
 		return sync.SaveTree(ctx, conn, cp.SourceWorkdir, w)
 	}); err != nil {
 		return err
 	}
 	for i, p := range cp.Paths {
-		if err := save(partPaths+i, p, func(w io.Writer) error { return sync.SaveTree(ctx, conn, p, w) }); err != nil {
+		if err := save(partPaths+i, p+" is not a directory on the box", func(w io.Writer) error { return sync.SaveTree(ctx, conn, p, w) }); err != nil {
 			return err
 		}
 	}
