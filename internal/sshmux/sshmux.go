@@ -426,29 +426,38 @@ func (m *mux) forward(nc ssh.NewChannel) {
 		up.CloseWrite()
 	})
 	wg.Go(func() { io.Copy(up.Stderr(), down.Stderr()) })
+	// A request of the caller is answered before its channel closes: a
+	// box may close its channel right after answering exec (a command
+	// that ended at once), and the caller must still get that answer.
+	var answering gosync.Mutex
 	wg.Go(func() {
-		forwardRequests(downReqs, up)
+		for r := range downReqs {
+			answering.Lock()
+			forwardRequest(r, up)
+			answering.Unlock()
+		}
 		up.Close()
 	})
 	// Box to caller.
 	var out gosync.WaitGroup
 	out.Go(func() { io.Copy(down, up) })
 	out.Go(func() { io.Copy(down.Stderr(), up.Stderr()) })
-	forwardRequests(upReqs, down)
+	for r := range upReqs {
+		forwardRequest(r, down)
+	}
 	out.Wait()
+	answering.Lock()
 	down.CloseWrite()
 	down.Close()
+	answering.Unlock()
 	wg.Wait()
 }
 
-// forwardRequests sends each request of reqs to ch, replying with ch's
-// answer, until reqs is closed.
-func forwardRequests(reqs <-chan *ssh.Request, ch ssh.Channel) {
-	for r := range reqs {
-		ok, err := ch.SendRequest(r.Type, r.WantReply, r.Payload)
-		if r.WantReply {
-			r.Reply(ok && err == nil, nil)
-		}
+// forwardRequest sends r to ch, replying with ch's answer.
+func forwardRequest(r *ssh.Request, ch ssh.Channel) {
+	ok, err := ch.SendRequest(r.Type, r.WantReply, r.Payload)
+	if r.WantReply {
+		r.Reply(ok && err == nil, nil)
 	}
 }
 

@@ -5,8 +5,11 @@ package sshmux_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +47,15 @@ type shared struct {
 func share(t *testing.T, cfg sshmux.Config) *shared {
 	t.Helper()
 	box := testsshd.Start(t)
-	s := &shared{box: box, upstream: box.Dial(t), socket: filepath.Join(shortTemp(t), "mux", "l.sock"), done: make(chan error, 1)}
+	s := shareWith(t, cfg, box.Dial(t))
+	s.box = box
+	return s
+}
+
+// shareWith starts ListenAndServe on the connection upstream.
+func shareWith(t *testing.T, cfg sshmux.Config, upstream *ssh.Client) *shared {
+	t.Helper()
+	s := &shared{upstream: upstream, socket: filepath.Join(shortTemp(t), "mux", "l.sock"), done: make(chan error, 1)}
 	if cfg.Clock == nil {
 		s.clock = clockwork.NewFakeClock()
 		cfg.Clock = s.clock
@@ -339,4 +350,82 @@ func TestDialWithoutServer(t *testing.T) {
 	if !errors.Is(err, sshmux.ErrNoServer) {
 		t.Errorf("Dial = %v, want ErrNoServer", err)
 	}
+}
+
+// A command that ends at once, its channel closed by the box right after
+// the answer to exec, still gets that answer: the caller's channel is
+// closed only after the requests the caller sent were answered.
+func TestQuickCommandsGetTheirAnswer(t *testing.T) {
+	s := shareWith(t, sshmux.Config{}, quickBox(t))
+	client := s.dial(t)
+	for i := range 300 {
+		sess, err := client.NewSession()
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		err = sess.Run("true")
+		sess.Close()
+		if err != nil {
+			t.Fatalf("session %d: Run: %v", i, err)
+		}
+	}
+}
+
+// quickBox is a connection to an SSH server that answers exec, sends exit
+// status 0 and closes the channel at once, in one go.
+func quickBox(t *testing.T) *ssh.Client {
+	t.Helper()
+	_, hostPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, err := ssh.NewSignerFromKey(hostPriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(hostKey)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		serverSide, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		sc, chans, reqs, err := ssh.NewServerConn(serverSide, cfg)
+		if err != nil {
+			return
+		}
+		defer sc.Close()
+		go ssh.DiscardRequests(reqs)
+		for nc := range chans {
+			ch, creqs, err := nc.Accept()
+			if err != nil {
+				continue
+			}
+			go func() {
+				for r := range creqs {
+					r.Reply(r.Type == "exec", nil)
+					if r.Type == "exec" {
+						ch.SendRequest("exit-status", false, []byte{0, 0, 0, 0})
+						ch.Close()
+					}
+				}
+			}()
+		}
+	}()
+	client, err := ssh.Dial("tcp", ln.Addr().String(), &ssh.ClientConfig{User: "t", HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		client.Close()
+		<-done
+	})
+	return client
 }
