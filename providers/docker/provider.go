@@ -85,6 +85,7 @@ var spec = provider.Spec{
 	Features: []provider.Feature{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry,
 		provider.FeatureCleanup, provider.FeatureDoctor, provider.FeaturePTY,
+		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
 	},
 	Coordinator: provider.CoordinatorUnsupported,
 	Options: []provider.Option{
