@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,35 @@ func (b *Backend) CheckConfig(ctx context.Context) error {
 }
 
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	labels := boxLabels(b.cfg.Labels, req.Labels, req.LeaseID, req.Slug,
+		req.CreatedAt, req.ExpiresAt, req.TTL, req.IdleTimeout, req.Keep)
+	return b.makeBox(ctx, boxSpec{
+		name: containerName(req.Slug, req.LeaseID), image: b.cfg.Image, labels: labels,
+		record: local.AgentLease{
+			ID: req.LeaseID, Slug: req.Slug, CreatedAt: req.CreatedAt.UTC(), ExpiresAt: req.ExpiresAt.UTC(),
+			Labels: req.Labels, AuthorizedKey: req.PublicKey,
+		},
+	})
+}
+
+// boxSpec is what makeBox makes a box of.
+type boxSpec struct {
+	name   string // the container's name
+	image  string
+	labels map[string]string // all but the host key's
+	// record is the lease record, but for the user and host key, which
+	// makeBox fills in.
+	record local.AgentLease
+	// checkpoint, when set, is the checkpoint whose image is the box's:
+	// a missing image is ErrNotFound, and the image's lease directories
+	// are replaced.
+	checkpoint string
+}
+
+// makeBox creates the container s describes, with a host key made here,
+// starts it and waits until its agent serves. If any step after the
+// container's creation fails, it removes the container.
+func (b *Backend) makeBox(ctx context.Context, s boxSpec) (provider.LeaseTarget, error) {
 	began := b.rt.Clock.Now()
 	version, err := b.cli.ServerVersion(ctx)
 	if err != nil {
@@ -105,21 +135,22 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("host key: %w", err)
 	}
-	record, err := local.EncodeRecord(local.AgentLease{
-		ID: req.LeaseID, Slug: req.Slug, CreatedAt: req.CreatedAt.UTC(), ExpiresAt: req.ExpiresAt.UTC(),
-		Labels: req.Labels, User: boxUser, HostKey: hostPub, AuthorizedKey: req.PublicKey,
-	})
+	rec := s.record
+	rec.User, rec.HostKey = boxUser, hostPub
+	record, err := local.EncodeRecord(rec)
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
 	prepared := b.rt.Clock.Now()
 
-	containerID, err := b.create(ctx, req, agent, hostPub)
+	labels := maps.Clone(s.labels)
+	labels[labelHostKey] = hostPub
+	containerID, err := b.create(ctx, s, labels, agent)
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
 	created := b.rt.Clock.Now()
-	x, err := b.start(ctx, containerID, agent, boxFiles{leaseID: req.LeaseID, record: record, hostKey: hostKey})
+	x, err := b.start(ctx, containerID, agent, boxFiles{leaseID: rec.ID, record: record, hostKey: hostKey, fromCheckpoint: s.checkpoint != ""})
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
@@ -128,30 +159,28 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 		}
 		return provider.LeaseTarget{}, err
 	}
-	b.rt.Logger.Debug("docker acquire steps", "lease", req.LeaseID, "prepare", prepared.Sub(began),
+	b.rt.Logger.Debug("docker acquire steps", "lease", rec.ID, "prepare", prepared.Sub(began),
 		"create", created.Sub(prepared), "start", b.rt.Clock.Since(created))
-	b.cacheRecord(x, req.ExpiresAt.UTC(), nil)
+	b.cacheRecord(x, rec.ExpiresAt, nil)
 	// The box is described by the record put into it: reading it back
 	// would cost a copy out of the container. Its host key is the one
 	// made here.
-	return describe(x, &local.AgentLease{ExpiresAt: req.ExpiresAt.UTC(), HostKey: hostPub}), nil
+	return describe(x, &local.AgentLease{ExpiresAt: rec.ExpiresAt, HostKey: hostPub}), nil
 }
 
-// create creates the lease's container, not started. The agent is
-// bind-mounted read-only (nothing is copied); a small agent reads its
+// create creates the container of s with labels, not started. The agent
+// is bind-mounted read-only (nothing is copied); a small agent reads its
 // lease directory from the container's stdin, which the container keeps
 // open until start attaches to it.
-func (b *Backend) create(ctx context.Context, req provider.AcquireRequest, agent agentBin, hostPub string) (string, error) {
+func (b *Backend) create(ctx context.Context, s boxSpec, labels map[string]string, agent agentBin) (string, error) {
+	id := s.record.ID
 	exposed, bindings := portBindings()
-	args := []string{"agent", "--lease-dir", boxLeaseDir(req.LeaseID), "--listen", ":" + strconv.Itoa(sshPort)}
+	args := []string{"agent", "--lease-dir", boxLeaseDir(id), "--listen", ":" + strconv.Itoa(sshPort)}
 	if agent.stdin {
 		args = append(args, "--lease-stdin")
 	}
-	labels := boxLabels(b.cfg.Labels, req.Labels, req.LeaseID, req.Slug,
-		req.CreatedAt, req.ExpiresAt, req.TTL, req.IdleTimeout, req.Keep)
-	labels[labelHostKey] = hostPub
 	cfg := eng.ContainerConfig{
-		Image:        b.cfg.Image,
+		Image:        s.image,
 		Entrypoint:   []string{boxAgent},
 		Cmd:          args,
 		User:         "0:0",
@@ -176,21 +205,23 @@ func (b *Backend) create(ctx context.Context, req provider.AcquireRequest, agent
 		Mounts:      []eng.Mount{{Type: "bind", Source: agent.path, Target: boxAgent, ReadOnly: true}},
 		NetworkMode: b.cfg.Network,
 	}
-	res, err := b.cli.ContainerCreate(ctx, containerName(req.Slug, req.LeaseID), cfg)
+	res, err := b.cli.ContainerCreate(ctx, s.name, cfg)
 	switch {
 	case err == nil:
+	case eng.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") && s.checkpoint != "":
+		return "", fmt.Errorf("the image of checkpoint %s is not on the docker engine: %w", s.checkpoint, provider.ErrNotFound)
 	case eng.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image"):
 		return "", fmt.Errorf("image %q is not on the docker engine (nothing is pulled): make it with `crabbox image build --provider docker%s` or choose another with --docker-image: %w",
-			b.cfg.Image, tagFlag(b.cfg.Image), provider.ErrPrecondition)
+			s.image, tagFlag(s.image), provider.ErrPrecondition)
 	case eng.IsConflict(err):
 		return "", engineErr(fmt.Errorf("a container of this lease exists: %w", err))
 	default:
 		return "", engineErr(err)
 	}
 	for _, w := range res.Warnings {
-		b.rt.Logger.Warn("docker engine warning", "lease", req.LeaseID, "warning", w)
+		b.rt.Logger.Warn("docker engine warning", "lease", id, "warning", w)
 	}
-	b.rt.Logger.Debug("docker container created", "lease", req.LeaseID, "container", res.ID)
+	b.rt.Logger.Debug("docker container created", "lease", id, "container", res.ID)
 	if b.afterCreate != nil {
 		if err := b.afterCreate(ctx, res.ID); err != nil {
 			return "", errors.Join(err, b.remove(context.WithoutCancel(ctx), res.ID))
@@ -234,7 +265,7 @@ func (b *Backend) start(ctx context.Context, containerID string, agent agentBin,
 	}
 	started := b.rt.Clock.Now()
 	if agent.stdin {
-		err := boxlease.Write(att.Conn, boxlease.Payload{Record: files.record, HostKey: files.hostKey, WorkRoot: workRoot})
+		err := boxlease.Write(att.Conn, boxlease.Payload{Record: files.record, HostKey: files.hostKey, WorkRoot: workRoot, FromCheckpoint: files.fromCheckpoint})
 		if err == nil {
 			err = att.CloseWrite()
 		}

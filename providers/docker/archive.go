@@ -41,6 +41,9 @@ type boxFiles struct {
 	leaseID string
 	record  []byte // the lease record
 	hostKey []byte // the box's private host key
+	// fromCheckpoint: the container's image is a checkpoint, whose lease
+	// directories the agent replaces (see boxlease.Payload).
+	fromCheckpoint bool
 }
 
 // writeTar writes f as a tar stream rooted at "/".

@@ -278,7 +278,9 @@ func (b *Backend) Touch(ctx context.Context, req provider.TouchRequest) (provide
 }
 
 // ReleaseLease stops and removes the lease's container. A lease whose
-// container is already gone is released.
+// container is already gone is released. The image of a deleted
+// checkpoint the container was started from goes with it, if no other
+// box uses it.
 func (b *Backend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest) error {
 	id := req.Lease.LeaseID
 	if !lease.IsID(id) {
@@ -289,11 +291,17 @@ func (b *Backend) ReleaseLease(ctx context.Context, req provider.ReleaseRequest)
 		return fmt.Errorf("release docker lease %s: %w", id, err)
 	}
 	var errs []error
+	fromCheckpoint := false
 	for _, x := range found {
 		errs = append(errs, b.remove(ctx, x.containerID))
+		fromCheckpoint = fromCheckpoint || x.labels[labelCheckpoint] != ""
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("release docker lease %s: %w", id, err)
+	}
+	if fromCheckpoint {
+		// The image of a deleted checkpoint goes with its last box.
+		b.sweepCheckpoints(ctx)
 	}
 	b.forgetRecord(id)
 	b.rt.Logger.Info("docker lease released", "lease", id)

@@ -17,7 +17,8 @@ import (
 // was abandoned by a process that died, its expiry passed, or it stopped
 // (a kept box: only once its expiry passed; keep holds it while its lease
 // lives, never beyond). Before deleting, it re-reads the container and decides
-// again, so a box touched in the meantime stays.
+// again, so a box touched in the meantime stays. It also removes the images
+// of deleted checkpoints that no box uses any more.
 func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
 	claimed := req.Claimed
 	if claimed == nil {
@@ -38,6 +39,7 @@ func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]p
 		out = append(out, b.cleanupBox(ctx, x, claimed(x.leaseID()), now, req.DryRun))
 	}
 	if !req.DryRun {
+		b.sweepCheckpoints(ctx)
 		if err := b.sweepLocks(seen); err != nil {
 			return out, fmt.Errorf("docker cleanup: %w", err)
 		}

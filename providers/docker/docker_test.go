@@ -28,6 +28,7 @@ func TestConformance(t *testing.T) {
 	f := engine(t)
 	providertest.RunSSHLease(t, providertest.Harness{
 		NewBackend: func(t *testing.T) provider.SSHLeaseBackend { return newBackend(t, f) },
+		Installed:  installedDir,
 	})
 }
 
@@ -42,8 +43,14 @@ func TestConformanceWithCopiedLease(t *testing.T) {
 			b.copyLease = true
 			return b
 		},
+		Installed: installedDir,
 	})
 }
+
+// installedDir is where the conformance suite writes on a box, outside
+// its work root, standing for an installed package that a checkpoint
+// keeps.
+const installedDir = "/opt/crabbox-installed"
 
 // acquireRequest is a request for a fresh lease expiring after ttl.
 func acquireRequest(t *testing.T, ttl time.Duration) provider.AcquireRequest {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crabbox-dev/crabbox/lease"
+	"github.com/crabbox-dev/crabbox/provider"
 )
 
 // Ownership labels on every container, named as on crabbox's cloud boxes.
@@ -28,12 +29,17 @@ const (
 	// which Resolve reports without reading the lease record out of the
 	// container.
 	labelHostKey = "host_key"
+	// labelCheckpoint and labelSourceLease are on a checkpoint image (see
+	// checkpoint.go) and on every box started from one: the checkpoint's
+	// ID and the lease it was made of.
+	labelCheckpoint  = provider.LabelCheckpoint
+	labelSourceLease = provider.LabelSourceLease
 )
 
 var reservedLabels = map[string]bool{
 	labelCrabbox: true, labelCreatedBy: true, labelProvider: true, labelLease: true, labelSlug: true,
 	labelKeep: true, labelCreatedAt: true, labelExpiresAt: true, labelTTL: true, labelIdle: true,
-	labelHostKey: true,
+	labelHostKey: true, labelCheckpoint: true, labelSourceLease: true,
 }
 
 // checkExtraLabel rejects a caller's label that would shadow an ownership
@@ -73,12 +79,30 @@ func owned(labels map[string]string) bool {
 	return labels[labelCrabbox] == "true" && labels[labelProvider] == Name && lease.IsID(labels[labelLease])
 }
 
-// userLabels are a container's labels without the ownership labels.
+// userLabels are a container's labels without the ownership labels, and
+// without those a box started from a checkpoint hides (see maskLabels).
 func userLabels(labels map[string]string) map[string]string {
 	out := map[string]string{}
+	masked := labels[labelCheckpoint] != ""
 	for k, v := range labels {
-		if !reservedLabels[k] {
+		if !reservedLabels[k] && !(masked && v == "") {
 			out[k] = v
+		}
+	}
+	return out
+}
+
+// maskLabels returns labels with an empty value added for every key of
+// inherited it does not have. The engine gives an image the labels of the
+// container it is committed from, and a container those of its image,
+// unless they are set: docker has no way to drop a label, so a checkpoint
+// image hides its box's labels this way, and a box started from it the
+// image's. The empty labels are left out wherever crabbox reports labels.
+func maskLabels(labels, inherited map[string]string) map[string]string {
+	out := maps.Clone(labels)
+	for k := range inherited {
+		if _, ok := out[k]; !ok {
+			out[k] = ""
 		}
 	}
 	return out

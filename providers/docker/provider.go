@@ -18,6 +18,9 @@
 // (crabbox=true, provider, lease, slug, created_at, expires_at, keep, ...);
 // Cleanup deletes only containers the caller holds a claim for.
 //
+// Checkpoints (checkpoint.go) commit a box's container to a local image,
+// labelled like the boxes; Fork and Restore start containers from it.
+//
 // Engines often have no registry access, so BuildImage makes the default
 // box image locally (a minimal Debian root filesystem from debootstrap,
 // imported through the API), and ImportImage imports any root filesystem.
@@ -85,6 +88,7 @@ var spec = provider.Spec{
 	Features: []provider.Feature{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry,
 		provider.FeatureCleanup, provider.FeatureDoctor, provider.FeaturePTY,
+		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
 	},
 	Coordinator: provider.CoordinatorUnsupported,
 	Options: []provider.Option{

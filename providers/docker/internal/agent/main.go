@@ -6,16 +6,21 @@
 // `crabbox agent`, and one more: with --lease-stdin it first makes the
 // lease directory from the payload the provider writes to its standard
 // input (package boxlease), so that nothing need be copied into the
-// container before it starts.
+// container before it starts. Once it serves, it removes the private host
+// key file from the lease directory.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/crabbox-dev/crabbox/providers/docker/internal/boxlease"
@@ -49,8 +54,30 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	if err := local.ServeAgentOn(ctx, *dir, *listen, os.Stdout, log); err != nil {
+	ready := &forgetHostKey{w: os.Stdout, file: filepath.Join(*dir, local.HostKeyFile), log: log}
+	if err := local.ServeAgentOn(ctx, *dir, *listen, ready, log); err != nil {
 		log.Error("agent failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// forgetHostKey passes the agent's ready line on to w after removing the
+// lease directory's private host key file: the server has loaded the key
+// by then and nothing reads the file again, so the key does not stay on
+// the box's filesystem, nor get into the checkpoint images made of it.
+type forgetHostKey struct {
+	w    io.Writer
+	file string
+	log  *slog.Logger
+	done bool
+}
+
+func (f *forgetHostKey) Write(p []byte) (int, error) {
+	if !f.done {
+		f.done = true
+		if err := os.Remove(f.file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			f.log.Warn("agent: the loaded host key file stays", "err", err)
+		}
+	}
+	return f.w.Write(p)
 }

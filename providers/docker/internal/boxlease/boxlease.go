@@ -17,6 +17,7 @@ import (
 	"path"
 	"path/filepath"
 
+	"github.com/crabbox-dev/crabbox/internal/hexid"
 	"github.com/crabbox-dev/crabbox/providers/local"
 )
 
@@ -35,6 +36,10 @@ type Payload struct {
 	// WorkRoot is the directory under which commands work, made if
 	// missing (mode 0755).
 	WorkRoot string `json:"workRoot"`
+	// FromCheckpoint says that the container's image is a checkpoint of
+	// a box: the lease directories it holds (that box's, and the new
+	// lease's own for a restore) are removed before the install.
+	FromCheckpoint bool `json:"fromCheckpoint,omitempty"`
 }
 
 // Write writes p to w as one JSON document.
@@ -68,10 +73,17 @@ func Read(r io.Reader) (Payload, error) {
 }
 
 // Install makes the lease directory dir (mode 0700, which must not exist
-// yet) with p's files, the lease's work directory, and p's work root.
+// yet unless p.FromCheckpoint) with p's files, the lease's work directory,
+// and p's work root. With p.FromCheckpoint it first removes dir and the
+// lease directories beside it (named by lease IDs; nothing else).
 func (p Payload) Install(dir string) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return err
+	}
+	if p.FromCheckpoint {
+		if err := removeLeaseDirs(filepath.Dir(dir)); err != nil {
+			return fmt.Errorf("lease directories of the checkpoint: %w", err)
+		}
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("lease directory: %w", err)
@@ -89,4 +101,20 @@ func (p Payload) Install(dir string) error {
 	}
 	// The record last: an agent or a reader that finds it finds the rest.
 	return os.WriteFile(filepath.Join(dir, local.RecordFile), p.Record, 0o600)
+}
+
+// removeLeaseDirs removes the lease directories in parent.
+func removeLeaseDirs(parent string) error {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() && hexid.Valid(e.Name(), "cbx_", 12) {
+			if err := os.RemoveAll(filepath.Join(parent, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -78,6 +78,41 @@ func TestWriteReadInstall(t *testing.T) {
 	}
 }
 
+// A box made from a checkpoint image finds the lease directories of the
+// box the image was saved from, and for a restore its own: Install
+// replaces them all, and leaves everything else beside them.
+func TestInstallFromCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	parent := filepath.Join(root, "crabbox")
+	dir := filepath.Join(parent, "cbx_000000000000")
+	for _, d := range []string{dir + "/work", parent + "/cbx_0123456789ab/work", parent + "/bin", parent + "/cbx_notalease"} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{dir + "/" + local.HostKeyFile, dir + "/stale", parent + "/cbx_0123456789ab/" + local.HostKeyFile, parent + "/bin/crabbox"} {
+		if err := os.WriteFile(f, []byte("old"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := payload(t)
+	p.FromCheckpoint = true
+	if err := p.Install(dir); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"bin/crabbox":                           "old",
+		"cbx_000000000000/" + local.HostKeyFile: string(p.HostKey),
+		"cbx_000000000000/" + local.RecordFile:  string(p.Record),
+	}
+	if diff := cmp.Diff(want, testfs.Files(t, parent)); diff != "" {
+		t.Errorf("lease directories (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "cbx_notalease")); err != nil {
+		t.Errorf("a directory not named by a lease ID was removed: %v", err)
+	}
+}
+
 func TestReadRejects(t *testing.T) {
 	good := payload(t)
 	for _, tc := range []struct {

@@ -206,6 +206,16 @@ func (c *Client) ContainerWait(ctx context.Context, id, condition string) (int64
 	return out.StatusCode, nil
 }
 
+// ContainerRename renames container id to name.
+func (c *Client) ContainerRename(ctx context.Context, id, name string) error {
+	op := fmt.Sprintf("rename container %s to %s", id, name)
+	p, err := containerPath(op, id, "/rename")
+	if err != nil {
+		return err
+	}
+	return c.doJSON(ctx, op, http.MethodPost, p, url.Values{"name": {name}}, nil, nil)
+}
+
 // CopyToContainer extracts the tar stream content into the container's
 // filesystem at the directory dst. A directory never replaces a file nor
 // a file a directory.

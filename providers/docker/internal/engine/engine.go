@@ -1,8 +1,8 @@
 // Package engine is a client of the Docker Engine API, the published HTTP
 // API of the docker daemon, limited to what the docker provider asks of
-// it: listing, creating, attaching to, starting, waiting for and removing
-// containers, copying files in and out of them, and importing, inspecting
-// and removing images.
+// it: listing, creating, attaching to, starting, waiting for, renaming,
+// committing and removing containers, copying files in and out of them,
+// and importing, listing, inspecting and removing images.
 //
 // It reaches the engine as the docker CLI does (see ConfigFromEnv) and
 // speaks the highest API version both sides know, asked of the engine on
