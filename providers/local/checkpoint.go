@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/crabbox-dev/crabbox/internal/atomicfile"
+	procid "github.com/crabbox-dev/crabbox/internal/proc"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -96,7 +98,7 @@ func (b *Backend) createCheckpoint(ctx context.Context, req provider.CheckpointR
 	if err := os.MkdirAll(b.checkpointRoot(), 0o700); err != nil {
 		return provider.CheckpointArtifact{}, fmt.Errorf("create checkpoint directory: %w", err)
 	}
-	staging, err := os.MkdirTemp(b.checkpointRoot(), stagingPrefix+req.CheckpointID+"-")
+	staging, err := newStaging(b.checkpointRoot(), req.CheckpointID)
 	if err != nil {
 		return provider.CheckpointArtifact{}, fmt.Errorf("create checkpoint directory: %w", err)
 	}
@@ -114,6 +116,9 @@ func (b *Backend) createCheckpoint(ctx context.Context, req provider.CheckpointR
 			return fmt.Errorf("write %s: %w", checkpointFile, err)
 		}
 		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := os.Remove(filepath.Join(staging, stagingOwnerFile)); err != nil {
 			return err
 		}
 		if err := os.Rename(staging, final); err != nil {
@@ -230,7 +235,7 @@ func (b *Backend) DeleteCheckpoint(_ context.Context, req provider.CheckpointDel
 		return fmt.Errorf("delete local checkpoint: %w", err)
 	}
 	dir := filepath.Join(b.checkpointRoot(), a.ID)
-	trash, err := os.MkdirTemp(b.checkpointRoot(), stagingPrefix+a.ID+"-")
+	trash, err := newStaging(b.checkpointRoot(), a.ID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // no checkpoints at all
 	}
@@ -346,4 +351,75 @@ func notFoundIfGone(err error) error {
 		return fmt.Errorf("%w (%w)", provider.ErrNotFound, err)
 	}
 	return err
+}
+
+// stagingOwnerFile, in a staging directory under the checkpoints
+// directory, names the process that made it, so that cleanup removes the
+// staging directories of processes that died (SIGKILL) half-way.
+const stagingOwnerFile = "owner.json"
+
+// stagingOwner is the content of stagingOwnerFile (see internal/proc).
+type stagingOwner struct {
+	PID   int    `json:"pid"`
+	Start string `json:"start,omitempty"`
+}
+
+// newStaging makes a staging directory for checkpoint id under parent,
+// owned by this process.
+func newStaging(parent, id string) (string, error) {
+	dir, err := os.MkdirTemp(parent, stagingPrefix+id+"-")
+	if err != nil {
+		return "", err
+	}
+	var o stagingOwner
+	o.PID, o.Start = procid.Self()
+	body, err := json.Marshal(o)
+	if err == nil {
+		err = atomicfile.Write(filepath.Join(dir, stagingOwnerFile), body)
+	}
+	if err != nil {
+		return "", errors.Join(err, os.RemoveAll(dir))
+	}
+	return dir, nil
+}
+
+// sweepStaging removes (unless dryRun) the staging directories under the
+// checkpoints directory whose process is gone, or, without an owner, that
+// are older than startGrace at now: the partial copies and half-deleted
+// checkpoints of a process that was killed. They are no checkpoints, so
+// they are logged rather than reported as cleanup decisions.
+func (b *Backend) sweepStaging(ctx context.Context, now time.Time, dryRun bool) {
+	des, err := os.ReadDir(b.checkpointRoot())
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		if ctx.Err() != nil || !de.IsDir() || !strings.HasPrefix(de.Name(), stagingPrefix) {
+			continue
+		}
+		dir := filepath.Join(b.checkpointRoot(), de.Name())
+		var o stagingOwner
+		body, err := os.ReadFile(filepath.Join(dir, stagingOwnerFile))
+		if err == nil {
+			err = json.Unmarshal(body, &o)
+		}
+		var why string
+		switch info, ierr := de.Info(); {
+		case err == nil && procid.Gone(o.PID, o.Start):
+			why = fmt.Sprintf("its process (pid %d) is gone", o.PID)
+		case err != nil && ierr == nil && now.After(info.ModTime().Add(startGrace)):
+			why = "it names no process and is older than " + startGrace.String()
+		default:
+			continue
+		}
+		if dryRun {
+			b.rt.Logger.Info("local checkpoint leftovers would be removed", "dir", dir, "reason", why)
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			b.rt.Logger.Warn("remove local checkpoint leftovers", "dir", dir, "err", err)
+			continue
+		}
+		b.rt.Logger.Info("local checkpoint leftovers removed", "dir", dir, "reason", why)
+	}
 }

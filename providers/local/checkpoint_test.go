@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	procid "github.com/crabbox-dev/crabbox/internal/proc"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -453,4 +455,45 @@ func TestListCheckpointsSkipsPartial(t *testing.T) {
 	if len(got) != 1 || got[0].ID != a.ID {
 		t.Errorf("ListCheckpoints = %+v, want only %s", got, a.ID)
 	}
+}
+
+// Cleanup removes the partial copies of processes that died half-way,
+// and leaves those of running processes and checkpoints alone.
+func TestCleanupRemovesStagingLeftovers(t *testing.T) {
+	x := newCheckpointBox(t)
+	a := x.checkpoint(t)
+	dir := filepath.Join(x.root, checkpointsDir)
+	mkStaging := func(name string, owner *stagingOwner, age time.Duration) {
+		t.Helper()
+		p := filepath.Join(dir, stagingPrefix+name)
+		if err := os.MkdirAll(filepath.Join(p, workDir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if owner != nil {
+			body, _ := json.Marshal(owner)
+			if err := os.WriteFile(filepath.Join(p, stagingOwnerFile), body, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old := time.Now().Add(-age)
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var self stagingOwner
+	self.PID, self.Start = procid.Self()
+	mkStaging("dead", &stagingOwner{PID: 1<<30 + 7}, 0) // no such process
+	mkStaging("alive", &self, time.Hour)
+	mkStaging("orphan-old", nil, time.Hour)
+	mkStaging("orphan-new", nil, 0)
+	all := []string{stagingPrefix + "alive", stagingPrefix + "dead", stagingPrefix + "orphan-new", stagingPrefix + "orphan-old", a.ID}
+
+	if _, err := x.b.Cleanup(t.Context(), provider.CleanupRequest{Now: time.Now(), DryRun: true}); err != nil {
+		t.Fatal(err)
+	}
+	checkNoCheckpoints(t, x.root, all...)
+	if _, err := x.b.Cleanup(t.Context(), provider.CleanupRequest{Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	checkNoCheckpoints(t, x.root, stagingPrefix+"alive", stagingPrefix+"orphan-new", a.ID)
 }
