@@ -407,7 +407,7 @@ func (b *Backend) remove(ctx context.Context, id string) error {
 }
 
 func removeDir(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
+	if err := removeTree(dir); err != nil {
 		return fmt.Errorf("remove lease directory: %w", err)
 	}
 	return nil

@@ -130,7 +130,7 @@ func (b *Backend) createCheckpoint(ctx context.Context, req provider.CheckpointR
 		return nil
 	}()
 	if err != nil {
-		if rmErr := os.RemoveAll(staging); rmErr != nil {
+		if rmErr := removeTree(staging); rmErr != nil {
 			err = errors.Join(err, fmt.Errorf("remove the partial copy: %w", rmErr))
 		}
 		return provider.CheckpointArtifact{}, err
@@ -248,7 +248,7 @@ func (b *Backend) DeleteCheckpoint(_ context.Context, req provider.CheckpointDel
 	} else {
 		err = nil
 	}
-	if rmErr := os.RemoveAll(trash); rmErr != nil {
+	if rmErr := removeTree(trash); rmErr != nil {
 		err = errors.Join(err, fmt.Errorf("delete local checkpoint %s: %w", a.ID, rmErr))
 	}
 	if err == nil {
@@ -319,7 +319,7 @@ func (b *Backend) restore(ctx context.Context, req provider.RestoreRequest) (pro
 	keep := false // the old work root is in staging and could not be put back
 	defer func() {
 		if !keep {
-			_ = os.RemoveAll(staging)
+			_ = removeTree(staging)
 		}
 	}()
 	c := &copier{clone: b.clone}
@@ -378,7 +378,7 @@ func newStaging(parent, id string) (string, error) {
 		err = atomicfile.Write(filepath.Join(dir, stagingOwnerFile), body)
 	}
 	if err != nil {
-		return "", errors.Join(err, os.RemoveAll(dir))
+		return "", errors.Join(err, removeTree(dir))
 	}
 	return dir, nil
 }
@@ -416,7 +416,7 @@ func (b *Backend) sweepStaging(ctx context.Context, now time.Time, dryRun bool) 
 			b.rt.Logger.Info("local checkpoint leftovers would be removed", "dir", dir, "reason", why)
 			continue
 		}
-		if err := os.RemoveAll(dir); err != nil {
+		if err := removeTree(dir); err != nil {
 			b.rt.Logger.Warn("remove local checkpoint leftovers", "dir", dir, "err", err)
 			continue
 		}

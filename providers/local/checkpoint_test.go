@@ -497,3 +497,34 @@ func TestCleanupRemovesStagingLeftovers(t *testing.T) {
 	}
 	checkNoCheckpoints(t, x.root, stagingPrefix+"alive", stagingPrefix+"orphan-new", a.ID)
 }
+
+// Read-only directories (a Go module cache) are copied as they are, and
+// deleting the checkpoint or releasing the box removes them too.
+func TestCheckpointReadOnlyDirectories(t *testing.T) {
+	x := newCheckpointBox(t)
+	ro := filepath.Join(x.target.WorkRoot, x.target.LeaseID, "modcache")
+	if err := os.MkdirAll(filepath.Join(ro, "pkg@v1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ro, "pkg@v1", "go.mod"), []byte("module pkg\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Join(ro, "pkg@v1"), ro} {
+		if err := os.Chmod(d, 0o555); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := tree(t, x.target.WorkRoot)
+	a := x.checkpoint(t)
+	if diff := cmp.Diff(want, tree(t, filepath.Join(x.root, checkpointsDir, a.ID, workDir))); diff != "" {
+		t.Errorf("checkpoint's copy (-work root +copy):\n%s", diff)
+	}
+	if err := x.b.DeleteCheckpoint(t.Context(), provider.CheckpointDeleteRequest{Artifact: a}); err != nil {
+		t.Fatalf("DeleteCheckpoint: %v", err)
+	}
+	checkNoCheckpoints(t, x.root)
+	if err := x.b.ReleaseLease(t.Context(), provider.ReleaseRequest{Lease: x.target}); err != nil {
+		t.Fatalf("ReleaseLease: %v", err)
+	}
+	checkEmpty(t, x.root)
+}

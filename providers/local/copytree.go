@@ -149,3 +149,20 @@ func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
 }
+
+// removeTree is os.RemoveAll that also removes what is in directories
+// without write permission (a Go module cache is read-only): when the
+// first attempt fails it makes every directory under path (never
+// following links) the owner's to change, and tries again.
+func removeTree(path string) error {
+	if err := os.RemoveAll(path); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(path)
+}
