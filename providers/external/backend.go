@@ -164,12 +164,19 @@ func desired(id, slug string, labels map[string]string) (*Desired, error) {
 // acquire runs the acquire operation and validates its answer. When the
 // answer describes a lease but is rejected, that lease is released.
 func (c *core) acquire(ctx context.Context, d *Desired, keep, needSSH bool) (*Lease, error) {
-	resp, err := c.call(ctx, Request{Operation: OpAcquire, Desired: d, Keep: keep})
+	return c.acquireCall(ctx, Request{Operation: OpAcquire, Desired: d, Keep: keep}, needSSH)
+}
+
+// acquireCall runs req, an acquire or a fork of req.Desired, as acquire
+// does.
+func (c *core) acquireCall(ctx context.Context, req Request, needSSH bool) (*Lease, error) {
+	d := req.Desired
+	resp, err := c.call(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkLease("lease", resp.Lease, expect{leaseID: d.LeaseID, slug: d.Slug, ssh: needSSH}); err != nil {
-		err = fmt.Errorf("%s: acquire: rejected response: %w", c.what, err)
+		err = fmt.Errorf("%s: %s: rejected response: %w", c.what, req.Operation, err)
 		if resp.Lease != nil {
 			// Release what the program described, as it described it.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.prog.timeout)
@@ -254,8 +261,13 @@ func withReserved(l *Lease) *Lease {
 // crabbox reaches over SSH.
 type Backend struct{ *core }
 
-// New returns an SSH-lease backend for the program of c.
+// New returns an SSH-lease backend for the program of c, which is no
+// native checkpoint backend: it refuses c.Workspace (Configure returns a
+// backend with the checkpoint interfaces).
 func New(c Config, rt provider.Runtime) (*Backend, error) {
+	if len(c.Workspace) > 0 {
+		return nil, errors.New("external provider: New makes no native checkpoint backend: configure workspace through Provider.Configure")
+	}
 	return newBackend(c, nil, rt)
 }
 
@@ -272,14 +284,20 @@ func (b *Backend) Spec() provider.Spec { return b.spec.Clone() }
 
 // Acquire asks the program for a box for req.LeaseID.
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	return b.acquireOp(ctx, OpAcquire, req, nil)
+}
+
+// acquireOp runs the acquire operation, or with an artifact the fork
+// operation, for req.
+func (b *Backend) acquireOp(ctx context.Context, op string, req provider.AcquireRequest, a *provider.CheckpointArtifact) (provider.LeaseTarget, error) {
 	d, err := desired(req.LeaseID, req.Slug, req.Labels)
 	if err != nil {
-		return provider.LeaseTarget{}, fmt.Errorf("external provider: acquire: %w", err)
+		return provider.LeaseTarget{}, fmt.Errorf("external provider: %s: %w", op, err)
 	}
 	d.PublicKey = req.PublicKey
 	d.TTLSeconds, d.IdleTimeoutSeconds = int64(req.TTL/time.Second), int64(req.IdleTimeout/time.Second)
 	d.CreatedAt, d.ExpiresAt = req.CreatedAt, req.ExpiresAt
-	l, err := b.acquire(ctx, d, req.Keep, true)
+	l, err := b.acquireCall(ctx, Request{Operation: op, Desired: d, Keep: req.Keep, Artifact: a}, true)
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}

@@ -3,6 +3,7 @@ package external_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/external"
 )
 
@@ -138,6 +140,8 @@ func fakeProgram(mode string) int {
 		return fakeRun(mode, req, out, reply)
 	case "files", "files-no-chunk", "files-oversize", "files-stuck":
 		return fakeFiles(mode, req, out, reply)
+	case "checkpoint", "checkpoint-wrong-id", "checkpoint-no-artifact":
+		return fakeCheckpoint(mode, req, good, reply)
 	}
 	fmt.Fprintf(os.Stderr, "fake: unknown mode %q\n", mode)
 	return 2
@@ -204,6 +208,42 @@ func fakeFiles(mode string, req external.Request, out *json.Encoder, reply func(
 		return reply(external.Response{File: &external.FileChunk{Data: []byte(fakeContent[f.Offset:end]), EOF: end == len(fakeContent)}})
 	}
 	return fakeRun("run", req, out, reply)
+}
+
+// fakeCheckpoint is a program with native checkpoints whose artifacts
+// are named "image-<checkpoint ID>"; "gone" is an artifact that is not
+// there.
+func fakeCheckpoint(mode string, req external.Request, good func() *external.Lease, reply func(external.Response) int) int {
+	gone := req.Artifact != nil && req.Artifact.ID == "gone"
+	switch req.Operation {
+	case external.OpCapabilities:
+		return reply(external.Response{Capabilities: &external.Capabilities{Checkpoint: true, Fork: true, Restore: true}})
+	case external.OpCheckpointCreate:
+		c := req.Checkpoint
+		switch mode {
+		case "checkpoint-wrong-id":
+			return reply(external.Response{Artifact: &provider.CheckpointArtifact{ID: "image-wrong", CheckpointID: "ckp_ffffffffffff"}})
+		case "checkpoint-no-artifact":
+			return reply(external.Response{})
+		}
+		labels := map[string]string{provider.LabelCheckpoint: c.CheckpointID}
+		maps.Copy(labels, c.Labels)
+		return reply(external.Response{Artifact: &provider.CheckpointArtifact{ID: "image-" + c.CheckpointID, CheckpointID: c.CheckpointID, Labels: labels}})
+	case external.OpCheckpointList:
+		return reply(external.Response{Artifacts: []provider.CheckpointArtifact{{ID: "image-a", Labels: map[string]string{provider.LabelCheckpoint: "ckp_00000000000a"}}}})
+	case external.OpCheckpointDelete, external.OpFork:
+		if gone {
+			return reply(external.Response{Error: "no image " + req.Artifact.ID, ErrorKind: "not-found"})
+		}
+		if req.Operation == external.OpFork {
+			return reply(external.Response{Lease: good()})
+		}
+		return reply(external.Response{})
+	case external.OpRestore:
+		l := req.Lease
+		return reply(external.Response{Lease: &external.Lease{LeaseID: l.LeaseID, Slug: l.Slug, SSH: &external.SSH{User: "crabbox", Host: "127.0.0.1", Port: 2222}}})
+	}
+	return reply(external.Response{Error: "unsupported operation " + req.Operation})
 }
 
 // block waits forever, in a system call so the runtime does not call it a

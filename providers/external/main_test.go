@@ -22,8 +22,11 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeEnv); mode != "" {
 		os.Exit(fakeProgram(mode))
 	}
-	if os.Getenv(serveEnv) == "ssh" {
+	switch os.Getenv(serveEnv) {
+	case "ssh":
 		os.Exit(servedProgram())
+	case "local":
+		os.Exit(servedLocal(os.Args[1:]))
 	}
 	dir, err := os.MkdirTemp("", "crabbox-external-test-")
 	if err != nil {

@@ -39,6 +39,12 @@ const InstallHint = "go install github.com/crabbox-dev/crabbox/cmd/...@latest (o
 // a secret never goes into its arguments. Only SSH-lease providers can be
 // served this way.
 //
+// A backend of a spec declaring provider.FeatureCheckpoint is a
+// provider.NativeCheckpointBackend (and with FeatureFork, FeatureRestore
+// a provider.NativeForkBackend, provider.NativeRestoreBackend) whose
+// checkpoints the program makes through the protocol's checkpoint
+// operations; without them it is none of these.
+//
 // Configure finds the program next to the running executable first (so
 // that binaries installed together use each other), then on PATH. It
 // runs nothing.
@@ -53,7 +59,8 @@ type pluginProvider struct {
 
 func (p pluginProvider) Spec() provider.Spec { return p.spec.Clone() }
 
-// Configure returns a *Backend running the provider's program. cfg is the
+// Configure returns a *Backend running the provider's program, in a
+// wrapper implementing the spec's checkpoint features. cfg is the
 // provider's configuration merged with its defaults (unknown keys are
 // refused); the program checks its values, on first use.
 func (p pluginProvider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
@@ -73,10 +80,14 @@ func (p pluginProvider) Configure(cfg provider.Config, rt provider.Runtime) (pro
 		return nil, fmt.Errorf("provider %s: encode config: %w", p.spec.Name, err)
 	}
 	spec := p.spec.Clone()
-	return newBackend(Config{
+	b, err := newBackend(Config{
 		Command: path, ProviderConfig: body, Timeout: PluginTimeout, StopGrace: PluginStopGrace,
 		InheritEnv: true, WorkRoot: DefaultWorkRoot,
 	}, &spec, rt)
+	if err != nil {
+		return nil, err
+	}
+	return withCheckpoints(b)
 }
 
 // FindProgram finds one of crabbox's companion programs (a provider

@@ -39,6 +39,16 @@ const (
 	// checkout into the sandbox through them.
 	OpWriteFile = "write-file"
 	OpReadFile  = "read-file"
+	// The native checkpoint operations are crabbox's additions for
+	// programs that declare capabilities.checkpoint (and .fork, .restore):
+	// a checkpoint saves a lease's box as a provider artifact (an image, a
+	// snapshot), fork starts a new box from one, restore puts a lease's
+	// box back to one. See provider.NativeCheckpointBackend.
+	OpCheckpointCreate = "checkpoint-create"
+	OpCheckpointList   = "checkpoint-list"
+	OpCheckpointDelete = "checkpoint-delete"
+	OpFork             = "fork"
+	OpRestore          = "restore"
 )
 
 // MaxFileChunk bounds the file content one write-file request carries and
@@ -87,6 +97,26 @@ type Request struct {
 	// Now is crabbox's addition to cleanup and touch: the time crabbox
 	// decides expiry by, so that the program decides by the same clock.
 	Now time.Time `json:"now,omitzero"`
+	// Checkpoint is crabbox's addition to checkpoint-create: the
+	// checkpoint to make of the box of Lease.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// Artifact is crabbox's addition to checkpoint-delete, fork and
+	// restore: an artifact as checkpoint-create or checkpoint-list
+	// returned it, handed back whole.
+	Artifact *provider.CheckpointArtifact `json:"artifact,omitempty"`
+	// PublicKey is crabbox's addition to restore: the lease key
+	// (authorized_keys line) the restored box must accept.
+	PublicKey string `json:"publicKey,omitempty"`
+}
+
+// Checkpoint is the checkpoint part of a checkpoint-create request.
+type Checkpoint struct {
+	// CheckpointID is crabbox's ID of the checkpoint ("ckp_" and 12 hex
+	// digits); the artifact carries it as its checkpointId and its
+	// "checkpoint" label.
+	CheckpointID string `json:"checkpointId"`
+	// Labels are extra labels from the caller for the artifact.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // FileRequest is the file part of a write-file or read-file request.
@@ -179,6 +209,12 @@ type Capabilities struct {
 	// Files is crabbox's addition: the program implements write-file and
 	// read-file (it must also implement run).
 	Files bool `json:"files,omitempty"`
+	// Checkpoint, Fork and Restore are crabbox's additions: the program
+	// implements checkpoint-create, checkpoint-list and checkpoint-delete;
+	// fork; restore. Fork and Restore need Checkpoint.
+	Checkpoint bool `json:"checkpoint,omitempty"`
+	Fork       bool `json:"fork,omitempty"`
+	Restore    bool `json:"restore,omitempty"`
 }
 
 // Response is the one JSON object a program writes to stdout.
@@ -189,6 +225,10 @@ type Response struct {
 	Capabilities    *Capabilities `json:"capabilities,omitempty"`
 	// File is crabbox's addition: the answer to read-file.
 	File *FileChunk `json:"file,omitempty"`
+	// Artifact is crabbox's addition: the answer to checkpoint-create.
+	Artifact *provider.CheckpointArtifact `json:"artifact,omitempty"`
+	// Artifacts is crabbox's addition: the answer to checkpoint-list.
+	Artifacts []provider.CheckpointArtifact `json:"artifacts,omitempty"`
 	// Checks is crabbox's addition to doctor: the program's own checks,
 	// each reported as a line of crabbox doctor. Without it the message
 	// is one passing check.

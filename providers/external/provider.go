@@ -22,6 +22,13 @@
 // itself through the program's write-file and read-file operations (the
 // program must advertise capabilities.files too) and the run operation only
 // runs the command in the directory crabbox names.
+//
+// With the "workspace" setting (ssh-lease mode) the backend is also a
+// provider.NativeCheckpointBackend, and as configured a
+// provider.NativeForkBackend and provider.NativeRestoreBackend: the
+// program saves boxes as artifacts and starts or restores boxes from them
+// (the checkpoint-create, checkpoint-list, checkpoint-delete, fork and
+// restore operations, declared in its capabilities).
 package external
 
 import (
@@ -95,6 +102,14 @@ type Config struct {
 	// StopGrace is how long the program has to end after SIGTERM to its
 	// process group before SIGKILL. Zero means 5 seconds.
 	StopGrace time.Duration
+	// Workspace (ssh-lease mode) names the native checkpoint operations
+	// the program implements, as provider.Workspace names them:
+	// "checkpoint" (checkpoint-create, -list, -delete), "fork",
+	// "restore"; fork and restore need checkpoint. The program must
+	// declare them in its capabilities too. Configure returns a backend
+	// with the matching checkpoint features and interfaces; New refuses
+	// it.
+	Workspace []string
 }
 
 var spec = provider.Spec{
@@ -114,6 +129,7 @@ var spec = provider.Spec{
 		{Name: "mode", Flag: "external-mode", Default: ModeSSHLease, Help: "ssh-lease (crabbox syncs and runs over SSH) or delegated-run (the program's run operation does)", Locates: true},
 		{Name: "work-root", Flag: "external-work-root", Default: DefaultWorkRoot, Help: "work root on the box when the program names none", Locates: true},
 		{Name: "files", Flag: "external-files", Default: "false", Bool: true, Help: "delegated-run: crabbox syncs through the program's write-file/read-file operations (capabilities.files), sending only changes on reuse", Locates: true},
+		{Name: "workspace", Flag: "external-workspace", Help: "ssh-lease: native checkpoint operations the program implements (capabilities.checkpoint, .fork, .restore), comma-separated: checkpoint, fork, restore"},
 	},
 }
 
@@ -127,13 +143,17 @@ func (Provider) Spec() provider.Spec { return spec.Clone() }
 
 // Configure parses cfg (merged with the Spec's defaults) and returns a
 // *Backend or, in mode delegated-run, a *DelegatedBackend (a
-// *DelegatedFileBackend with files). It reads the caller's environment for
-// BaseEnv and pass-env, and runs nothing.
+// *DelegatedFileBackend with files). With workspace, the *Backend comes
+// in a wrapper that is a provider.NativeCheckpointBackend (and, as
+// configured, a provider.NativeForkBackend and NativeRestoreBackend),
+// whose Spec declares the matching features. It reads the caller's
+// environment for BaseEnv and pass-env, and runs nothing.
 //
-// Whether crabbox syncs through the program's files is configured rather
-// than taken from the program's capabilities: a backend's interfaces and
-// Spec are fixed when it is made, and asking the program would run it.
-// The program's capabilities are checked against it on first use.
+// Whether crabbox syncs through the program's files, and which checkpoint
+// operations it has, are configured rather than taken from the program's
+// capabilities: a backend's interfaces and Spec are fixed when it is
+// made, and asking the program would run it. The program's capabilities
+// are checked against them on first use.
 func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
 	c, err := ParseConfig(cfg)
 	if err != nil {
@@ -145,7 +165,17 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 	case c.Mode == ModeDelegatedRun:
 		return NewDelegated(c, rt)
 	}
-	return New(c, rt)
+	features, err := workspaceFeatures(c.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("external provider: config \"workspace\": %w", err)
+	}
+	c.Workspace = nil
+	b, err := New(c, rt)
+	if err != nil {
+		return nil, err
+	}
+	b.spec.Features = append(b.spec.Features, features...)
+	return withCheckpoints(b)
 }
 
 // ParseConfig turns raw settings into a Config, naming the bad key.
@@ -202,6 +232,17 @@ func ParseConfig(cfg provider.Config) (Config, error) {
 	case ModeSSHLease, ModeDelegatedRun:
 	default:
 		return Config{}, fmt.Errorf("external provider: config \"mode\" is %q, want %q or %q", c.Mode, ModeSSHLease, ModeDelegatedRun)
+	}
+	for _, name := range strings.Split(cfg["workspace"], ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			c.Workspace = append(c.Workspace, name)
+		}
+	}
+	if _, err := workspaceFeatures(c.Workspace); err != nil {
+		return Config{}, fmt.Errorf("external provider: config \"workspace\": %w", err)
+	}
+	if len(c.Workspace) > 0 && c.Mode != ModeSSHLease {
+		return Config{}, fmt.Errorf("external provider: config \"workspace\" needs mode %q (native checkpoints are of boxes crabbox reaches over SSH)", ModeSSHLease)
 	}
 	if c.Files && c.Mode != ModeDelegatedRun {
 		return Config{}, fmt.Errorf("external provider: config \"files\" needs mode %q (in mode %q crabbox syncs over SSH)", ModeDelegatedRun, c.Mode)

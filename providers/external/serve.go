@@ -29,7 +29,12 @@ const MaxRequestBytes = 1 << 20
 // it made as it would in-process.
 //
 // Only SSH-lease providers are served; a backend that implements
-// io.Closer is closed before Serve returns.
+// io.Closer is closed before Serve returns. The native checkpoint
+// operations (checkpoint-create, checkpoint-list, checkpoint-delete, fork,
+// restore) are answered for a backend that implements
+// provider.NativeCheckpointBackend (NativeForkBackend, NativeRestoreBackend)
+// and whose spec declares the feature, and refused with an error of kind
+// precondition otherwise; capabilities says which.
 func Serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.Reader, out io.Writer) error {
 	resp := serve(ctx, p, rt.WithDefaults(), in)
 	resp.ProtocolVersion = ProtocolVersion
@@ -80,7 +85,7 @@ func serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.
 	s := server{b: sb, spec: spec, rt: rt}
 	switch req.Operation {
 	case OpCapabilities:
-		return Response{Capabilities: &Capabilities{Cleanup: spec.Has(provider.FeatureCleanup)}}
+		return Response{Capabilities: s.capabilities()}
 	case OpDoctor:
 		return s.doctor(ctx)
 	case OpAcquire:
@@ -93,6 +98,8 @@ func serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.
 		return s.touch(ctx, req)
 	case OpRelease:
 		return s.release(ctx, req)
+	case OpCheckpointCreate, OpCheckpointList, OpCheckpointDelete, OpFork, OpRestore:
+		return s.checkpointOp(ctx, req)
 	default: // OpCleanup; checkRequest refused the rest
 		return s.cleanup(ctx, req)
 	}
@@ -117,6 +124,24 @@ func checkRequest(req Request) error {
 	case OpTouch, OpRelease:
 		if req.Lease == nil {
 			return errors.New("request field lease is missing")
+		}
+	case OpCheckpointList:
+		return nil
+	case OpCheckpointCreate:
+		if req.Lease == nil || req.Checkpoint == nil {
+			return errors.New("request fields lease and checkpoint are required")
+		}
+	case OpCheckpointDelete:
+		if req.Artifact == nil {
+			return errors.New("request field artifact is missing")
+		}
+	case OpFork:
+		if req.Desired == nil || req.Artifact == nil {
+			return errors.New("request fields desired and artifact are required")
+		}
+	case OpRestore:
+		if req.Lease == nil || req.Artifact == nil {
+			return errors.New("request fields lease and artifact are required")
 		}
 	default:
 		return fmt.Errorf("operation %q is not supported by a provider program (only ssh-lease operations are)", req.Operation)
@@ -177,16 +202,12 @@ func (s server) doctor(ctx context.Context) Response {
 }
 
 func (s server) acquire(ctx context.Context, req Request) Response {
-	d := req.Desired
-	labels := maps.Clone(d.Labels)
-	for _, k := range []string{LabelLease, LabelSlug, LabelName} {
-		delete(labels, k) // crabbox's own; the provider sets its own marks
-	}
-	t, err := s.b.Acquire(ctx, provider.AcquireRequest{
-		LeaseID: d.LeaseID, Slug: d.Slug, PublicKey: d.PublicKey,
-		TTL: time.Duration(d.TTLSeconds) * time.Second, IdleTimeout: time.Duration(d.IdleTimeoutSeconds) * time.Second,
-		CreatedAt: d.CreatedAt, ExpiresAt: d.ExpiresAt, Keep: req.Keep, Labels: labels,
-	})
+	t, err := s.b.Acquire(ctx, acquireRequest(req.Desired, req.Keep))
+	return s.acquired(t, err)
+}
+
+// acquired is the response to an acquire or fork that returned t, err.
+func (s server) acquired(t provider.LeaseTarget, err error) Response {
 	if err != nil {
 		return failure(err)
 	}
@@ -196,6 +217,73 @@ func (s server) acquire(ctx context.Context, req Request) Response {
 		}
 	}
 	return Response{Lease: wireLease(t)}
+}
+
+// capabilities are the backend's: cleanup and the checkpoint operations
+// its spec declares and it implements.
+func (s server) capabilities() *Capabilities {
+	_, cp := s.b.(provider.NativeCheckpointBackend)
+	_, fork := s.b.(provider.NativeForkBackend)
+	_, restore := s.b.(provider.NativeRestoreBackend)
+	return &Capabilities{
+		Cleanup:    s.spec.Has(provider.FeatureCleanup),
+		Checkpoint: cp && s.spec.Has(provider.FeatureCheckpoint),
+		Fork:       fork && s.spec.Has(provider.FeatureFork),
+		Restore:    restore && s.spec.Has(provider.FeatureRestore),
+	}
+}
+
+// checkpointOp answers the checkpoint operations, refusing those the
+// provider does not have.
+func (s server) checkpointOp(ctx context.Context, req Request) Response {
+	caps := s.capabilities()
+	cannot := func(what string, f provider.Feature) Response {
+		return failure(fmt.Errorf("provider %s cannot %s: it does not declare %s: %w", s.spec.Name, what, f, provider.ErrPrecondition))
+	}
+	if !caps.Checkpoint {
+		return cannot("make native checkpoints", provider.FeatureCheckpoint)
+	}
+	nb := s.b.(provider.NativeCheckpointBackend)
+	switch req.Operation {
+	case OpCheckpointCreate:
+		a, err := nb.CreateCheckpoint(ctx, provider.CheckpointRequest{
+			Lease: leaseTarget(req.Lease, s.spec.Name), CheckpointID: req.Checkpoint.CheckpointID, Labels: maps.Clone(req.Checkpoint.Labels),
+		})
+		if err != nil {
+			return failure(err)
+		}
+		return Response{Artifact: &a}
+	case OpCheckpointList:
+		all, err := nb.ListCheckpoints(ctx, provider.CheckpointListRequest{})
+		if err != nil {
+			return failure(err)
+		}
+		return Response{Artifacts: all}
+	case OpCheckpointDelete:
+		err := nb.DeleteCheckpoint(ctx, provider.CheckpointDeleteRequest{Artifact: *req.Artifact})
+		if err != nil && !errors.Is(err, provider.ErrNotFound) {
+			return failure(err)
+		}
+		return Response{}
+	case OpFork:
+		if !caps.Fork {
+			return cannot("fork", provider.FeatureFork)
+		}
+		return s.acquired(s.b.(provider.NativeForkBackend).Fork(ctx, provider.ForkRequest{
+			AcquireRequest: acquireRequest(req.Desired, req.Keep), Artifact: *req.Artifact,
+		}))
+	default: // OpRestore
+		if !caps.Restore {
+			return cannot("restore", provider.FeatureRestore)
+		}
+		t, err := s.b.(provider.NativeRestoreBackend).Restore(ctx, provider.RestoreRequest{
+			Lease: leaseTarget(req.Lease, s.spec.Name), Artifact: *req.Artifact, PublicKey: req.PublicKey,
+		})
+		if err != nil {
+			return failure(err)
+		}
+		return Response{Lease: wireLease(t)}
+	}
 }
 
 func (s server) resolve(ctx context.Context, req Request) Response {

@@ -17,9 +17,10 @@ import (
 // Backend is the local provider's SSH-lease backend. Close it to stop the
 // boxes it serves in-process; boxes served by agents outlive it.
 type Backend struct {
-	cfg  Config
-	rt   provider.Runtime
-	user string
+	cfg   Config
+	rt    provider.Runtime
+	user  string
+	clone fileCloner // reflink; tests replace it
 
 	mu     sync.Mutex
 	closed bool
@@ -45,7 +46,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 		return nil, fmt.Errorf("local provider: root %s: %w", cfg.Root, err)
 	}
 	cfg.Root = root
-	return &Backend{cfg: cfg, rt: rt.WithDefaults(), user: currentUser(), boxes: map[string]*box{}}, nil
+	return &Backend{cfg: cfg, rt: rt.WithDefaults(), user: currentUser(), clone: reflink, boxes: map[string]*box{}}, nil
 }
 
 // currentUser is the SSH user of local boxes: the OS user serving them.
@@ -99,6 +100,12 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 }
 
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	return b.acquireFrom(ctx, req, "")
+}
+
+// acquireFrom is Acquire of a box whose work root is a copy of the
+// directory from (a checkpoint's), or empty when from is "".
+func (b *Backend) acquireFrom(ctx context.Context, req provider.AcquireRequest, from string) (provider.LeaseTarget, error) {
 	if err := checkLeaseID(req.LeaseID); err != nil {
 		return provider.LeaseTarget{}, err
 	}
@@ -109,7 +116,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 		return provider.LeaseTarget{}, fmt.Errorf("expiry %s is not after now (%s)", req.ExpiresAt.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
 	dir := b.leaseDir(req.LeaseID)
-	if err := b.create(dir, req); err != nil {
+	if err := b.create(ctx, dir, req, from); err != nil {
 		return provider.LeaseTarget{}, err
 	}
 	port, err := b.start(ctx, req.LeaseID, dir)
@@ -126,9 +133,10 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	return rec.target(dir), nil
 }
 
-// create makes the lease directory with its host key, work root and record.
-// The record comes last: a directory without one is not a lease yet.
-func (b *Backend) create(dir string, req provider.AcquireRequest) error {
+// create makes the lease directory with its host key, work root (a copy of
+// from, when set) and record. The record comes last: a directory without
+// one is not a lease yet.
+func (b *Backend) create(ctx context.Context, dir string, req provider.AcquireRequest, from string) error {
 	if err := os.MkdirAll(b.cfg.Root, 0o700); err != nil {
 		return fmt.Errorf("create root: %w", err)
 	}
@@ -149,7 +157,12 @@ func (b *Backend) create(dir string, req provider.AcquireRequest) error {
 		if err != nil {
 			return fmt.Errorf("host key: %w", err)
 		}
-		if err := os.Mkdir(filepath.Join(dir, workDir), 0o700); err != nil {
+		if from != "" {
+			c := &copier{clone: b.clone}
+			if err := c.copyTree(ctx, from, filepath.Join(dir, workDir)); err != nil {
+				return fmt.Errorf("copy the checkpoint's work root: %w", notFoundIfGone(err))
+			}
+		} else if err := os.Mkdir(filepath.Join(dir, workDir), 0o700); err != nil {
 			return fmt.Errorf("create work root: %w", err)
 		}
 		return writeRecord(dir, record{
@@ -394,7 +407,7 @@ func (b *Backend) remove(ctx context.Context, id string) error {
 }
 
 func removeDir(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
+	if err := removeTree(dir); err != nil {
 		return fmt.Errorf("remove lease directory: %w", err)
 	}
 	return nil

@@ -95,7 +95,7 @@ func serve(ctx context.Context, dir string, o serveOptions) error {
 	reason := awaitEnd(ctx, dir, rec.ExpiresAt, served, o)
 	log.Info("local box stopping", "reason", reason)
 	err = stop()
-	if rmErr := os.RemoveAll(dir); rmErr != nil {
+	if rmErr := removeTree(dir); rmErr != nil {
 		err = errors.Join(err, fmt.Errorf("remove lease directory: %w", rmErr))
 	}
 	if err != nil {

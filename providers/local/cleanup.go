@@ -18,8 +18,11 @@ const startGrace = 2 * time.Minute
 // box that does not serve are deleted when the caller claims the lease, or,
 // claim or not, when the process that set the lease up or served its box
 // is gone: nothing can serve that directory again, and the root is this
-// user's own.
+// user's own. It also removes the partial copies of checkpoints whose
+// process died half-way (checkpoints themselves are deleted only through
+// DeleteCheckpoint).
 func (b *Backend) Cleanup(ctx context.Context, req provider.CleanupRequest) ([]provider.CleanupDecision, error) {
+	b.sweepStaging(ctx, req.Now, req.DryRun)
 	var out []provider.CleanupDecision
 	for _, e := range b.scan() {
 		if err := ctx.Err(); err != nil {

@@ -128,7 +128,8 @@ func newBackend(t *testing.T, cfg Config, clock clockwork.Clock) *Backend {
 	return b
 }
 
-// checkEmpty fails if lease directories are left under root.
+// checkEmpty fails if lease directories or checkpoints are left under
+// root (an empty checkpoints directory may stay).
 func checkEmpty(t *testing.T, root string) {
 	t.Helper()
 	des, err := os.ReadDir(root)
@@ -136,6 +137,10 @@ func checkEmpty(t *testing.T, root string) {
 		t.Fatal(err)
 	}
 	for _, de := range des {
+		if de.Name() == checkpointsDir {
+			checkEmpty(t, filepath.Join(root, checkpointsDir))
+			continue
+		}
 		t.Errorf("left behind under %s: %s", root, de.Name())
 	}
 }

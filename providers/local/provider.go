@@ -15,6 +15,14 @@
 // the program that acquired it (the CLI's `crabbox warmup`). Either way the
 // box stops serving and removes its directory when it is released or when
 // its expiry passes, without anyone running cleanup.
+//
+// The backend makes native checkpoints (provider.NativeForkBackend and
+// provider.NativeRestoreBackend): a checkpoint is a copy of a box's work
+// root under <Root>/checkpoints/<checkpointID>/, cloned file by file
+// where the filesystem allows (reflinks); a fork is a new box whose work
+// root is a copy of it, and a restore swaps a copy in for a running box's
+// work root. A local box shares this machine's installed software, so
+// only the work root is saved.
 package local
 
 import (
@@ -45,6 +53,7 @@ var spec = provider.Spec{
 	Features: []provider.Feature{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry,
 		provider.FeatureCleanup, provider.FeatureDoctor, provider.FeaturePTY,
+		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
 	},
 	// A coordinator can serve local boxes: they live on the coordinator's
 	// machine, which makes a coordinator on loopback work with no cloud.
@@ -86,7 +95,9 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 }
 
 var (
-	_ provider.Provider        = Provider{}
-	_ provider.SSHLeaseBackend = (*Backend)(nil)
-	_ provider.CleanupBackend  = (*Backend)(nil)
+	_ provider.Provider             = Provider{}
+	_ provider.SSHLeaseBackend      = (*Backend)(nil)
+	_ provider.CleanupBackend       = (*Backend)(nil)
+	_ provider.NativeForkBackend    = (*Backend)(nil)
+	_ provider.NativeRestoreBackend = (*Backend)(nil)
 )
