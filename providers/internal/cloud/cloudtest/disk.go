@@ -35,9 +35,11 @@ type diskSet struct {
 // SaveImage and BootImage copy a box's files as a cloud's image does.
 //
 // A box with a disk runs its commands through a shell script that
-// rewrites those paths in the command line (not in its input) to the
-// disk's, so it needs /bin/sh and sed; its working directory is its work
-// root on the disk. Paths outside the work root and mounts are the host's.
+// rewrites those paths to the disk's in the command line, and in the
+// script of a command "sh -s" (crabbox's runs send theirs so), but not in
+// other input (a synced archive); so it needs /bin/sh and sed. Its working
+// directory is its work root on the disk. Paths outside the work root and
+// mounts are the host's.
 func (f *Fleet) UseDisks(t testing.TB, mounts ...string) {
 	t.Helper()
 	for _, m := range mounts {
@@ -155,11 +157,12 @@ func removeDisk(dir string) error {
 
 // writeDiskShell writes the shell of a box with the disk disk at file: a
 // script that runs `sh -c COMMAND ARGS...` with every box path of mounts
-// in COMMAND rewritten to its place on the disk, and any other call as sh
-// does. It returns file.
+// in COMMAND (and, for COMMAND "sh -s", in its input) rewritten to its
+// place on the disk, and any other call as sh does. It returns file.
 func writeDiskShell(file, disk string, mounts []string) (string, error) {
 	// Longest first, so a mount inside another is rewritten as itself;
-	// through markers, so a rewritten path is not rewritten again.
+	// through markers (every mount to its marker, then every marker to its
+	// place), so a rewritten path is not rewritten again.
 	mounts = slices.Clone(mounts)
 	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) })
 	var to, from []string
@@ -168,11 +171,27 @@ func writeDiskShell(file, disk string, mounts []string) (string, error) {
 		to = append(to, "-e "+shellQuote("s|"+sedPattern(m)+"|"+marker+"|g"))
 		from = append(from, "-e "+shellQuote("s|"+marker+"|"+sedReplacement(filepath.ToSlash(filepath.Join(disk, filepath.FromSlash(m))))+"|g"))
 	}
+	rewrite := "sed $u " + strings.Join(append(to, from...), " ")
+	// The script of "sh -s" comes through a FIFO from a sed in the
+	// background, so that the shell ends when sh does, while its stdin
+	// stays open (crabbox's run keeps it open until the run ends).
 	script := `#!/bin/sh
-# The shell of a fake cloud box with a disk: box paths in the command line
-# are rewritten to their place on the disk.
+# The shell of a fake cloud box with a disk: box paths in the command line,
+# and in the script that "sh -s" reads, are rewritten to their place on
+# the disk.
+u=-u
+echo | sed -u p >/dev/null 2>&1 || u=-l
+if [ "$#" -eq 2 ] && [ "$1" = -c ] && [ "$2" = "sh -s" ]; then
+	f=` + shellQuote(file+".fifo.") + `$$
+	mkfifo -m 600 "$f" || exit 125
+	exec 3<&0
+	` + rewrite + ` <&3 >"$f" 2>/dev/null 3<&- &
+	exec <"$f" 3<&-
+	rm -f "$f"
+	exec /bin/sh -s
+fi
 if [ "$#" -ge 2 ] && [ "$1" = -c ]; then
-	cmd=$(printf '%s' "$2" | sed ` + strings.Join(to, " ") + ` | sed ` + strings.Join(from, " ") + `; printf x)
+	cmd=$(printf '%s' "$2" | ` + rewrite + `; printf x)
 	cmd=${cmd%x}
 	shift 2
 	exec /bin/sh -c "$cmd" "$@"

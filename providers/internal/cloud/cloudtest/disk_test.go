@@ -1,6 +1,8 @@
 package cloudtest_test
 
 import (
+	"bytes"
+	"io"
 	"net"
 	"path/filepath"
 	"runtime"
@@ -20,6 +22,12 @@ import (
 // output.
 func run(t *testing.T, addr string, key lease.Key, cmd string) string {
 	t.Helper()
+	return runInput(t, addr, key, cmd, "")
+}
+
+// runInput is run with stdin.
+func runInput(t *testing.T, addr string, key lease.Key, cmd, stdin string) string {
+	t.Helper()
 	c, err := ssh.Dial("tcp", addr, &ssh.ClientConfig{
 		User: cloud.DefaultUser, Auth: []ssh.AuthMethod{ssh.PublicKeys(key.Signer)},
 		HostKeyCallback: func(string, net.Addr, ssh.PublicKey) error { return nil }, Timeout: time.Minute,
@@ -33,11 +41,25 @@ func run(t *testing.T, addr string, key lease.Key, cmd string) string {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	out, err := s.CombinedOutput(cmd)
+	var out, errOut bytes.Buffer
+	s.Stdout, s.Stderr = &out, &errOut
+	in, err := s.StdinPipe()
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", cmd, err, out)
+		t.Fatal(err)
 	}
-	return string(out)
+	if err := s.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	// Stdin stays open, as crabbox's runs keep it: the command ends on
+	// its own.
+	if _, err := io.WriteString(in, stdin); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Wait()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s%s", cmd, err, out.String(), errOut.String())
+	}
+	return out.String()
 }
 
 // Boxes with disks share a work root and a mount by path but not by
@@ -76,6 +98,9 @@ func TestDisks(t *testing.T) {
 		return run(t, f.Box(ip).Addr(), key, "cat '"+work+"/l/f' '"+installed+"/tool' 2>/dev/null || printf -; echo; cat l/f 2>/dev/null || printf -")
 	}
 	write(a, "a1")
+	if got := runInput(t, f.Box(a).Addr(), key, "sh -s", "cat '"+work+"/l/f'\nexit\n"); got != "a1" {
+		t.Errorf("a script on stdin reads %q, want a1", got)
+	}
 	if got := read(b); got != "-\n-" {
 		t.Errorf("box b sees %q, want none of box a's files", got)
 	}
