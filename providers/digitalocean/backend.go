@@ -20,7 +20,9 @@ import (
 type Backend struct {
 	*tagcloud.Backend
 	cfg    Config
+	rt     provider.Runtime
 	client *godo.Client
+	codec  cloud.TagCodec
 }
 
 // New returns a backend for cfg. It makes no API call.
@@ -45,9 +47,9 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("digitalocean provider: %w", err)
 	}
-	b := &Backend{cfg: cfg, client: client}
+	b := &Backend{cfg: cfg, rt: rt, client: client, codec: cloud.TagCodec{MaxLen: MaxTagLength}}
 	b.Backend = tagcloud.New(tagcloud.Config{
-		Options: cfg.Options, Provider: Name, Codec: cloud.TagCodec{MaxLen: MaxTagLength},
+		Options: cfg.Options, Provider: Name, Codec: b.codec,
 		Ports: cfg.Ports, PollInterval: cfg.PollInterval, MapAddress: cfg.MapAddress, CallTimeout: cfg.CallTimeout,
 	}, droplets{client}, rt)
 	return b, nil
@@ -59,9 +61,15 @@ func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
 // droplets maps godo onto the tag cloud API.
 type droplets struct{ c *godo.Client }
 
+// Create creates the droplet from the image slug s.Image or, when that is
+// a number, from the snapshot with that ID (a fork).
 func (d droplets) Create(ctx context.Context, s tagcloud.Spec) (tagcloud.Machine, error) {
+	image := godo.DropletCreateImage{Slug: s.Image}
+	if id, err := strconv.Atoi(s.Image); err == nil {
+		image = godo.DropletCreateImage{ID: id}
+	}
 	drop, _, err := d.c.Droplets.Create(ctx, &godo.DropletCreateRequest{
-		Name: s.Name, Region: s.Region, Size: s.Size, Image: godo.DropletCreateImage{Slug: s.Image},
+		Name: s.Name, Region: s.Region, Size: s.Size, Image: image,
 		UserData: s.UserData, Tags: s.Tags, IPv6: true, SSHKeys: []godo.DropletCreateSSHKey{},
 	})
 	if err != nil {

@@ -15,6 +15,11 @@
 // passwords are off (DigitalOcean may still email a root password for a
 // Droplet created without account keys; no sshd of a box accepts it).
 //
+// Native checkpoints are Droplet snapshots tagged with the checkpoint and
+// its source lease: a fork is a new Droplet created from one, a restore
+// rebuilds the lease's Droplet from one (see Backend.CreateCheckpoint,
+// Fork and Restore).
+//
 // The API token comes only from the DIGITALOCEAN_TOKEN environment
 // variable (or Config.Token for Go callers); it is never a flag, an
 // argument or logged.
@@ -120,4 +125,7 @@ var (
 	_ provider.SSHLeaseBackend = (*Backend)(nil)
 	_ provider.CleanupBackend  = (*Backend)(nil)
 	_ provider.DoctorBackend   = (*Backend)(nil)
+
+	_ provider.NativeForkBackend    = (*Backend)(nil)
+	_ provider.NativeRestoreBackend = (*Backend)(nil)
 )

@@ -50,7 +50,7 @@ func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
 // label. If a step fails, or ctx ends, it deletes what it made (the server,
 // then the key) before returning.
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
-	target, err := b.acquire(ctx, req)
+	target, err := b.acquire(ctx, req, nil)
 	if err != nil {
 		// The caller (lease.Store.Acquire) names the provider and the lease.
 		return provider.LeaseTarget{}, err
@@ -60,10 +60,17 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	return target, nil
 }
 
-func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
+// acquire makes the lease's server from the configured system image, or
+// from the snapshot src (a fork) when that is not nil.
+func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest, src *hcloud.Image) (target provider.LeaseTarget, err error) {
 	clock, log := b.rt.Clock, b.rt.Logger.With("lease", req.LeaseID)
+	image := &hcloud.Image{Name: b.cfg.Image}
+	if src != nil {
+		image = &hcloud.Image{ID: src.ID}
+	}
+	// A snapshot of a box has the tools already.
 	st, err := cloud.StartAcquire(req, clock.Now(), cloud.LabelOptions{Provider: Name, ServerType: b.cfg.ServerTypes[0], Owner: b.cfg.Owner},
-		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: b.cfg.Prepared})
+		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: b.cfg.Prepared || src != nil})
 	if err != nil {
 		return target, err
 	}
@@ -89,7 +96,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 		l := maps.Clone(labels)
 		l[cloud.LabelServerType] = p.ServerType
 		res, _, err := b.client.Server.Create(ctx, hcloud.ServerCreateOpts{
-			Name: name, ServerType: &hcloud.ServerType{Name: p.ServerType}, Image: &hcloud.Image{Name: b.cfg.Image},
+			Name: name, ServerType: &hcloud.ServerType{Name: p.ServerType}, Image: image,
 			Location: &hcloud.Location{Name: p.Location}, SSHKeys: []*hcloud.SSHKey{key}, UserData: userData,
 			Labels: l, StartAfterCreate: hcloud.Ptr(true),
 			PublicNet: &hcloud.ServerCreatePublicNet{EnableIPv4: true, EnableIPv6: true},

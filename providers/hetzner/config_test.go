@@ -28,6 +28,7 @@ var configSuite = cloudtest.Config[*env, hetzner.Config]{
 	// The server is deleted before its key.
 	ReleaseEvents: []string{"delete server", "delete key"},
 	Runtime:       func(e *env) provider.Runtime { return e.rt },
+	Features:      []provider.Feature{provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore},
 }
 
 func TestSpec(t *testing.T) { cloudtest.RunSpec(t, configSuite) }

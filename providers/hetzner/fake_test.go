@@ -34,7 +34,13 @@ const (
 	opServerGet    = "server.get"
 	opServerUpdate = "server.update"
 	opServerDelete = "server.delete"
-	opCatalog      = "catalog" // server types, images, locations
+	opCatalog      = "catalog" // server types, system images by name, locations
+	opImageCreate  = "server.create_image"
+	opRebuild      = "server.rebuild"
+	opImageList    = "image.list"
+	opImageGet     = "image.get"
+	opImageDelete  = "image.delete"
+	opActionList   = "action.list"
 )
 
 // fault makes one operation of the fake fail or hang.
@@ -48,9 +54,10 @@ type fault struct {
 	fired  int
 }
 
-// fakeAPI is a fake Hetzner Cloud API: servers, SSH keys, label
-// selectors and errors, with each server's box served by a cloudtest
-// fleet from its user data.
+// fakeAPI is a fake Hetzner Cloud API: servers, SSH keys, snapshot images,
+// actions, label selectors and errors, with each server's box served by a
+// cloudtest fleet (with disks) from its user data. A snapshot is a copy of
+// the box's disk; a server created or rebuilt from it starts with a copy.
 type fakeAPI struct {
 	t     testing.TB
 	fleet *cloudtest.Fleet
@@ -60,6 +67,8 @@ type fakeAPI struct {
 	nextID   int64
 	servers  map[int64]*fakeServer
 	keys     map[int64]schema.SSHKey
+	images   map[int64]*schema.Image // snapshots
+	actions  map[int64]*fakeAction
 	events   []string          // mutations, in order
 	creates  []string          // "type/location" of every create attempt
 	faults   map[string]*fault // by operation
@@ -75,13 +84,31 @@ type fakeServer struct {
 	userData string
 }
 
-func newFakeAPI(t testing.TB) *fakeAPI { return newFakeAPIOf(t, cloudtest.NewFleet(t)) }
+// fakeAction is an action that is running until it is first looked at;
+// done then makes its effect.
+type fakeAction struct {
+	a    schema.Action
+	done func()
+}
+
+// installedDir is the box directory outside the work root that the
+// conformance suite writes as installed software; every fake box has it
+// on its disk.
+const installedDir = "/opt/crabbox-fake/installed"
+
+// newFakeAPI returns a fake API whose boxes have disks with installedDir.
+func newFakeAPI(t testing.TB) *fakeAPI {
+	fleet := cloudtest.NewFleet(t)
+	fleet.UseDisks(t, installedDir)
+	return newFakeAPIOf(t, fleet)
+}
 
 // newFakeAPIOf is newFakeAPI with the servers' boxes served by fleet.
 func newFakeAPIOf(t testing.TB, fleet *cloudtest.Fleet) *fakeAPI {
 	f := &fakeAPI{
 		t: t, fleet: fleet, nextID: 100,
 		servers: map[int64]*fakeServer{}, keys: map[int64]schema.SSHKey{},
+		images: map[int64]*schema.Image{}, actions: map[int64]*fakeAction{},
 		faults: map[string]*fault{}, capacity: map[string]string{},
 	}
 	srv := httptest.NewServer(f)
@@ -164,9 +191,38 @@ func (f *fakeAPI) addKey(name string, labels map[string]string) int64 {
 	return f.nextID
 }
 
+// imageList returns copies of the snapshot images, by ID.
+func (f *fakeAPI) imageList() []schema.Image {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []schema.Image
+	for _, id := range slices.Sorted(maps.Keys(f.images)) {
+		img := *f.images[id]
+		img.Labels = maps.Clone(img.Labels)
+		out = append(out, img)
+	}
+	return out
+}
+
+// addImage puts an available snapshot into the fake directly (one made
+// by someone else), with no disk image.
+func (f *fakeAPI) addImage(labels map[string]string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	now := time.Now()
+	f.images[f.nextID] = &schema.Image{ID: f.nextID, Status: "available", Type: "snapshot", Labels: labels, Created: &now}
+	return f.nextID
+}
+
+// imageName is the fleet's name of the disk image of snapshot id.
+func imageName(id int64) string { return "hetzner-image-" + strconv.FormatInt(id, 10) }
+
 var (
 	serverPath = regexp.MustCompile(`^/servers/(\d+)$`)
+	actionPath = regexp.MustCompile(`^/servers/(\d+)/actions/(create_image|rebuild)$`)
 	keyPath    = regexp.MustCompile(`^/ssh_keys/(\d+)$`)
+	imagePath  = regexp.MustCompile(`^/images/(\d+)$`)
 )
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -238,6 +294,22 @@ func route(r *http.Request) (op string, id int64) {
 			return opServerDelete, id
 		}
 	}
+	if m := actionPath.FindStringSubmatch(p); m != nil && r.Method == http.MethodPost {
+		id, _ = strconv.ParseInt(m[1], 10, 64)
+		if m[2] == "rebuild" {
+			return opRebuild, id
+		}
+		return opImageCreate, id
+	}
+	if m := imagePath.FindStringSubmatch(p); m != nil {
+		id, _ = strconv.ParseInt(m[1], 10, 64)
+		switch r.Method {
+		case http.MethodGet:
+			return opImageGet, id
+		case http.MethodDelete:
+			return opImageDelete, id
+		}
+	}
 	if m := keyPath.FindStringSubmatch(p); m != nil && r.Method == http.MethodDelete {
 		id, _ = strconv.ParseInt(m[1], 10, 64)
 		return opKeyDelete, id
@@ -251,8 +323,12 @@ func route(r *http.Request) (op string, id int64) {
 		return opKeyCreate, 0
 	case p == "/ssh_keys" && r.Method == http.MethodGet:
 		return opKeyList, 0
+	case p == "/images" && r.Method == http.MethodGet && !r.URL.Query().Has("name"):
+		return opImageList, 0
 	case (p == "/server_types" || p == "/images" || p == "/locations") && r.Method == http.MethodGet:
 		return opCatalog, 0
+	case p == "/actions" && r.Method == http.MethodGet:
+		return opActionList, 0
 	}
 	return "", 0
 }
@@ -375,7 +451,192 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request, op string, id in
 		writeJSON(w, http.StatusOK, schema.ServerDeleteResponse{Action: schema.Action{
 			ID: id + 1_000_000, Status: "success", Command: "delete_server", Progress: 100, Started: now, Finished: &now,
 		}})
+
+	case opImageCreate:
+		var req schema.ServerActionCreateImageRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		f.createImage(w, id, req)
+	case opRebuild:
+		var req schema.ServerActionRebuildRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		f.rebuild(w, id, req)
+	case opImageList:
+		sel, ok := parseSelector(w, r)
+		if !ok {
+			return
+		}
+		types := r.URL.Query()["type"]
+		out := schema.ImageListResponse{Images: []schema.Image{}}
+		for _, img := range f.imageList() {
+			if sel.matches(img.Labels) && (len(types) == 0 || slices.Contains(types, img.Type)) {
+				out.Images = append(out.Images, img)
+			}
+		}
+		writeJSON(w, http.StatusOK, out)
+	case opImageGet:
+		f.mu.Lock()
+		var img schema.Image
+		p := f.images[id]
+		if p != nil {
+			img = *p
+			img.Labels = maps.Clone(img.Labels)
+		}
+		f.mu.Unlock()
+		if p == nil {
+			writeError(w, http.StatusNotFound, "not_found", "image not found")
+			return
+		}
+		writeJSON(w, http.StatusOK, schema.ImageGetResponse{Image: img})
+	case opImageDelete:
+		f.mu.Lock()
+		p := f.images[id]
+		delete(f.images, id)
+		if p != nil {
+			f.events = append(f.events, fmt.Sprintf("delete image %d", id))
+		}
+		f.mu.Unlock()
+		if p == nil {
+			writeError(w, http.StatusNotFound, "not_found", "image not found")
+			return
+		}
+		if err := f.fleet.DeleteImage(imageName(id)); err != nil {
+			f.t.Errorf("delete disk image of image %d: %v", id, err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case opActionList:
+		out := schema.ActionListResponse{Actions: []schema.Action{}}
+		var done []func()
+		f.mu.Lock()
+		for _, raw := range r.URL.Query()["id"] {
+			aid, _ := strconv.ParseInt(raw, 10, 64)
+			a := f.actions[aid]
+			if a == nil {
+				continue
+			}
+			if a.a.Status == "running" { // finished by the first look
+				now := time.Now()
+				a.a.Status, a.a.Progress, a.a.Finished = "success", 100, &now
+				if a.done != nil {
+					done = append(done, a.done)
+				}
+			}
+			out.Actions = append(out.Actions, a.a)
+		}
+		f.mu.Unlock()
+		for _, fn := range done {
+			fn()
+		}
+		writeJSON(w, http.StatusOK, out)
 	}
+}
+
+// newAction records a running action of command, whose effect done (if
+// not nil) makes when it finishes. It needs f.mu held.
+func (f *fakeAPI) newActionLocked(command string, done func()) schema.Action {
+	f.nextID++
+	a := &fakeAction{a: schema.Action{ID: f.nextID, Status: "running", Command: command, Started: time.Now()}, done: done}
+	f.actions[a.a.ID] = a
+	return a.a
+}
+
+// createImage snapshots server id: its box's disk is copied at once, and
+// the image is available when the action finishes.
+func (f *fakeAPI) createImage(w http.ResponseWriter, id int64, req schema.ServerActionCreateImageRequest) {
+	if req.Type == nil || (*req.Type != "snapshot" && *req.Type != "backup") {
+		writeError(w, http.StatusBadRequest, "invalid_input", "type must be snapshot or backup")
+		return
+	}
+	if *req.Type == "backup" {
+		writeError(w, http.StatusUnprocessableEntity, "unsupported_error", "the fake makes snapshots only")
+		return
+	}
+	var labels map[string]string
+	if req.Labels != nil {
+		labels = maps.Clone(*req.Labels)
+		if msg := checkLabels(labels); msg != "" {
+			writeError(w, http.StatusBadRequest, "invalid_input", msg)
+			return
+		}
+	}
+	f.mu.Lock()
+	fs := f.servers[id]
+	if fs == nil {
+		f.mu.Unlock()
+		writeError(w, http.StatusNotFound, "not_found", "server not found")
+		return
+	}
+	f.nextID++
+	imgID := f.nextID
+	ip := fs.s.PublicNet.IPv4.IP
+	f.mu.Unlock()
+	if err := f.fleet.SaveImage(ip, imageName(imgID)); err != nil {
+		writeError(w, http.StatusConflict, "conflict", "server has no disk to snapshot: "+err.Error())
+		return
+	}
+	now := time.Now()
+	size := float32(0.5)
+	img := &schema.Image{
+		ID: imgID, Status: "creating", Type: "snapshot", Labels: labels, Created: &now, ImageSize: &size, DiskSize: 40,
+		Architecture: "x86", CreatedFrom: &schema.ImageCreatedFrom{ID: id, Name: fs.s.Name},
+	}
+	if req.Description != nil {
+		img.Description = *req.Description
+	}
+	f.mu.Lock()
+	f.images[imgID] = img
+	f.events = append(f.events, fmt.Sprintf("create image %d", imgID))
+	action := f.newActionLocked("create_image", func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if p := f.images[imgID]; p != nil {
+			p.Status = "available"
+		}
+	})
+	answer := *img
+	answer.Labels = maps.Clone(labels)
+	f.mu.Unlock()
+	writeJSON(w, http.StatusCreated, schema.ServerActionCreateImageResponse{Action: action, Image: answer})
+}
+
+// rebuild rebuilds server id from an available snapshot: its box boots
+// again, from a copy of the image, with the server's user data (or the
+// request's, which then becomes the server's).
+func (f *fakeAPI) rebuild(w http.ResponseWriter, id int64, req schema.ServerActionRebuildRequest) {
+	f.mu.Lock()
+	fs := f.servers[id]
+	img := f.images[req.Image.ID]
+	switch {
+	case fs == nil:
+		f.mu.Unlock()
+		writeError(w, http.StatusNotFound, "not_found", "server not found")
+		return
+	case req.Image.ID == 0 || img == nil || img.Status != "available":
+		f.mu.Unlock()
+		writeError(w, http.StatusBadRequest, "invalid_input", "image is not an available snapshot of this project")
+		return
+	}
+	if req.UserData != nil {
+		fs.userData = *req.UserData
+	}
+	userData, ip := fs.userData, fs.s.PublicNet.IPv4.IP
+	fs.s.Status = "rebuilding"
+	f.events = append(f.events, fmt.Sprintf("rebuild server %d", id))
+	action := f.newActionLocked("rebuild_server", func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if fs := f.servers[id]; fs != nil {
+			fs.s.Status = "running"
+		}
+	})
+	f.mu.Unlock()
+	if err := f.fleet.BootImage(ip, userData, imageName(req.Image.ID)); err != nil {
+		f.t.Errorf("boot server %d from image %d: %v", id, req.Image.ID, err)
+	}
+	writeJSON(w, http.StatusCreated, schema.ServerActionRebuildResponse{Action: action})
 }
 
 func (f *fakeAPI) createKey(w http.ResponseWriter, req schema.SSHKeyCreateRequest) {
@@ -410,7 +671,7 @@ func (f *fakeAPI) createKey(w http.ResponseWriter, req schema.SSHKeyCreateReques
 
 func (f *fakeAPI) createServer(w http.ResponseWriter, req schema.ServerCreateRequest) {
 	typ, loc := req.ServerType.Name, req.Location
-	if req.Name == "" || typ == "" || req.Image.Name == "" || loc == "" || req.UserData == "" || req.Labels == nil {
+	if req.Name == "" || typ == "" || (req.Image.Name == "" && req.Image.ID == 0) || loc == "" || req.UserData == "" || req.Labels == nil {
 		writeError(w, http.StatusBadRequest, "invalid_input", "name, server_type, image, location, user_data and labels are required here")
 		return
 	}
@@ -435,6 +696,9 @@ func (f *fakeAPI) createServer(w http.ResponseWriter, req schema.ServerCreateReq
 			code = "uniqueness_error"
 		}
 	}
+	if img := f.images[req.Image.ID]; req.Image.ID != 0 && (img == nil || img.Status != "available") {
+		code = "invalid_input"
+	}
 	if code != "" {
 		f.mu.Unlock()
 		writeError(w, http.StatusPreconditionFailed, code, "cannot create "+typ+" in "+loc)
@@ -446,6 +710,9 @@ func (f *fakeAPI) createServer(w http.ResponseWriter, req schema.ServerCreateReq
 		ID: id, Name: req.Name, Status: "initializing", Created: time.Now(), Labels: maps.Clone(*req.Labels),
 		ServerType: schema.ServerType{Name: typ}, Location: schema.Location{Name: loc},
 	}
+	if req.Image.ID != 0 {
+		s.Image = &schema.Image{ID: req.Image.ID, Type: "snapshot"}
+	}
 	ip := f.fleet.NewAddress()
 	s.PublicNet.IPv4.IP = ip
 	f.servers[id] = &fakeServer{s: s, userData: req.UserData}
@@ -456,7 +723,11 @@ func (f *fakeAPI) createServer(w http.ResponseWriter, req schema.ServerCreateReq
 		f.fleet.Block(ip, p)
 	}
 	if !noBoot {
-		if err := f.fleet.Boot(ip, req.UserData); err != nil {
+		boot := f.fleet.Boot
+		if req.Image.ID != 0 {
+			boot = func(ip, userData string) error { return f.fleet.BootImage(ip, userData, imageName(req.Image.ID)) }
+		}
+		if err := boot(ip, req.UserData); err != nil {
 			f.t.Errorf("boot server %d from its user data: %v", id, err)
 		}
 	}
@@ -482,6 +753,9 @@ func parseSelector(w http.ResponseWriter, r *http.Request) (selector, bool) {
 		if !ok {
 			k, v, ok = strings.Cut(term, "=")
 		}
+		if !ok && labelKeyRE.MatchString(term) { // the key exists
+			k, v, ok = term, existsValue, true
+		}
 		if !ok || k == "" {
 			writeError(w, http.StatusBadRequest, "invalid_input", "label selector term "+term+" is not supported by the fake")
 			return nil, false
@@ -491,9 +765,12 @@ func parseSelector(w http.ResponseWriter, r *http.Request) (selector, bool) {
 	return sel, true
 }
 
+// existsValue stands in a selector for "the key exists, any value".
+const existsValue = "\x00exists"
+
 func (s selector) matches(labels map[string]string) bool {
 	for k, v := range s {
-		if got, ok := labels[k]; !ok || got != v {
+		if got, ok := labels[k]; !ok || (got != v && v != existsValue) {
 			return false
 		}
 	}

@@ -47,7 +47,10 @@ func newEnv(t *testing.T) *env {
 			Token: testToken, Endpoint: api.URL, WorkRoot: t.TempDir(), Owner: "tester",
 			ServerTypes: []string{"cx23", "cpx22"}, Locations: []string{"fsn1", "nbg1"},
 			MapAddress: api.fleet.MapAddress, PollInterval: time.Second, BootTimeout: time.Minute,
-			ClientOptions: []hcloud.ClientOption{hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0, BackoffFunc: hcloud.ConstantBackoff(0)})},
+			ClientOptions: []hcloud.ClientOption{
+				hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0, BackoffFunc: hcloud.ConstantBackoff(0)}),
+				hcloud.WithPollOpts(hcloud.PollOpts{BackoffFunc: hcloud.ConstantBackoff(0)}),
+			},
 		},
 		rt: provider.Runtime{
 			Clock: clockwork.NewRealClock(), HTTPClient: &http.Client{Transport: tr},
@@ -72,11 +75,14 @@ func newRequest(t *testing.T, now time.Time) (provider.AcquireRequest, lease.Key
 }
 
 // TestConformance runs the provider contract against the fake API, with
-// every server's SSH served by a cloudtest box booted from its user data.
+// every server's SSH served by a cloudtest box booted from its user data,
+// and its files (the work root and installedDir) on a disk of its own,
+// which snapshots copy.
 func TestConformance(t *testing.T) {
 	providertest.RunSSHLease(t, providertest.Harness{
 		NewBackend:       func(t *testing.T) provider.SSHLeaseBackend { return newEnv(t).backend(t) },
 		IgnoreGoroutines: cloudtest.IgnoreGoroutines(),
+		Installed:        installedDir,
 	})
 }
 

@@ -12,6 +12,11 @@
 // caller holds a claim for, never by name. Doctor checks the token, the
 // server types, the image and the locations without changing anything.
 //
+// Native checkpoints are snapshot images of a lease's server, labelled
+// with the checkpoint and its source lease: a fork is a new server created
+// from one, a restore rebuilds the lease's server from one (see
+// Backend.CreateCheckpoint, Fork and Restore).
+//
 // The API token comes only from the HCLOUD_TOKEN environment variable (or
 // Config.Token for Go callers); it is never a flag, an argument or logged.
 //
@@ -203,4 +208,7 @@ var (
 	_ provider.SSHLeaseBackend = (*Backend)(nil)
 	_ provider.CleanupBackend  = (*Backend)(nil)
 	_ provider.DoctorBackend   = (*Backend)(nil)
+
+	_ provider.NativeForkBackend    = (*Backend)(nil)
+	_ provider.NativeRestoreBackend = (*Backend)(nil)
 )

@@ -55,7 +55,7 @@ func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
 // on), address, SSH, ready tag. If a step fails, or ctx ends, it deletes
 // the server and its volume before returning.
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
-	target, err := b.acquire(ctx, req)
+	target, err := b.acquire(ctx, req, nil)
 	if err != nil {
 		// The caller (lease.Store.Acquire) names the provider and the lease.
 		return provider.LeaseTarget{}, err
@@ -65,10 +65,28 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	return target, nil
 }
 
-func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
+// source is an image of a checkpoint that a fork starts from, in its
+// zone.
+type source struct {
+	zone  scw.Zone
+	image string
+}
+
+// acquire makes the lease's server from the configured image or, when
+// src is not nil (a fork), from src's image in its zone.
+func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest, src *source) (target provider.LeaseTarget, err error) {
 	clock, log := b.rt.Clock, b.rt.Logger.With("lease", req.LeaseID)
+	image, prepared, candidates := b.cfg.Image, b.cfg.Prepared, b.cfg.candidates()
+	if src != nil {
+		// A checkpoint's image has the tools already.
+		image, prepared = src.image, true
+		candidates = slices.DeleteFunc(candidates, func(p placement) bool { return p.Zone != src.zone })
+		if len(candidates) == 0 {
+			return target, fmt.Errorf("image %s is in zone %s, not one of the configured zones %v: %w", src.image, src.zone, b.cfg.Zones, provider.ErrPrecondition)
+		}
+	}
 	st, err := cloud.StartAcquire(req, clock.Now(), cloud.LabelOptions{Provider: Name, ServerType: b.cfg.CommercialTypes[0], Owner: b.cfg.Owner},
-		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: b.cfg.Prepared})
+		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: prepared})
 	if err != nil {
 		return target, err
 	}
@@ -86,7 +104,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 		return b.deleteServers(ctx, req.LeaseID, cloud.StateFailed)
 	})
 	var srv *instance.Server
-	_, err = cloud.FirstWithCapacity(ctx, log, b.cfg.candidates(), func(ctx context.Context, p placement) error {
+	_, err = cloud.FirstWithCapacity(ctx, log, candidates, func(ctx context.Context, p placement) error {
 		l := maps.Clone(labels)
 		l[cloud.LabelServerType] = p.Type
 		tags, err := tagCodec.Tags(l)
@@ -94,7 +112,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 			return err
 		}
 		res, err := b.api.CreateServer(&instance.CreateServerRequest{
-			Zone: p.Zone, Name: name, CommercialType: p.Type, Image: scw.StringPtr(b.cfg.Image), Project: scw.StringPtr(b.cfg.ProjectID),
+			Zone: p.Zone, Name: name, CommercialType: p.Type, Image: scw.StringPtr(image), Project: scw.StringPtr(b.cfg.ProjectID),
 			Tags: tags, DynamicIPRequired: scw.BoolPtr(true),
 			Volumes: map[string]*instance.VolumeServerTemplate{"0": {
 				Boot: scw.BoolPtr(true), VolumeType: instance.VolumeVolumeTypeLSSD, Size: scw.SizePtr(scw.Size(b.cfg.DiskGB) * scw.GB),

@@ -30,6 +30,7 @@ var configSuite = cloudtest.Config[*env, scaleway.Config]{
 	// The server is terminated.
 	ReleaseEvents: []string{"terminate server"},
 	Runtime:       func(e *env) provider.Runtime { return e.rt },
+	Features:      []provider.Feature{provider.FeatureCheckpoint, provider.FeatureFork},
 }
 
 // credentials sets the three credentials in the environment.

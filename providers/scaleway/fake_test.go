@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -42,6 +43,15 @@ const (
 	opTerm     = "server.terminate"
 	opVolume   = "volume.delete"
 	opCatalog  = "catalog" // Instance types, marketplace images
+
+	opSnapCreate  = "snapshot.create"
+	opSnapList    = "snapshot.list"
+	opSnapGet     = "snapshot.get"
+	opSnapDelete  = "snapshot.delete"
+	opImageCreate = "image.create"
+	opImageList   = "image.list"
+	opImageGet    = "image.get"
+	opImageDelete = "image.delete"
 )
 
 // fault makes one operation of the fake fail or hang.
@@ -57,8 +67,10 @@ type fault struct {
 
 // fakeAPI is a fake Scaleway instance API (and the marketplace's image
 // lookup): servers with tags in zones, tag filters, user data, power
-// actions, local volumes and typed errors, with each server's box served
-// by a cloudtest fleet from its user data once it is powered on.
+// actions, local volumes, snapshots, images and typed errors, with each
+// server's box served by a cloudtest fleet (with disks) from its user data
+// once it is powered on. A snapshot is a copy of the box's disk; a server
+// created from an image of it starts with a copy.
 type fakeAPI struct {
 	t     testing.TB
 	fleet *cloudtest.Fleet
@@ -68,6 +80,8 @@ type fakeAPI struct {
 	nextID   int
 	servers  map[string]*fakeServer
 	volumes  map[string]bool
+	snaps    map[string]*instance.Snapshot
+	images   map[string]*instance.Image
 	order    []string          // server IDs in creation order
 	events   []string          // mutations, in order
 	creates  []string          // "type/zone" of every create attempt
@@ -83,14 +97,74 @@ type fakeServer struct {
 	s        instance.Server
 	userData string
 	ip       string
+	// fromImage is the fleet image (of a snapshot) its disk starts as.
+	fromImage string
 }
 
-func newFakeAPI(t testing.TB) *fakeAPI { return newFakeAPIOf(t, cloudtest.NewFleet(t)) }
+// installedDir is the box directory outside the work root that the
+// conformance suite writes as installed software; every fake box has it
+// on its disk.
+const installedDir = "/opt/crabbox-fake/installed"
+
+// newFakeAPI returns a fake API whose boxes have disks with installedDir.
+func newFakeAPI(t testing.TB) *fakeAPI {
+	fleet := cloudtest.NewFleet(t)
+	fleet.UseDisks(t, installedDir)
+	return newFakeAPIOf(t, fleet)
+}
+
+// addImage puts an available image into the fake directly (one made by
+// someone else), with tags and no snapshot, and returns its ID.
+func (f *fakeAPI) addImage(tags []string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := f.newIDLocked()
+	now := time.Now()
+	f.images[id] = &instance.Image{ID: id, Name: "theirs", Arch: instance.ArchX86_64, CreationDate: &now, Project: testProject,
+		State: instance.ImageStateAvailable, Tags: tags, Zone: scw.ZoneFrPar1}
+	return id
+}
+
+// snapImage is the fleet's name of the disk image of snapshot id.
+func snapImage(id string) string { return "scw-snapshot-" + id }
+
+// imageList returns copies of the images, by ID.
+func (f *fakeAPI) imageList() []instance.Image {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []instance.Image
+	for _, id := range slices.Sorted(maps.Keys(f.images)) {
+		img := *f.images[id]
+		img.Tags = slices.Clone(img.Tags)
+		out = append(out, img)
+	}
+	return out
+}
+
+// snapshotList returns copies of the snapshots, by ID.
+func (f *fakeAPI) snapshotList() []instance.Snapshot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []instance.Snapshot
+	for _, id := range slices.Sorted(maps.Keys(f.snaps)) {
+		s := *f.snaps[id]
+		s.Tags = slices.Clone(s.Tags)
+		out = append(out, s)
+	}
+	return out
+}
+
+// hasTags reports whether tags has every tag of the comma-separated
+// filter ("" for none).
+func hasTags(tags []string, filter string) bool {
+	return filter == "" || !slices.ContainsFunc(strings.Split(filter, ","), func(t string) bool { return !slices.Contains(tags, t) })
+}
 
 // newFakeAPIOf is newFakeAPI with the servers' boxes served by fleet.
 func newFakeAPIOf(t testing.TB, fleet *cloudtest.Fleet) *fakeAPI {
 	f := &fakeAPI{
 		t: t, fleet: fleet, servers: map[string]*fakeServer{}, volumes: map[string]bool{},
+		snaps: map[string]*instance.Snapshot{}, images: map[string]*instance.Image{},
 		faults: map[string]*fault{}, capacity: map[string]string{},
 	}
 	srv := httptest.NewServer(f)
@@ -191,6 +265,8 @@ var (
 	zonePath   = regexp.MustCompile(`^/instance/v1/zones/([a-z]{2}-[a-z]{3}-[0-9])(/.*)$`)
 	serverPath = regexp.MustCompile(`^/servers/([0-9a-f-]+)(/action|/user_data/cloud-init)?$`)
 	volumePath = regexp.MustCompile(`^/volumes/([0-9a-f-]+)$`)
+	snapPath   = regexp.MustCompile(`^/snapshots/([0-9a-f-]+)$`)
+	imagePath  = regexp.MustCompile(`^/images/([0-9a-f-]+)$`)
 )
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -281,6 +357,22 @@ func route(r *http.Request, body []byte) (op, zone, id string) {
 	if m := volumePath.FindStringSubmatch(p); m != nil && r.Method == http.MethodDelete {
 		return opVolume, zone, m[1]
 	}
+	if m := snapPath.FindStringSubmatch(p); m != nil {
+		switch r.Method {
+		case http.MethodGet:
+			return opSnapGet, zone, m[1]
+		case http.MethodDelete:
+			return opSnapDelete, zone, m[1]
+		}
+	}
+	if m := imagePath.FindStringSubmatch(p); m != nil {
+		switch r.Method {
+		case http.MethodGet:
+			return opImageGet, zone, m[1]
+		case http.MethodDelete:
+			return opImageDelete, zone, m[1]
+		}
+	}
 	switch {
 	case p == "/servers" && r.Method == http.MethodPost:
 		return opCreate, zone, ""
@@ -288,6 +380,14 @@ func route(r *http.Request, body []byte) (op, zone, id string) {
 		return opList, zone, ""
 	case p == "/products/servers" && r.Method == http.MethodGet:
 		return opCatalog, zone, ""
+	case p == "/snapshots" && r.Method == http.MethodPost:
+		return opSnapCreate, zone, ""
+	case p == "/snapshots" && r.Method == http.MethodGet:
+		return opSnapList, zone, ""
+	case p == "/images" && r.Method == http.MethodPost:
+		return opImageCreate, zone, ""
+	case p == "/images" && r.Method == http.MethodGet:
+		return opImageList, zone, ""
 	}
 	return "", "", ""
 }
@@ -426,6 +526,111 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request, body []byte, op,
 		default:
 			w.WriteHeader(http.StatusNoContent)
 		}
+	case opSnapCreate:
+		var req instance.CreateSnapshotRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+			return
+		}
+		f.createSnapshot(w, zone, req)
+	case opImageCreate:
+		var req instance.CreateImageRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+			return
+		}
+		f.createImage(w, zone, req)
+	case opSnapList:
+		q := r.URL.Query()
+		out := instance.ListSnapshotsResponse{Snapshots: []*instance.Snapshot{}}
+		for _, sn := range f.snapshotList() {
+			if string(sn.Zone) == zone && hasTags(sn.Tags, q.Get("tags")) && (q.Get("project") == "" || q.Get("project") == sn.Project) {
+				out.Snapshots = append(out.Snapshots, &sn)
+			}
+		}
+		out.TotalCount = uint32(len(out.Snapshots))
+		writeJSON(w, http.StatusOK, out)
+	case opImageList:
+		q := r.URL.Query()
+		out := instance.ListImagesResponse{Images: []*instance.Image{}}
+		for _, img := range f.imageList() {
+			if string(img.Zone) == zone && hasTags(img.Tags, q.Get("tags")) && (q.Get("project") == "" || q.Get("project") == img.Project) &&
+				(q.Get("public") == "" || q.Get("public") == fmt.Sprint(img.Public)) {
+				out.Images = append(out.Images, &img)
+			}
+		}
+		out.TotalCount = uint32(len(out.Images))
+		writeJSON(w, http.StatusOK, out)
+	case opSnapGet:
+		f.mu.Lock()
+		sn := f.snaps[id]
+		var out instance.Snapshot
+		if sn != nil {
+			if sn.State == instance.SnapshotStateSnapshotting { // done by the first look
+				sn.State = instance.SnapshotStateAvailable
+			}
+			out = *sn
+			out.Tags = slices.Clone(sn.Tags)
+		}
+		f.mu.Unlock()
+		if sn == nil || string(sn.Zone) != zone {
+			notFoundOf(w, "instance_snapshot", id)
+			return
+		}
+		writeJSON(w, http.StatusOK, instance.GetSnapshotResponse{Snapshot: &out})
+	case opImageGet:
+		f.mu.Lock()
+		img := f.images[id]
+		var out instance.Image
+		if img != nil {
+			if img.State == instance.ImageStateCreating { // done by the first look
+				img.State = instance.ImageStateAvailable
+			}
+			out = *img
+			out.Tags = slices.Clone(img.Tags)
+		}
+		f.mu.Unlock()
+		if img == nil || string(img.Zone) != zone {
+			notFoundOf(w, "instance_image", id)
+			return
+		}
+		writeJSON(w, http.StatusOK, instance.GetImageResponse{Image: &out})
+	case opImageDelete:
+		f.mu.Lock()
+		img := f.images[id]
+		if img != nil {
+			delete(f.images, id)
+			f.events = append(f.events, "delete image "+id)
+		}
+		f.mu.Unlock()
+		if img == nil {
+			notFoundOf(w, "instance_image", id)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case opSnapDelete:
+		f.mu.Lock()
+		sn := f.snaps[id]
+		used := false
+		for _, img := range f.images {
+			used = used || img.RootVolume != nil && img.RootVolume.ID == id
+		}
+		if sn != nil && !used {
+			delete(f.snaps, id)
+			f.events = append(f.events, "delete snapshot "+id)
+		}
+		f.mu.Unlock()
+		switch {
+		case sn == nil:
+			notFoundOf(w, "instance_snapshot", id)
+		case used:
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "snapshot is used by an image")
+		default:
+			if err := f.fleet.DeleteImage(snapImage(id)); err != nil {
+				f.t.Errorf("delete the disk image of snapshot %s: %v", id, err)
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}
 	case opVolume:
 		f.mu.Lock()
 		ok := f.volumes[id]
@@ -448,14 +653,24 @@ func (f *fakeAPI) create(w http.ResponseWriter, zone string, req instance.Create
 	case req.Name == "" || req.CommercialType == "" || req.Image == nil || req.Project == nil || len(req.Tags) == 0:
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "name, commercial_type, image, project and tags are required here")
 		return
-	case *req.Image != imageID || *req.Project != testProject:
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "unknown image or project")
+	case *req.Project != testProject:
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "unknown project")
 		return
 	case vol == nil || vol.VolumeType != instance.VolumeVolumeTypeLSSD || vol.Size == nil:
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "want one local root volume with a size")
 		return
 	}
 	f.mu.Lock()
+	from := ""
+	if *req.Image != imageID {
+		img := f.images[*req.Image]
+		if img == nil || string(img.Zone) != zone || img.State != instance.ImageStateAvailable {
+			f.mu.Unlock()
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "unknown image")
+			return
+		}
+		from = snapImage(img.RootVolume.ID)
+	}
 	f.creates = append(f.creates, req.CommercialType+"/"+zone)
 	errType := f.capacity[req.CommercialType+"/"+zone]
 	if types[req.CommercialType] == nil {
@@ -471,10 +686,10 @@ func (f *fakeAPI) create(w http.ResponseWriter, zone string, req instance.Create
 	volID := f.newIDLocked()
 	s := instance.Server{
 		ID: id, Name: req.Name, State: instance.ServerStateStopped, Zone: scw.Zone(zone), CommercialType: req.CommercialType,
-		Tags: slices.Clone(req.Tags), Project: testProject, DynamicIPRequired: true,
+		Tags: slices.Clone(req.Tags), Project: testProject, DynamicIPRequired: true, Arch: instance.ArchX86_64,
 		Volumes: map[string]*instance.VolumeServer{"0": {ID: volID, Size: vol.Size, VolumeType: instance.VolumeServerVolumeTypeLSSD, Boot: true, Zone: scw.Zone(zone)}},
 	}
-	f.servers[id] = &fakeServer{s: s, ip: f.fleet.NewAddress()}
+	f.servers[id] = &fakeServer{s: s, ip: f.fleet.NewAddress(), fromImage: from}
 	f.volumes[volID] = true
 	f.order = append(f.order, id)
 	f.events = append(f.events, "create server "+id)
@@ -487,11 +702,11 @@ func (f *fakeAPI) create(w http.ResponseWriter, zone string, req instance.Create
 func (f *fakeAPI) poweron(w http.ResponseWriter, id string) {
 	f.mu.Lock()
 	fs := f.servers[id]
-	var ip, ud string
+	var ip, ud, from string
 	ok := fs != nil && fs.s.State == instance.ServerStateStopped
 	if ok {
 		fs.s.State = instance.ServerStateStarting
-		ip, ud = fs.ip, fs.userData
+		ip, ud, from = fs.ip, fs.userData, fs.fromImage
 		f.events = append(f.events, "poweron server "+id)
 	}
 	noBoot, block := f.noBoot, slices.Clone(f.block)
@@ -508,15 +723,98 @@ func (f *fakeAPI) poweron(w http.ResponseWriter, id string) {
 		f.fleet.Block(ip, p)
 	}
 	if !noBoot {
-		if err := f.fleet.Boot(ip, ud); err != nil {
+		boot := f.fleet.Boot
+		if from != "" {
+			boot = func(ip, ud string) error { return f.fleet.BootImage(ip, ud, from) }
+		}
+		if err := boot(ip, ud); err != nil {
 			f.t.Errorf("boot server %s from its user data: %v", id, err)
 		}
 	}
 	writeJSON(w, http.StatusAccepted, instance.ServerActionResponse{Task: &instance.Task{ID: id, Description: "server_poweron", Status: "pending", StartedAt: scw.TimePtr(time.Now())}})
 }
 
-func notFound(w http.ResponseWriter, id string) {
-	writeJSON(w, http.StatusNotFound, map[string]any{"type": "not_found", "resource": "instance_server", "resource_id": id, "message": "resource is not found"})
+func notFound(w http.ResponseWriter, id string) { notFoundOf(w, "instance_server", id) }
+
+func notFoundOf(w http.ResponseWriter, resource, id string) {
+	writeJSON(w, http.StatusNotFound, map[string]any{"type": "not_found", "resource": resource, "resource_id": id, "message": "resource is not found"})
+}
+
+// createSnapshot snapshots a server's local root volume: its box's disk
+// is copied now, and the snapshot is available from the first look.
+func (f *fakeAPI) createSnapshot(w http.ResponseWriter, zone string, req instance.CreateSnapshotRequest) {
+	if req.VolumeID == nil || req.Name == "" || req.Project == nil || req.VolumeType != instance.SnapshotVolumeTypeLSSD {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "volume_id, name, project and volume_type l_ssd are required here")
+		return
+	}
+	f.mu.Lock()
+	var src *fakeServer
+	for _, fs := range f.servers {
+		if v := fs.s.Volumes["0"]; v != nil && v.ID == *req.VolumeID && string(fs.s.Zone) == zone {
+			src = fs
+		}
+	}
+	if src == nil {
+		f.mu.Unlock()
+		writeJSON(w, http.StatusNotFound, map[string]any{"type": "not_found", "resource": "instance_volume", "resource_id": *req.VolumeID, "message": "resource is not found"})
+		return
+	}
+	id := f.newIDLocked()
+	ip, vol := src.ip, src.s.Volumes["0"]
+	f.mu.Unlock()
+	name := ""
+	if vol.Name != nil {
+		name = *vol.Name
+	}
+	if err := f.fleet.SaveImage(ip, snapImage(id)); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "the volume has no disk to snapshot: "+err.Error())
+		return
+	}
+	now := time.Now()
+	var tags []string
+	if req.Tags != nil {
+		tags = slices.Clone(*req.Tags)
+	}
+	sn := &instance.Snapshot{
+		ID: id, Name: req.Name, Project: *req.Project, Organization: *req.Project, Tags: tags, VolumeType: instance.VolumeVolumeTypeLSSD,
+		Size: *vol.Size, State: instance.SnapshotStateSnapshotting, BaseVolume: &instance.SnapshotBaseVolume{ID: vol.ID, Name: name},
+		CreationDate: &now, ModificationDate: &now, Zone: scw.Zone(zone),
+	}
+	f.mu.Lock()
+	f.snaps[id] = sn
+	f.events = append(f.events, "create snapshot "+id)
+	out := *sn
+	out.Tags = slices.Clone(tags)
+	f.mu.Unlock()
+	writeJSON(w, http.StatusCreated, instance.CreateSnapshotResponse{Snapshot: &out, Task: &instance.Task{ID: id, Description: "volume_snapshot", Status: "pending", StartedAt: &now}})
+}
+
+// createImage makes an image of an available snapshot; it is available
+// from the first look.
+func (f *fakeAPI) createImage(w http.ResponseWriter, zone string, req instance.CreateImageRequest) {
+	if req.Name == "" || req.RootVolume == "" || req.Arch == "" || req.Project == nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "name, root_volume, arch and project are required here")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sn := f.snaps[req.RootVolume]
+	if sn == nil || string(sn.Zone) != zone || sn.State != instance.SnapshotStateAvailable {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "root_volume is not an available snapshot of the zone")
+		return
+	}
+	id := f.newIDLocked()
+	now := time.Now()
+	img := &instance.Image{
+		ID: id, Name: req.Name, Arch: req.Arch, CreationDate: &now, ModificationDate: &now, Project: *req.Project, Organization: *req.Project,
+		RootVolume: &instance.VolumeSummary{ID: sn.ID, Name: sn.Name, Size: sn.Size, VolumeType: instance.VolumeVolumeTypeLSSD},
+		State:      instance.ImageStateCreating, Tags: slices.Clone(req.Tags), Zone: scw.Zone(zone), ExtraVolumes: map[string]*instance.Volume{},
+	}
+	f.images[id] = img
+	f.events = append(f.events, "create image "+id)
+	out := *img
+	out.Tags = slices.Clone(img.Tags)
+	writeJSON(w, http.StatusCreated, instance.CreateImageResponse{Image: &out})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

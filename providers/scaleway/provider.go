@@ -14,6 +14,12 @@
 // the commercial types in each zone and the image without changing
 // anything.
 //
+// Native checkpoints are a snapshot of the lease's root volume and an
+// image of it, tagged with the checkpoint and its source lease; a fork is a
+// new server created from the image (see Backend.CreateCheckpoint and
+// Fork). The instance API cannot rebuild a server from an image, so there
+// is no restore.
+//
 // Credentials come only from SCW_ACCESS_KEY, SCW_SECRET_KEY and
 // SCW_DEFAULT_PROJECT_ID (or Config for Go callers); the secret key is
 // never a flag, an argument or logged.
@@ -230,4 +236,6 @@ var (
 	_ provider.SSHLeaseBackend = (*Backend)(nil)
 	_ provider.CleanupBackend  = (*Backend)(nil)
 	_ provider.DoctorBackend   = (*Backend)(nil)
+
+	_ provider.NativeForkBackend = (*Backend)(nil)
 )

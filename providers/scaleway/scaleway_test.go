@@ -74,6 +74,7 @@ func TestConformance(t *testing.T) {
 	providertest.RunSSHLease(t, providertest.Harness{
 		NewBackend:       func(t *testing.T) provider.SSHLeaseBackend { return newEnv(t).backend(t) },
 		IgnoreGoroutines: cloudtest.IgnoreGoroutines(),
+		Installed:        installedDir,
 	})
 }
 

@@ -36,4 +36,10 @@ func Cloud() tagcloud.Cloud {
 
 // Spec describes the DigitalOcean provider. Each call returns a fresh
 // copy.
-func Spec() provider.Spec { return Cloud().ProviderSpec("Droplet", "do") }
+// It declares native checkpoints (Droplet snapshots), forks and
+// restores.
+func Spec() provider.Spec {
+	s := Cloud().ProviderSpec("Droplet", "do")
+	s.Features = append(s.Features, provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore)
+	return s
+}

@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -190,9 +191,38 @@ func (p placement) String() string { return p.Size + " in " + p.Region }
 // Acquire creates the lease's machine: create, address, SSH, ready tags.
 // If a step fails, or ctx ends, it deletes the machine before returning.
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
+	return b.acquire(ctx, req, nil)
+}
+
+// Source is a machine image that a fork starts from: a snapshot of a box.
+type Source struct {
+	// Image is the Spec.Image of the machine's create.
+	Image string
+	// Regions are where the image can start machines; any when empty.
+	Regions []string
+}
+
+// AcquireFrom is Acquire of a machine started from src (a fork of a
+// native checkpoint), in the first of the configured regions that src
+// has. The bootstrap installs no packages: the image has them.
+func (b *Backend) AcquireFrom(ctx context.Context, req provider.AcquireRequest, src Source) (provider.LeaseTarget, error) {
+	return b.acquire(ctx, req, &src)
+}
+
+func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest, src *Source) (target provider.LeaseTarget, err error) {
 	log := b.log.With("lease", req.LeaseID)
+	image, prepared, candidates := b.cfg.Image, b.cfg.Prepared, b.candidates()
+	if src != nil {
+		image, prepared = src.Image, true
+		if len(src.Regions) > 0 {
+			candidates = slices.DeleteFunc(candidates, func(p placement) bool { return !slices.Contains(src.Regions, p.Region) })
+		}
+		if len(candidates) == 0 {
+			return target, fmt.Errorf("image %s is in the regions %v, none of the configured regions %v: %w", src.Image, src.Regions, b.cfg.Regions, provider.ErrPrecondition)
+		}
+	}
 	st, err := cloud.StartAcquire(req, b.clock.Now(), cloud.LabelOptions{Provider: b.cfg.Provider, ServerType: b.cfg.Sizes[0], Owner: b.cfg.Owner},
-		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: b.cfg.Prepared})
+		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: prepared})
 	if err != nil {
 		return target, err
 	}
@@ -206,14 +236,14 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (tar
 		return b.deleteLease(ctx, req.LeaseID, cloud.StateFailed)
 	})
 	var m Machine
-	_, err = cloud.FirstWithCapacity(ctx, log, b.candidates(), func(ctx context.Context, p placement) error {
+	_, err = cloud.FirstWithCapacity(ctx, log, candidates, func(ctx context.Context, p placement) error {
 		l := maps.Clone(labels)
 		l[cloud.LabelServerType] = p.Size
 		tags, err := b.cfg.Codec.Tags(l)
 		if err != nil {
 			return err
 		}
-		m, err = b.api.Create(ctx, Spec{Name: name, Size: p.Size, Region: p.Region, Image: b.cfg.Image, UserData: userData, AuthorizedKey: req.PublicKey, Tags: tags})
+		m, err = b.api.Create(ctx, Spec{Name: name, Size: p.Size, Region: p.Region, Image: image, UserData: userData, AuthorizedKey: req.PublicKey, Tags: tags})
 		if err != nil {
 			return fmt.Errorf("create machine (%s): %w", p, err)
 		}
@@ -408,8 +438,45 @@ func (b *Backend) touch(ctx context.Context, req provider.TouchRequest) (provide
 	return b.target(m)
 }
 
-// leaseMachine finds the live machine of lease l: by its cloud ID when
+// LeaseMachine finds the live machine of lease l: by its cloud ID when
 // the target has one (checking its tags), else by the lease tag.
+func (b *Backend) LeaseMachine(ctx context.Context, l provider.LeaseTarget) (Machine, error) {
+	return b.leaseMachine(ctx, l)
+}
+
+// Labels reads m's labels from its tags.
+func (b *Backend) Labels(m Machine) map[string]string { return b.labels(m) }
+
+// Rebuilt waits until machine id, rebuilt from an image with its own
+// user data, runs with an address and answers SSH with the host key its
+// host_key tag pins, moves its ssh_port tag if it answered on another
+// port, and returns its target.
+func (b *Backend) Rebuilt(ctx context.Context, id string) (provider.LeaseTarget, error) {
+	deadline := b.clock.Now().Add(b.cfg.BootTimeout)
+	m, err := b.waitAddress(ctx, id, deadline)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	hostKey, err := cloud.ParseHostKeyLabel(b.labels(m)[cloud.LabelHostKey])
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("machine %s: %w", id, err)
+	}
+	port, err := cloud.WaitForSSH(ctx, cloud.SSHWait{
+		Host: m.IPv4, Ports: b.cfg.Ports, HostKey: hostKey, Clock: b.clock,
+		Interval: b.cfg.PollInterval, Timeout: max(deadline.Sub(b.clock.Now()), time.Nanosecond),
+		Dial: cloud.MappedDial(b.cfg.MapAddress), Log: b.log.With("machine", id),
+	})
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	if b.labels(m)[cloud.LabelSSHPort] != strconv.Itoa(port) {
+		if m, err = b.setLabels(ctx, m, func(l map[string]string) map[string]string { return cloud.WithSSHPort(l, port) }); err != nil {
+			return provider.LeaseTarget{}, fmt.Errorf("tag the machine's SSH port: %w", err)
+		}
+	}
+	return b.target(m)
+}
+
 func (b *Backend) leaseMachine(ctx context.Context, l provider.LeaseTarget) (Machine, error) {
 	if !lease.IsID(l.LeaseID) {
 		return Machine{}, fmt.Errorf("lease ID %q is not a crabbox lease ID", l.LeaseID)

@@ -27,6 +27,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +48,10 @@ type Box struct {
 	Host string
 	Port int
 
+	// disk is the directory holding the box's files (see Fleet.UseDisks);
+	// empty when its files are the host's.
+	disk string
+
 	srv    *sshserver.Server
 	served chan struct{}
 	err    error // Serve's result, set before served is closed
@@ -57,13 +62,25 @@ type Box struct {
 // box it describes on a fresh loopback port. It creates the work root if
 // it does not exist. log may be nil. Close the box to stop it.
 func StartBox(userData string, log *slog.Logger) (*Box, error) {
-	return startBox(userData, log, "", "")
+	return startBox(userData, log, boxOptions{})
 }
 
-// startBox is StartBox with sshd's banner (empty for none), listening on
-// a fresh port of 127.0.0.1 when host is empty, else on host at the first
-// of the user data's SSH ports it can listen on.
-func startBox(userData string, log *slog.Logger, banner, host string) (*Box, error) {
+// boxOptions are the settings of a fleet's box beyond its user data.
+type boxOptions struct {
+	// banner is sshd's banner; empty for none.
+	banner string
+	// host is where the box listens, at the first of the user data's SSH
+	// ports it can listen on; a fresh port of 127.0.0.1 when empty.
+	host string
+	// disk, if set, holds the box's files (see Fleet.UseDisks): the
+	// paths of mounts and of the work root are rewritten to it by the
+	// shell script at shell.
+	disk, shell string
+	mounts      []string
+}
+
+// startBox is StartBox with the options o.
+func startBox(userData string, log *slog.Logger, o boxOptions) (*Box, error) {
 	bs, err := cloud.ParseUserData(userData)
 	if err != nil {
 		return nil, fmt.Errorf("fake box: %w", err)
@@ -76,7 +93,14 @@ func startBox(userData string, log *slog.Logger, banner, host string) (*Box, err
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(bs.WorkRoot, 0o755); err != nil {
+	dir, shell := bs.WorkRoot, ""
+	if o.disk != "" {
+		dir = filepath.Join(o.disk, filepath.FromSlash(bs.WorkRoot))
+		if shell, err = writeDiskShell(o.shell, o.disk, append([]string{bs.WorkRoot}, o.mounts...)); err != nil {
+			return nil, fmt.Errorf("fake box: %w", err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("fake box: work root: %w", err)
 	}
 	user := bs.User
@@ -84,18 +108,18 @@ func startBox(userData string, log *slog.Logger, banner, host string) (*Box, err
 		user = cloud.DefaultUser
 	}
 	srv, err := sshserver.New(sshserver.Config{
-		HostKey: hostKey, AuthorizedKey: authorized, User: user, Dir: bs.WorkRoot,
-		Env: boxEnv(os.Environ()), Logger: log, Banner: banner,
+		HostKey: hostKey, AuthorizedKey: authorized, User: user, Dir: dir, Shell: shell,
+		Env: boxEnv(os.Environ()), Logger: log, Banner: o.banner,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fake box: %w", err)
 	}
-	l, err := listen(host, portsOf(bs))
+	l, err := listen(o.host, portsOf(bs))
 	if err != nil {
 		return nil, fmt.Errorf("fake box: %w", err)
 	}
 	addr := l.Addr().(*net.TCPAddr)
-	b := &Box{Bootstrap: bs, Host: addr.IP.String(), Port: addr.Port, srv: srv, served: make(chan struct{})}
+	b := &Box{Bootstrap: bs, Host: addr.IP.String(), Port: addr.Port, disk: o.disk, srv: srv, served: make(chan struct{})}
 	go func() {
 		defer close(b.served)
 		b.err = srv.Serve(l)
@@ -162,6 +186,8 @@ type Fleet struct {
 
 	loopback bool            // addresses are loopback addresses, boxes listen there
 	issued   map[string]bool // the loopback addresses handed out
+
+	disks *diskSet // nil: boxes' files are the host's
 }
 
 // IgnoreGoroutines are the goleak options for the goroutines of a fake
@@ -251,30 +277,45 @@ func (f *Fleet) newAddressLocked() string {
 }
 
 // Boot starts the box userData describes at the fake address ip
-// (NewAddress), replacing any box there.
-func (f *Fleet) Boot(ip, userData string) error {
+// (NewAddress), replacing any box there. With disks (UseDisks), the box
+// starts with an empty disk.
+func (f *Fleet) Boot(ip, userData string) error { return f.boot(ip, userData, "") }
+
+// boot is Boot, with the new box's disk a copy of the image named image
+// when that is not empty.
+func (f *Fleet) boot(ip, userData, image string) error {
 	f.mu.Lock()
-	banner, host := f.banner, ""
+	o := boxOptions{banner: f.banner}
 	if f.loopback {
-		host = ip
+		o.host = ip
 	}
+	d := f.disks
 	f.mu.Unlock()
-	if old := f.Box(ip); old != nil && host != "" {
+	if d != nil {
+		var err error
+		if o.disk, o.shell, err = d.newDisk(image); err != nil {
+			return err
+		}
+		o.mounts = d.mounts
+	} else if image != "" {
+		return fmt.Errorf("boot %s from image %s: the fleet has no disks (UseDisks)", ip, image)
+	}
+	if old := f.Box(ip); old != nil && o.host != "" {
 		// The new box listens where the old one did.
 		if err := f.Halt(ip); err != nil {
 			return err
 		}
 	}
-	b, err := startBox(userData, f.log, banner, host)
+	b, err := startBox(userData, f.log, o)
 	if err != nil {
-		return err
+		return errors.Join(err, removeDisk(o.disk))
 	}
 	f.mu.Lock()
 	old := f.boxes[ip]
 	f.boxes[ip] = b
 	f.mu.Unlock()
 	if old != nil {
-		return old.Close()
+		return errors.Join(old.Close(), removeDisk(old.disk))
 	}
 	return nil
 }
@@ -298,7 +339,7 @@ func (f *Fleet) Halt(ip string) error {
 	if b == nil {
 		return nil
 	}
-	return b.Close()
+	return errors.Join(b.Close(), removeDisk(b.disk))
 }
 
 // Box returns the box at ip, or nil.

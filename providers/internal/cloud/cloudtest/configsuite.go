@@ -44,6 +44,9 @@ type Config[E, C any] struct {
 	ReleaseEvents []string
 	// Runtime is the runtime backends of e use.
 	Runtime func(e E) provider.Runtime
+	// Features are the features the spec declares after the ones every
+	// cloud has (the checkpoint features, say), in order.
+	Features []provider.Feature
 }
 
 // BadConfig is a configuration the provider rejects, with an error
@@ -63,7 +66,8 @@ type DoctorCase[E any] struct {
 
 // RunSpec checks the registered spec: an SSH lease provider supporting
 // the coordinator with the features SSH, pinned host key, cleanup and
-// doctor; no option for a secret; slices not shared with callers.
+// doctor, then c.Features; no option for a secret; slices not shared with
+// callers.
 func RunSpec[E, C any](t *testing.T, c Config[E, C]) {
 	t.Helper()
 	p, err := provider.Default().Lookup(c.Name)
@@ -74,7 +78,7 @@ func RunSpec[E, C any](t *testing.T, c Config[E, C]) {
 	if s.Kind != provider.KindSSHLease || s.Coordinator != provider.CoordinatorSupported {
 		t.Errorf("kind %s, coordinator %s; want ssh-lease, supported", s.Kind, s.Coordinator)
 	}
-	want := []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor}
+	want := append([]provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor}, c.Features...)
 	if diff := cmp.Diff(want, s.Features); diff != "" {
 		t.Errorf("features (-want +got):\n%s", diff)
 	}

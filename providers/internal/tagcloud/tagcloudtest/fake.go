@@ -24,7 +24,10 @@ type FakeMachine struct {
 	Image              string
 	Tags               []string
 	UserData           string
-	IPv4               string
+	// FromImage, if set, is the fleet image (cloudtest.Fleet.SaveImage)
+	// the machine's disk starts as.
+	FromImage string
+	IPv4      string
 	// Reads counts the reads of the machine: it reports itself booting
 	// on the first (the create's answer) and running after.
 	Reads int
@@ -70,11 +73,34 @@ func (c *FakeCloud) Create(m FakeMachine) (out FakeMachine, ok bool, err error) 
 	boot := !c.noBoot
 	c.mu.Unlock()
 	if boot {
-		if err := c.Fleet.Boot(m.IPv4, m.UserData); err != nil {
+		var err error
+		if m.FromImage != "" {
+			err = c.Fleet.BootImage(m.IPv4, m.UserData, m.FromImage)
+		} else {
+			err = c.Fleet.Boot(m.IPv4, m.UserData)
+		}
+		if err != nil {
 			return FakeMachine{}, true, err
 		}
 	}
 	return m, true, nil
+}
+
+// Rebuild boots machine id again from the fleet image image, with its
+// user data, as a rebuild does; ok is false when there is no such machine.
+func (c *FakeCloud) Rebuild(id int, image string) (ok bool, err error) {
+	c.mu.Lock()
+	m, ok := c.machines[id]
+	var ip, userData string
+	if ok {
+		m.FromImage, m.Reads = image, 0
+		ip, userData = m.IPv4, m.UserData
+	}
+	c.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	return true, c.Fleet.BootImage(ip, userData, image)
 }
 
 // Get reads machine id, counting the read.

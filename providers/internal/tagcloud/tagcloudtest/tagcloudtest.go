@@ -201,6 +201,9 @@ type Env struct {
 // Harness makes a fresh Env per test.
 type Harness struct {
 	NewEnv func(t *testing.T) *Env
+	// Installed is the conformance suite's Harness.Installed: a box
+	// directory outside the work root that checkpoints keep.
+	Installed string
 }
 
 // Run runs every test of a tag cloud provider.
@@ -214,6 +217,7 @@ func Run(t *testing.T, h Harness) {
 				return h.NewEnv(t).Backend(t, clockwork.NewRealClock())
 			},
 			IgnoreGoroutines: cloudtest.IgnoreGoroutines(),
+			Installed:        h.Installed,
 		})
 	})
 }
