@@ -95,7 +95,8 @@ func (l *Lease) Checkpoint(ctx context.Context, opts CheckpointOptions) (lease.C
 	var err error
 	if native {
 		err = l.saveNative(ctx, nb, &cp)
-	} else {
+	}
+	if err == nil {
 		err = l.saveArchive(ctx, &cp)
 	}
 	if err == nil {
@@ -150,9 +151,14 @@ const (
 	partPaths   = 2
 )
 
-// saveArchive saves the workdir, its sync state and the paths of cp into
-// the store, each as a zstd-compressed tar archive.
+// saveArchive saves the paths of cp into the store, each as a
+// zstd-compressed tar archive, and, for an archive checkpoint, the workdir
+// and its sync state too (a native checkpoint holds those already, but
+// not necessarily the paths: a local box's copy is of its work root).
 func (l *Lease) saveArchive(ctx context.Context, cp *lease.Checkpoint) error {
+	if cp.Kind == lease.CheckpointNative && len(cp.Paths) == 0 {
+		return nil
+	}
 	conn, err := l.SSH(ctx)
 	if err != nil {
 		return err
@@ -168,17 +174,20 @@ func (l *Lease) saveArchive(ctx context.Context, cp *lease.Checkpoint) error {
 		cp.Size += size
 		return nil
 	}
-	// The state first: should a sync run in between, the tree's marker
-	// disagrees with it and the first sync after a restore sends all.
-	if err := save(partState, "nothing synced from "+cp.Checkout+" is on it: run or sync from that checkout first", func(w io.Writer) error {
-		return sync.SaveState(ctx, conn, cp.SourceWorkdir, w)
-	}); err != nil {
-		return err
-	}
-	if err := save(partWorkdir, "its workdir "+cp.SourceWorkdir+" is gone", func(w io.Writer) error {
-		return sync.SaveTree(ctx, conn, cp.SourceWorkdir, w)
-	}); err != nil {
-		return err
+	if cp.Kind == lease.CheckpointArchive {
+		// The state first: should a sync run in between, the tree's
+		// marker disagrees with it and the first sync after a restore
+		// sends all.
+		if err := save(partState, "nothing synced from "+cp.Checkout+" is on it: run or sync from that checkout first", func(w io.Writer) error {
+			return sync.SaveState(ctx, conn, cp.SourceWorkdir, w)
+		}); err != nil {
+			return err
+		}
+		if err := save(partWorkdir, "its workdir "+cp.SourceWorkdir+" is gone", func(w io.Writer) error {
+			return sync.SaveTree(ctx, conn, cp.SourceWorkdir, w)
+		}); err != nil {
+			return err
+		}
 	}
 	for i, p := range cp.Paths {
 		if err := save(partPaths+i, p+" is not a directory on the box", func(w io.Writer) error { return sync.SaveTree(ctx, conn, p, w) }); err != nil {
@@ -404,24 +413,28 @@ func (l *Lease) restoreNative(ctx context.Context, cp lease.Checkpoint) error {
 
 // restoreFrom finishes a fork or restore from cp on the box: a native
 // checkpoint's box holds its source lease's work directories, which move
-// to this lease's; an archive checkpoint's parts are put in place.
+// to this lease's; an archive checkpoint's workdir and sync state are put
+// in place; and so are the paths of either.
 func (l *Lease) restoreFrom(ctx context.Context, cp lease.Checkpoint) error {
 	conn, err := l.SSH(ctx)
 	if err != nil {
 		return err
 	}
-	if cp.Kind == lease.CheckpointNative {
-		return l.adoptWorkdirs(ctx, conn, cp.SourceLease)
-	}
 	store, workdir := l.client.store, l.Workdir(cp.Checkout)
 	restore := func(n int, fn func(io.Reader) error) error {
 		return readPart(store.CheckpointPart(cp.ID, n), fn)
 	}
-	if err := restore(partWorkdir, func(r io.Reader) error { return sync.RestoreTree(ctx, conn, workdir, r) }); err != nil {
-		return err
-	}
-	if err := restore(partState, func(r io.Reader) error { return sync.RestoreState(ctx, conn, workdir, r) }); err != nil {
-		return err
+	if cp.Kind == lease.CheckpointNative {
+		if err := l.adoptWorkdirs(ctx, conn, cp.SourceLease); err != nil {
+			return err
+		}
+	} else {
+		if err := restore(partWorkdir, func(r io.Reader) error { return sync.RestoreTree(ctx, conn, workdir, r) }); err != nil {
+			return err
+		}
+		if err := restore(partState, func(r io.Reader) error { return sync.RestoreState(ctx, conn, workdir, r) }); err != nil {
+			return err
+		}
 	}
 	for i, p := range cp.Paths {
 		if err := restore(partPaths+i, func(r io.Reader) error { return sync.RestoreTree(ctx, conn, p, r) }); err != nil {

@@ -34,7 +34,7 @@ func execOut(t *testing.T, l *crabbox.Lease, repo, shell string) string {
 // checkpointed acquires a lease, syncs repo to it, builds there (an
 // output in the workdir and in cache, a directory outside it) and
 // checkpoints it with cache as an extra path.
-func checkpointed(t *testing.T, c *crabbox.Client, repo, cache string) (*crabbox.Lease, lease.Checkpoint) {
+func checkpointed(t *testing.T, c *crabbox.Client, repo, cache string, archive bool) (*crabbox.Lease, lease.Checkpoint) {
 	t.Helper()
 	ctx := context.Background()
 	src, err := c.Acquire(ctx, crabbox.AcquireOptions{})
@@ -46,21 +46,29 @@ func checkpointed(t *testing.T, c *crabbox.Client, repo, cache string) (*crabbox
 		t.Fatal(err)
 	}
 	execOut(t, src, repo, "cat committed.txt > build.out && mkdir -p "+cache+" && echo warm > "+cache+"/entry")
-	cp, err := src.Checkpoint(ctx, crabbox.CheckpointOptions{Name: "warm", Paths: []string{cache}, Labels: map[string]string{"team": "crabs"}})
+	cp, err := src.Checkpoint(ctx, crabbox.CheckpointOptions{Name: "warm", Paths: []string{cache}, Archive: archive, Labels: map[string]string{"team": "crabs"}})
 	if err != nil {
 		t.Fatalf("Checkpoint: %v", err)
 	}
 	return src, cp
 }
 
-func TestArchiveCheckpointForkAndRestore(t *testing.T) {
+// The local provider makes native checkpoints (copies of the lease's work
+// root) and, asked to, archive ones: both fork and restore alike.
+func TestCheckpointForkAndRestore(t *testing.T) {
+	for _, kind := range []lease.CheckpointKind{lease.CheckpointNative, lease.CheckpointArchive} {
+		t.Run(string(kind), func(t *testing.T) { testCheckpointForkAndRestore(t, kind) })
+	}
+}
+
+func testCheckpointForkAndRestore(t *testing.T, kind lease.CheckpointKind) {
 	ctx := context.Background()
 	repo, cache := gitRepo(t), filepath.Join(t.TempDir(), "cache")
 	c := newClient(t, t.TempDir())
-	src, cp := checkpointed(t, c, repo, cache)
+	src, cp := checkpointed(t, c, repo, cache, kind == lease.CheckpointArchive)
 
-	if cp.Kind != lease.CheckpointArchive || cp.State != lease.CheckpointReady || cp.SourceLease != src.ID() || cp.Size <= 0 {
-		t.Errorf("checkpoint = %+v, want a ready archive of %s with a size", cp, src.ID())
+	if cp.Kind != kind || cp.State != lease.CheckpointReady || cp.SourceLease != src.ID() || cp.Size <= 0 {
+		t.Errorf("checkpoint = %+v, want a ready %s checkpoint of %s with a size", cp, kind, src.ID())
 	}
 	list, err := c.Checkpoints(ctx)
 	if err != nil {
@@ -137,10 +145,10 @@ func TestCheckpointRefusesBadInput(t *testing.T) {
 	}
 	defer l.Release(ctx)
 
-	if _, err := l.Checkpoint(ctx, crabbox.CheckpointOptions{}); err == nil || !strings.Contains(err.Error(), "no checkout to save") {
+	if _, err := l.Checkpoint(ctx, crabbox.CheckpointOptions{Archive: true}); err == nil || !strings.Contains(err.Error(), "no checkout to save") {
 		t.Errorf("checkpoint with no checkout: err = %v", err)
 	}
-	if _, err := l.Checkpoint(ctx, crabbox.CheckpointOptions{Dir: repo}); err == nil || !strings.Contains(err.Error(), "nothing synced") {
+	if _, err := l.Checkpoint(ctx, crabbox.CheckpointOptions{Dir: repo, Archive: true}); err == nil || !strings.Contains(err.Error(), "nothing synced") {
 		t.Errorf("checkpoint of a checkout never synced: err = %v", err)
 	}
 	if _, err := l.Sync(ctx, repo, crabbox.SyncOptions{}); err != nil {
@@ -181,7 +189,7 @@ func TestFailedForkReleasesTheLease(t *testing.T) {
 	ctx := context.Background()
 	repo, state := gitRepo(t), t.TempDir()
 	c := newClient(t, state)
-	src, cp := checkpointed(t, c, repo, filepath.Join(t.TempDir(), "cache"))
+	src, cp := checkpointed(t, c, repo, filepath.Join(t.TempDir(), "cache"), true)
 	// A damaged archive: the restore into the new lease fails.
 	if err := os.WriteFile(filepath.Join(state, "checkpoints", cp.ID, "part-0.tar.zst"), []byte("not zstd"), 0o600); err != nil {
 		t.Fatal(err)

@@ -13,15 +13,21 @@ import (
 
 func TestCheckpointLocal(t *testing.T) {
 	t.Parallel()
-	testCheckpointFlow(t, stateEnv(t), filepath.Join(t.TempDir(), "cache"), lease.CheckpointArchive)
+	testCheckpointFlow(t, stateEnv(t), filepath.Join(t.TempDir(), "cache"), lease.CheckpointNative, nil)
+}
+
+func TestCheckpointLocalArchive(t *testing.T) {
+	t.Parallel()
+	testCheckpointFlow(t, stateEnv(t), filepath.Join(t.TempDir(), "cache"), lease.CheckpointArchive, []string{"--archive"})
 }
 
 // testCheckpointFlow warms a box, builds on it (an output in the workdir
 // and a cache at the box path cache), checkpoints it, forks two boxes from
 // the checkpoint (both see the build; their first run syncs only the file
 // changed since), runs one-shot from it, wrecks and restores the source,
-// and deletes the checkpoint. kind is what the provider's checkpoint is.
-func testCheckpointFlow(t *testing.T, env []string, cache string, kind lease.CheckpointKind, providerArgs ...string) {
+// and deletes the checkpoint. kind is what the provider's checkpoint is
+// (with createArgs, more flags of checkpoint create).
+func testCheckpointFlow(t *testing.T, env []string, cache string, kind lease.CheckpointKind, createArgs []string, providerArgs ...string) {
 	repo := gitRepo(t)
 	cli := func(args ...string) result {
 		t.Helper()
@@ -51,7 +57,8 @@ func testCheckpointFlow(t *testing.T, env []string, cache string, kind lease.Che
 	src := warmFrom("")
 	ok(cli("run", "--id", src.ID, "--", "sh", "-c", "cat committed.txt > build.out && mkdir -p "+cache+" && echo warm > "+cache+"/entry"), "build")
 	var cp lease.Checkpoint
-	if err := json.Unmarshal([]byte(ok(cli("checkpoint", "create", src.ID, "--name", "built", "--path", cache, "--json"), "checkpoint create")), &cp); err != nil {
+	create := append([]string{"checkpoint", "create", src.ID, "--name", "built", "--path", cache, "--json"}, createArgs...)
+	if err := json.Unmarshal([]byte(ok(cli(create...), "checkpoint create")), &cp); err != nil {
 		t.Fatal(err)
 	}
 	if cp.Kind != kind || cp.Name != "built" || cp.SourceLease != src.ID || cp.State != lease.CheckpointReady {
