@@ -82,11 +82,11 @@ func cpArgs(r cpRow) ([]any, error) {
 
 func scanCheckpoint(sc scanner) (cpRow, error) {
 	var (
-		r                                                         cpRow
-		c                                                         = &r.Checkpoint
-		state, locators, artifactLabels, labels                   string
+		r                                                          cpRow
+		c                                                          = &r.Checkpoint
+		state, locators, artifactLabels, labels                    string
 		created, updated, ready, used, expires, requested, deleted sql.NullInt64
-		retry                                                     sql.NullInt64
+		retry                                                      sql.NullInt64
 	)
 	err := sc.Scan(
 		&c.ID, &c.Owner, &c.Org, &c.Provider, &c.SourceLease, &state,
