@@ -220,3 +220,22 @@ var (
 	// ErrTooManyClaims: the checkpoint has MaxOpenUseClaims open claims.
 	ErrTooManyClaims = errors.New("too many open use claims")
 )
+
+// StorageMonth is the month a GB-month storage price is for: 730 hours.
+const StorageMonth = 730 * time.Hour
+
+// CheckpointStorageUSD is what checkpoint c's artifact cost between from
+// and to: SizeBytes (in GB of 10^9 bytes) times GBMonthUSD for the part of
+// [ReadyAt, DeletedAt) (or [ReadyAt, to) while not deleted) inside
+// [from, to), in units of StorageMonth.
+func CheckpointStorageUSD(c Checkpoint, from, to time.Time) float64 {
+	if c.ReadyAt.IsZero() || c.SizeBytes <= 0 || c.GBMonthUSD <= 0 {
+		return 0
+	}
+	stop := c.DeletedAt
+	if stop.IsZero() || stop.After(to) {
+		stop = to
+	}
+	d := overlap(c.ReadyAt, stop, from, to)
+	return float64(c.SizeBytes) / 1e9 * c.GBMonthUSD * (float64(d) / float64(StorageMonth))
+}

@@ -781,7 +781,8 @@ const (
 
 // LimitError reports a create refused by a configured maximum.
 type LimitError struct {
-	// Kind is LimitActiveLeases or LimitMonthlyUSD.
+	// Kind is LimitActiveLeases, LimitMonthlyUSD, LimitCheckpoints or
+	// LimitCheckpointCreating.
 	Kind string
 	// Scope is "global", "owner" or "org".
 	Scope string
@@ -790,14 +791,15 @@ type LimitError struct {
 	Max   float64
 }
 
-// Error reads like "active lease limit exceeded: 2/1" (global scope) or
+// Error reads like "active lease limit exceeded: 2/1" (global scope),
+// "owner checkpoint limit exceeded: 3/2" or
 // "owner monthly reserved USD limit exceeded: 12.50/10.00".
 func (e *LimitError) Error() string {
 	prefix := ""
 	if e.Scope != "" && e.Scope != "global" {
 		prefix = e.Scope + " "
 	}
-	if e.Kind == LimitActiveLeases {
+	if e.Kind != LimitMonthlyUSD {
 		return fmt.Sprintf("%s%s limit exceeded: %d/%d", prefix, e.Kind, int64(e.Would), int64(e.Max))
 	}
 	return fmt.Sprintf("%s%s limit exceeded: %.2f/%.2f", prefix, e.Kind, e.Would, e.Max)

@@ -162,6 +162,9 @@ func testCheckpointLifecycle(t *testing.T, open Opener) {
 	if done.State != store.CheckpointDeleted || done.DeletePending || !done.DeletedAt.Equal(retry) {
 		t.Errorf("after cleanup: %+v", done)
 	}
+	if stored, err := s.GetCheckpoint(ctx, id); err != nil || !cmp.Equal(stored, done) {
+		t.Errorf("stored after cleanup differs (-answer +stored):\n%s", cmp.Diff(done, stored))
+	}
 	if got, _ := s.ClaimCheckpointsForCleanup(ctx, at(48*time.Hour), at(47*time.Hour), 10, time.Minute); len(got) != 0 {
 		t.Errorf("a deleted checkpoint was claimed again")
 	}
