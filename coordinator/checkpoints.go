@@ -212,7 +212,7 @@ func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request, id aut
 			WorkRoot: src.WorkRoot, SSHUser: src.SSHUser, SSHPort: src.SSHPort,
 			GBMonthUSD: s.storagePrices[src.Provider], Labels: labels, UnusedExpirySeconds: unused,
 		},
-		Limits: s.checkpointLimits, Now: now,
+		Limits: s.checkpointLimits, Monthly: toStoreLimits(s.limits), Now: now,
 	})
 	if errors.Is(err, store.ErrCheckpointExists) {
 		// A repeated request replays its checkpoint.

@@ -627,3 +627,27 @@ func TestCheckpointClientRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+func TestCheckpointStorageSpend(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e, _ := nativeEnv(t, open, func(c *coordinator.Config) { c.StoragePrices = map[string]float64{fakeProvider: 0.5} })
+		alice := e.token("alice", "acme")
+		cp := e.checkpoint(alice, e.create(alice, leaseReq(t)).ID) // 4 GB
+		if cp.StorageGBMonthUSD != 0.5 || cp.StorageUSD != 0 {
+			t.Errorf("new checkpoint price %v, cost %v", cp.StorageGBMonthUSD, cp.StorageUSD)
+		}
+		e.clock.Advance(20 * time.Hour)
+		const want = 4 * 0.5 * 20.0 / 730
+		var got api.CheckpointResponse
+		e.do("GET", "/v1/checkpoints/"+cp.ID, alice, nil, http.StatusOK, &got)
+		near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+		if !near(got.Checkpoint.StorageUSD, want) {
+			t.Errorf("storageUSD %v, want %v", got.Checkpoint.StorageUSD, want)
+		}
+		var u api.UsageResponse
+		e.do("GET", "/v1/usage", alice, nil, http.StatusOK, &u)
+		if u.Usage.Checkpoints != 1 || !near(u.Usage.CheckpointStorageUSD, want) {
+			t.Errorf("usage %+v, want one checkpoint costing %v", u.Usage.UsageTotals, want)
+		}
+	})
+}

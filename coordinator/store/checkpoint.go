@@ -155,7 +155,11 @@ type CheckpointCreate struct {
 	// UnusedExpirySeconds. The store sets the state and times.
 	Checkpoint Checkpoint
 	Limits     CheckpointLimits
-	Now        time.Time
+	// Monthly, when it sets monthly maxima, refuses the checkpoint (a
+	// *LimitError of kind LimitMonthlyUSD) while the month's reservations
+	// already exceed one; its active-lease maxima are ignored.
+	Monthly Limits
+	Now     time.Time
 }
 
 // CheckpointArtifactInfo is what a provider returned for a new checkpoint.

@@ -378,8 +378,14 @@ type UsageGroup struct {
 	// EstimatedUSD is EstimatedHourlyUSD times that runtime.
 	EstimatedUSD float64
 	// ReservedUSD is what the leases reserve in this month, see
-	// MonthlyReservedUSD.
+	// MonthlyReservedUSD, plus CheckpointStorageUSD.
 	ReservedUSD float64
+	// Checkpoints is how many native checkpoints stored an artifact
+	// during the month, and CheckpointStorageUSD what that storage cost
+	// in the month until Now (see CheckpointStorageUSD). Server type
+	// groups have none.
+	Checkpoints          int
+	CheckpointStorageUSD float64
 }
 
 // Usage is the aggregation of one month. Registered leases are excluded.

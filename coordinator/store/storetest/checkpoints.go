@@ -523,3 +523,63 @@ func testCheckpointEventsBounded(t *testing.T, open Opener) {
 	_, err = s.ListCheckpointEvents(ctx, "ckp_00000000ffff", 0, 0)
 	wantErr(t, "events of an unknown checkpoint", err, store.ErrNotFound)
 }
+
+func testCheckpointSpending(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := testContext(t)
+	// 2 GB at 0.05 USD per GB-month, stored for a tenth of a storage month.
+	readyCheckpoint(t, s, "ckp_000000000001", "alice", t0)
+	now := t0.Add(store.StorageMonth / 10)
+	const usd = 2 * 0.05 * 0.1
+	u, err := s.Usage(ctx, store.UsageQuery{Month: t0, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	if u.Total.Checkpoints != 1 || !near(u.Total.CheckpointStorageUSD, usd) || !near(u.Total.ReservedUSD, usd) {
+		t.Errorf("usage total %+v, want one checkpoint costing %v", u.Total, usd)
+	}
+	if len(u.ByOwner) != 1 || u.ByOwner[0].Key != "alice" || !near(u.ByOwner[0].CheckpointStorageUSD, usd) {
+		t.Errorf("usage by owner %+v", u.ByOwner)
+	}
+	if len(u.ByServerType) != 0 {
+		t.Errorf("usage by server type %+v, want none", u.ByServerType)
+	}
+	// The storage counts against monthly limits.
+	lim := store.Limits{MaxMonthlyUSDPerOwner: 0.015}
+	l := lease("cbx_000000000001", "alice")
+	l.CreatedAt, l.LastTouchedAt, l.EstimatedHourlyUSD, l.MaxEstimatedUSD = now, now, 0, 0.01
+	_, err = s.CreateLease(ctx, store.CreateRequest{Lease: l, AttemptID: "cat_1", Limits: lim, Now: now})
+	wantErr(t, "lease over the limit with storage", err, store.ErrLimitExceeded)
+	l.MaxEstimatedUSD = 0.004
+	if _, err := s.CreateLease(ctx, store.CreateRequest{Lease: l, AttemptID: "cat_1", Limits: lim, Now: now}); err != nil {
+		t.Fatalf("lease within the limit: %v", err)
+	}
+	_, err = s.CreateCheckpoint(ctx, store.CheckpointCreate{Checkpoint: checkpoint("ckp_000000000002", "alice", "cbx_00000000000a"),
+		Monthly: store.Limits{MaxMonthlyUSDPerOwner: 0.005}, Now: now})
+	wantErr(t, "checkpoint over the monthly limit", err, store.ErrLimitExceeded)
+	// Deleted after half that time: only the stored time counts.
+	if _, err := s.RequestCheckpointDelete(ctx, "ckp_000000000001", "alice", "acme", t0); err != nil {
+		t.Fatal(err)
+	}
+	del := t0.Add(store.StorageMonth / 20)
+	claimed, err := s.ClaimCheckpointsForCleanup(ctx, del, del.Add(-time.Hour), 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim = %v, %v", claimed, err)
+	}
+	if _, err := s.FinishCheckpointCleanup(ctx, claimed[0].ID, claimed[0].CleanupToken, del); err != nil {
+		t.Fatal(err)
+	}
+	u, err = s.Usage(ctx, store.UsageQuery{Month: t0, Now: now, Owner: "alice", Org: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(u.Total.CheckpointStorageUSD, usd/2) {
+		t.Errorf("storage after deletion %v, want %v", u.Total.CheckpointStorageUSD, usd/2)
+	}
+	// Next month: nothing.
+	u, err = s.Usage(ctx, store.UsageQuery{Month: t0.AddDate(0, 1, 0), Now: t0.AddDate(0, 1, 0)})
+	if err != nil || u.Total.Checkpoints != 0 {
+		t.Errorf("next month's usage %+v, %v", u.Total, err)
+	}
+}

@@ -81,6 +81,7 @@ func Run(t *testing.T, h Harness) {
 		{"CheckpointExpiryOnceAcrossInstances", testCheckpointExpiryOnce},
 		{"CheckpointStaleCreation", testCheckpointStaleCreation},
 		{"CheckpointEventsBounded", testCheckpointEventsBounded},
+		{"CheckpointSpending", testCheckpointSpending},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -268,6 +268,11 @@ func (s *Store) CreateCheckpoint(ctx context.Context, req store.CheckpointCreate
 		if err := s.checkCheckpointLimits(ctx, c, cp, req.Limits); err != nil {
 			return err
 		}
+		monthly := store.Limits{MaxMonthlyUSD: req.Monthly.MaxMonthlyUSD,
+			MaxMonthlyUSDPerOwner: req.Monthly.MaxMonthlyUSDPerOwner, MaxMonthlyUSDPerOrg: req.Monthly.MaxMonthlyUSDPerOrg}
+		if err := s.checkLimits(ctx, c, store.Lease{Owner: cp.Owner, Org: cp.Org}, monthly, req.Now); err != nil {
+			return err
+		}
 		r := cpRow{Checkpoint: cp}
 		r.State = store.CheckpointCreating
 		r.CreatedAt = req.Now
