@@ -53,7 +53,9 @@ func (d checkpointData) Changeable() bool {
 }
 
 // GB is the artifact's size in GB.
-func (d checkpointData) GB() string { return fmt.Sprintf("%.2f GB", float64(d.Checkpoint.SizeBytes)/1e9) }
+func (d checkpointData) GB() string {
+	return fmt.Sprintf("%.2f GB", float64(d.Checkpoint.SizeBytes)/1e9)
+}
 
 // checkpoint shows one checkpoint with its recent events, its retention
 // form and its delete button.
