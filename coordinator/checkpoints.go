@@ -257,12 +257,11 @@ func (s *Server) makeCheckpoint(r *http.Request, b provider.NativeCheckpointBack
 		log.Warn("checkpoint failed", slog.String("error", err.Error()))
 		// Whatever the rollback could not delete is deleted by the
 		// maintenance loop (it finds artifacts by their checkpoint label).
-		failed, ferr := s.store.FailCheckpoint(commitCtx, cp.ID, reason, true, now)
+		_, ferr := s.store.FailCheckpoint(commitCtx, cp.ID, reason, true, now)
 		s.wakeMaintenance()
 		if ferr != nil {
 			return cp, s.fromCheckpointStore(r, ferr, "recording a failed checkpoint", "checkpoint "+cp.ID)
 		}
-		_ = failed
 		return cp, errorf(http.StatusBadGateway, api.CodeProviderFailed, "%s", reason)
 	}
 	ready, err := s.store.ReadyCheckpoint(commitCtx, cp.ID, store.CheckpointArtifactInfo{

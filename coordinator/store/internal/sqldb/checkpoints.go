@@ -187,10 +187,10 @@ func (s *Store) writeCheckpoint(ctx context.Context, c q, r *cpRow, insert bool,
 	return nil
 }
 
-// withCheckpoint runs fn on the locked checkpoint id and writes what fn
-// leaves, with the events it returns, unless fn fails. keepErr-style: an
-// error wrapping store.ErrCheckpointNotReady from fn after it changed the
-// row is returned after the change commits when commit is true.
+// withCheckpoint runs fn on the locked checkpoint id in a write
+// transaction and writes what fn leaves, with the events it returns,
+// unless fn fails. A *keptError from fn is returned (unwrapped) after the
+// change commits.
 func (s *Store) withCheckpoint(ctx context.Context, id string, now time.Time, fn func(c q, r *cpRow) ([]store.CheckpointEvent, error)) (store.Checkpoint, error) {
 	if id == "" {
 		return store.Checkpoint{}, invalid("empty checkpoint id")
