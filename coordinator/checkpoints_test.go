@@ -33,6 +33,8 @@ type fakeNative struct {
 	// a provider that failed half-way.
 	leaveOnFail bool
 	size        int64
+	// noFork declares native checkpoints without forks.
+	noFork bool
 }
 
 func newNative() *fakeNative {
@@ -41,8 +43,11 @@ func newNative() *fakeNative {
 }
 
 func (f *fakeNative) Spec() provider.Spec {
-	return provider.Spec{Name: fakeProvider, Kind: provider.KindSSHLease,
-		Features: []provider.Feature{provider.FeatureCheckpoint, provider.FeatureFork}}
+	features := []provider.Feature{provider.FeatureCheckpoint, provider.FeatureFork}
+	if f.noFork {
+		features = features[:1]
+	}
+	return provider.Spec{Name: fakeProvider, Kind: provider.KindSSHLease, Features: features}
 }
 
 func (f *fakeNative) CreateCheckpoint(_ context.Context, req provider.CheckpointRequest) (provider.CheckpointArtifact, error) {
@@ -272,6 +277,23 @@ func TestCheckpointUnsupportedProvider(t *testing.T) {
 	}
 	if cps, _ := e.store.ListCheckpoints(t.Context(), store.CheckpointFilter{Owner: "alice"}); len(cps) != 0 {
 		t.Errorf("a refused checkpoint was recorded: %+v", cps)
+	}
+}
+
+func TestForkUnsupportedProvider(t *testing.T) {
+	e, fake := nativeEnv(t, func(t *testing.T) store.Store { return openSQLite(t) })
+	fake.noFork = true // set before any request reads the spec
+	alice := e.token("alice", "acme")
+	cp := e.checkpoint(alice, e.create(alice, leaseReq(t)).ID)
+	claim := e.useClaim(alice, cp.ID)
+	ae := e.fail("POST", "/v1/leases/from-checkpoint", alice, forkReq(t, cp.ID, claim), http.StatusBadRequest, api.CodeCheckpointUnsupported)
+	if want := `provider "fake" cannot start leases from its checkpoints`; ae.Message != want {
+		t.Errorf("message %q, want %q", ae.Message, want)
+	}
+	// The claim was not consumed: nothing was created.
+	leases, err := e.store.ListLeases(t.Context(), storeFilterAll())
+	if err != nil || len(leases) != 1 {
+		t.Errorf("%d leases after a refused fork, want the source only: %v", len(leases), err)
 	}
 }
 
