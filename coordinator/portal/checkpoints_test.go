@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/store"
@@ -35,6 +36,10 @@ func TestPortalCheckpoints(t *testing.T) {
 	b := s.browser()
 	b.login(alice)
 
+	s.clock.Advance(10 * time.Hour) // 8 GB * 0.05 USD * 10/730
+	if r := b.get("/portal/usage"); !strings.Contains(r.body, "1 checkpoints stored, $0.01 of storage") {
+		t.Errorf("usage page lacks the checkpoint storage:\n%s", r.body)
+	}
 	r := b.get("/portal/checkpoints")
 	if r.status != http.StatusOK || !strings.Contains(r.body, `data-id="`+id+`"`) || strings.Contains(r.body, "ckp_0000000000b1") {
 		t.Fatalf("checkpoints page: status %d:\n%s", r.status, r.body)
