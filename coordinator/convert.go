@@ -124,6 +124,7 @@ func toAPITotals(g store.UsageGroup) api.UsageTotals {
 	return api.UsageTotals{
 		Leases: g.Leases, ActiveLeases: g.ActiveLeases,
 		RuntimeSeconds: g.RuntimeSeconds, EstimatedUSD: g.EstimatedUSD, ReservedUSD: g.ReservedUSD,
+		Checkpoints: g.Checkpoints, CheckpointStorageUSD: g.CheckpointStorageUSD,
 	}
 }
 

@@ -67,7 +67,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if res.Replayed {
 		return s.writeLease(w, r, id, http.StatusOK, res.Lease)
 	}
-	l, e := s.provision(r, backend, res.Lease, spec)
+	l, e := s.provision(r, backend, res.Lease, spec, nil)
 	if e != nil {
 		return e
 	}
@@ -116,7 +116,7 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request, id auth.Identi
 		}
 		return s.writeLease(w, r, id, status, res.Lease)
 	}
-	l, e := s.provision(r, backend, res.Lease, spec)
+	l, e := s.provision(r, backend, res.Lease, spec, nil)
 	if e != nil {
 		return e
 	}
@@ -244,8 +244,14 @@ func suffixSlug(base string) string {
 // commits the outcome. It runs outside any store transaction and is not
 // canceled when the client goes away, so a retry finds a finished lease.
 // A failed Acquire marks the lease failed with its server's deletion
-// queued, so the maintenance loop removes anything left behind.
-func (s *Server) provision(r *http.Request, b provider.SSHLeaseBackend, l store.Lease, spec leaseSpec) (store.Lease, *apiError) {
+// queued, so the maintenance loop removes anything left behind. acquire,
+// when set, replaces b.Acquire (a fork starts the box from a checkpoint).
+func (s *Server) provision(r *http.Request, b provider.SSHLeaseBackend, l store.Lease, spec leaseSpec,
+	acquire func(context.Context, provider.AcquireRequest) (provider.LeaseTarget, error),
+) (store.Lease, *apiError) {
+	if acquire == nil {
+		acquire = b.Acquire
+	}
 	// Provisioning ends before the lease could expire, so the maintenance
 	// loop never deletes a box that Acquire is still creating.
 	base := context.WithoutCancel(r.Context())
@@ -258,7 +264,7 @@ func (s *Server) provision(r *http.Request, b provider.SSHLeaseBackend, l store.
 	}
 	labels[labelRequestedBy] = labelSafe(l.Owner)
 	labels[labelOrg] = labelSafe(l.Org)
-	target, err := b.Acquire(ctx, provider.AcquireRequest{
+	target, err := acquire(ctx, provider.AcquireRequest{
 		LeaseID: l.ID, Slug: l.Slug, PublicKey: spec.SSHPublicKey,
 		TTL: time.Duration(l.TTLSeconds) * time.Second, IdleTimeout: time.Duration(l.IdleTimeoutSeconds) * time.Second,
 		CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt, Keep: l.Keep, Labels: labels,

@@ -58,6 +58,13 @@ func (s *Server) Run(ctx context.Context) error {
 // cleanup time, between idleRetry and the maintenance interval.
 func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
 	next, ok, err := s.store.NextCleanupAt(ctx)
+	if err == nil {
+		cpNext, cpOK, cpErr := s.store.NextCheckpointCleanupAt(ctx, s.staleCheckpointAfter())
+		err = cpErr
+		if cpOK && (!ok || cpNext.Before(next)) {
+			next, ok = cpNext, true
+		}
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("maintenance: next cleanup time", slog.String("error", err.Error()))
@@ -70,7 +77,8 @@ func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
 	return min(max(next.Sub(s.clock.Now()), idleRetry), s.interval)
 }
 
-// Maintain runs one maintenance pass: it sends the provider touches that
+// Maintain runs one maintenance pass (it also deletes the artifacts of
+// deleted, expired and failed checkpoints, the same way): it sends the provider touches that
 // heartbeats queued, if a touch pass is due (see Config.TouchInterval),
 // forgets the cached SSH logins near their expiry, and it claims up to
 // one batch of leases that need cleanup (expired, or with a server
@@ -88,12 +96,20 @@ func (s *Server) Maintain(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim leases for cleanup: %w", err)
 	}
+	now := s.clock.Now().UTC()
+	checkpoints, cerr := s.store.ClaimCheckpointsForCleanup(ctx, now, now.Add(-s.staleCheckpointAfter()), cleanupBatch, s.claimHold)
+	if cerr != nil {
+		cerr = fmt.Errorf("claim checkpoints for cleanup: %w", cerr)
+	}
 	var wg sync.WaitGroup
 	for _, l := range claimed {
 		wg.Go(func() { s.cleanup(ctx, l) })
 	}
+	for _, cp := range checkpoints {
+		wg.Go(func() { s.cleanupCheckpoint(ctx, cp) })
+	}
 	wg.Wait()
-	return len(claimed), nil
+	return max(len(claimed), len(checkpoints)), cerr
 }
 
 // cleanup deletes a claimed lease's server and commits the outcome. The
@@ -146,6 +162,14 @@ func (s *Server) cleanup(ctx context.Context, l store.Lease) {
 // errors are logged and retried at the next tick (the claim still holds
 // for two more).
 func (s *Server) renewClaim(ctx context.Context, l store.Lease, log *slog.Logger, lost context.CancelCauseFunc) {
+	s.renewEvery(ctx, log, lost, func(now time.Time) error {
+		return s.store.RenewCleanupClaim(ctx, l.ID, l.CleanupToken, now, s.claimHold)
+	})
+}
+
+// renewEvery calls renew every third of the claim hold until ctx ends; a
+// lost claim cancels ctx with store.ErrClaimLost.
+func (s *Server) renewEvery(ctx context.Context, log *slog.Logger, lost context.CancelCauseFunc, renew func(now time.Time) error) {
 	for {
 		t := s.clock.NewTimer(s.claimHold / 3)
 		select {
@@ -154,7 +178,7 @@ func (s *Server) renewClaim(ctx context.Context, l store.Lease, log *slog.Logger
 			return
 		case <-t.Chan():
 		}
-		err := s.store.RenewCleanupClaim(ctx, l.ID, l.CleanupToken, s.clock.Now().UTC(), s.claimHold)
+		err := renew(s.clock.Now().UTC())
 		switch {
 		case errors.Is(err, store.ErrClaimLost):
 			lost(err)

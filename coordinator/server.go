@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"strings"
@@ -90,6 +91,18 @@ type Config struct {
 	Limits api.Limits
 	// Prices are hourly prices by provider and server type.
 	Prices []Price
+	// StoragePrices are the storage prices of native checkpoints: USD per
+	// GB (10^9 bytes) and month (730 hours) by provider name. A
+	// checkpoint's artifact accrues its size times the price over the
+	// time it exists; that counts in usage and monthly limits.
+	StoragePrices map[string]float64
+	// CheckpointLimits bound brokered native checkpoints (zero fields:
+	// the Default* constants).
+	CheckpointLimits CheckpointLimits
+	// CheckpointTimeout bounds a provider's CreateCheckpoint; 0 means 30
+	// minutes. A checkpoint still creating well after it is taken for
+	// failed by the maintenance loop, which deletes what it left.
+	CheckpointTimeout time.Duration
 	// Sizing, by provider name, lets leases of that provider ask for their
 	// own class, server type, image and location, and names the server
 	// types its backend asks for. A provider without one gets no per-lease
@@ -156,11 +169,15 @@ type Server struct {
 	auth      *auth.Authenticator
 	limits    api.Limits
 	prices    []Price
-	sizing    map[string]Sizing
-	clock     clockwork.Clock
-	log       *slog.Logger
-	metrics   *metrics
-	mux       *http.ServeMux
+	// storagePrices and checkpointLimits: see Config.
+	storagePrices     map[string]float64
+	checkpointLimits  store.CheckpointLimits
+	checkpointTimeout time.Duration
+	sizing            map[string]Sizing
+	clock             clockwork.Clock
+	log               *slog.Logger
+	metrics           *metrics
+	mux               *http.ServeMux
 
 	maxBody          int64
 	provisionTimeout time.Duration
@@ -217,6 +234,14 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("coordinator: price %+v: want a provider and a non-negative hourly price", p)
 		}
 	}
+	for name, p := range cfg.StoragePrices {
+		if !providerName.MatchString(name) || !(p >= 0) || math.IsInf(p, 0) {
+			return nil, fmt.Errorf("coordinator: storage price %q=%v: want a provider name and a non-negative USD per GB-month", name, p)
+		}
+	}
+	if cfg.CheckpointTimeout < 0 {
+		return nil, errors.New("coordinator: checkpoint timeout must not be negative")
+	}
 	for name, b := range cfg.Providers {
 		if !providerName.MatchString(name) {
 			return nil, fmt.Errorf("coordinator: provider name %q: want lowercase letters, digits, - and _", name)
@@ -252,33 +277,36 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{
-		store:            cfg.Store,
-		providers:        cfg.Providers,
-		defProv:          cfg.DefaultProvider,
-		auth:             a,
-		limits:           cfg.Limits,
-		prices:           cfg.Prices,
-		sizing:           cfg.Sizing,
-		clock:            cmp.Or[clockwork.Clock](cfg.Clock, clockwork.NewRealClock()),
-		log:              cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
-		maxBody:          cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
-		provisionTimeout: cmp.Or(cfg.ProvisionTimeout, 30*time.Minute),
-		interval:         cmp.Or(cfg.MaintenanceInterval, 30*time.Second),
-		claimHold:        cmp.Or(cfg.CleanupClaimHold, time.Minute),
-		cleanupTimeout:   cmp.Or(cfg.CleanupTimeout, 10*time.Minute),
-		retryBase:        cmp.Or(cfg.CleanupRetryBase, 30*time.Second),
-		retryMax:         cmp.Or(cfg.CleanupRetryMax, 30*time.Minute),
-		bodyTimeout:      cmp.Or(cfg.BodyReadTimeout, 2*time.Minute),
-		headerTimeout:    cmp.Or(cfg.ReadHeaderTimeout, 10*time.Second),
-		idleTimeout:      cmp.Or(cfg.IdleTimeout, 2*time.Minute),
-		touchInterval:    cmp.Or(cfg.TouchInterval, time.Minute),
-		touchBudget:      cmp.Or(cfg.TouchBudget, 20),
-		wake:             make(chan struct{}, 1),
-		defaultOrg:       cfg.Tokens.DefaultOrg,
-		github:           cfg.GitHub,
-		deviceTTL:        cmp.Or(cfg.DeviceTokenTTL, DefaultDeviceTokenTTL),
-		recheckInterval:  cmp.Or(cfg.TokenRecheckInterval, DefaultTokenRecheckInterval),
-		deviceSlots:      make(chan struct{}, max(cmp.Or(cfg.MaxDeviceSignIns, DefaultMaxDeviceSignIns), 1)),
+		store:             cfg.Store,
+		providers:         cfg.Providers,
+		defProv:           cfg.DefaultProvider,
+		auth:              a,
+		limits:            cfg.Limits,
+		prices:            cfg.Prices,
+		storagePrices:     maps.Clone(cfg.StoragePrices),
+		checkpointLimits:  cfg.CheckpointLimits.store(),
+		checkpointTimeout: cmp.Or(cfg.CheckpointTimeout, 30*time.Minute),
+		sizing:            cfg.Sizing,
+		clock:             cmp.Or[clockwork.Clock](cfg.Clock, clockwork.NewRealClock()),
+		log:               cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		maxBody:           cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		provisionTimeout:  cmp.Or(cfg.ProvisionTimeout, 30*time.Minute),
+		interval:          cmp.Or(cfg.MaintenanceInterval, 30*time.Second),
+		claimHold:         cmp.Or(cfg.CleanupClaimHold, time.Minute),
+		cleanupTimeout:    cmp.Or(cfg.CleanupTimeout, 10*time.Minute),
+		retryBase:         cmp.Or(cfg.CleanupRetryBase, 30*time.Second),
+		retryMax:          cmp.Or(cfg.CleanupRetryMax, 30*time.Minute),
+		bodyTimeout:       cmp.Or(cfg.BodyReadTimeout, 2*time.Minute),
+		headerTimeout:     cmp.Or(cfg.ReadHeaderTimeout, 10*time.Second),
+		idleTimeout:       cmp.Or(cfg.IdleTimeout, 2*time.Minute),
+		touchInterval:     cmp.Or(cfg.TouchInterval, time.Minute),
+		touchBudget:       cmp.Or(cfg.TouchBudget, 20),
+		wake:              make(chan struct{}, 1),
+		defaultOrg:        cfg.Tokens.DefaultOrg,
+		github:            cfg.GitHub,
+		deviceTTL:         cmp.Or(cfg.DeviceTokenTTL, DefaultDeviceTokenTTL),
+		recheckInterval:   cmp.Or(cfg.TokenRecheckInterval, DefaultTokenRecheckInterval),
+		deviceSlots:       make(chan struct{}, max(cmp.Or(cfg.MaxDeviceSignIns, DefaultMaxDeviceSignIns), 1)),
 		control: newControlHub(cmp.Or(cfg.MaxControlConnections, DefaultMaxControlConnections),
 			cmp.Or(cfg.MaxControlPerIdentity, DefaultMaxControlPerIdentity),
 			cmp.Or(cfg.ControlPollInterval, DefaultControlPollInterval)),
@@ -346,6 +374,16 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/leases/{id}/release", s.authed(s.release))
 	m.Handle("POST /v1/leases/{id}/cancel-create", s.authed(s.cancelCreate))
 	m.Handle("PUT /v1/leases/{id}/registration", s.authed(s.register))
+	m.Handle("POST /v1/leases/from-checkpoint", s.authed(s.forkLease))
+	m.Handle("PUT /v1/leases/{id}/from-checkpoint", s.authed(s.putForkLease))
+
+	m.Handle("POST /v1/checkpoints", s.authed(s.createCheckpoint))
+	m.Handle("GET /v1/checkpoints", s.authed(s.listCheckpoints))
+	m.Handle("GET /v1/checkpoints/{id}", s.authed(s.getCheckpoint))
+	m.Handle("GET /v1/checkpoints/{id}/events", s.authed(s.checkpointEvents))
+	m.Handle("PATCH /v1/checkpoints/{id}/retention", s.authed(s.setRetention))
+	m.Handle("POST /v1/checkpoints/{id}/use", s.authed(s.useCheckpoint))
+	m.Handle("DELETE /v1/checkpoints/{id}", s.authed(s.deleteCheckpoint))
 
 	m.Handle("POST /v1/runs", s.authed(s.createRun))
 	m.Handle("GET /v1/runs", s.authed(s.listRuns))

@@ -531,6 +531,11 @@ type UsageTotals struct {
 	RuntimeSeconds int64   `json:"runtimeSeconds"`
 	EstimatedUSD   float64 `json:"estimatedUSD"`
 	ReservedUSD    float64 `json:"reservedUSD"`
+	// Checkpoints counts the native checkpoints that stored an artifact
+	// in the month; CheckpointStorageUSD is what their storage cost in it
+	// so far (also counted in ReservedUSD).
+	Checkpoints          int     `json:"checkpoints,omitempty"`
+	CheckpointStorageUSD float64 `json:"checkpointStorageUSD,omitempty"`
 }
 
 // UsageGroup is usage for one key (an owner, org, provider or server type).

@@ -42,6 +42,7 @@ type site struct {
 	url   string
 	clock *clockwork.FakeClock
 	srv   *httptest.Server
+	store *sqlite.Store
 }
 
 func newSite(t *testing.T, secure bool, opts ...func(*portal.Config)) *site {
@@ -75,7 +76,7 @@ func newSite(t *testing.T, secure bool, opts ...func(*portal.Config)) *site {
 	mux.Handle("/", api)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &site{t: t, url: srv.URL, clock: clock, srv: srv}
+	return &site{t: t, url: srv.URL, clock: clock, srv: srv, store: st}
 }
 
 func (s *site) token(owner, org string) string {

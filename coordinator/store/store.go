@@ -378,8 +378,14 @@ type UsageGroup struct {
 	// EstimatedUSD is EstimatedHourlyUSD times that runtime.
 	EstimatedUSD float64
 	// ReservedUSD is what the leases reserve in this month, see
-	// MonthlyReservedUSD.
+	// MonthlyReservedUSD, plus CheckpointStorageUSD.
 	ReservedUSD float64
+	// Checkpoints is how many native checkpoints stored an artifact
+	// during the month, and CheckpointStorageUSD what that storage cost
+	// in the month until Now (see CheckpointStorageUSD). Server type
+	// groups have none.
+	Checkpoints          int
+	CheckpointStorageUSD float64
 }
 
 // Usage is the aggregation of one month. Registered leases are excluded.
@@ -627,6 +633,97 @@ type Store interface {
 	// MarkTokenChecked records that token id's user was checked at now.
 	MarkTokenChecked(ctx context.Context, id string, now time.Time) error
 
+	// CreateCheckpoint inserts a new checkpoint in state creating, with a
+	// "created" event, after checking req.Limits in the same serialised
+	// transaction as lease creates (a *LimitError of kind
+	// LimitCheckpoints or LimitCheckpointCreating). An existing ID is
+	// ErrCheckpointExists.
+	CreateCheckpoint(ctx context.Context, req CheckpointCreate) (Checkpoint, error)
+
+	// ReadyCheckpoint records the artifact of a creating checkpoint and
+	// makes it ready (ReadyAt = LastUsedAt = now). A checkpoint that is no
+	// longer creating (failed by maintenance meanwhile) keeps its state,
+	// gets the artifact recorded and its deletion queued, and the call
+	// returns ErrCheckpointNotReady.
+	ReadyCheckpoint(ctx context.Context, id string, a CheckpointArtifactInfo, now time.Time) (Checkpoint, error)
+
+	// FailCheckpoint marks a creating checkpoint failed with reason; with
+	// cleanup, the deletion of whatever its creation left is queued. A
+	// checkpoint that is not creating is left alone: ErrCheckpointNotReady.
+	FailCheckpoint(ctx context.Context, id, reason string, cleanup bool, now time.Time) (Checkpoint, error)
+
+	// GetCheckpoint returns the checkpoint, whoever owns it, or ErrNotFound.
+	GetCheckpoint(ctx context.Context, id string) (Checkpoint, error)
+
+	// ListCheckpoints returns the checkpoints matching f, newest first.
+	ListCheckpoints(ctx context.Context, f CheckpointFilter) ([]Checkpoint, error)
+
+	// ListCheckpointEvents returns up to limit kept events of checkpoint id
+	// with seq > after, in order (limit 0: all kept). ErrNotFound for an
+	// unknown checkpoint.
+	ListCheckpointEvents(ctx context.Context, id string, after int64, limit int) ([]CheckpointEvent, error)
+
+	// SetCheckpointRetention sets the unused expiry of a creating or ready
+	// checkpoint of owner+org (0: manual) with a "retention_changed"
+	// event; ErrNotFound for another owner's, ErrCheckpointNotReady for a
+	// deleting or ended one.
+	SetCheckpointRetention(ctx context.Context, id, owner, org string, unusedSeconds int64, now time.Time) (Checkpoint, error)
+
+	// ClaimCheckpointUse records a use claim of a ready checkpoint of
+	// c.Owner+c.Org (LastUsedAt = now, a "used" event). ErrNotFound,
+	// ErrCheckpointNotReady, ErrTooManyClaims.
+	ClaimCheckpointUse(ctx context.Context, c UseClaim, now time.Time) (Checkpoint, error)
+
+	// ForkLease creates a provisioning lease from a checkpoint, consuming
+	// a use claim, atomically: the checkpoint must be ready and owner+org's,
+	// the claim theirs, for this checkpoint, unexpired and unused. It
+	// binds the claim to the lease, counts the use (Uses++, LastUsedAt)
+	// and writes a "forked" event. A replay (the same attempt, or a
+	// fixed-ID lease with the same request hash) returns the lease
+	// (Replayed) when the claim is the one bound to it or a valid unused
+	// one (then consumed), and ErrClaimInvalid otherwise; it does not
+	// count another use. Lease ID, attempt, slug and limit errors are
+	// those of CreateLease and PutLease; a claim that is not valid is
+	// ErrClaimInvalid; a checkpoint not ready ErrCheckpointNotReady.
+	ForkLease(ctx context.Context, req ForkCreate) (CreateResult, error)
+
+	// RequestCheckpointDelete queues the deletion of a ready checkpoint of
+	// owner+org (state deleting, a "delete_requested" event). Deleting,
+	// deleted and failed checkpoints are returned unchanged; a creating
+	// one is ErrCheckpointBusy; another owner's ErrNotFound.
+	RequestCheckpointDelete(ctx context.Context, id, owner, org string, now time.Time) (Checkpoint, error)
+
+	// ClaimCheckpointsForCleanup claims up to limit checkpoints whose
+	// artifact must be deleted: those with a deletion pending, ready ones
+	// past ExpiresAt (they become deleting, with an "expired" event, in
+	// the claiming transaction, so expiry happens once), and creating ones
+	// created before staleBefore (their creator died: they become failed
+	// with their leftovers' deletion pending). A checkpoint a provisioning
+	// fork still uses, or whose CleanupRetryAt has not come, or that
+	// another live claim holds, is skipped. Each carries a fresh
+	// CleanupToken; the claim lapses at now+hold.
+	ClaimCheckpointsForCleanup(ctx context.Context, now, staleBefore time.Time, limit int, hold time.Duration) ([]Checkpoint, error)
+
+	// RenewCheckpointClaim extends a cleanup claim; ErrClaimLost for a
+	// stale token.
+	RenewCheckpointClaim(ctx context.Context, id, token string, now time.Time, hold time.Duration) error
+
+	// FinishCheckpointCleanup commits a deletion if token holds the claim:
+	// a deleting checkpoint becomes deleted (DeletedAt = now, a "deleted"
+	// event), a failed one stays failed; the deletion is no longer
+	// pending. ErrClaimLost for a stale token.
+	FinishCheckpointCleanup(ctx context.Context, id, token string, now time.Time) (Checkpoint, error)
+
+	// FailCheckpointCleanup records a failed deletion if token holds the
+	// claim: CleanupAttempts++, CleanupError, CleanupRetryAt = retryAt, a
+	// "delete_failed" event, claim dropped, deletion still pending.
+	FailCheckpointCleanup(ctx context.Context, id, token, cause string, now, retryAt time.Time) (Checkpoint, error)
+
+	// NextCheckpointCleanupAt is the earliest time at which
+	// ClaimCheckpointsForCleanup may return something given staleAfter
+	// (how long a creation may run), and false when nothing awaits.
+	NextCheckpointCleanupAt(ctx context.Context, staleAfter time.Duration) (time.Time, bool, error)
+
 	// Close releases the database.
 	Close() error
 }
@@ -690,7 +787,8 @@ const (
 
 // LimitError reports a create refused by a configured maximum.
 type LimitError struct {
-	// Kind is LimitActiveLeases or LimitMonthlyUSD.
+	// Kind is LimitActiveLeases, LimitMonthlyUSD, LimitCheckpoints or
+	// LimitCheckpointCreating.
 	Kind string
 	// Scope is "global", "owner" or "org".
 	Scope string
@@ -699,14 +797,15 @@ type LimitError struct {
 	Max   float64
 }
 
-// Error reads like "active lease limit exceeded: 2/1" (global scope) or
+// Error reads like "active lease limit exceeded: 2/1" (global scope),
+// "owner checkpoint limit exceeded: 3/2" or
 // "owner monthly reserved USD limit exceeded: 12.50/10.00".
 func (e *LimitError) Error() string {
 	prefix := ""
 	if e.Scope != "" && e.Scope != "global" {
 		prefix = e.Scope + " "
 	}
-	if e.Kind == LimitActiveLeases {
+	if e.Kind != LimitMonthlyUSD {
 		return fmt.Sprintf("%s%s limit exceeded: %d/%d", prefix, e.Kind, int64(e.Would), int64(e.Max))
 	}
 	return fmt.Sprintf("%s%s limit exceeded: %.2f/%.2f", prefix, e.Kind, e.Would, e.Max)

@@ -202,6 +202,20 @@ type serverConfig struct {
 	// GitHub, when set, lets people sign in to the portal with GitHub
 	// (the app's secret from CRABBOX_GITHUB_CLIENT_SECRET or its _FILE).
 	GitHub *serverGitHub `json:"github"`
+	// StoragePrices are native checkpoint storage prices: USD per GB and
+	// month (730 hours) by provider.
+	StoragePrices map[string]float64 `json:"storagePrices"`
+	// CheckpointLimits bound native checkpoints (0: the coordinator's
+	// defaults; negative: unlimited).
+	CheckpointLimits serverCheckpointLimits `json:"checkpointLimits"`
+}
+
+// serverCheckpointLimits are coordinator.CheckpointLimits in the config.
+type serverCheckpointLimits struct {
+	MaxPerOwner          int `json:"maxPerOwner"`
+	MaxPerOrg            int `json:"maxPerOrg"`
+	MaxCreations         int `json:"maxCreations"`
+	MaxCreationsPerOwner int `json:"maxCreationsPerOwner"`
 }
 
 // serverGitHub is the GitHub OAuth app and who may sign in with it.
@@ -376,7 +390,8 @@ func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgP
 	srv, err := coordinator.New(coordinator.Config{
 		Store: st, Providers: backends, DefaultProvider: cfg.DefaultProvider, Tokens: tokens,
 		Limits: cfg.Limits, Prices: prices, Sizing: sizing, Logger: log, MaintenanceInterval: interval,
-		GitHub: gh, PublicURL: cfg.PublicURL,
+		GitHub: gh, PublicURL: cfg.PublicURL, StoragePrices: cfg.StoragePrices,
+		CheckpointLimits: coordinator.CheckpointLimits(cfg.CheckpointLimits),
 	})
 	if err != nil {
 		return err

@@ -73,6 +73,15 @@ func Run(t *testing.T, h Harness) {
 		{"ServerKept", testServerKept},
 		{"Tokens", testTokens},
 		{"TokenChecks", testTokenChecks},
+		{"CheckpointLifecycle", testCheckpointLifecycle},
+		{"CheckpointLimits", testCheckpointLimits},
+		{"CheckpointForks", testCheckpointForks},
+		{"CheckpointFixedFork", testCheckpointFixedFork},
+		{"CheckpointForkRaceOneClaimOneLease", testCheckpointForkRace},
+		{"CheckpointExpiryOnceAcrossInstances", testCheckpointExpiryOnce},
+		{"CheckpointStaleCreation", testCheckpointStaleCreation},
+		{"CheckpointEventsBounded", testCheckpointEventsBounded},
+		{"CheckpointSpending", testCheckpointSpending},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

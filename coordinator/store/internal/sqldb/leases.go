@@ -162,38 +162,12 @@ func (s *Store) CreateLease(ctx context.Context, req store.CreateRequest) (store
 		if err := s.serializeCreates(ctx, tx); err != nil {
 			return err
 		}
-		att, err := s.getAttempt(ctx, c, l.Owner, l.Org, req.AttemptID)
-		if err != nil {
+		replay, err := s.attemptReplay(ctx, c, l, req.AttemptID)
+		if err != nil || replay != nil {
+			if replay != nil {
+				res = *replay
+			}
 			return err
-		}
-		if att != nil {
-			if att.canceled {
-				return fmt.Errorf("create attempt %q: %w", req.AttemptID, store.ErrCreateCanceled)
-			}
-			if att.leaseID != l.ID {
-				return fmt.Errorf("create attempt %q is bound to lease %q: %w", req.AttemptID, att.leaseID, store.ErrAttemptConflict)
-			}
-			bound, err := s.getLease(ctx, c, l.ID, false)
-			if err != nil {
-				return err
-			}
-			if !bound.State.Live() {
-				return &store.StateChangedError{Lease: bound.Lease}
-			}
-			res = store.CreateResult{Lease: bound.Lease, Replayed: true}
-			return nil
-		}
-		existing, err := s.getLease(ctx, c, l.ID, false)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return err
-		case existing.Owner != l.Owner || existing.Org != l.Org:
-			return fmt.Errorf("lease %q belongs to another owner: %w", l.ID, store.ErrLeaseIDConflict)
-		case existing.State.Live():
-			return fmt.Errorf("lease %q was created by another attempt: %w", l.ID, store.ErrAttemptConflict)
-		default:
-			return fmt.Errorf("lease %q already ended: %w", l.ID, store.ErrLeaseIDConflict)
 		}
 		l.CreateAttemptID, l.RequestHash = req.AttemptID, ""
 		created, err := s.insertNew(ctx, c, l, req.Limits, req.Now)
@@ -228,20 +202,12 @@ func (s *Store) PutLease(ctx context.Context, req store.CreateRequest) (store.Cr
 		if err := s.serializeCreates(ctx, tx); err != nil {
 			return err
 		}
-		existing, err := s.getLease(ctx, c, l.ID, false)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
+		replay, err := s.putReplay(ctx, c, l, req.RequestHash)
+		if err != nil || replay != nil {
+			if replay != nil {
+				res = *replay
+			}
 			return err
-		case existing.Owner != l.Owner || existing.Org != l.Org:
-			return fmt.Errorf("lease %q belongs to another owner: %w", l.ID, store.ErrLeaseIDConflict)
-		case existing.RequestHash != req.RequestHash:
-			return fmt.Errorf("lease %q exists with a different request: %w", l.ID, store.ErrLeaseIDConflict)
-		case !existing.State.Live():
-			return fmt.Errorf("lease %q already ended: %w", l.ID, store.ErrLeaseIDConflict)
-		default:
-			res = store.CreateResult{Lease: existing.Lease, Replayed: true}
-			return nil
 		}
 		l.CreateAttemptID, l.RequestHash = "", req.RequestHash
 		created, err := s.insertNew(ctx, c, l, req.Limits, req.Now)
@@ -252,6 +218,64 @@ func (s *Store) PutLease(ctx context.Context, req store.CreateRequest) (store.Cr
 		return store.CreateResult{}, err
 	}
 	return res, nil
+}
+
+// attemptReplay applies CreateLease's checks of an attempt and lease ID:
+// a replay of the bound live lease, an error, or nil for a new lease.
+func (s *Store) attemptReplay(ctx context.Context, c q, l store.Lease, attemptID string) (*store.CreateResult, error) {
+	att, err := s.getAttempt(ctx, c, l.Owner, l.Org, attemptID)
+	if err != nil {
+		return nil, err
+	}
+	if att != nil {
+		if att.canceled {
+			return nil, fmt.Errorf("create attempt %q: %w", attemptID, store.ErrCreateCanceled)
+		}
+		if att.leaseID != l.ID {
+			return nil, fmt.Errorf("create attempt %q is bound to lease %q: %w", attemptID, att.leaseID, store.ErrAttemptConflict)
+		}
+		bound, err := s.getLease(ctx, c, l.ID, false)
+		if err != nil {
+			return nil, err
+		}
+		if !bound.State.Live() {
+			return nil, &store.StateChangedError{Lease: bound.Lease}
+		}
+		return &store.CreateResult{Lease: bound.Lease, Replayed: true}, nil
+	}
+	existing, err := s.getLease(ctx, c, l.ID, false)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, err
+	case existing.Owner != l.Owner || existing.Org != l.Org:
+		return nil, fmt.Errorf("lease %q belongs to another owner: %w", l.ID, store.ErrLeaseIDConflict)
+	case existing.State.Live():
+		return nil, fmt.Errorf("lease %q was created by another attempt: %w", l.ID, store.ErrAttemptConflict)
+	default:
+		return nil, fmt.Errorf("lease %q already ended: %w", l.ID, store.ErrLeaseIDConflict)
+	}
+	return nil, nil
+}
+
+// putReplay applies PutLease's checks of a fixed lease ID: a replay of
+// the same live request, an error, or nil for a new lease.
+func (s *Store) putReplay(ctx context.Context, c q, l store.Lease, hash string) (*store.CreateResult, error) {
+	existing, err := s.getLease(ctx, c, l.ID, false)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, err
+	case existing.Owner != l.Owner || existing.Org != l.Org:
+		return nil, fmt.Errorf("lease %q belongs to another owner: %w", l.ID, store.ErrLeaseIDConflict)
+	case existing.RequestHash != hash:
+		return nil, fmt.Errorf("lease %q exists with a different request: %w", l.ID, store.ErrLeaseIDConflict)
+	case !existing.State.Live():
+		return nil, fmt.Errorf("lease %q already ended: %w", l.ID, store.ErrLeaseIDConflict)
+	default:
+		return &store.CreateResult{Lease: existing.Lease, Replayed: true}, nil
+	}
+	return nil, nil
 }
 
 // insertNew checks slug and limits and inserts a new managed lease.

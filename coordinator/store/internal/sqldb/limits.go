@@ -63,14 +63,24 @@ func (s *Store) checkLimits(ctx context.Context, c q, l store.Lease, lim store.L
 // reservedQuery selects (owner, org, r) rows whose r add up to what the
 // managed leases reserve, at time $2, in the month that starts at $1 and
 // contains $2, as store.MonthlyReservedUSD defines it: one row per live
-// lease, plus the ledger rows of what ended leases cost in the month.
+// lease, plus the ledger rows of what ended leases cost in the month,
+// plus one row per checkpoint whose artifact was stored in the month, for
+// what that storage cost until $2 (store.CheckpointStorageUSD).
 func reservedQuery(d Dialect) string {
 	const hour = "3600000000.0" // microseconds
 	return `SELECT owner, org, ` + d.Greatest + `(max_estimated_usd, estimated_hourly_usd * (($2 - created_at) / ` + hour + `)) AS r
 		FROM leases WHERE lifecycle = 'managed' AND ended_at IS NULL
 		UNION ALL
-		SELECT owner, org, usd AS r FROM lease_spend WHERE month = $1`
+		SELECT owner, org, usd AS r FROM lease_spend WHERE month = $1
+		UNION ALL
+		SELECT owner, org, CAST(size_bytes AS DOUBLE PRECISION) / 1000000000.0 * gb_month_usd *
+			((` + d.Least + `(COALESCE(deleted_at, $2), $2) - ` + d.Greatest + `(ready_at, $1)) / ` + storageMonth + `) AS r
+		FROM checkpoints WHERE ready_at IS NOT NULL AND size_bytes > 0 AND gb_month_usd > 0
+			AND ready_at < $2 AND (deleted_at IS NULL OR deleted_at > $1)`
 }
+
+// storageMonth is store.StorageMonth in microseconds.
+const storageMonth = "2628000000000.0"
 
 // monthLeases returns the managed leases that ran during the month starting
 // at month, optionally only those of owner and org, with the fields Usage
