@@ -14,7 +14,9 @@ import (
 // no Go hook reaches into the provider program.
 func TestInstalledCLI(t *testing.T) {
 	run := cloudtest.InstalledCLI(t, "hetzner", "HCLOUD_TOKEN="+testToken)
-	api := newFakeAPIOf(t, cloudtest.NewLoopbackFleet(t))
+	fleet := cloudtest.NewLoopbackFleet(t)
+	fleet.UseDisks(t) // each server its own files, which an image copies
+	api := newFakeAPIOf(t, fleet)
 	flags := []string{"--provider", "hetzner", "--hetzner-endpoint", api.URL, "--hetzner-work-root", t.TempDir()}
 
 	cloudtest.CLIRuns(t, run, "hetzner", flags, func(t *testing.T) {
@@ -22,4 +24,7 @@ func TestInstalledCLI(t *testing.T) {
 			t.Errorf("fake API events %q: want the server created, then deleted at release", events)
 		}
 	}, func(t *testing.T) { checkEmpty(t, api) })
+	t.Run("checkpoint", func(t *testing.T) {
+		cloudtest.CLICheckpoint(t, run, flags, func(t *testing.T) { checkEmpty(t, api) })
+	})
 }

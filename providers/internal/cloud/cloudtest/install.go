@@ -2,6 +2,7 @@ package cloudtest
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,4 +113,49 @@ func CLIRuns(t *testing.T, run clitest.Runner, provider string, flags []string, 
 		clitest.DelegatedWarmLease(t, run, provider, flags...)
 		released(t)
 	})
+}
+
+// CLICheckpoint is the checkpoint flow of an end-to-end test of the
+// installed crabbox with a provider that forks natively: a warm lease
+// builds, checkpoint create saves it through the provider program (a
+// native checkpoint), run --from starts a box from it that holds the
+// build, and checkpoint delete removes it. released then checks that
+// nothing billable is left, the checkpoint's image included.
+func CLICheckpoint(t *testing.T, run clitest.Runner, flags []string, released func(t *testing.T)) {
+	t.Helper()
+	repo := clitest.GitRepo(t)
+	// The command's words, then the provider's flags, then the rest.
+	cli := func(what string, words int, sub ...string) string {
+		t.Helper()
+		r := run(t, repo, append(append(sub[:words:words], flags...), sub[words:]...)...)
+		if r.Code != 0 {
+			t.Fatalf("%s: exit %d, stdout %q, stderr %q", what, r.Code, r.Stdout, r.Stderr)
+		}
+		return r.Stdout
+	}
+	var warm struct{ ID string }
+	if err := json.Unmarshal([]byte(cli("warmup", 1, "warmup", "--json")), &warm); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			run(t, repo, append(append([]string{"stop"}, flags...), warm.ID)...)
+		}
+	})
+	cli("build", 1, "run", "--id", warm.ID, "--quiet", "--", "sh", "-c", "cat committed.txt > build.out")
+	var cp struct{ ID, Kind string }
+	if err := json.Unmarshal([]byte(cli("checkpoint create", 2, "checkpoint", "create", warm.ID, "--json")), &cp); err != nil {
+		t.Fatal(err)
+	}
+	if cp.Kind != "native" {
+		t.Errorf("checkpoint create: kind %q, want native", cp.Kind)
+	}
+	if out := cli("run --from", 1, "run", "--from", cp.ID, "--quiet", "--", "cat", "build.out"); out != "committed\n" {
+		t.Errorf("run --from %s: stdout %q, want the build output", cp.ID, out)
+	}
+	cli("checkpoint delete", 2, "checkpoint", "delete", cp.ID)
+	cli("stop", 1, "stop", warm.ID)
+	stopped = true
+	released(t)
 }
