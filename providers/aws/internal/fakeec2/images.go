@@ -239,4 +239,3 @@ func (s *Server) deleteSnapshot(r *region, c Call) (any, *APIError) {
 	delete(r.snapshots, id)
 	return okResponse("DeleteSnapshot"), nil
 }
-
