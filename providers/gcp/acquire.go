@@ -64,6 +64,15 @@ type launch struct {
 	source string
 }
 
+// requestKey names the insert for its request ID: the lease, and for a
+// restore's replacement instance its own name too.
+func (l launch) requestKey() string {
+	if l.name == instanceName(l.req.LeaseID) {
+		return l.req.LeaseID
+	}
+	return l.req.LeaseID + ":" + l.name
+}
+
 // placement is one way to create the instance: a zone and a market.
 type placement struct {
 	zone string
@@ -206,7 +215,7 @@ func (b *Backend) insert(ctx context.Context, api *clients, l launch, p placemen
 		Project: b.cfg.Project, Zone: p.zone,
 		// The same request ID for the same lease and placement: a retried
 		// insert is the same insert.
-		RequestId:        proto.String(uuid.NewSHA1(uuid.NameSpaceURL, []byte("crabbox:"+l.req.LeaseID+":"+p.String())).String()),
+		RequestId:        proto.String(uuid.NewSHA1(uuid.NameSpaceURL, []byte("crabbox:"+l.requestKey()+":"+p.String())).String()),
 		InstanceResource: b.instance(l, p),
 	}
 	if l.source != "" {

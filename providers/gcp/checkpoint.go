@@ -21,6 +21,7 @@ import (
 var (
 	_ provider.NativeCheckpointBackend = (*Backend)(nil)
 	_ provider.NativeForkBackend       = (*Backend)(nil)
+	_ provider.NativeRestoreBackend    = (*Backend)(nil)
 )
 
 // Machine image statuses of Compute Engine.
@@ -309,4 +310,119 @@ func (b *Backend) Fork(ctx context.Context, req provider.ForkRequest) (provider.
 	}
 	b.rt.Logger.Info("gcp box forked", "lease", req.LeaseID, "checkpoint", req.Artifact.CheckpointID, "instance", target.CloudID)
 	return target, nil
+}
+
+// Restore rebuilds the lease's box from the checkpoint's machine image: it
+// makes a replacement instance of the lease from the image with a fresh
+// bootstrap (the request's key, a new host key, Compute Engine's deletion
+// at what is left of the lease's TTL), waits for its SSH, labels it ready
+// and deletes the old instance. If anything fails, the replacement is
+// deleted and the old instance stays as it was. A checkpoint that is gone
+// fails with provider.ErrNotFound before anything changes.
+func (b *Backend) Restore(ctx context.Context, req provider.RestoreRequest) (target provider.LeaseTarget, err error) {
+	id := req.Lease.LeaseID
+	if !lease.IsID(id) {
+		return provider.LeaseTarget{}, fmt.Errorf("gcp: restore: %q is not a crabbox lease ID", id)
+	}
+	if _, err := lease.ParsePublicKey(req.PublicKey); err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("gcp: restore lease %s: %w", id, err)
+	}
+	api, err := b.clients(ctx)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	old, err := b.find(ctx, api, id)
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("gcp: restore: %w", err)
+	}
+	source, err := b.checkpointImage(ctx, api, req.Artifact)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	l, err := b.rebuild(old, req.PublicKey)
+	if err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	l.source = source
+	clock := b.rt.Clock
+	deadline := clock.Now().Add(b.cfg.BootTimeout)
+
+	rb := cloud.NewRollback(b.rt.Logger.With("lease", id), 0)
+	defer rb.Finish(ctx, &err)
+	rb.Add(cloud.StepCreate, "replacement instance "+l.name, func(ctx context.Context) error {
+		var errs []error
+		for _, zone := range b.cfg.Zones {
+			errs = append(errs, b.deleteInstance(ctx, api, zone, l.name))
+		}
+		return errors.Join(errs...)
+	})
+	p, err := cloud.FirstWithCapacity(ctx, b.rt.Logger, b.placements(), func(ctx context.Context, p placement) error {
+		return b.insert(ctx, api, l, p)
+	})
+	if err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(cloud.StepCreate, err)
+	}
+	z, ip, err := b.waitAddress(ctx, api, p.zone, l.name, deadline)
+	if err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(cloud.StepAddress, err)
+	}
+	port, err := cloud.WaitForSSH(ctx, cloud.SSHWait{
+		Host: ip, Ports: b.cfg.SSHPorts, HostKey: l.hostKey.PublicKey(), Clock: clock,
+		Interval: b.cfg.PollInterval, Timeout: max(deadline.Sub(clock.Now()), time.Nanosecond),
+		Dial: cloud.MappedDial(b.mapAddress), Log: b.rt.Logger,
+	})
+	if err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(cloud.StepSSH, err)
+	}
+	ready := cloud.WithSSHPort(cloud.WithState(z.inst.GetLabels(), cloud.StateReady), port)
+	if err := b.setLabels(ctx, api, z, ready); err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(cloud.StepLabel, err)
+	}
+	if err := b.deleteInstance(ctx, api, old.zone, old.inst.GetName()); err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(cloud.StepLabel, fmt.Errorf("replace instance %s: %w", old.cloudID(), err))
+	}
+	z.inst.Labels = cloud.GCPLabels(ready)
+	if target, err = b.target(z); err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	b.rt.Logger.Info("gcp box restored", "lease", id, "checkpoint", req.Artifact.CheckpointID, "instance", z.cloudID(), "replaced", old.cloudID())
+	return target, nil
+}
+
+// rebuild prepares the launch of a replacement instance for the lease of
+// old: its labels with a new host key, and a bootstrap for publicKey whose
+// box Compute Engine deletes when the lease's TTL ends.
+func (b *Backend) rebuild(old zonal, publicKey string) (launch, error) {
+	labels := maps.Clone(old.inst.GetLabels())
+	info, err := cloud.ParseLabels(labels)
+	if err != nil {
+		return launch{}, fmt.Errorf("gcp: instance %s: %w", old.cloudID(), err)
+	}
+	left := info.CreatedAt.Add(info.TTL).Sub(b.rt.Clock.Now()).Truncate(time.Second)
+	if info.CreatedAt.IsZero() || info.TTL <= 0 || left < time.Minute {
+		return launch{}, fmt.Errorf("gcp: restore lease %s: its TTL ends in %s, too soon to rebuild its box: %w", info.LeaseID, left, provider.ErrPrecondition)
+	}
+	hostKey, err := cloud.NewHostKey()
+	if err != nil {
+		return launch{}, err
+	}
+	hk, err := cloud.HostKeyLabel(hostKey.PublicKey())
+	if err != nil {
+		return launch{}, err
+	}
+	labels[cloud.LabelHostKey] = hk
+	labels[cloud.LabelState] = cloud.StateProvisioning
+	delete(labels, cloud.LabelSSHPort)
+	userData, err := cloud.Bootstrap{
+		AuthorizedKey: publicKey, HostKey: hostKey, SelfDestructAfter: left,
+		Ports: b.cfg.SSHPorts, WorkRoot: b.cfg.WorkRoot,
+	}.UserData()
+	if err != nil {
+		return launch{}, err
+	}
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
+	return launch{
+		req:  provider.AcquireRequest{LeaseID: info.LeaseID, Slug: info.Slug, PublicKey: publicKey, TTL: left},
+		name: instanceName(info.LeaseID) + "-r" + suffix, labels: cloud.GCPLabels(labels), hostKey: hostKey, userData: userData,
+	}, nil
 }

@@ -136,3 +136,88 @@ func TestDeleteCheckpointNotOurs(t *testing.T) {
 		t.Error("someone's machine image was deleted")
 	}
 }
+
+// TestRestoreReplacesInstance: a restore makes a replacement instance of
+// the same lease from the machine image and deletes the old one.
+func TestRestoreReplacesInstance(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.api.disks = t.TempDir()
+	b := e.backend(t)
+	src, a := checkpointOf(t, ctx, b)
+	key, err := lease.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Restore(ctx, provider.RestoreRequest{Lease: src, Artifact: a, PublicKey: key.AuthorizedKey()})
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if got.CloudID == src.CloudID || got.HostKey == src.HostKey || got.LeaseID != src.LeaseID || !got.ExpiresAt.Equal(src.ExpiresAt) {
+		t.Errorf("Restore = %+v, want lease %s on a new instance with a new host key and the same expiry", got, src.LeaseID)
+	}
+	all := e.api.instanceList()
+	if len(all) != 1 || zones[0]+"/"+all[0].GetName() != got.CloudID {
+		t.Fatalf("instances %v, want only the replacement %s", all, got.CloudID)
+	}
+	bs, err := cloud.ParseUserData(metadata(all[0], "user-data"))
+	if err != nil || bs.AuthorizedKey != key.AuthorizedKey() || all[0].GetScheduling().GetMaxRunDuration().GetSeconds() > int64(time.Until(src.CreatedAt.Add(90*time.Minute))/time.Second)+1 {
+		t.Errorf("replacement: key %q (err %v), max run %ds: want the restore's key and what is left of the TTL", bs.AuthorizedKey, err, all[0].GetScheduling().GetMaxRunDuration().GetSeconds())
+	}
+}
+
+// TestRestoreRollback: a restore whose replacement fails leaves the old
+// instance as it was and no replacement.
+func TestRestoreRollback(t *testing.T) {
+	for name, ft := range map[string]struct {
+		op string
+		f  fault
+	}{
+		"insert fails":       {"instances.insert", fault{status: 400, reason: "invalid"}},
+		"insert answer lost": {"instances.insert", fault{after: true}},
+		"labelling fails":    {"instances.setLabels", fault{times: 1}},
+		"old delete fails":   {"instances.delete", fault{times: 1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			e.api.disks = t.TempDir()
+			b := e.backend(t)
+			src, a := checkpointOf(t, ctx, b)
+			e.api.setFault(ft.op, ft.f)
+			key, err := lease.NewKey()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Restore(ctx, provider.RestoreRequest{Lease: src, Artifact: a, PublicKey: key.AuthorizedKey()}); err == nil {
+				t.Fatal("Restore succeeded despite the fault")
+			}
+			e.api.clearFault(ft.op)
+			all := e.api.instanceList()
+			if len(all) != 1 || zones[0]+"/"+all[0].GetName() != src.CloudID {
+				t.Errorf("instances %v, want only the old %s", all, src.CloudID)
+			}
+			if got, err := b.Resolve(ctx, provider.ResolveRequest{ID: src.LeaseID}); err != nil || got.CloudID != src.CloudID {
+				t.Errorf("Resolve after the failed restore = %s, %v, want the old instance", got.CloudID, err)
+			}
+			if err := b.DeleteCheckpoint(ctx, provider.CheckpointDeleteRequest{Artifact: a}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: src}); err != nil {
+				t.Fatal(err)
+			}
+			checkEmptyInstances(t, e.api)
+		})
+	}
+}
+
+// checkEmptyInstances fails unless the fake has no instance and no box.
+func checkEmptyInstances(t *testing.T, api *fakeGCE) {
+	t.Helper()
+	if in := api.instanceList(); len(in) != 0 {
+		t.Errorf("instances left: %v", in)
+	}
+	if r := api.fleet.Running(); len(r) != 0 {
+		t.Errorf("boxes still running: %v", r)
+	}
+}

@@ -118,6 +118,12 @@ func (f *fakeGCE) setFault(op string, ft fault) {
 	f.faults[op] = &ft
 }
 
+func (f *fakeGCE) clearFault(op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.faults, op)
+}
+
 func (f *fakeGCE) log() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -56,8 +56,17 @@
 // (instances.insert with sourceMachineImage, no disks of its own), with a
 // fresh bootstrap in its metadata: the new box accepts only the new lease
 // key and has a new host key. Instances record their work root in the
-// crabbox-work-root metadata item. There is no native restore: Compute
-// Engine cannot put a machine image back onto an existing instance.
+// crabbox-work-root metadata item.
+//
+// Restore rebuilds the box, as Compute Engine cannot put a machine image
+// back onto an existing instance: it makes a replacement instance of the
+// lease ("crabbox-<lease>-r<hex>") from the machine image with a fresh
+// bootstrap (the request's key, a new host key, maxRunDuration set to
+// what is left of the lease's TTL), waits for its SSH, labels it ready and
+// deletes the old instance. Until it is labelled ready the replacement is
+// not the lease's live instance; if anything fails it is deleted and the
+// old instance stays as it was. The restored box has a new address and
+// host key, which the returned target carries.
 //
 // # Credentials
 //
