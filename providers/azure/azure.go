@@ -34,8 +34,15 @@
 // because the VM is new). DeleteCheckpoint deletes the image, then the
 // snapshot (which Azure bills), never one without those tags; a failed
 // CreateCheckpoint deletes both. VMs record their work root in the
-// crabbox_work_root tag. There is no native restore: a managed image only
-// makes new VMs.
+// crabbox_work_root tag.
+//
+// Restore swaps the VM's OS disk: it makes a disk of the checkpoint's
+// snapshot, deallocates the VM, makes the new disk its OS disk (and its
+// crabbox_disk tag), starts it, waits for its SSH and deletes the old
+// disk; if anything fails, the old disk is put back and the VM started.
+// The VM keeps its name, address and host key, but is not provisioned
+// again, so it comes back with the keys on the checkpoint's disk: only a
+// checkpoint of the same lease can be restored, with the lease's key.
 //
 // Credentials come only from azidentity's default chain (environment,
 // workload identity, managed identity, Azure CLI...); they never appear in

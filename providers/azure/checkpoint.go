@@ -1,7 +1,10 @@
 package azure
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +12,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
@@ -18,6 +22,7 @@ import (
 var (
 	_ provider.NativeCheckpointBackend = (*Backend)(nil)
 	_ provider.NativeForkBackend       = (*Backend)(nil)
+	_ provider.NativeRestoreBackend    = (*Backend)(nil)
 )
 
 // checkpointName is the name of a checkpoint's snapshot and managed image.
@@ -307,4 +312,216 @@ func (b *Backend) Fork(ctx context.Context, req provider.ForkRequest) (provider.
 	}
 	b.rt.Logger.Info("azure lease forked", "lease", req.LeaseID, "checkpoint", req.Artifact.CheckpointID, "vm", target.CloudID)
 	return target, nil
+}
+
+// Restore puts the checkpoint's OS disk back under the lease's VM: it
+// makes a disk of the checkpoint's snapshot, deallocates the VM, swaps
+// its OS disk for the new one, starts it, waits for its SSH and deletes
+// the old disk. The VM keeps its name, address and host key. It is not
+// provisioned again, so the box comes back with the keys on the
+// checkpoint's disk: a restore takes only a checkpoint of the same lease,
+// whose key it must be given. If anything fails, the old disk is put back
+// and the VM started again. A checkpoint that is gone fails with
+// provider.ErrNotFound before anything changes.
+func (b *Backend) Restore(ctx context.Context, req provider.RestoreRequest) (target provider.LeaseTarget, err error) {
+	id, rg, a := req.Lease.LeaseID, b.cfg.ResourceGroup, req.Artifact
+	if !lease.IsID(id) {
+		return provider.LeaseTarget{}, fmt.Errorf("restore azure lease: %q is not a crabbox lease ID", id)
+	}
+	if a.SourceLease != id {
+		return provider.LeaseTarget{}, fmt.Errorf("restore azure lease %s from checkpoint %s of lease %s: a restored VM keeps the keys on the checkpoint's disk, so only the lease's own checkpoints can be restored: %w", id, a.CheckpointID, a.SourceLease, provider.ErrPrecondition)
+	}
+	key, err := lease.ParsePublicKey(req.PublicKey)
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("restore azure lease %s: %w", id, err)
+	}
+	n := leaseNames(id)
+	vm, err := b.vms.Get(ctx, rg, n.VM, nil)
+	switch {
+	case err != nil:
+		return provider.LeaseTarget{}, apiError("restore: read VM "+n.VM, err)
+	case !ours(fromTags(vm.Tags), id):
+		return provider.LeaseTarget{}, fmt.Errorf("restore: VM %s is not tagged as lease %s's: %w", n.VM, id, provider.ErrNotFound)
+	case !acceptsKey(vm.VirtualMachine, key):
+		return provider.LeaseTarget{}, fmt.Errorf("restore azure lease %s: the key given is not the lease's, which the checkpoint's disk holds: %w", id, provider.ErrPrecondition)
+	}
+	n = companions(vm.VirtualMachine, n)
+	if _, err := b.checkpointImage(ctx, a); err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	snap, err := b.snaps.Get(ctx, rg, checkpointName(a.CheckpointID), nil)
+	switch {
+	case err != nil:
+		return provider.LeaseTarget{}, apiError("restore: read snapshot of checkpoint "+a.CheckpointID, err)
+	case !ownedCheckpoint(fromTags(snap.Tags)) || deref(snap.Tags[provider.LabelCheckpoint]) != a.CheckpointID || snap.ID == nil:
+		return provider.LeaseTarget{}, fmt.Errorf("restore: snapshot %s is not crabbox's snapshot of checkpoint %s: %w", deref(snap.Name), a.CheckpointID, provider.ErrPrecondition)
+	}
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return provider.LeaseTarget{}, err
+	}
+	newDisk := leaseNames(id).Disk + "-r" + hex.EncodeToString(suffix)
+	log := b.rt.Logger.With("lease", id)
+	rb := cloud.NewRollback(log, 0)
+	defer rb.Finish(ctx, &err)
+
+	rb.Add(StepDisk, "disk "+newDisk, func(ctx context.Context) error { return b.deleteDisk(ctx, newDisk) })
+	diskID, err := b.diskOf(ctx, newDisk, *snap.ID, snap.Snapshot, leaseTags(fromTags(vm.Tags)))
+	if err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(StepDisk, err)
+	}
+	rb.Add(StepSwap, "VM "+n.VM+" started again", func(ctx context.Context) error { return b.startVM(ctx, n.VM) })
+	if err := b.deallocateVM(ctx, n.VM); err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(StepSwap, err)
+	}
+	oldTags := fromTags(vm.Tags)
+	oldDiskID := ""
+	if p := vm.Properties; p != nil && p.StorageProfile != nil && p.StorageProfile.OSDisk != nil && p.StorageProfile.OSDisk.ManagedDisk != nil {
+		oldDiskID = deref(p.StorageProfile.OSDisk.ManagedDisk.ID)
+	}
+	if oldDiskID == "" {
+		d, err := b.disks.Get(ctx, rg, n.Disk, nil)
+		if err != nil {
+			return provider.LeaseTarget{}, cloud.Failed(StepSwap, apiError("read OS disk "+n.Disk, err))
+		}
+		oldDiskID = deref(d.ID)
+	}
+	rb.Add(StepSwap, "OS disk "+n.Disk+" of VM "+n.VM, func(ctx context.Context) error {
+		if err := b.deallocateVM(ctx, n.VM); err != nil {
+			return err
+		}
+		_, err := b.swapDisk(ctx, n.VM, n.Disk, oldDiskID, oldTags)
+		return err
+	})
+	newTags := maps.Clone(oldTags)
+	newTags[TagDisk] = newDisk
+	if _, err := b.swapDisk(ctx, n.VM, newDisk, diskID, newTags); err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(StepSwap, err)
+	}
+	if err := b.startVM(ctx, n.VM); err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(StepSwap, err)
+	}
+	deadline := b.rt.Clock.Now().Add(b.cfg.BootTimeout)
+	updated, ip, err := b.waitAddress(ctx, names{VM: n.VM, NIC: n.NIC, PublicIP: n.PublicIP, Disk: newDisk}, deadline)
+	if err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(cloud.StepAddress, err)
+	}
+	hostKey, err := cloud.ParseHostKeyLabel(oldTags[cloud.LabelHostKey])
+	if err != nil {
+		return provider.LeaseTarget{}, fmt.Errorf("restore: VM %s: %w", n.VM, err)
+	}
+	if _, err := cloud.WaitForSSH(ctx, cloud.SSHWait{
+		Host: ip, Ports: b.cfg.Ports, HostKey: hostKey, Clock: b.rt.Clock, Interval: b.cfg.PollInterval,
+		Timeout: max(deadline.Sub(b.rt.Clock.Now()), time.Nanosecond), Dial: cloud.MappedDial(b.cfg.MapAddress), Log: log,
+	}); err != nil {
+		return provider.LeaseTarget{}, cloud.Failed(cloud.StepSSH, err)
+	}
+	if err := b.deleteDisk(ctx, n.Disk); err != nil {
+		log.Warn("azure OS disk left behind after a restore", "disk", n.Disk, "err", err)
+	}
+	log.Info("azure lease restored", "checkpoint", a.CheckpointID, "vm", n.VM, "disk", newDisk, "replaced", n.Disk)
+	return b.target(updated, ip)
+}
+
+// Restore steps of Azure.
+const (
+	StepDisk cloud.Step = "disk" // the disk made of a checkpoint's snapshot
+	StepSwap cloud.Step = "swap" // the VM's OS disk swapped for it
+)
+
+// acceptsKey reports whether the VM was made to accept key.
+func acceptsKey(vm armcompute.VirtualMachine, key ssh.PublicKey) bool {
+	p := vm.Properties
+	if p == nil || p.OSProfile == nil || p.OSProfile.LinuxConfiguration == nil || p.OSProfile.LinuxConfiguration.SSH == nil {
+		return false
+	}
+	for _, k := range p.OSProfile.LinuxConfiguration.SSH.PublicKeys {
+		if k == nil {
+			continue
+		}
+		if have, err := lease.ParsePublicKey(deref(k.KeyData)); err == nil && bytes.Equal(have.Marshal(), key.Marshal()) {
+			return true
+		}
+	}
+	return false
+}
+
+// leaseTags are the VM's tags without those naming its companions and
+// work root: the ownership and caller labels, for a disk of the lease.
+func leaseTags(tags map[string]string) map[string]string {
+	out := maps.Clone(tags)
+	for _, k := range []string{TagNIC, TagPublicIP, TagDisk, TagWorkRoot} {
+		delete(out, k)
+	}
+	return out
+}
+
+// diskOf makes the managed disk name as a copy of a snapshot and returns
+// its ID.
+func (b *Backend) diskOf(ctx context.Context, name, snapshotID string, snap armcompute.Snapshot, tags map[string]string) (string, error) {
+	props := &armcompute.DiskProperties{
+		CreationData: &armcompute.CreationData{CreateOption: ptr(armcompute.DiskCreateOptionCopy), SourceResourceID: &snapshotID},
+		OSType:       ptr(armcompute.OperatingSystemTypesLinux),
+	}
+	if snap.Properties != nil {
+		props.HyperVGeneration = snap.Properties.HyperVGeneration
+	}
+	p, err := b.disks.BeginCreateOrUpdate(ctx, b.cfg.ResourceGroup, name, armcompute.Disk{
+		Location: &b.cfg.Location, Tags: toTags(tags),
+		SKU:        &armcompute.DiskSKU{Name: ptr(armcompute.DiskStorageAccountTypesStandardSSDLRS)},
+		Properties: props,
+	}, nil)
+	var res armcompute.DisksClientCreateOrUpdateResponse
+	if err == nil {
+		res, err = p.PollUntilDone(ctx, nil)
+	}
+	if err == nil && res.ID == nil {
+		err = fmt.Errorf("the API returned no disk ID: %w", provider.ErrTransient)
+	}
+	if err != nil {
+		return "", apiError("create disk "+name+" of snapshot "+snapshotID, err)
+	}
+	return *res.ID, nil
+}
+
+// swapDisk makes the (deallocated) VM's OS disk the managed disk id, named
+// name, deleted with the VM, and sets the VM's tags.
+func (b *Backend) swapDisk(ctx context.Context, vm, name, id string, tags map[string]string) (armcompute.VirtualMachine, error) {
+	p, err := b.vms.BeginUpdate(ctx, b.cfg.ResourceGroup, vm, armcompute.VirtualMachineUpdate{
+		Tags: toTags(tags),
+		Properties: &armcompute.VirtualMachineProperties{StorageProfile: &armcompute.StorageProfile{OSDisk: &armcompute.OSDisk{
+			Name: &name, ManagedDisk: &armcompute.ManagedDiskParameters{ID: &id},
+			DeleteOption: ptr(armcompute.DiskDeleteOptionTypesDelete),
+		}}},
+	}, nil)
+	var res armcompute.VirtualMachinesClientUpdateResponse
+	if err == nil {
+		res, err = p.PollUntilDone(ctx, nil)
+	}
+	if err != nil {
+		return armcompute.VirtualMachine{}, apiError("swap the OS disk of VM "+vm+" for "+name, err)
+	}
+	return res.VirtualMachine, nil
+}
+
+func (b *Backend) deallocateVM(ctx context.Context, name string) error {
+	p, err := b.vms.BeginDeallocate(ctx, b.cfg.ResourceGroup, name, nil)
+	if err == nil {
+		_, err = p.PollUntilDone(ctx, nil)
+	}
+	if err != nil {
+		return apiError("deallocate VM "+name, err)
+	}
+	return nil
+}
+
+func (b *Backend) startVM(ctx context.Context, name string) error {
+	p, err := b.vms.BeginStart(ctx, b.cfg.ResourceGroup, name, nil)
+	if err == nil {
+		_, err = p.PollUntilDone(ctx, nil)
+	}
+	if err != nil {
+		return apiError("start VM "+name, err)
+	}
+	return nil
 }

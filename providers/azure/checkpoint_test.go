@@ -140,3 +140,107 @@ func TestDeleteCheckpointNotOurs(t *testing.T) {
 		t.Errorf("images = %v, want someone's image kept", got)
 	}
 }
+
+// restoreEnv is a fake with its own disks, a box and its checkpoint.
+func restoreEnv(t *testing.T) (*env, *azure.Backend, provider.LeaseTarget, lease.Key, provider.CheckpointArtifact) {
+	t.Helper()
+	ctx := testCtx(t)
+	e := newEnv(t)
+	e.arm.disks = t.TempDir()
+	b := e.backend(t)
+	req, key := newRequest(t, time.Now())
+	src, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.ReleaseLease(context.WithoutCancel(ctx), provider.ReleaseRequest{Lease: src}) })
+	a, err := b.CreateCheckpoint(ctx, provider.CheckpointRequest{Lease: src, CheckpointID: lease.NewCheckpointID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = b.DeleteCheckpoint(context.WithoutCancel(ctx), provider.CheckpointDeleteRequest{Artifact: a})
+	})
+	return e, b, src, key, a
+}
+
+// TestRestoreSwapsDisk: a restore puts a copy of the checkpoint's snapshot
+// under the VM as its OS disk and deletes the old disk; the VM keeps its
+// name, address and host key, and release deletes the new disk.
+func TestRestoreSwapsDisk(t *testing.T) {
+	ctx := testCtx(t)
+	e, b, src, key, a := restoreEnv(t)
+	before := len(e.arm.log())
+	got, err := b.Restore(ctx, provider.RestoreRequest{Lease: src, Artifact: a, PublicKey: key.AuthorizedKey()})
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if diff := cmp.Diff([]string{"create disk", "deallocate vm", "swap vm os-disk", "tag vm state=ready", "start vm", "delete disk"}, e.arm.log()[before:]); diff != "" {
+		t.Errorf("API mutations (-want +got):\n%s", diff)
+	}
+	if got.CloudID != src.CloudID || got.HostKey != src.HostKey || got.Host != src.Host {
+		t.Errorf("Restore = %+v, want the same VM, address and host key as %+v", got, src)
+	}
+	disks := e.arm.names(kindDisk)
+	if len(disks) != 1 || disks[0] == src.CloudID+"-osdisk" || e.arm.tags(kindVM, src.CloudID)[azure.TagDisk] != disks[0] {
+		t.Errorf("disks %v, VM disk tag %q: want only the restored disk, named in the VM's tag", disks, e.arm.tags(kindVM, src.CloudID)[azure.TagDisk])
+	}
+	if err := b.ReleaseLease(ctx, provider.ReleaseRequest{Lease: got}); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.arm.names(kindDisk); len(d) != 0 {
+		t.Errorf("disks after release: %v", d)
+	}
+}
+
+// TestRestoreRefuses: a checkpoint of another lease, or a key that is not
+// the lease's, is refused before anything changes.
+func TestRestoreRefuses(t *testing.T) {
+	ctx := testCtx(t)
+	e, b, src, key, a := restoreEnv(t)
+	other, err := lease.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := a
+	foreign.SourceLease = lease.NewID()
+	before := len(e.arm.log())
+	for name, req := range map[string]provider.RestoreRequest{
+		"another lease's checkpoint": {Lease: src, Artifact: foreign, PublicKey: key.AuthorizedKey()},
+		"another key":                {Lease: src, Artifact: a, PublicKey: other.AuthorizedKey()},
+	} {
+		if _, err := b.Restore(ctx, req); !errors.Is(err, provider.ErrPrecondition) {
+			t.Errorf("%s: err = %v, want provider.ErrPrecondition", name, err)
+		}
+	}
+	if got := e.arm.log()[before:]; len(got) != 0 {
+		t.Errorf("refused restores changed %v", got)
+	}
+}
+
+// TestRestoreRollback: a restore that fails after deallocating the VM puts
+// its old disk back, starts it again and deletes the new disk.
+func TestRestoreRollback(t *testing.T) {
+	for _, op := range []string{"PATCH " + kindVM, "POST " + kindVM + "/start"} {
+		t.Run(op, func(t *testing.T) {
+			ctx := testCtx(t)
+			e, b, src, key, a := restoreEnv(t)
+			e.arm.setFault(op, fault{times: 1})
+			if _, err := b.Restore(ctx, provider.RestoreRequest{Lease: src, Artifact: a, PublicKey: key.AuthorizedKey()}); err == nil {
+				t.Fatal("Restore succeeded despite the fault")
+			}
+			if d := e.arm.names(kindDisk); len(d) != 1 || d[0] != src.CloudID+"-osdisk" {
+				t.Errorf("disks %v, want only the old one", d)
+			}
+			if got := field(e.arm.doc(kindVM, src.CloudID), "properties", "storageProfile", "osDisk", "name"); got != src.CloudID+"-osdisk" {
+				t.Errorf("VM OS disk %q, want the old one back", got)
+			}
+			if _, err := b.Resolve(ctx, provider.ResolveRequest{ID: src.LeaseID}); err != nil {
+				t.Errorf("Resolve after the failed restore: %v", err)
+			}
+			if r := e.arm.fleet.Running(); len(r) != 1 {
+				t.Errorf("boxes running %v, want the VM's started again", r)
+			}
+		})
+	}
+}

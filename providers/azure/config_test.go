@@ -30,7 +30,7 @@ func TestSpec(t *testing.T) {
 	// (and its compute until deallocated).
 	want := []provider.Feature{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
-		provider.FeatureCheckpoint, provider.FeatureFork,
+		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
 	}
 	if diff := cmp.Diff(want, s.Features); diff != "" {
 		t.Errorf("features (-want +got):\n%s", diff)
