@@ -28,21 +28,40 @@ type launch struct {
 	hostKey  cloud.HostKey
 	userData string
 	keyName  string
+	// token is RunInstances' first client token: the lease ID, or one of
+	// its own for a restore's replacement instance.
+	token string
 }
 
 // Acquire creates the lease's instance; see the package documentation for
 // its steps. On failure, or when ctx ends before it returns, it deletes
 // whatever it created.
-func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
+func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
+	return b.acquire(ctx, req, nil)
+}
+
+// acquire is Acquire, of a box booted from the image of the checkpoint
+// from when it is not nil (a fork).
+func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest, from *provider.CheckpointArtifact) (target provider.LeaseTarget, err error) {
 	l, err := b.prepare(req)
 	if err != nil {
 		return provider.LeaseTarget{}, err
+	}
+	if from != nil {
+		if l.region, err = b.artifactRegion(*from); err != nil {
+			return provider.LeaseTarget{}, err
+		}
 	}
 	if err := b.authenticate(ctx); err != nil {
 		return provider.LeaseTarget{}, err
 	}
 	ec := b.ec2Client(l.region)
-	img, err := b.findImage(ctx, ec, l.region)
+	var img image
+	if from != nil {
+		img, err = b.checkpointImage(ctx, ec, *from)
+	} else {
+		img, err = b.findImage(ctx, ec, l.region)
+	}
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
@@ -127,7 +146,7 @@ func (b *Backend) prepare(req provider.AcquireRequest) (launch, error) {
 	}
 	return launch{
 		req: req, region: b.cfg.Regions[0], labels: labels, hostKey: hostKey,
-		userData: userData, keyName: "crabbox-" + req.LeaseID,
+		userData: userData, keyName: "crabbox-" + req.LeaseID, token: req.LeaseID,
 	}, nil
 }
 
@@ -169,12 +188,13 @@ func (m market) String() string {
 
 // run launches the instance, as spot first when so configured and
 // on-demand when EC2 has no spot capacity, and returns its ID. The first
-// attempt's client token is the lease ID; the on-demand fallback uses
-// "<lease>-on-demand", since a token names one set of parameters.
+// attempt's client token is l.token (the lease ID); the on-demand
+// fallback uses "<token>-on-demand", since a token names one set of
+// parameters.
 func (b *Backend) run(ctx context.Context, ec *ec2.Client, l launch, img image, group string) (string, error) {
 	var markets []market
 	for i, m := range cloud.Markets(b.cfg.Market, MarketOnDemand) {
-		token := l.req.LeaseID
+		token := l.token
 		if i > 0 {
 			token += "-" + m
 		}

@@ -38,6 +38,35 @@
 // its lease, and decides again on the freshly re-read instance just
 // before terminating it.
 //
+// # Checkpoints
+//
+// Native checkpoints are AMIs. CreateCheckpoint makes an AMI of the
+// lease's instance with CreateImage (NoReboot: the box keeps running;
+// files written during the save may be caught half-way) and waits until it is available. The AMI and the EBS
+// snapshot of its root volume carry the ownership tags (crabbox=true,
+// created_by=crabbox, provider=aws, owner), the checkpoint and
+// source_lease tags and the caller's labels; their name is
+// "crabbox-<checkpoint>". ListCheckpoints finds AMIs the account owns by
+// those tags, and DeleteCheckpoint deregisters the AMI and then deletes
+// the snapshots tagged with its checkpoint, which AWS would otherwise
+// keep (and bill).
+//
+// Fork is Acquire booting the checkpoint's AMI instead of Ubuntu: the
+// bootstrap runs again on the copy, so the new box accepts only the new
+// lease key and presents a new host key.
+//
+// Restore rebuilds the box: it launches a replacement instance of the
+// same lease from the AMI, with a fresh bootstrap (RestoreRequest's key, a
+// new host key, the self-destruct timer armed for what is left of the
+// lease's TTL), waits for its SSH, then terminates the old instance. EC2's
+// own in-place restore (CreateReplaceRootVolumeTask) reboots the instance
+// without running the bootstrap again, so the box would come back with the
+// checkpoint's keys and without its self-destruct timer. A rebuilt box has
+// a new address and host key, which the returned target carries. While the
+// replacement boots, the lease has two instances (Resolve answers
+// provider.ErrConflict); if the restore fails, the replacement is
+// terminated and the old instance is left as it was.
+//
 // # Credentials
 //
 // Credentials come from the AWS SDK's standard chain (environment,

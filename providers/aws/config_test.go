@@ -21,7 +21,10 @@ func TestSpec(t *testing.T) {
 	if s.Name != aws.Name || s.Kind != provider.KindSSHLease || s.Coordinator != provider.CoordinatorSupported {
 		t.Errorf("spec = %+v", s)
 	}
-	want := []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor}
+	want := []provider.Feature{
+		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor,
+		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
+	}
 	if diff := cmp.Diff(want, s.Features); diff != "" {
 		t.Errorf("features (-want +got):\n%s", diff)
 	}

@@ -3,6 +3,8 @@ package aws_test
 import (
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/aws"
 	"github.com/crabbox-dev/crabbox/providers/aws/internal/fakeec2"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
@@ -32,6 +35,7 @@ type world struct {
 	url   string
 	fleet *cloudtest.Fleet
 	logs  *logbuf.Buffer
+	disks *disks // nil: every box's files are the configured work root
 }
 
 func newWorld(t *testing.T) *world { return newWorldOf(t, cloudtest.NewFleet(t)) }
@@ -41,14 +45,74 @@ func newWorldOf(t *testing.T, fleet *cloudtest.Fleet) *world {
 	t.Helper()
 	fake, url := fakeec2.Start(t)
 	fake.SetPendingDescribes(0)
+	w := &world{ec2: fake, url: url, fleet: fleet, logs: &logbuf.Buffer{}}
 	fake.SetHooks(fakeec2.Hooks{
 		Launch: func(in fakeec2.Instance) (string, error) {
+			userData, err := w.disks.attach(fake, in)
+			if err != nil {
+				return "", err
+			}
 			ip := fleet.NewAddress()
-			return ip, fleet.Boot(ip, in.UserData)
+			return ip, fleet.Boot(ip, userData)
 		},
 		Terminate: func(in fakeec2.Instance) { _ = fleet.Halt(in.Address) },
+		Image:     func(in fakeec2.Instance, imageID string) error { return w.disks.image(in, imageID) },
 	})
-	return &world{ec2: fake, url: url, fleet: fleet, logs: &logbuf.Buffer{}}
+	return w
+}
+
+// newDiskWorld is newWorld whose instances each have a disk of their own
+// (see disks), which images copy.
+func newDiskWorld(t *testing.T) *world {
+	w := newWorld(t)
+	w.disks = &disks{dir: t.TempDir()}
+	return w
+}
+
+// disks model instances' root volumes. A fake box's files are the host's,
+// under its work root, so two boxes of one backend (one work root) would
+// share them. With disks, each instance's work root is a directory of its
+// own, <dir>/instances/<id>, which the fake reports in the instance's
+// work_root tag (the only liberty it takes with the provider's tags); an
+// image is a copy of that directory, and an instance launched from it
+// starts with a copy of the copy.
+type disks struct{ dir string }
+
+// attach gives the instance its disk, from its image when it has one of
+// the fake's own, and returns the user data its box boots with.
+func (d *disks) attach(fake *fakeec2.Server, in fakeec2.Instance) (string, error) {
+	if d == nil {
+		return in.UserData, nil
+	}
+	bs, err := cloud.ParseUserData(in.UserData)
+	if err != nil {
+		return "", err
+	}
+	root := filepath.Join(d.dir, "instances", in.ID)
+	if src := filepath.Join(d.dir, "images", in.ImageID); fileExists(src) {
+		err = os.CopyFS(root, os.DirFS(src))
+	} else {
+		err = os.MkdirAll(root, 0o755)
+	}
+	if err != nil {
+		return "", err
+	}
+	bs.WorkRoot = root
+	fake.SetTags(in.Region, in.ID, map[string]string{"work_root": root})
+	return bs.UserData()
+}
+
+// image copies the instance's disk as the image's.
+func (d *disks) image(in fakeec2.Instance, imageID string) error {
+	if d == nil {
+		return nil
+	}
+	return os.CopyFS(filepath.Join(d.dir, "images", imageID), os.DirFS(filepath.Join(d.dir, "instances", in.ID)))
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // config is a backend configuration that talks only to the fake.

@@ -23,6 +23,27 @@
 // resources that carry crabbox's tags and that the caller holds a claim
 // for, re-reading each before deleting it, never by name alone.
 //
+// A native checkpoint is a full snapshot of the VM's OS disk (the VM
+// keeps running) and a managed image of that snapshot, both named
+// "crabbox-<checkpoint>" in the resource group and tagged with the
+// ownership tags (crabbox=true, created_by=crabbox, provider=azure,
+// owner), checkpoint, source_lease and the caller's labels. The image is
+// marked generalized, so a VM made from it is provisioned again: Fork is
+// Acquire of a VM from the image with a fresh bootstrap in its
+// customData, which accepts only the new lease key (cloud-init runs again
+// because the VM is new). DeleteCheckpoint deletes the image, then the
+// snapshot (which Azure bills), never one without those tags; a failed
+// CreateCheckpoint deletes both. VMs record their work root in the
+// crabbox_work_root tag.
+//
+// Restore swaps the VM's OS disk: it makes a disk of the checkpoint's
+// snapshot, deallocates the VM, makes the new disk its OS disk (and its
+// crabbox_disk tag), starts it, waits for its SSH and deletes the old
+// disk; if anything fails, the old disk is put back and the VM started.
+// The VM keeps its name, address and host key, but is not provisioned
+// again, so it comes back with the keys on the checkpoint's disk: only a
+// checkpoint of the same lease can be restored, with the lease's key.
+//
 // Credentials come only from azidentity's default chain (environment,
 // workload identity, managed identity, Azure CLI...); they never appear in
 // flags, arguments, logs or errors.
@@ -289,6 +310,9 @@ const (
 	TagNIC      = "crabbox_nic"
 	TagPublicIP = "crabbox_pip"
 	TagDisk     = "crabbox_disk"
+	// TagWorkRoot records the box's work root, so that a backend
+	// configured with another one still finds its work directories.
+	TagWorkRoot = "crabbox_work_root"
 )
 
 var (

@@ -110,7 +110,20 @@ func checkEmpty(t *testing.T, f *fakeARM) {
 // every VM's SSH served by a cloudtest box booted from its custom data.
 func TestConformance(t *testing.T) {
 	providertest.RunSSHLease(t, providertest.Harness{
-		NewBackend:       func(t *testing.T) provider.SSHLeaseBackend { return newEnv(t).backend(t) },
+		NewBackend: func(t *testing.T) provider.SSHLeaseBackend {
+			e := newEnv(t)
+			// Each OS disk its own, which snapshots copy (the checkpoint
+			// part); every checkpoint is deleted again.
+			e.arm.disks = t.TempDir()
+			t.Cleanup(func() {
+				for _, kind := range []string{kindSnap, kindImage} {
+					if left := e.arm.names(kind); len(left) != 0 {
+						t.Errorf("%s left: %v", kind, left)
+					}
+				}
+			})
+			return e.backend(t)
+		},
 		IgnoreGoroutines: cloudtest.IgnoreGoroutines(),
 	})
 }

@@ -42,6 +42,8 @@ type Backend struct {
 	nics   *armnetwork.InterfacesClient
 	vms    *armcompute.VirtualMachinesClient
 	disks  *armcompute.DisksClient
+	snaps  *armcompute.SnapshotsClient
+	images *armcompute.ImagesClient
 }
 
 // New returns a backend for cfg. It makes no API call.
@@ -75,6 +77,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 	b.vnets, b.nsgs = networks.NewVirtualNetworksClient(), networks.NewSecurityGroupsClient()
 	b.pips, b.nics = networks.NewPublicIPAddressesClient(), networks.NewInterfacesClient()
 	b.vms, b.disks = compute.NewVirtualMachinesClient(), compute.NewDisksClient()
+	b.snaps, b.images = compute.NewSnapshotsClient(), compute.NewImagesClient()
 	return b, nil
 }
 
@@ -103,7 +106,7 @@ func (b *Backend) Spec() provider.Spec { return Provider{}.Spec() }
 // address, SSH, ready tag. If a step fails, or ctx ends, it deletes what
 // it made for the lease (VM, then NIC, then public IP) before returning.
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
-	target, err := b.acquire(ctx, req)
+	target, err := b.acquire(ctx, req, nil)
 	if err != nil {
 		// The caller (lease.Store.Acquire) names the provider and the lease.
 		return provider.LeaseTarget{}, err
@@ -113,13 +116,22 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	return target, nil
 }
 
-func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
+// acquire is Acquire, of a VM made from the managed image of the
+// checkpoint from when it is not nil (a fork).
+func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest, from *provider.CheckpointArtifact) (target provider.LeaseTarget, err error) {
 	clock, log := b.rt.Clock, b.rt.Logger.With("lease", req.LeaseID)
 	if err := cloud.CheckAcquire(req, clock.Now()); err != nil {
 		return target, err
 	}
 	if b.cfg.SourceRange == "" {
 		return target, cloud.NoSourceRange(Name, "source-range", "azure-source-range")
+	}
+	img, _ := parseImage(b.cfg.Image) // checked by withDefaults
+	source := &armcompute.ImageReference{Publisher: &img.Publisher, Offer: &img.Offer, SKU: &img.SKU, Version: &img.Version}
+	if from != nil {
+		if source, err = b.checkpointImage(ctx, *from); err != nil {
+			return target, err
+		}
 	}
 	hostKey, err := cloud.NewHostKey()
 	if err != nil {
@@ -168,7 +180,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 	// that fails, leaves what remains tagged failed for cleanup.
 	rb.Add(cloud.StepCreate, "VM "+n.VM, func(ctx context.Context) error { return b.deleteLease(ctx, req.LeaseID, cloud.StateFailed) })
 	_, err = cloud.FirstWithCapacity(ctx, log, b.cfg.markets(), func(ctx context.Context, market string) error {
-		err := b.createVM(ctx, n, nicID, market, userData, req.PublicKey, labels)
+		err := b.createVM(ctx, n, nicID, market, source, userData, req.PublicKey, labels)
 		if errors.Is(err, provider.ErrCapacity) {
 			// Azure may keep a VM whose allocation failed; it must go
 			// before the same name is tried in another market.
@@ -361,19 +373,20 @@ func (b *Backend) createNIC(ctx context.Context, name, subnetID, nsgID, pipID st
 	return *res.ID, nil
 }
 
-// createVM creates the lease's VM in market. Its tags record its
-// companions, and its OS disk and NIC go with it when it is deleted.
-func (b *Backend) createVM(ctx context.Context, n names, nicID, market, userData, publicKey string, labels map[string]string) error {
-	img, _ := parseImage(b.cfg.Image) // checked by withDefaults
+// createVM creates the lease's VM in market from the image source. Its
+// tags record its companions and work root, and its OS disk and NIC go
+// with it when it is deleted.
+func (b *Backend) createVM(ctx context.Context, n names, nicID, market string, source *armcompute.ImageReference, userData, publicKey string, labels map[string]string) error {
 	tags := maps.Clone(labels)
 	tags[TagNIC], tags[TagPublicIP], tags[TagDisk] = n.NIC, n.PublicIP, n.Disk
+	tags[TagWorkRoot] = b.cfg.WorkRoot
 	tags["market"] = market
 	vm := armcompute.VirtualMachine{
 		Location: &b.cfg.Location, Tags: toTags(tags),
 		Properties: &armcompute.VirtualMachineProperties{
 			HardwareProfile: &armcompute.HardwareProfile{VMSize: ptr(armcompute.VirtualMachineSizeTypes(b.cfg.VMSize))},
 			StorageProfile: &armcompute.StorageProfile{
-				ImageReference: &armcompute.ImageReference{Publisher: &img.Publisher, Offer: &img.Offer, SKU: &img.SKU, Version: &img.Version},
+				ImageReference: source,
 				OSDisk: &armcompute.OSDisk{
 					Name: &n.Disk, CreateOption: ptr(armcompute.DiskCreateOptionTypesFromImage),
 					DeleteOption: ptr(armcompute.DiskDeleteOptionTypesDelete),
@@ -481,7 +494,10 @@ func (b *Backend) target(vm armcompute.VirtualMachine, ip string) (provider.Leas
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("VM %s: %w", deref(vm.Name), err)
 	}
-	t := provider.LeaseTarget{CloudID: deref(vm.Name), User: cloud.DefaultUser, WorkRoot: b.cfg.WorkRoot}
+	t := provider.LeaseTarget{CloudID: deref(vm.Name), User: cloud.DefaultUser, WorkRoot: deref(vm.Tags[TagWorkRoot])}
+	if t.WorkRoot == "" {
+		t.WorkRoot = b.cfg.WorkRoot
+	}
 	info.Apply(&t)
 	if t.Port == 0 {
 		t.Port = b.cfg.Ports[0]

@@ -28,7 +28,10 @@ func TestSpec(t *testing.T) {
 	}
 	// No self-expiry: a VM that powers itself off still bills its disk
 	// (and its compute until deallocated).
-	want := []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor}
+	want := []provider.Feature{
+		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
+		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
+	}
 	if diff := cmp.Diff(want, s.Features); diff != "" {
 		t.Errorf("features (-want +got):\n%s", diff)
 	}

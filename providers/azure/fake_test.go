@@ -9,11 +9,14 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
@@ -31,11 +34,13 @@ const (
 	kindNIC   = "networkInterfaces"
 	kindVM    = "virtualMachines"
 	kindDisk  = "disks"
+	kindSnap  = "snapshots"
+	kindImage = "images"
 )
 
 // eventNames are the names of the lease resource kinds in the mutation
 // log; the shared network is not logged.
-var eventNames = map[string]string{kindPIP: "public-ip", kindNIC: "nic", kindVM: "vm", kindDisk: "disk"}
+var eventNames = map[string]string{kindPIP: "public-ip", kindNIC: "nic", kindVM: "vm", kindDisk: "disk", kindSnap: "snapshot", kindImage: "image"}
 
 // fault makes one operation ("METHOD kind", e.g. "PUT virtualMachines",
 // "LIST networkInterfaces") of the fake fail or hang.
@@ -51,9 +56,18 @@ type fault struct {
 }
 
 // fakeARM is a fake Azure Resource Manager for one subscription: resource
-// groups, networks, public IPs, NICs, VMs and disks as JSON documents,
-// created synchronously (provisioningState Succeeded), with each VM's box
-// served by a cloudtest fleet from its customData at its public IP.
+// groups, networks, public IPs, NICs, VMs, disks, snapshots and managed
+// images as JSON documents, created synchronously (provisioningState
+// Succeeded), with each VM's box served by a cloudtest fleet from its
+// customData at its public IP.
+//
+// With disks set, each OS disk is a directory of its own,
+// <disks>/disks/<name>, which is its VM's box's work root (a fake box's
+// files are the host's, so two boxes with one work root would share
+// them); the fake reports it in the VM's crabbox_work_root tag, the one
+// liberty it takes with what the provider sent. A snapshot of a disk is
+// a copy of its directory, and a VM made from an image of the snapshot
+// starts with a copy of the copy.
 type fakeARM struct {
 	t     testing.TB
 	fleet *cloudtest.Fleet
@@ -71,6 +85,8 @@ type fakeARM struct {
 	onList       func(kind string) // called after a list is answered
 	dead         bool              // every request fails (the process was killed)
 	creates      []string
+	disks        string          // "": boxes share the configured work root
+	deallocated  map[string]bool // VMs deallocated, by lower-case name
 }
 
 func newFakeARM(t testing.TB) *fakeARM { return newFakeARMOf(t, cloudtest.NewFleet(t)) }
@@ -190,7 +206,7 @@ func (f *fakeARM) id(kind, name string) string {
 	switch kind {
 	case kindGroup:
 		return sub + "/resourceGroups/" + name
-	case kindVM, kindDisk:
+	case kindVM, kindDisk, kindSnap, kindImage:
 		return sub + "/resourceGroups/crabbox/providers/Microsoft.Compute/" + kind + "/" + name
 	}
 	return sub + "/resourceGroups/crabbox/providers/Microsoft.Network/" + kind + "/" + name
@@ -219,7 +235,7 @@ func route(path string) (kind, name string, ok bool) {
 	if len(p) < 7 || !strings.EqualFold(p[4], "providers") {
 		return "", "", false
 	}
-	for _, k := range []string{kindVNet, kindNSG, kindPIP, kindNIC, kindVM, kindDisk} {
+	for _, k := range []string{kindVNet, kindNSG, kindPIP, kindNIC, kindVM, kindDisk, kindSnap, kindImage} {
 		if strings.EqualFold(p[6], k) {
 			kind = k
 		}
@@ -244,7 +260,14 @@ func (f *fakeARM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	kind, name, ok := route(r.URL.Path)
+	path, action := r.URL.Path, ""
+	if i := strings.LastIndex(path, "/"); r.Method == http.MethodPost && i >= 0 && (path[i+1:] == "deallocate" || path[i+1:] == "start") {
+		path, action = path[:i], path[i+1:]
+	}
+	kind, name, ok := route(path)
+	if ok && r.Method == http.MethodPost && (action == "" || kind != kindVM) {
+		ok = false
+	}
 	if !ok || r.URL.Query().Get("api-version") == "" {
 		writeError(w, http.StatusNotFound, "InvalidResourceType", "no route "+r.Method+" "+r.URL.Path)
 		return
@@ -254,6 +277,9 @@ func (f *fakeARM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		method = "LIST"
 	}
 	op := method + " " + kind
+	if action != "" {
+		op += "/" + action
+	}
 	f.mu.Lock()
 	dead := f.dead
 	ft := f.faults[op]
@@ -268,12 +294,19 @@ func (f *fakeARM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the process that made this request is dead")
 		return
 	}
-	if ft == nil {
+	serve := func(w http.ResponseWriter) {
+		if action != "" {
+			f.power(w, name, action)
+			return
+		}
 		f.serve(w, method, kind, name, body)
+	}
+	if ft == nil {
+		serve(w)
 		return
 	}
 	if ft.after {
-		f.serve(httptest.NewRecorder(), method, kind, name, body) // done, but the answer is lost
+		serve(httptest.NewRecorder()) // done, but the answer is lost
 	}
 	if ft.hang {
 		if ft.onHang != nil {
@@ -342,6 +375,20 @@ func (f *fakeARM) serve(w http.ResponseWriter, method, kind, name string, body [
 			writeError(w, http.StatusBadRequest, "InvalidResourceReference", msg)
 			return
 		}
+		if kind == kindDisk {
+			if msg := f.diskOfSnapshot(name, in); msg != "" {
+				f.mu.Unlock()
+				writeError(w, http.StatusBadRequest, "InvalidParameter", msg)
+				return
+			}
+		}
+		if kind == kindSnap {
+			if msg := f.snapshot(name, in); msg != "" {
+				f.mu.Unlock()
+				writeError(w, http.StatusBadRequest, "InvalidParameter", msg)
+				return
+			}
+		}
 		if kind == kindPIP && !f.noAddress {
 			props, _ := in["properties"].(map[string]any)
 			if props == nil {
@@ -362,10 +409,19 @@ func (f *fakeARM) serve(w http.ResponseWriter, method, kind, name string, body [
 		out := f.store(kind, name, in)
 		f.logEvent("create", kind, name)
 		f.mu.Unlock()
-		writeJSON(w, http.StatusCreated, out)
+		status := http.StatusCreated
+		if kind == kindSnap || kind == kindDisk {
+			status = http.StatusOK // a snapshot or disk PUT answers 200 or 202
+		}
+		writeJSON(w, status, out)
 	case http.MethodPatch:
 		var in struct {
-			Tags map[string]any `json:"tags"`
+			Tags       map[string]any `json:"tags"`
+			Properties struct {
+				StorageProfile struct {
+					OSDisk map[string]any `json:"osDisk"`
+				} `json:"storageProfile"`
+			} `json:"properties"`
 		}
 		if err := json.Unmarshal(body, &in); err != nil {
 			f.mu.Unlock()
@@ -377,7 +433,18 @@ func (f *fakeARM) serve(w http.ResponseWriter, method, kind, name string, body [
 			writeError(w, http.StatusNotFound, "ResourceNotFound", kind+" "+name+" not found")
 			return
 		}
+		if osDisk := in.Properties.StorageProfile.OSDisk; kind == kindVM && osDisk != nil {
+			if msg := f.swapDisk(doc, osDisk); msg != "" {
+				f.mu.Unlock()
+				writeError(w, http.StatusConflict, "OperationNotAllowed", msg)
+				return
+			}
+			f.events = append(f.events, "swap vm os-disk")
+		}
 		if in.Tags != nil {
+			if wr, ok := doc["tags"].(map[string]any)["crabbox_work_root"]; ok && f.disks != "" {
+				in.Tags["crabbox_work_root"] = wr // the fake's, not the client's
+			}
 			doc["tags"] = in.Tags
 			if en, ok := eventNames[kind]; ok {
 				f.events = append(f.events, fmt.Sprintf("tag %s state=%v", en, in.Tags["state"]))
@@ -533,7 +600,8 @@ func (f *fakeARM) createVM(w http.ResponseWriter, name string, in map[string]any
 				} `json:"linuxConfiguration"`
 			} `json:"osProfile"`
 			StorageProfile struct {
-				OSDisk struct{ Name string } `json:"osDisk"`
+				ImageReference struct{ ID string }   `json:"imageReference"`
+				OSDisk         struct{ Name string } `json:"osDisk"`
 			} `json:"storageProfile"`
 			NetworkProfile struct {
 				NetworkInterfaces []struct {
@@ -578,6 +646,20 @@ func (f *fakeARM) createVM(w http.ResponseWriter, name string, in map[string]any
 		writeError(w, http.StatusConflict, "PropertyChangeNotAllowed", "the fake does not update VMs")
 		return
 	}
+	image := p.StorageProfile.ImageReference.ID
+	if image != "" && f.res[kindImage][strings.ToLower(lastSegment(image))] == nil {
+		f.mu.Unlock()
+		writeError(w, http.StatusNotFound, "NotFound", "image "+image+" not found")
+		return
+	}
+	if f.disks != "" {
+		var err error
+		if userData, err = f.attach(in, p.StorageProfile.OSDisk.Name, image, userData); err != nil {
+			f.mu.Unlock()
+			writeError(w, http.StatusBadRequest, "InvalidParameter", "disk: "+err.Error())
+			return
+		}
+	}
 	out := f.store(kindVM, name, in)
 	f.events = append(f.events, "create vm "+market)
 	f.store(kindDisk, p.StorageProfile.OSDisk.Name, map[string]any{})
@@ -621,4 +703,188 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("x-ms-error-code", code)
 	writeJSON(w, status, map[string]any{"error": map[string]any{"code": code, "message": msg}})
+}
+
+// attach gives a new VM its OS disk, from the snapshot of its image when
+// it has one, tags the VM with the disk's directory as its work root, and
+// returns the custom data its box boots with. f.mu is held.
+func (f *fakeARM) attach(vm map[string]any, disk, image string, userData []byte) ([]byte, error) {
+	bs, err := cloud.ParseUserData(string(userData))
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(f.disks, "disks", disk)
+	if image != "" {
+		var snap string
+		walk(f.res[kindImage][strings.ToLower(lastSegment(image))], func(key, v string) {
+			if key == "id" && strings.Contains(strings.ToLower(v), "/snapshots/") {
+				snap = lastSegment(v)
+			}
+		})
+		err = os.CopyFS(root, os.DirFS(filepath.Join(f.disks, "snapshots", snap)))
+	} else {
+		err = os.MkdirAll(root, 0o755)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tags, _ := vm["tags"].(map[string]any)
+	if tags == nil {
+		tags = map[string]any{}
+		vm["tags"] = tags
+	}
+	tags["crabbox_work_root"] = root
+	bs.WorkRoot = root
+	out, err := bs.UserData()
+	return []byte(out), err
+}
+
+// snapshot checks a new snapshot's source disk and, with disks, copies
+// the disk's directory; it returns what is wrong, if anything. f.mu is
+// held.
+func (f *fakeARM) snapshot(name string, in map[string]any) string {
+	var v struct {
+		Properties struct {
+			CreationData struct {
+				CreateOption     string `json:"createOption"`
+				SourceResourceID string `json:"sourceResourceId"`
+			} `json:"creationData"`
+		} `json:"properties"`
+	}
+	b, _ := json.Marshal(in)
+	_ = json.Unmarshal(b, &v)
+	c := v.Properties.CreationData
+	src := lastSegment(c.SourceResourceID)
+	if c.CreateOption != "Copy" || f.res[kindDisk][strings.ToLower(src)] == nil || !strings.EqualFold(f.id(kindDisk, src), c.SourceResourceID) {
+		return fmt.Sprintf("the fake snapshots only disks it holds (createOption Copy), not %q", c.SourceResourceID)
+	}
+	if f.disks != "" {
+		if err := os.CopyFS(filepath.Join(f.disks, "snapshots", name), os.DirFS(filepath.Join(f.disks, "disks", src))); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+// diskOfSnapshot checks a new disk made of a snapshot and, with disks,
+// copies the snapshot's directory; it returns what is wrong, if anything.
+// f.mu is held.
+func (f *fakeARM) diskOfSnapshot(name string, in map[string]any) string {
+	var v struct {
+		Properties struct {
+			CreationData struct {
+				CreateOption     string `json:"createOption"`
+				SourceResourceID string `json:"sourceResourceId"`
+			} `json:"creationData"`
+		} `json:"properties"`
+	}
+	b, _ := json.Marshal(in)
+	_ = json.Unmarshal(b, &v)
+	c := v.Properties.CreationData
+	src := lastSegment(c.SourceResourceID)
+	if c.CreateOption != "Copy" || f.res[kindSnap][strings.ToLower(src)] == nil || !strings.EqualFold(f.id(kindSnap, src), c.SourceResourceID) {
+		return fmt.Sprintf("the fake makes disks only as copies of its snapshots, not of %q", c.SourceResourceID)
+	}
+	if f.disks != "" {
+		if err := os.CopyFS(filepath.Join(f.disks, "disks", name), os.DirFS(filepath.Join(f.disks, "snapshots", src))); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+// swapDisk makes osDisk (name, managedDisk.id) the OS disk of the
+// deallocated VM doc; it returns what is wrong, if anything. f.mu is held.
+func (f *fakeARM) swapDisk(doc, osDisk map[string]any) string {
+	name, _ := osDisk["name"].(string)
+	md, _ := osDisk["managedDisk"].(map[string]any)
+	id, _ := md["id"].(string)
+	if !f.deallocated[strings.ToLower(doc["name"].(string))] {
+		return "the OS disk of a VM can be changed only while it is deallocated"
+	}
+	if name == "" || f.res[kindDisk][strings.ToLower(name)] == nil || !strings.EqualFold(f.id(kindDisk, name), id) {
+		return fmt.Sprintf("no disk %q (%s)", name, id)
+	}
+	props := doc["properties"].(map[string]any)
+	sp, _ := props["storageProfile"].(map[string]any)
+	old, _ := sp["osDisk"].(map[string]any)
+	if old == nil {
+		old = map[string]any{}
+		sp["osDisk"] = old
+	}
+	for k, v := range osDisk {
+		old[k] = v
+	}
+	delete(sp, "imageReference")
+	return ""
+}
+
+// power deallocates or starts a VM: deallocation stops its box, a start
+// boots it again from its customData with the files of its OS disk.
+func (f *fakeARM) power(w http.ResponseWriter, name, action string) {
+	f.mu.Lock()
+	doc := f.res[kindVM][strings.ToLower(name)]
+	if doc == nil {
+		f.mu.Unlock()
+		writeError(w, http.StatusNotFound, "ResourceNotFound", "VM "+name+" not found")
+		return
+	}
+	var v struct {
+		Properties struct {
+			OSProfile struct {
+				CustomData string `json:"customData"`
+			} `json:"osProfile"`
+			StorageProfile struct {
+				OSDisk struct{ Name string } `json:"osDisk"`
+			} `json:"storageProfile"`
+			NetworkProfile struct {
+				NetworkInterfaces []struct {
+					ID string `json:"id"`
+				} `json:"networkInterfaces"`
+			} `json:"networkProfile"`
+		} `json:"properties"`
+	}
+	b, _ := json.Marshal(doc)
+	_ = json.Unmarshal(b, &v)
+	var ip string
+	if nics := v.Properties.NetworkProfile.NetworkInterfaces; len(nics) > 0 {
+		ip = f.addressOfNIC(lastSegment(nics[0].ID))
+	}
+	if f.deallocated == nil {
+		f.deallocated = map[string]bool{}
+	}
+	if action == "deallocate" {
+		f.deallocated[strings.ToLower(name)] = true
+		f.events = append(f.events, "deallocate vm")
+		f.mu.Unlock()
+		if ip != "" {
+			_ = f.fleet.Halt(ip)
+		}
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	delete(f.deallocated, strings.ToLower(name))
+	f.events = append(f.events, "start vm")
+	userData, _ := base64.StdEncoding.DecodeString(v.Properties.OSProfile.CustomData)
+	if f.disks != "" {
+		bs, err := cloud.ParseUserData(string(userData))
+		if err != nil {
+			f.mu.Unlock()
+			writeError(w, http.StatusBadRequest, "InvalidParameter", err.Error())
+			return
+		}
+		bs.WorkRoot = filepath.Join(f.disks, "disks", v.Properties.StorageProfile.OSDisk.Name)
+		doc["tags"].(map[string]any)["crabbox_work_root"] = bs.WorkRoot
+		s, _ := bs.UserData()
+		userData = []byte(s)
+	}
+	noBoot := f.noBoot
+	f.mu.Unlock()
+	if !noBoot && ip != "" {
+		if err := f.fleet.Boot(ip, string(userData)); err != nil {
+			writeError(w, http.StatusInternalServerError, "InternalServerError", "boot: "+err.Error())
+			return
+		}
+	}
+	w.WriteHeader(http.StatusOK)
 }

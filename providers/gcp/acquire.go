@@ -21,23 +21,35 @@ const (
 	metaSSHKeys       = "ssh-keys"       // the lease key, for the guest agent
 	metaOSLogin       = "enable-oslogin"
 	metaBlockProjKeys = "block-project-ssh-keys"
+	// metaWorkRoot records the box's work root, so that a backend
+	// configured with another one still finds the box's work directories.
+	metaWorkRoot = "crabbox-work-root"
 )
 
 // startupScript runs the user-data bootstrap on images without cloud-init
-// (Debian's Compute Engine images have the guest agent only), once: not
-// where cloud-init runs it, and not again after the box is ready.
+// (Debian's Compute Engine images have the guest agent only), once per
+// instance: not where cloud-init runs it, and not again after the box is
+// ready. The ready marker alone is not enough: an instance made from a
+// checkpoint's machine image has its source's, so the script also
+// records which instance it ran on.
 var startupScript = `#!/bin/sh
 # crabbox: run the bootstrap from the user-data metadata where cloud-init does not.
 command -v cloud-init >/dev/null 2>&1 && exit 0
-[ -e ` + cloud.ReadyMarker + ` ] && exit 0
+md='http://metadata.google.internal/computeMetadata/v1/instance'
+id=$(curl -fsS -H 'Metadata-Flavor: Google' "$md/id") || exit 1
+[ -e ` + cloud.ReadyMarker + ` ] && [ "$(cat ` + instanceRecord + ` 2>/dev/null)" = "$id" ] && exit 0
 umask 077
 f=$(mktemp) || exit 1
-curl -fsS -H 'Metadata-Flavor: Google' 'http://metadata.google.internal/computeMetadata/v1/instance/attributes/user-data' >"$f" &&
-	sh "$f"
+curl -fsS -H 'Metadata-Flavor: Google' "$md/attributes/user-data" >"$f" &&
+	sh "$f" && echo "$id" >` + instanceRecord + `
 rc=$?
 rm -f "$f"
 exit $rc
 `
+
+// instanceRecord is where the startup script records the ID of the
+// instance it bootstrapped.
+const instanceRecord = "/var/lib/crabbox/gce-instance"
 
 // launch is everything an instance insert needs, prepared before anything
 // is created.
@@ -47,6 +59,18 @@ type launch struct {
 	labels   map[string]string // ownership and caller labels, GCP form
 	hostKey  cloud.HostKey
 	userData string
+	// source is the machine image the instance is made from (a fork), as
+	// a URL relative to the API; empty for the configured image.
+	source string
+}
+
+// requestKey names the insert for its request ID: the lease, and for a
+// restore's replacement instance its own name too.
+func (l launch) requestKey() string {
+	if l.name == instanceName(l.req.LeaseID) {
+		return l.req.LeaseID
+	}
+	return l.req.LeaseID + ":" + l.name
 }
 
 // placement is one way to create the instance: a zone and a market.
@@ -78,7 +102,7 @@ func (b *Backend) placements() []placement {
 // its steps. On failure, or when ctx ends before it returns, it deletes
 // whatever it created.
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
-	target, err := b.acquire(ctx, req)
+	target, err := b.acquire(ctx, req, nil)
 	if err != nil {
 		// The caller (lease.Store.Acquire) names the provider and the lease.
 		return provider.LeaseTarget{}, err
@@ -87,7 +111,9 @@ func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (pro
 	return target, nil
 }
 
-func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (target provider.LeaseTarget, err error) {
+// acquire is Acquire, of an instance made from the machine image of the
+// checkpoint from when it is not nil (a fork).
+func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest, from *provider.CheckpointArtifact) (target provider.LeaseTarget, err error) {
 	l, err := b.prepare(req)
 	if err != nil {
 		return target, err
@@ -95,6 +121,11 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (tar
 	api, err := b.clients(ctx)
 	if err != nil {
 		return target, err
+	}
+	if from != nil {
+		if l.source, err = b.checkpointImage(ctx, api, *from); err != nil {
+			return target, err
+		}
 	}
 	clock := b.rt.Clock
 	deadline := clock.Now().Add(b.cfg.BootTimeout)
@@ -180,13 +211,17 @@ func (b *Backend) prepare(req provider.AcquireRequest) (launch, error) {
 // operation to finish.
 func (b *Backend) insert(ctx context.Context, api *clients, l launch, p placement) error {
 	what := fmt.Sprintf("create %s instance %s", p, l.name)
-	op, err := api.instances.Insert(ctx, &computepb.InsertInstanceRequest{
+	req := &computepb.InsertInstanceRequest{
 		Project: b.cfg.Project, Zone: p.zone,
 		// The same request ID for the same lease and placement: a retried
 		// insert is the same insert.
-		RequestId:        proto.String(uuid.NewSHA1(uuid.NameSpaceURL, []byte("crabbox:"+l.req.LeaseID+":"+p.String())).String()),
+		RequestId:        proto.String(uuid.NewSHA1(uuid.NameSpaceURL, []byte("crabbox:"+l.requestKey()+":"+p.String())).String()),
 		InstanceResource: b.instance(l, p),
-	})
+	}
+	if l.source != "" {
+		req.SourceMachineImage = proto.String(l.source)
+	}
+	op, err := api.instances.Insert(ctx, req)
 	if err != nil {
 		return apiError(what, err)
 	}
@@ -210,6 +245,18 @@ func (b *Backend) instance(l launch, p placement) *computepb.Instance {
 		{Key: proto.String(metaSSHKeys), Value: proto.String(cloud.DefaultUser + ":" + l.req.PublicKey)},
 		{Key: proto.String(metaOSLogin), Value: proto.String("FALSE")},
 		{Key: proto.String(metaBlockProjKeys), Value: proto.String("TRUE")},
+		{Key: proto.String(metaWorkRoot), Value: proto.String(b.cfg.WorkRoot)},
+	}
+	// An instance made from a machine image gets its disks from it.
+	disks := []*computepb.AttachedDisk{{
+		Boot: proto.Bool(true), AutoDelete: proto.Bool(true),
+		InitializeParams: &computepb.AttachedDiskInitializeParams{
+			SourceImage: proto.String(b.cfg.Image), DiskSizeGb: proto.Int64(int64(b.cfg.DiskGB)),
+			Labels: maps.Clone(l.labels),
+		},
+	}}
+	if l.source != "" {
+		disks = nil
 	}
 	return &computepb.Instance{
 		Name:        proto.String(l.name),
@@ -218,13 +265,7 @@ func (b *Backend) instance(l launch, p placement) *computepb.Instance {
 		Labels:      labels,
 		Tags:        &computepb.Tags{Items: []string{NetworkTag}},
 		Metadata:    &computepb.Metadata{Items: meta},
-		Disks: []*computepb.AttachedDisk{{
-			Boot: proto.Bool(true), AutoDelete: proto.Bool(true),
-			InitializeParams: &computepb.AttachedDiskInitializeParams{
-				SourceImage: proto.String(b.cfg.Image), DiskSizeGb: proto.Int64(int64(b.cfg.DiskGB)),
-				Labels: maps.Clone(l.labels),
-			},
-		}},
+		Disks:       disks,
 		NetworkInterfaces: []*computepb.NetworkInterface{{
 			Network: proto.String(b.cfg.Network),
 			AccessConfigs: []*computepb.AccessConfig{{

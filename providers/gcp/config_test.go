@@ -17,7 +17,7 @@ func TestSpec(t *testing.T) {
 	if s.Name != "gcp" || s.Kind != provider.KindSSHLease || s.Coordinator != provider.CoordinatorSupported {
 		t.Errorf("spec %+v: want the gcp SSH-lease provider, coordinator supported", s)
 	}
-	for _, f := range []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor} {
+	for _, f := range []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor, provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore} {
 		if !s.Has(f) {
 			t.Errorf("spec lacks feature %s", f)
 		}

@@ -9,6 +9,9 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
 )
 
@@ -35,6 +39,10 @@ const (
 	opInstanceDelete = "instances.delete"
 	opSetLabels      = "instances.setLabels"
 	opOperationGet   = "operations.get"
+	opImageInsert    = "machineImages.insert"
+	opImageGet       = "machineImages.get"
+	opImageList      = "machineImages.list"
+	opImageDelete    = "machineImages.delete"
 )
 
 // fault makes one operation of the fake fail or hang.
@@ -50,8 +58,16 @@ type fault struct {
 
 // fakeGCE is a fake Compute Engine API (the REST JSON of the SDK):
 // firewall rules, instances with labels, label filters and fingerprints,
-// operations and errors, with each instance's box served by a cloudtest
-// fleet from its user-data metadata.
+// machine images of instances, operations and errors, with each
+// instance's box served by a cloudtest fleet from its user-data metadata.
+//
+// With disks set, each instance has a disk of its own: its box's work
+// root is <disks>/instances/<zone>/<name> (a fake box's files are the
+// host's, so two boxes with one work root would share them), which the
+// fake reports in the instance's crabbox-work-root metadata, the one
+// liberty it takes with what the provider sent. A machine image is a copy
+// of that directory, and an instance made from it (sourceMachineImage)
+// starts with a copy of the copy.
 type fakeGCE struct {
 	t     testing.TB
 	fleet *cloudtest.Fleet
@@ -71,6 +87,8 @@ type fakeGCE struct {
 	pending   bool              // operations are answered RUNNING, DONE when read again
 	opReads   int               // operations.get calls
 	onGet     func(in *computepb.Instance)
+	images    map[string]*computepb.MachineImage // by name
+	disks     string                             // "": boxes share the configured work root
 }
 
 type fakeInstance struct {
@@ -86,6 +104,7 @@ func newFakeGCEOf(t testing.TB, fleet *cloudtest.Fleet) *fakeGCE {
 		t: t, fleet: fleet,
 		instances: map[string]*fakeInstance{}, firewalls: map[string]*computepb.Firewall{},
 		ops: map[string]*computepb.Operation{}, faults: map[string]*fault{}, capacity: map[string]string{},
+		images: map[string]*computepb.MachineImage{},
 	}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
@@ -97,6 +116,12 @@ func (f *fakeGCE) setFault(op string, ft fault) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.faults[op] = &ft
+}
+
+func (f *fakeGCE) clearFault(op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.faults, op)
 }
 
 func (f *fakeGCE) log() []string {
@@ -169,6 +194,7 @@ func fingerprint(labels map[string]string) string {
 var (
 	firewallsPath = regexp.MustCompile(`^/compute/v1/projects/([^/]+)/global/firewalls(?:/([^/]+))?$`)
 	instancesPath = regexp.MustCompile(`^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances(?:/([^/]+))?(/setLabels)?$`)
+	imagesPath    = regexp.MustCompile(`^/compute/v1/projects/([^/]+)/global/machineImages(?:/([^/]+))?$`)
 	opsPath       = regexp.MustCompile(`^/compute/v1/projects/([^/]+)/(?:global|zones/[^/]+)/operations/([^/]+)$`)
 	filterTerm    = regexp.MustCompile(`^\(labels\.([a-z][a-z0-9_-]*) = "([a-z0-9_-]*)"\)$`)
 )
@@ -197,6 +223,18 @@ func route(r *http.Request) (op string, m []string) {
 			return opInstanceInsert, m
 		case r.Method == http.MethodDelete && m[3] != "" && m[4] == "":
 			return opInstanceDelete, m
+		}
+	}
+	if m = imagesPath.FindStringSubmatch(r.URL.Path); m != nil {
+		switch {
+		case r.Method == http.MethodGet && m[2] != "":
+			return opImageGet, m
+		case r.Method == http.MethodGet && m[2] == "":
+			return opImageList, m
+		case r.Method == http.MethodPost && m[2] == "":
+			return opImageInsert, m
+		case r.Method == http.MethodDelete && m[2] != "":
+			return opImageDelete, m
 		}
 	}
 	if m = opsPath.FindStringSubmatch(r.URL.Path); m != nil && r.Method == http.MethodGet {
@@ -320,16 +358,9 @@ func (f *fakeGCE) serve(w http.ResponseWriter, r *http.Request, op string, m []s
 		}
 		writeProto(w, in)
 	case opInstanceList:
-		want := map[string]string{}
-		if flt := r.URL.Query().Get("filter"); flt != "" {
-			for term := range strings.SplitSeq(flt, " AND ") {
-				tm := filterTerm.FindStringSubmatch(term)
-				if tm == nil {
-					writeError(w, http.StatusBadRequest, "invalid", "bad filter term "+term)
-					return
-				}
-				want[tm[1]] = tm[2]
-			}
+		want, ok := labelFilter(w, r)
+		if !ok {
+			return
 		}
 		list := &computepb.InstanceList{}
 		for _, k := range slices.Sorted(maps.Keys(f.instances)) {
@@ -393,6 +424,8 @@ func (f *fakeGCE) serve(w http.ResponseWriter, r *http.Request, op string, m []s
 		}
 		f.events = append(f.events, strings.TrimSpace("label instance "+strings.Join(changed, " ")))
 		writeProto(w, f.newOp(m[2]))
+	case opImageInsert, opImageGet, opImageList, opImageDelete:
+		f.serveImages(w, r, op, m, body)
 	case opOperationGet:
 		o := f.ops[m[2]]
 		if o == nil {
@@ -427,6 +460,18 @@ func (f *fakeGCE) insert(w http.ResponseWriter, r *http.Request, zone string, bo
 			return
 		}
 	}
+	var source string
+	if ref := r.URL.Query().Get("sourceMachineImage"); ref != "" {
+		if source = path.Base(ref); f.images[source] == nil {
+			writeError(w, http.StatusNotFound, "notFound", "The resource '"+ref+"' was not found")
+			return
+		}
+	}
+	userData, err := f.attach(zone, &in, source)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", "disk: "+err.Error())
+		return
+	}
 	in.Status = proto.String("RUNNING")
 	in.LabelFingerprint = proto.String(fingerprint(in.GetLabels()))
 	if f.noAddress {
@@ -435,7 +480,7 @@ func (f *fakeGCE) insert(w http.ResponseWriter, r *http.Request, zone string, bo
 		ip := f.fleet.NewAddress()
 		in.NetworkInterfaces[0].AccessConfigs[0].NatIP = proto.String(ip)
 		if !f.noBoot {
-			if err := f.fleet.Boot(ip, metadata(&in, "user-data")); err != nil {
+			if err := f.fleet.Boot(ip, userData); err != nil {
 				writeError(w, http.StatusBadRequest, "invalid", "boot: "+err.Error())
 				return
 			}
@@ -486,4 +531,144 @@ func metadata(in *computepb.Instance, key string) string {
 		}
 	}
 	return ""
+}
+
+// labelFilter reads the label equalities of a list request's filter; on a
+// filter it does not understand it answers 400 and returns false.
+func labelFilter(w http.ResponseWriter, r *http.Request) (map[string]string, bool) {
+	want := map[string]string{}
+	if flt := r.URL.Query().Get("filter"); flt != "" {
+		for term := range strings.SplitSeq(flt, " AND ") {
+			tm := filterTerm.FindStringSubmatch(term)
+			if tm == nil {
+				writeError(w, http.StatusBadRequest, "invalid", "bad filter term "+term)
+				return nil, false
+			}
+			want[tm[1]] = tm[2]
+		}
+	}
+	return want, true
+}
+
+// attach gives a new instance its disk (from the machine image source
+// when set) and returns the user data its box boots with. f.mu is held.
+func (f *fakeGCE) attach(zone string, in *computepb.Instance, source string) (string, error) {
+	userData := metadata(in, "user-data")
+	if f.disks == "" {
+		return userData, nil
+	}
+	bs, err := cloud.ParseUserData(userData)
+	if err != nil {
+		return "", err
+	}
+	root := filepath.Join(f.disks, "instances", zone, in.GetName())
+	if source != "" {
+		err = os.CopyFS(root, os.DirFS(filepath.Join(f.disks, "images", source)))
+	} else {
+		err = os.MkdirAll(root, 0o755)
+	}
+	if err != nil {
+		return "", err
+	}
+	bs.WorkRoot = root
+	for _, it := range in.GetMetadata().GetItems() {
+		if it.GetKey() == "crabbox-work-root" {
+			it.Value = proto.String(root)
+		}
+	}
+	return bs.UserData()
+}
+
+// imageList returns copies of the machine images, sorted by name.
+func (f *fakeGCE) imageList() []*computepb.MachineImage {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*computepb.MachineImage
+	for _, k := range slices.Sorted(maps.Keys(f.images)) {
+		out = append(out, proto.CloneOf(f.images[k]))
+	}
+	return out
+}
+
+// serveImages does a machineImages operation. f.mu is held.
+func (f *fakeGCE) serveImages(w http.ResponseWriter, r *http.Request, op string, m []string, body []byte) {
+	switch op {
+	case opImageInsert:
+		var im computepb.MachineImage
+		if err := protojson.Unmarshal(body, &im); err != nil || im.GetName() == "" {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("bad machine image: %v", err))
+			return
+		}
+		if f.images[im.GetName()] != nil {
+			writeError(w, http.StatusConflict, "alreadyExists", "machine image "+im.GetName()+" already exists")
+			return
+		}
+		src := instanceRef.FindStringSubmatch(im.GetSourceInstance())
+		if src == nil {
+			writeError(w, http.StatusBadRequest, "invalid", "sourceInstance "+im.GetSourceInstance()+" is not an instance")
+			return
+		}
+		fi := f.instances[src[2]+"/"+src[3]]
+		if src[1] != project || fi == nil {
+			writeError(w, http.StatusNotFound, "notFound", "The resource '"+im.GetSourceInstance()+"' was not found")
+			return
+		}
+		for k, v := range im.GetLabels() {
+			if strings.ToLower(k) != k || strings.ToLower(v) != v {
+				writeError(w, http.StatusBadRequest, "invalid", "label "+k+"="+v+" is not lowercase")
+				return
+			}
+		}
+		if f.disks != "" {
+			if err := os.CopyFS(filepath.Join(f.disks, "images", im.GetName()), os.DirFS(filepath.Join(f.disks, "instances", src[2], src[3]))); err != nil {
+				writeError(w, http.StatusInternalServerError, "backendError", err.Error())
+				return
+			}
+		}
+		im.Status = proto.String("READY")
+		im.CreationTimestamp = proto.String("2026-01-02T03:04:05.000-07:00")
+		im.TotalStorageBytes = proto.Int64(1 << 30)
+		im.LabelFingerprint = proto.String(fingerprint(im.GetLabels()))
+		f.images[im.GetName()] = &im
+		f.events = append(f.events, "insert machine image")
+		writeProto(w, f.newOp(""))
+	case opImageGet:
+		im := f.images[m[2]]
+		if im == nil {
+			writeError(w, http.StatusNotFound, "notFound", "machine image "+m[2]+" not found")
+			return
+		}
+		writeProto(w, im)
+	case opImageList:
+		want, ok := labelFilter(w, r)
+		if !ok {
+			return
+		}
+		list := &computepb.MachineImageList{}
+		for _, k := range slices.Sorted(maps.Keys(f.images)) {
+			if hasAll(f.images[k].GetLabels(), want) {
+				list.Items = append(list.Items, f.images[k])
+			}
+		}
+		writeProto(w, list)
+	case opImageDelete:
+		if f.images[m[2]] == nil {
+			writeError(w, http.StatusNotFound, "notFound", "machine image "+m[2]+" not found")
+			return
+		}
+		delete(f.images, m[2])
+		f.events = append(f.events, "delete machine image")
+		writeProto(w, f.newOp(""))
+	}
+}
+
+var instanceRef = regexp.MustCompile(`^(?:https://[^/]+/compute/v1/)?projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$`)
+
+func hasAll(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }

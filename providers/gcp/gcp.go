@@ -39,6 +39,35 @@
 // cloud.DecideCleanup says so, which needs a claim of the caller, and
 // decides again on the freshly re-read instance just before deleting it.
 //
+// # Checkpoints
+//
+// A native checkpoint is a machine image of the lease's instance
+// (machineImages.insert with the instance as sourceInstance; the box
+// keeps running), named "crabbox-<checkpoint>" and labelled with the
+// ownership labels (crabbox=true, created_by=crabbox, provider=gcp,
+// owner), checkpoint, source_lease and the caller's labels.
+// CreateCheckpoint waits until it is READY and, when it fails, deletes
+// the machine images labelled with its checkpoint. ListCheckpoints finds
+// machine images by those labels; DeleteCheckpoint deletes one (a machine
+// image holds its disks' data itself: nothing else stays billed) and
+// never one without them.
+//
+// Fork is Acquire of an instance made from the machine image
+// (instances.insert with sourceMachineImage, no disks of its own), with a
+// fresh bootstrap in its metadata: the new box accepts only the new lease
+// key and has a new host key. Instances record their work root in the
+// crabbox-work-root metadata item.
+//
+// Restore rebuilds the box, as Compute Engine cannot put a machine image
+// back onto an existing instance: it makes a replacement instance of the
+// lease ("crabbox-<lease>-r<hex>") from the machine image with a fresh
+// bootstrap (the request's key, a new host key, maxRunDuration set to
+// what is left of the lease's TTL), waits for its SSH, labels it ready and
+// deletes the old instance. Until it is labelled ready the replacement is
+// not the lease's live instance; if anything fails it is deleted and the
+// old instance stays as it was. The restored box has a new address and
+// host key, which the returned target carries.
+//
 // # Credentials
 //
 // Credentials come from the SDK's Application Default Credentials chain
@@ -101,6 +130,7 @@ type clients struct {
 	firewalls *compute.FirewallsClient
 	zoneOps   *compute.ZoneOperationsClient
 	globalOps *compute.GlobalOperationsClient
+	images    *compute.MachineImagesClient
 }
 
 // New validates cfg and returns a backend. It makes no request and
@@ -156,6 +186,13 @@ func (b *Backend) clients(ctx context.Context) (*clients, error) {
 		c.zoneOps.Close()
 		return nil, credentialsError(err)
 	}
+	if c.images, err = compute.NewMachineImagesRESTClient(ctx, opts...); err != nil {
+		c.instances.Close()
+		c.firewalls.Close()
+		c.zoneOps.Close()
+		c.globalOps.Close()
+		return nil, credentialsError(err)
+	}
 	b.api = &c
 	return b.api, nil
 }
@@ -170,7 +207,7 @@ func (b *Backend) Close() error {
 	}
 	c := b.api
 	b.api = nil
-	for _, cl := range []interface{ Close() error }{c.instances, c.firewalls, c.zoneOps, c.globalOps} {
+	for _, cl := range []interface{ Close() error }{c.instances, c.firewalls, c.zoneOps, c.globalOps, c.images} {
 		_ = cl.Close()
 	}
 	return nil

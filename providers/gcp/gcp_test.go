@@ -48,6 +48,9 @@ func TestAcquire(t *testing.T) {
 	if disk.GetSourceImage() != gcp.DefaultImage || disk.GetDiskSizeGb() != gcp.DefaultDiskGB {
 		t.Errorf("boot disk %v: want %s, %d GB", disk, gcp.DefaultImage, gcp.DefaultDiskGB)
 	}
+	if got := metadata(in, "crabbox-work-root"); got != e.cfg.WorkRoot {
+		t.Errorf("crabbox-work-root = %q, want %q", got, e.cfg.WorkRoot)
+	}
 	if got := metadata(in, "enable-oslogin"); got != "FALSE" {
 		t.Errorf("enable-oslogin = %q, want FALSE", got)
 	}

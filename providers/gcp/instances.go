@@ -189,7 +189,10 @@ func (b *Backend) target(z zonal) (provider.LeaseTarget, error) {
 	if err != nil {
 		return provider.LeaseTarget{}, fmt.Errorf("gcp: instance %s: %w", z.cloudID(), err)
 	}
-	t := provider.LeaseTarget{CloudID: z.cloudID(), User: cloud.DefaultUser, WorkRoot: b.cfg.WorkRoot}
+	t := provider.LeaseTarget{CloudID: z.cloudID(), User: cloud.DefaultUser, WorkRoot: metadataValue(z.inst, metaWorkRoot)}
+	if t.WorkRoot == "" {
+		t.WorkRoot = b.cfg.WorkRoot
+	}
 	info.Apply(&t) // host key and, once ready, the SSH port that answered
 	if t.Port == 0 {
 		t.Port = b.cfg.SSHPorts[0]
@@ -211,3 +214,13 @@ func (b *Backend) mapAddress(host string, port int) (string, int) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// metadataValue is the value of an instance's metadata item key, or "".
+func metadataValue(in *computepb.Instance, key string) string {
+	for _, it := range in.GetMetadata().GetItems() {
+		if it.GetKey() == key {
+			return it.GetValue()
+		}
+	}
+	return ""
+}

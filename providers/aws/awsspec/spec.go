@@ -43,6 +43,7 @@ var spec = provider.Spec{
 	Targets:     []provider.Target{provider.TargetLinux},
 	Features: []provider.Feature{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor,
+		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
 	},
 	Coordinator: provider.CoordinatorSupported,
 	Options: []provider.Option{

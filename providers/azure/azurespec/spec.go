@@ -39,7 +39,10 @@ var spec = provider.Spec{
 	Description: "a fresh Azure VM per lease (credentials from azidentity's default chain)",
 	Kind:        provider.KindSSHLease,
 	Targets:     []provider.Target{provider.TargetLinux},
-	Features:    []provider.Feature{provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor},
+	Features: []provider.Feature{
+		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
+		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
+	},
 	Coordinator: provider.CoordinatorSupported,
 	Options: []provider.Option{
 		{Name: "subscription", Flag: "azure-subscription", Help: "Azure subscription ID (default: $" + SubscriptionEnv + ")", Locates: true},

@@ -79,42 +79,6 @@ func (s *Server) deleteKeyPair(r *region, c Call) (any, *APIError) {
 	return okResponse("DeleteKeyPair"), nil
 }
 
-func (s *Server) describeImages(r *region, c Call) (any, *APIError) {
-	type imageXML struct {
-		ID           string `xml:"imageId"`
-		Name         string `xml:"name"`
-		Owner        string `xml:"imageOwnerId"`
-		Architecture string `xml:"architecture"`
-		State        string `xml:"imageState"`
-		Created      string `xml:"creationDate"`
-		RootDevice   string `xml:"rootDeviceName"`
-	}
-	owners, ids, fs := list(c.Params, "Owner"), list(c.Params, "ImageId"), filters(c.Params)
-	for _, id := range ids {
-		if !slices.ContainsFunc(r.images, func(im Image) bool { return im.ID == id }) {
-			return nil, apiErr("InvalidAMIID.NotFound", "the image id %q does not exist", id)
-		}
-	}
-	var out []imageXML
-	for _, im := range r.images {
-		attr := func(name string) []string {
-			return map[string][]string{
-				"name": {im.Name}, "architecture": {im.Architecture}, "state": {im.State},
-				"image-id": {im.ID}, "owner-id": {im.Owner},
-			}[name]
-		}
-		if (len(owners) > 0 && !slices.Contains(owners, im.Owner)) || (len(ids) > 0 && !slices.Contains(ids, im.ID)) || !matches(fs, attr) {
-			continue
-		}
-		out = append(out, imageXML{im.ID, im.Name, im.Owner, im.Architecture, im.State, im.Created.Format("2006-01-02T15:04:05.000Z"), "/dev/sda1"})
-	}
-	return struct {
-		XMLName xml.Name   `xml:"DescribeImagesResponse"`
-		Xmlns   string     `xml:"xmlns,attr"`
-		Images  []imageXML `xml:"imagesSet>item"`
-	}{Xmlns: xmlns, Images: out}, nil
-}
-
 func (s *Server) describeVpcs(r *region, c Call) (any, *APIError) {
 	type vpcXML struct {
 		ID      string `xml:"vpcId"`
@@ -328,8 +292,10 @@ func (s *Server) runInstances(r *region, c Call) (any, *APIError) {
 		return nil, apiErr("MissingParameter", "ImageId and InstanceType are required")
 	case p.Get("MinCount") != "1" || p.Get("MaxCount") != "1":
 		return nil, apiErr("InvalidParameterValue", "the fake launches exactly one instance")
-	case !slices.ContainsFunc(r.images, func(im Image) bool { return im.ID == p.Get("ImageId") }):
+	case r.image(p.Get("ImageId")) == nil:
 		return nil, apiErr("InvalidAMIID.NotFound", "the image id %q does not exist", p.Get("ImageId"))
+	case r.image(p.Get("ImageId")).State != "available":
+		return nil, apiErr("InvalidAMIID.Unavailable", "the image id %q is not available", p.Get("ImageId"))
 	}
 	keyName := p.Get("KeyName")
 	if keyName != "" && !slices.ContainsFunc(sortedValues(r.keys), func(k *KeyPair) bool { return k.Name == keyName }) {
@@ -350,7 +316,8 @@ func (s *Server) runInstances(r *region, c Call) (any, *APIError) {
 	if market == "spot" {
 		in.Lifecycle = "spot"
 	}
-	vol := &Volume{ID: s.newID("vol-"), Instance: in.ID, Region: c.Region, Tags: tagSpecs(p, "volume")}
+	size, _ := strconv.Atoi(p.Get("BlockDeviceMapping.1.Ebs.VolumeSize"))
+	vol := &Volume{ID: s.newID("vol-"), Instance: in.ID, Region: c.Region, SizeGB: size, Tags: tagSpecs(p, "volume")}
 	in.VolumeID = vol.ID
 	r.instances[in.ID], r.volumes[vol.ID] = in, vol
 	in.pendingLeft = s.pending
@@ -440,7 +407,7 @@ func (s *Server) createTags(r *region, c Call) (any, *APIError) {
 		tags[k[0]] = c.Params.Get("Tag." + strconv.Itoa(i) + ".Value")
 	}
 	for _, id := range ids {
-		if r.instances[id] == nil && r.volumes[id] == nil && r.groups[id] == nil && r.keys[id] == nil {
+		if r.instances[id] == nil && r.volumes[id] == nil && r.groups[id] == nil && r.keys[id] == nil && r.snapshots[id] == nil && r.image(id) == nil {
 			return nil, apiErr("InvalidID", "the ID %q is not valid", id)
 		}
 	}

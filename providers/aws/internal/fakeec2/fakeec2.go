@@ -58,7 +58,7 @@ type Call struct {
 
 // Subject is the main resource a call names (an instance, group or key).
 func (c Call) Subject() string {
-	for _, k := range []string{"InstanceId.1", "ResourceId.1", "GroupId", "KeyPairId", "KeyName", "GroupName"} {
+	for _, k := range []string{"InstanceId.1", "ResourceId.1", "GroupId", "KeyPairId", "KeyName", "GroupName", "ImageId", "SnapshotId", "InstanceId"} {
 		if v := c.Params.Get(k); v != "" {
 			return v
 		}
@@ -140,13 +140,33 @@ type Rule struct {
 // Volume is an instance's root volume.
 type Volume struct {
 	ID, Instance, Region string
+	SizeGB               int // as RunInstances' block device mapping asked
 	Tags                 map[string]string
 }
 
-// Image is a machine image.
+// Account is the account ID of the fake's caller: the owner of the
+// images it makes ("self" in DescribeImages and DescribeSnapshots).
+const Account = "000000000000"
+
+// Image is a machine image: a seeded one, or one CreateImage made of an
+// instance (owned by Account, with its tags and the snapshot of the
+// instance's root volume).
 type Image struct {
 	ID, Name, Owner, Architecture, State string
 	Created                              time.Time
+	Instance                             string // the instance it was made of
+	Tags                                 map[string]string
+	Snapshots                            []string
+
+	pendingLeft int // describes left before it is available
+}
+
+// Snapshot is an EBS snapshot CreateImage made.
+type Snapshot struct {
+	ID, Region, Volume string
+	SizeGB             int
+	Tags               map[string]string
+	Created            time.Time
 }
 
 type region struct {
@@ -155,6 +175,7 @@ type region struct {
 	instances map[string]*Instance
 	volumes   map[string]*Volume
 	images    []Image
+	snapshots map[string]*Snapshot
 	vpcs      []string // the first is the default
 }
 
@@ -219,6 +240,10 @@ type Hooks struct {
 	Launch func(Instance) (publicIP string, err error)
 	// Terminate is called with every instance that is terminated.
 	Terminate func(Instance)
+	// Image is called when CreateImage makes the image imageID of an
+	// instance (e.g. to copy the files of its box). An error fails the
+	// CreateImage call, which then leaves no image.
+	Image func(in Instance, imageID string) error
 	// BeforeCall is called with every call before the fake acts on it
 	// (e.g. to change a resource as another client would meanwhile).
 	BeforeCall func(Call)
@@ -307,6 +332,39 @@ func (s *Server) Volumes(regionName string) []Volume {
 	return out
 }
 
+// Images returns the images of region that the fake's account owns
+// (those CreateImage made), without the seeded ones.
+func (s *Server) Images(regionName string) []Image {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Image
+	for _, im := range s.region(regionName).images {
+		if im.Owner == Account {
+			out = append(out, cloneImage(im))
+		}
+	}
+	return out
+}
+
+// Snapshots returns the snapshots of region.
+func (s *Server) Snapshots(regionName string) []Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Snapshot
+	for _, sn := range sortedValues(s.region(regionName).snapshots) {
+		c := *sn
+		c.Tags = cloneMap(sn.Tags)
+		out = append(out, c)
+	}
+	return out
+}
+
+func cloneImage(im Image) Image {
+	im.Tags = cloneMap(im.Tags)
+	im.Snapshots = slices.Clone(im.Snapshots)
+	return im
+}
+
 // AddSecurityGroup creates a group directly, as someone else might have.
 func (s *Server) AddSecurityGroup(regionName string, g SecurityGroup) SecurityGroup {
 	s.mu.Lock()
@@ -367,7 +425,7 @@ func (s *Server) region(name string) *region {
 	day := func(d int) time.Time { return time.Date(2026, 1, d, 0, 0, 0, 0, time.UTC) }
 	r := &region{
 		keys: map[string]*KeyPair{}, groups: map[string]*SecurityGroup{},
-		instances: map[string]*Instance{}, volumes: map[string]*Volume{},
+		instances: map[string]*Instance{}, volumes: map[string]*Volume{}, snapshots: map[string]*Snapshot{},
 		vpcs: []string{DefaultVPC, "vpc-0other"},
 		images: []Image{
 			{ID: UbuntuAMD64Old, Name: "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20260101", Owner: CanonicalOwner, Architecture: "x86_64", State: "available", Created: day(1)},
@@ -524,6 +582,10 @@ func (s *Server) handle(call Call) ([]byte, *APIError) {
 		"DescribeInstances":             s.describeInstances,
 		"TerminateInstances":            s.terminateInstances,
 		"CreateTags":                    s.createTags,
+		"CreateImage":                   s.createImage,
+		"DeregisterImage":               s.deregisterImage,
+		"DescribeSnapshots":             s.describeSnapshots,
+		"DeleteSnapshot":                s.deleteSnapshot,
 	}[call.Action]
 	if !ok {
 		return nil, apiErr("InvalidAction", "the action %q is not valid for this web service", call.Action)
@@ -541,6 +603,10 @@ func (s *Server) handle(call Call) ([]byte, *APIError) {
 			if err := s.launched(call.Region, res.Instances[0].ID, hooks); err != nil {
 				return nil, err
 			}
+		}
+	case createImageResponse:
+		if err := s.imaged(call.Region, res.instance, res.ID, hooks); err != nil {
+			return nil, err
 		}
 	case terminateResponse:
 		if hooks.Terminate != nil {
@@ -697,6 +763,10 @@ func (s *Server) setTag(r *region, id, k, v string) bool {
 		r.groups[id].Tags[k] = v
 	case r.keys[id] != nil:
 		r.keys[id].Tags[k] = v
+	case r.snapshots[id] != nil:
+		r.snapshots[id].Tags[k] = v
+	case r.image(id) != nil:
+		r.image(id).Tags[k] = v
 	default:
 		return false
 	}
