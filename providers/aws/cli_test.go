@@ -33,6 +33,9 @@ func TestInstalledCLI(t *testing.T) {
 			t.Errorf("fake EC2 actions %q: want the instance run, then terminated at release", a)
 		}
 	}, func(t *testing.T) { checkReleased(t, w) })
+	t.Run("checkpoint", func(t *testing.T) {
+		cloudtest.CLICheckpoint(t, run, flags, func(t *testing.T) { checkReleased(t, w) })
+	})
 }
 
 // checkReleased fails unless the fake region has no live instance, no key

@@ -45,6 +45,9 @@ func TestInstalledCLI(t *testing.T) {
 			t.Errorf("fake ARM events %q: want the VM created, then deleted at release", events)
 		}
 	}, func(t *testing.T) { checkEmpty(t, f) })
+	t.Run("checkpoint", func(t *testing.T) {
+		cloudtest.CLICheckpoint(t, run, flags, func(t *testing.T) { checkEmpty(t, f) })
+	})
 }
 
 // identityHeader is the secret App Service hands its managed identity

@@ -17,7 +17,9 @@ import (
 // port 2222 there), since no Go hook reaches into the provider program.
 func TestInstalledCLI(t *testing.T) {
 	run := cloudtest.InstalledCLI(t, "digitalocean", digitalocean.TokenEnv+"="+testToken)
-	api := &fakeAPI{cloud: tagcloudtest.NewFakeCloudOf(cloudtest.NewLoopbackFleet(t)), tags: map[string]bool{}}
+	fleet := cloudtest.NewLoopbackFleet(t)
+	fleet.UseDisks(t) // each droplet its own files, which a snapshot copies
+	api := &fakeAPI{cloud: tagcloudtest.NewFakeCloudOf(fleet), tags: map[string]bool{}, next: 5000, images: map[int]*fakeImage{}, actions: map[int]*fakeAction{}}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	flags := []string{"--provider", "digitalocean", "--digitalocean-endpoint", srv.URL, "--digitalocean-work-root", t.TempDir()}
@@ -27,4 +29,7 @@ func TestInstalledCLI(t *testing.T) {
 			t.Errorf("droplet creates %q, want one", c)
 		}
 	}, func(t *testing.T) { api.cloud.CheckReleased(t) })
+	t.Run("checkpoint", func(t *testing.T) {
+		cloudtest.CLICheckpoint(t, run, flags, func(t *testing.T) { api.cloud.CheckReleased(t) })
+	})
 }

@@ -30,6 +30,9 @@ func TestInstalledCLI(t *testing.T) {
 			t.Errorf("fake API events %q: want the instance inserted, then deleted at release", e)
 		}
 	}, func(t *testing.T) { checkReleased(t, api) })
+	t.Run("checkpoint", func(t *testing.T) {
+		cloudtest.CLICheckpoint(t, run, flags, func(t *testing.T) { checkReleased(t, api) })
+	})
 }
 
 // checkReleased fails unless the fake project has no instance and no

@@ -16,7 +16,9 @@ import (
 func TestInstalledCLI(t *testing.T) {
 	run := cloudtest.InstalledCLI(t, "scaleway", scaleway.AccessKeyEnv+"="+testAccessKey,
 		scaleway.SecretKeyEnv+"="+testSecretKey, scaleway.ProjectEnv+"="+testProject)
-	api := newFakeAPIOf(t, cloudtest.NewLoopbackFleet(t))
+	fleet := cloudtest.NewLoopbackFleet(t)
+	fleet.UseDisks(t) // each server its own files, which an image copies
+	api := newFakeAPIOf(t, fleet)
 	flags := []string{"--provider", "scaleway", "--scaleway-endpoint", api.URL, "--scaleway-work-root", t.TempDir()}
 
 	cloudtest.CLIRuns(t, run, "scaleway", flags, func(t *testing.T) {
@@ -24,4 +26,7 @@ func TestInstalledCLI(t *testing.T) {
 			t.Errorf("fake API events %q: want the server created, then terminated (with its volumes) at release", e)
 		}
 	}, func(t *testing.T) { checkEmpty(t, api) })
+	t.Run("checkpoint", func(t *testing.T) {
+		cloudtest.CLICheckpoint(t, run, flags, func(t *testing.T) { checkEmpty(t, api) })
+	})
 }
