@@ -445,16 +445,19 @@ func (l *Lease) restoreFrom(ctx context.Context, cp lease.Checkpoint) error {
 }
 
 // adoptWorkdirs makes the work directories of the lease src, which a
-// native checkpoint brought onto this lease's box, this lease's own.
+// native checkpoint brought onto this lease's box, this lease's own: its
+// directory under the work root becomes a link to src's. A link, not a
+// move: on a container's layered filesystem a directory of the image
+// cannot be renamed, and mv would copy it whole.
 func (l *Lease) adoptWorkdirs(ctx context.Context, conn *ssh.Client, src string) error {
 	g := l.snapshot()
 	if src == g.Claim.ID {
 		return nil
 	}
 	from, to := path.Join(g.Target.WorkRoot, src), path.Join(g.Target.WorkRoot, g.Claim.ID)
-	script := fmt.Sprintf("[ ! -d %[1]s ] || { rm -rf %[2]s && mv %[1]s %[2]s; }", remote.Quote(from), remote.Quote(to))
+	script := fmt.Sprintf("[ ! -d %[1]s ] || { rm -rf %[2]s && ln -s %[3]s %[2]s; }", remote.Quote(from), remote.Quote(to), remote.Quote(src))
 	if _, err := runScript(ctx, conn, script); err != nil {
-		return fmt.Errorf("move the checkpoint's work directories %s to %s: %w", from, to, err)
+		return fmt.Errorf("give the checkpoint's work directories %s to lease %s: %w", from, g.Claim.ID, err)
 	}
 	return nil
 }
