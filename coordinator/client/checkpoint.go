@@ -110,44 +110,13 @@ func (c *Client) DeleteCheckpoint(ctx context.Context, id string) (api.Checkpoin
 // with the claim that made the lease returns it); when every attempt is
 // uncertain the attempt is cancelled, as for CreateLease.
 func (c *Client) ForkLease(ctx context.Context, req api.ForkRequest) (api.Lease, error) {
-	if !api.IsLeaseID(req.LeaseID) {
-		return api.Lease{}, fmt.Errorf("fork lease: lease ID %q is malformed: want cbx_ and 12 lowercase hex digits", req.LeaseID)
-	}
-	if req.SSHPublicKey == "" {
-		return api.Lease{}, fmt.Errorf("fork lease %s: no SSH public key", req.LeaseID)
+	if err := checkCreate("fork lease", req.LeaseID, req.SSHPublicKey); err != nil {
+		return api.Lease{}, err
 	}
 	if req.CreateAttemptID == "" {
 		req.CreateAttemptID = api.NewCreateAttemptID()
 	}
-	var lastErr error
-	for attempt := range c.attempts {
-		if attempt > 0 {
-			if err := c.wait(ctx, attempt-1); err != nil {
-				break
-			}
-		}
-		var out api.LeaseResponse
-		_, err := c.do(ctx, c.createTimeout, http.MethodPost, "/v1/leases/from-checkpoint", nil, req, &out)
-		if err == nil {
-			return out.Lease, nil
-		}
-		if !uncertain(err) {
-			return api.Lease{}, fmt.Errorf("fork lease %s: %w", req.LeaseID, err)
-		}
-		lastErr = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if lastErr == nil {
-		lastErr = ctx.Err()
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cancelTimeout)
-	defer cancel()
-	if _, cerr := c.CancelCreate(cctx, req.LeaseID, req.CreateAttemptID); cerr != nil {
-		return api.Lease{}, fmt.Errorf("fork lease %s: %w; cancelling the attempt failed too, the lease may exist: %w", req.LeaseID, lastErr, cerr)
-	}
-	return api.Lease{}, fmt.Errorf("fork lease %s: %w (attempt cancelled)", req.LeaseID, lastErr)
+	return c.attemptCreate(ctx, "fork lease", "/v1/leases/from-checkpoint", req.LeaseID, req.CreateAttemptID, req)
 }
 
 // PutForkLease starts a lease with a caller-fixed ID from a checkpoint

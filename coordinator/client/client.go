@@ -400,15 +400,34 @@ func (c *Client) Readiness(ctx context.Context, providerName string) (api.Readin
 // attempt is cancelled (POST cancel-create on a context independent of
 // ctx) and the error says whether that worked.
 func (c *Client) CreateLease(ctx context.Context, req api.LeaseRequest) (api.Lease, error) {
-	if !api.IsLeaseID(req.LeaseID) {
-		return api.Lease{}, fmt.Errorf("create lease: lease ID %q is malformed: want cbx_ and 12 lowercase hex digits", req.LeaseID)
-	}
-	if req.SSHPublicKey == "" {
-		return api.Lease{}, fmt.Errorf("create lease %s: no SSH public key", req.LeaseID)
+	if err := checkCreate("create lease", req.LeaseID, req.SSHPublicKey); err != nil {
+		return api.Lease{}, err
 	}
 	if req.CreateAttemptID == "" {
 		req.CreateAttemptID = api.NewCreateAttemptID()
 	}
+	return c.attemptCreate(ctx, "create lease", "/v1/leases", req.LeaseID, req.CreateAttemptID, req)
+}
+
+// checkCreate refuses a create (what: "create lease") of a malformed
+// lease ID or without a public key.
+func checkCreate(what, id, publicKey string) error {
+	if !api.IsLeaseID(id) {
+		return fmt.Errorf("%s: lease ID %q is malformed: want cbx_ and 12 lowercase hex digits", what, id)
+	}
+	if publicKey == "" {
+		return fmt.Errorf("%s %s: no SSH public key", what, id)
+	}
+	return nil
+}
+
+// attemptCreate posts body, the create of lease id bound to attemptID, to
+// path. After an uncertain answer the same attempt is retried; if every
+// attempt is uncertain, or ctx ends while the outcome is unknown, the
+// attempt is cancelled (POST cancel-create on a context independent of
+// ctx) and the error says whether that worked. what names the operation
+// in errors.
+func (c *Client) attemptCreate(ctx context.Context, what, path, id, attemptID string, body any) (api.Lease, error) {
 	var lastErr error
 	for attempt := range c.attempts {
 		if attempt > 0 {
@@ -417,16 +436,16 @@ func (c *Client) CreateLease(ctx context.Context, req api.LeaseRequest) (api.Lea
 			}
 		}
 		var out api.LeaseResponse
-		_, err := c.do(ctx, c.createTimeout, http.MethodPost, "/v1/leases", nil, req, &out)
+		_, err := c.do(ctx, c.createTimeout, http.MethodPost, path, nil, body, &out)
 		if err == nil {
-			if out.Lease.ID != req.LeaseID {
-				lastErr = &decodeError{op: "POST /v1/leases", status: 200, err: fmt.Errorf("answer names lease %q, want %q", out.Lease.ID, req.LeaseID)}
+			if out.Lease.ID != id {
+				lastErr = &decodeError{op: "POST " + path, status: 200, err: fmt.Errorf("answer names lease %q, want %q", out.Lease.ID, id)}
 				break
 			}
 			return out.Lease, nil
 		}
 		if !uncertain(err) {
-			return api.Lease{}, fmt.Errorf("create lease %s: %w", req.LeaseID, err)
+			return api.Lease{}, fmt.Errorf("%s %s: %w", what, id, err)
 		}
 		lastErr = err
 		if ctx.Err() != nil {
@@ -438,10 +457,10 @@ func (c *Client) CreateLease(ctx context.Context, req api.LeaseRequest) (api.Lea
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cancelTimeout)
 	defer cancel()
-	if _, cerr := c.CancelCreate(cctx, req.LeaseID, req.CreateAttemptID); cerr != nil {
-		return api.Lease{}, fmt.Errorf("create lease %s: %w; cancelling the attempt failed too, the lease may exist: %w", req.LeaseID, lastErr, cerr)
+	if _, cerr := c.CancelCreate(cctx, id, attemptID); cerr != nil {
+		return api.Lease{}, fmt.Errorf("%s %s: %w; cancelling the attempt failed too, the lease may exist: %w", what, id, lastErr, cerr)
 	}
-	return api.Lease{}, fmt.Errorf("create lease %s: %w (attempt cancelled)", req.LeaseID, lastErr)
+	return api.Lease{}, fmt.Errorf("%s %s: %w (attempt cancelled)", what, id, lastErr)
 }
 
 // wait sleeps the i-th backoff on the client's clock.
