@@ -31,31 +31,22 @@ var (
 	_ provider.NativeRestoreBackend    = (*Backend)(nil)
 )
 
-// checkpointLabels are the tags of a checkpoint's AMI and snapshot.
+// checkpointLabels are the tags of a checkpoint's AMI and snapshot: the
+// labels every cloud's checkpoint carries (cloud.CheckpointLabels), and
+// the owner.
 func (b *Backend) checkpointLabels(req provider.CheckpointRequest) (map[string]string, error) {
-	if !isLeaseID(req.Lease.LeaseID) {
-		return nil, fmt.Errorf("aws: checkpoint: %q is not a crabbox lease ID", req.Lease.LeaseID)
-	}
-	if req.CheckpointID == "" || cloud.SanitizeValue(req.CheckpointID) != req.CheckpointID {
-		return nil, fmt.Errorf("aws: checkpoint of lease %s: malformed checkpoint ID %q", req.Lease.LeaseID, req.CheckpointID)
-	}
-	labels := make(map[string]string, len(req.Labels)+7)
-	for k, v := range req.Labels {
-		if err := cloud.CheckKey(k); err != nil {
-			return nil, fmt.Errorf("aws: checkpoint %s: %w", req.CheckpointID, err)
-		}
-		if cloud.IsOwnershipKey(k) || k == provider.LabelCheckpoint || k == provider.LabelSourceLease || k == tagName || k == tagWorkRoot {
+	for _, k := range []string{tagName, tagWorkRoot} {
+		if _, ok := req.Labels[k]; ok {
 			return nil, fmt.Errorf("aws: checkpoint %s: label %q is reserved for crabbox's own tags", req.CheckpointID, k)
 		}
-		labels[k] = cloud.SanitizeValue(v)
 	}
-	maps.Copy(labels, ownership(""))
-	labels[cloud.LabelCreatedBy] = "crabbox"
+	labels, err := cloud.CheckpointLabels(Name, req)
+	if err != nil {
+		return nil, fmt.Errorf("aws: %w", err)
+	}
 	if owner := cloud.SanitizeValue(b.cfg.Owner); owner != "" {
 		labels[cloud.LabelOwner] = owner
 	}
-	labels[provider.LabelCheckpoint] = req.CheckpointID
-	labels[provider.LabelSourceLease] = req.Lease.LeaseID
 	return labels, nil
 }
 

@@ -30,30 +30,22 @@ func checkpointName(checkpointID string) string {
 	return "crabbox-" + strings.ReplaceAll(checkpointID, "_", "-")
 }
 
-// checkpointLabels are the tags of a checkpoint's snapshot and image.
+// checkpointLabels are the tags of a checkpoint's snapshot and image:
+// the labels every cloud's checkpoint carries (cloud.CheckpointLabels),
+// and the owner.
 func (b *Backend) checkpointLabels(req provider.CheckpointRequest) (map[string]string, error) {
-	if !lease.IsCheckpointID(req.CheckpointID) {
-		return nil, fmt.Errorf("checkpoint of azure lease %s: malformed checkpoint ID %q", req.Lease.LeaseID, req.CheckpointID)
-	}
-	if !lease.IsID(req.Lease.LeaseID) {
-		return nil, fmt.Errorf("azure checkpoint %s: %q is not a crabbox lease ID", req.CheckpointID, req.Lease.LeaseID)
-	}
-	labels := make(map[string]string, len(req.Labels)+7)
-	for k, v := range req.Labels {
-		if err := cloud.CheckKey(k); err != nil {
-			return nil, fmt.Errorf("azure checkpoint %s: %w", req.CheckpointID, err)
-		}
-		if cloud.IsOwnershipKey(k) || k == provider.LabelCheckpoint || k == provider.LabelSourceLease || strings.HasPrefix(k, "crabbox_") {
+	for k := range req.Labels {
+		if strings.HasPrefix(k, "crabbox_") {
 			return nil, fmt.Errorf("azure checkpoint %s: label %q is reserved for crabbox's own tags", req.CheckpointID, k)
 		}
-		labels[k] = cloud.SanitizeValue(v)
 	}
-	maps.Copy(labels, sharedTags())
+	labels, err := cloud.CheckpointLabels(Name, req)
+	if err != nil {
+		return nil, fmt.Errorf("azure: %w", err)
+	}
 	if owner := cloud.SanitizeValue(b.cfg.Owner); owner != "" {
 		labels[cloud.LabelOwner] = owner
 	}
-	labels[provider.LabelCheckpoint] = req.CheckpointID
-	labels[provider.LabelSourceLease] = req.Lease.LeaseID
 	return labels, nil
 }
 
