@@ -66,6 +66,7 @@ func (l *Lease) Checkpoint(ctx context.Context, opts CheckpointOptions) (lease.C
 	cp := lease.Checkpoint{
 		ID: lease.NewCheckpointID(), Name: opts.Name, Kind: lease.CheckpointArchive, State: lease.CheckpointCreating,
 		Provider: g.Claim.Provider, Config: maps.Clone(g.Claim.Config), SourceLease: g.Claim.ID,
+		Route: g.Claim.Route, Coordinator: g.Claim.Coordinator,
 		Paths: opts.Paths, CreatedAt: c.store.Clock().Now().UTC(), Labels: maps.Clone(opts.Labels),
 	}
 	creator := lease.ThisProcess()
@@ -308,9 +309,10 @@ func (c *Client) DeleteCheckpoint(ctx context.Context, ref string) error {
 }
 
 // nativeBackend is the backend that reaches the artifact of the native
-// checkpoint cp: its provider's, configured as its source lease was.
+// checkpoint cp: its source lease's (its provider's configured as that
+// lease was, or its coordinator's).
 func (c *Client) nativeBackend(cp lease.Checkpoint) (provider.NativeCheckpointBackend, error) {
-	b, err := c.sshBackendAt(cp.Provider, cp.Config)
+	b, err := c.leaseBackend(cp.SourceClaim())
 	if err != nil {
 		return nil, err
 	}
@@ -342,12 +344,12 @@ func (c *Client) Fork(ctx context.Context, ref string, opts AcquireOptions) (*Le
 		if p, err := c.registry.Lookup(cmp.Or(opts.Provider, cp.Provider)); err != nil || p.Spec().Name != cp.Provider {
 			return nil, fmt.Errorf("fork checkpoint %s: it is a native %s checkpoint; it cannot start a %s box", cp.ID, cp.Provider, opts.Provider)
 		}
-		b, err := c.sshBackendAt(cp.Provider, cp.Config)
+		b, err := c.leaseBackend(cp.SourceClaim())
 		if err != nil {
 			return nil, err
 		}
-		l, err = c.acquireSSH(ctx, b, lease.Terms{Route: lease.RouteDirect, Config: maps.Clone(cp.Config), From: cp.Artifact}, opts)
-		if err != nil {
+		terms := lease.Terms{Route: cp.Route, Coordinator: cp.Coordinator, Config: maps.Clone(cp.Config), From: cp.Artifact}
+		if l, err = c.acquireSSH(ctx, b, terms, opts); err != nil {
 			return nil, fmt.Errorf("fork checkpoint %s: %w", cp.ID, err)
 		}
 	} else if l, err = c.Acquire(ctx, opts); err != nil {

@@ -25,8 +25,10 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/coordinator/store/sqlite"
+	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/local"
+	"github.com/crabbox-dev/crabbox/run"
 )
 
 const coordToken = "test-coordinator-token"
@@ -968,5 +970,62 @@ func TestBrokeredHeartbeatGoesOverTheControlSocket(t *testing.T) {
 	}
 	if err := c.Stop(t.Context(), l.ID()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A native checkpoint of a brokered lease is the coordinator's: made
+// through POST /v1/checkpoints, forked with a use claim into a brokered
+// lease that holds the build, and deleted at the coordinator.
+func TestBrokeredNativeCheckpoint(t *testing.T) {
+	ctx := t.Context()
+	rc := newRealCoordinator(t)
+	c := rc.client(t, crabbox.BrokerAll)
+	repo := gitRepo(t)
+
+	src, err := c.Acquire(ctx, crabbox.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Release(context.Background())
+	if _, err := src.Sync(ctx, repo, crabbox.SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if res, err := src.Exec(ctx, run.Command{Shell: "cat committed.txt > build.out", Dir: src.Workdir(repo), Stderr: &out}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("build: exit %d, %v, %s", res.ExitCode, err, out.String())
+	}
+	cp, err := src.Checkpoint(ctx, crabbox.CheckpointOptions{Name: "built"})
+	if err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	if cp.Kind != lease.CheckpointNative || cp.Route != lease.RouteBrokered || cp.Artifact == nil || cp.Artifact.ID != cp.ID {
+		t.Fatalf("checkpoint = %+v, want a native brokered one whose artifact is the coordinator's checkpoint", cp)
+	}
+	cc := crabbox.CoordinatorOf(c)
+	if got, err := cc.GetCheckpoint(ctx, cp.ID); err != nil || got.State != api.CheckpointReady || got.SourceLease != src.ID() || got.Owner != "alice" {
+		t.Fatalf("coordinator checkpoint = %+v, %v; want alice's ready checkpoint of %s", got, err, src.ID())
+	}
+
+	fork, err := c.Fork(ctx, "built", crabbox.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	defer fork.Release(context.Background())
+	if fork.Claim().Route != lease.RouteBrokered {
+		t.Errorf("fork's route = %q, want brokered", fork.Claim().Route)
+	}
+	out.Reset()
+	if res, err := fork.Exec(ctx, run.Command{Shell: "cat build.out", Dir: fork.Workdir(repo), Stdout: &out}); err != nil || res.ExitCode != 0 || out.String() != "committed\n" {
+		t.Errorf("fork's build output: exit %d, %v, %q; want %q", res.ExitCode, err, out.String(), "committed\n")
+	}
+	if got, err := cc.GetCheckpoint(ctx, cp.ID); err != nil || got.Uses != 1 {
+		t.Errorf("coordinator checkpoint uses = %d, %v; want 1", got.Uses, err)
+	}
+
+	if err := c.DeleteCheckpoint(ctx, cp.ID); err != nil {
+		t.Fatalf("DeleteCheckpoint: %v", err)
+	}
+	if got, err := cc.GetCheckpoint(ctx, cp.ID); err != nil || got.State == api.CheckpointReady {
+		t.Errorf("coordinator checkpoint after delete = %s, %v; want it deleting or deleted", got.State, err)
 	}
 }

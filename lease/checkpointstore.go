@@ -53,6 +53,10 @@ type Checkpoint struct {
 	Provider    string            `json:"provider"`
 	Config      map[string]string `json:"config,omitempty"`
 	SourceLease string            `json:"sourceLease"`
+	// Route and Coordinator are the source lease's: a native checkpoint
+	// of a brokered lease is the coordinator's, and so are its forks.
+	Route       Route  `json:"route,omitempty"`
+	Coordinator string `json:"coordinator,omitempty"`
 	// Checkout is the local checkout (absolute) whose workdir the
 	// checkpoint holds, and SourceWorkdir that workdir on the source box.
 	Checkout      string `json:"checkout"`
@@ -214,4 +218,11 @@ func (c Checkpoint) check(id string) error {
 		return errors.New("a native checkpoint without its artifact")
 	}
 	return nil
+}
+
+// SourceClaim is what the checkpoint knows of its source lease's claim:
+// enough to reach the lease's backend as that lease was reached (its
+// provider, settings, route and coordinator).
+func (c Checkpoint) SourceClaim() Claim {
+	return Claim{ID: c.SourceLease, Provider: c.Provider, Config: c.Config, Route: c.Route, Coordinator: c.Coordinator}
 }

@@ -108,16 +108,23 @@ func WithRegistry(r *provider.Registry) Option {
 // provider.SSHLoginBackend: its lease targets carry NeutralSSHUser, never
 // the login the coordinator sent, and SSHLogin reads the lease from the
 // coordinator to get a fresh one. Other providers' backends make no such
-// call.
+// call. When it declares native checkpoints and forks, the backend is a
+// provider.NativeForkBackend whose checkpoints the coordinator keeps.
 func NewBrokered(coord *coordclient.Client, name string, settings api.LeaseRequest, store *lease.Store, clock clockwork.Clock, opts ...Option) provider.SSHLeaseBackend {
 	o := brokeredOptions{registry: provider.Default()}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	b := &brokeredBackend{name: name, coord: coord, heartbeats: o.heartbeats, store: store, clock: clock, extra: settings, pollInterval: 2 * time.Second}
-	if p, err := o.registry.Lookup(name); err == nil && p.Spec().Has(provider.FeatureSSHLogin) {
+	p, err := o.registry.Lookup(name)
+	switch {
+	case err != nil:
+	case p.Spec().Has(provider.FeatureSSHLogin):
 		b.login = true
 		return &brokeredLoginBackend{brokeredBackend: b}
+	case p.Spec().Has(provider.FeatureCheckpoint) && p.Spec().Has(provider.FeatureFork):
+		b.native = true
+		return &brokeredNativeBackend{brokeredBackend: b}
 	}
 	return b
 }
@@ -134,12 +141,18 @@ type brokeredBackend struct {
 	// login: the provider's SSH login is a credential, kept out of the
 	// lease targets (see brokeredLoginBackend).
 	login bool
+	// native: the provider saves whole boxes, and the coordinator keeps
+	// its checkpoints (see brokeredNativeBackend).
+	native bool
 }
 
 func (b *brokeredBackend) Spec() provider.Spec {
 	features := []provider.Feature{provider.FeatureSSH}
 	if b.login {
 		features = append(features, provider.FeatureSSHLogin)
+	}
+	if b.native {
+		features = append(features, provider.FeatureCheckpoint, provider.FeatureFork)
 	}
 	return provider.Spec{
 		Name:        b.name,
@@ -193,6 +206,13 @@ func (b *brokeredBackend) Acquire(ctx context.Context, req provider.AcquireReque
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
+	return b.provisioned(ctx, req.LeaseID, l)
+}
+
+// provisioned waits while the coordinator's lease l (of lease id)
+// provisions, and returns it as an SSH target.
+func (b *brokeredBackend) provisioned(ctx context.Context, id string, l api.Lease) (provider.LeaseTarget, error) {
+	var err error
 	for l.State == api.LeaseProvisioning {
 		t := b.clock.NewTimer(b.pollInterval)
 		select {
@@ -201,11 +221,11 @@ func (b *brokeredBackend) Acquire(ctx context.Context, req provider.AcquireReque
 			return provider.LeaseTarget{}, fmt.Errorf("lease %s still provisioning at the coordinator: %w", l.ID, ctx.Err())
 		case <-t.Chan():
 		}
-		if l, err = b.coord.GetLease(ctx, req.LeaseID); err != nil {
+		if l, err = b.coord.GetLease(ctx, id); err != nil {
 			return provider.LeaseTarget{}, err
 		}
 	}
-	return b.target(req.LeaseID, l)
+	return b.target(id, l)
 }
 
 func seconds(d time.Duration) int { return int(d / time.Second) }
