@@ -38,14 +38,8 @@ trap cleanup EXIT
 
 if [ "$PROVIDER" = docker ]; then
 	IMG=crabbox-bench/busybox:latest
-	if ! docker image inspect "$IMG" >/dev/null 2>&1; then
-		busybox=$(command -v busybox) || { echo "checkpointbench: install busybox-static" >&2; exit 1; }
-		mkdir -p "$work/rootfs/bin" "$work/rootfs/tmp"
-		cp "$busybox" "$work/rootfs/bin/busybox"
-		(cd "$work/rootfs/bin" && for a in $("$busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$a"; done)
-		tar -C "$work/rootfs" -c . | docker import - "$IMG" >/dev/null
-		rm -rf "$work/rootfs"
-	fi
+	. "$root/bench/busybox-image.sh"
+	busybox_image "$IMG" "$work"
 	export CRABBOX_DOCKER_IMAGE=$IMG
 fi
 (cd "$root" && CGO_ENABLED=0 go build -o "$cb" ./cmd/crabbox)

@@ -23,15 +23,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-if ! docker image inspect "$IMG" >/dev/null 2>&1; then
-	busybox=$(command -v busybox) || { echo "dockerloop: install busybox-static" >&2; exit 1; }
-	mkdir -p "$work/rootfs/bin" "$work/rootfs/tmp"
-	cp "$busybox" "$work/rootfs/bin/busybox"
-	# Relative links: `busybox --install -s` would point them at this
-	# machine's path of busybox, which is not in the image.
-	(cd "$work/rootfs/bin" && for a in $("$busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$a"; done)
-	tar -C "$work/rootfs" -c . | docker import - "$IMG" >/dev/null
-fi
+. "$root/bench/busybox-image.sh"
+busybox_image "$IMG" "$work"
 (cd "$root" && CGO_ENABLED=0 go build -o "$work/crabbox" ./cmd/crabbox)
 cb=$work/crabbox
 export CRABBOX_DOCKER_IMAGE=$IMG XDG_STATE_HOME=$work/state XDG_CONFIG_HOME=$work/config
