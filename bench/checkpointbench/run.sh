@@ -28,9 +28,11 @@ shift $(($# < 2 ? $# : 2))
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 cb=$work/crabbox
-leases=()
+# Every lease warm made, one per line (warm runs in a subshell, $(...),
+# so a variable would not reach cleanup).
+touch "$work/leases"
 cleanup() {
-	for l in "${leases[@]}"; do "$cb" stop "$l" >/dev/null 2>&1 || true; done
+	while read -r l; do "$cb" stop "$l" >/dev/null 2>&1 || true; done <"$work/leases"
 	"$cb" checkpoint delete warm >/dev/null 2>&1 || true
 	rm -rf "$work"
 }
@@ -65,7 +67,7 @@ warm() {
 	local id
 	id=$("$cb" warmup --json "$@" | sed -n 's/.*"id": *"\(cbx_[0-9a-f]*\)".*/\1/p' | head -1)
 	[ -n "$id" ] || { echo "checkpointbench: warmup $* printed no lease ID" >&2; exit 1; }
-	leases+=("$id")
+	echo "$id" >>"$work/leases"
 	echo "$id"
 }
 quiet() { "$@" >/dev/null 2>"$work/err.log" || { echo "checkpointbench: $* failed:" >&2; cat "$work/err.log" >&2; exit 1; }; }
