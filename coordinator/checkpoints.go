@@ -580,41 +580,21 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, id auth.Identity, 
 // retried with backoff.
 func (s *Server) cleanupCheckpoint(ctx context.Context, cp store.Checkpoint) {
 	log := s.log.With(slog.String("checkpoint", cp.ID), slog.String("provider", cp.Provider), slog.String("owner", cp.Owner))
-	dctx, cancel := context.WithCancelCause(ctx)
-	renewing := make(chan struct{})
-	go func() {
-		defer close(renewing)
-		s.renewEvery(dctx, log, cancel, func(now time.Time) error {
-			return s.store.RenewCheckpointClaim(dctx, cp.ID, cp.CleanupToken, now, s.claimHold)
-		})
-	}()
-	err := s.deleteArtifact(dctx, cp)
-	lost := context.Cause(dctx)
-	cancel(nil)
-	<-renewing
-	if errors.Is(lost, store.ErrClaimLost) {
-		log.Warn("checkpoint cleanup claim lost to another coordinator; its result is not recorded here")
-		return
-	}
-	now := s.clock.Now().UTC()
-	commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancelCommit()
-	if err != nil {
-		s.metrics.cleanupFailures.WithLabelValues(cp.Provider).Inc()
-		retry := now.Add(s.retryDelay(cp.CleanupAttempts))
-		cause := truncate(err.Error(), maxFailureMessage)
-		if _, ferr := s.store.FailCheckpointCleanup(commitCtx, cp.ID, cp.CleanupToken, cause, now, retry); ferr != nil {
-			log.Error("record failed checkpoint cleanup", slog.String("error", ferr.Error()))
-		}
-		log.Warn("checkpoint deletion failed", slog.String("error", cause), slog.Time("retryAt", retry), slog.Int("attempt", cp.CleanupAttempts+1))
-		return
-	}
-	done, err := s.store.FinishCheckpointCleanup(commitCtx, cp.ID, cp.CleanupToken, now)
-	if err != nil {
-		log.Error("commit checkpoint cleanup", slog.String("error", err.Error()))
-		return
-	}
-	log.Info("checkpoint cleaned up", slog.String("state", string(done.State)))
+	s.claimedCleanup(ctx, claimed{
+		what: "checkpoint", log: log, provider: cp.Provider, attempts: cp.CleanupAttempts,
+		renew: func(ctx context.Context, now time.Time) error {
+			return s.store.RenewCheckpointClaim(ctx, cp.ID, cp.CleanupToken, now, s.claimHold)
+		},
+		remove: func(ctx context.Context) error { return s.deleteArtifact(ctx, cp) },
+		fail: func(ctx context.Context, cause string, now, retry time.Time) error {
+			_, err := s.store.FailCheckpointCleanup(ctx, cp.ID, cp.CleanupToken, cause, now, retry)
+			return err
+		},
+		finish: func(ctx context.Context, now time.Time) (string, error) {
+			done, err := s.store.FinishCheckpointCleanup(ctx, cp.ID, cp.CleanupToken, now)
+			return string(done.State), err
+		},
+	})
 }
 
 // deleteArtifact deletes a checkpoint's artifact through its provider,

@@ -112,59 +112,85 @@ func (s *Server) Maintain(ctx context.Context) (int, error) {
 	return max(len(claimed), len(checkpoints)), cerr
 }
 
-// cleanup deletes a claimed lease's server and commits the outcome. The
-// claim is renewed while the delete runs; if it is lost (this process
-// stalled past the hold and another took the lease over), the delete is
-// abandoned and nothing is committed.
+// cleanup deletes a claimed lease's server and commits the outcome (see
+// claimedCleanup).
 func (s *Server) cleanup(ctx context.Context, l store.Lease) {
 	s.logins.drop(l.ID)
 	log := s.log.With(slog.String("lease", l.ID), slog.String("provider", l.Provider), slog.String("owner", l.Owner))
+	s.claimedCleanup(ctx, claimed{
+		what: "server", log: log, provider: l.Provider, attempts: l.CleanupAttempts,
+		renew: func(ctx context.Context, now time.Time) error {
+			return s.store.RenewCleanupClaim(ctx, l.ID, l.CleanupToken, now, s.claimHold)
+		},
+		remove: func(ctx context.Context) error { return s.deleteServer(ctx, l) },
+		fail: func(ctx context.Context, cause string, now, retry time.Time) error {
+			_, err := s.store.FailCleanup(ctx, l.ID, l.CleanupToken, cause, now, retry)
+			return err
+		},
+		finish: func(ctx context.Context, now time.Time) (string, error) {
+			done, err := s.store.FinishCleanup(ctx, l.ID, l.CleanupToken, now)
+			if err == nil {
+				s.metrics.cleanups.WithLabelValues(l.Provider).Inc()
+			}
+			return string(done.State), err
+		},
+	})
+}
+
+// claimed is one deletion under a cleanup claim (a lease's server, a
+// checkpoint's artifact): how to renew the claim, do the deletion, and
+// commit its failure (to be retried at a time) or its end.
+type claimed struct {
+	what     string // what is deleted, for the log: "server"
+	log      *slog.Logger
+	provider string
+	attempts int // failed attempts so far
+	renew    func(ctx context.Context, now time.Time) error
+	remove   func(ctx context.Context) error
+	fail     func(ctx context.Context, cause string, now, retry time.Time) error
+	finish   func(ctx context.Context, now time.Time) (state string, err error)
+}
+
+// claimedCleanup runs c.remove while c's claim is renewed, then commits
+// the outcome. If the claim is lost meanwhile (this process stalled past
+// the hold and another coordinator took the work over), the deletion is
+// abandoned and nothing is committed. The commit happens even when ctx was
+// cancelled during the deletion, so that a deletion that happened is not
+// repeated by the next claimant; a failed one is retried with backoff.
+func (s *Server) claimedCleanup(ctx context.Context, c claimed) {
 	dctx, cancel := context.WithCancelCause(ctx)
 	renewing := make(chan struct{})
 	go func() {
 		defer close(renewing)
-		s.renewClaim(dctx, l, log, cancel)
+		s.renewEvery(dctx, c.log, cancel, func(now time.Time) error { return c.renew(dctx, now) })
 	}()
-	err := s.deleteServer(dctx, l)
+	err := c.remove(dctx)
 	lost := context.Cause(dctx)
 	cancel(nil)
 	<-renewing
 	if errors.Is(lost, store.ErrClaimLost) {
-		log.Warn("cleanup claim lost to another coordinator; its deletion result is not recorded here")
+		c.log.Warn("cleanup claim lost to another coordinator; its " + c.what + " deletion is not recorded here")
 		return
 	}
 	now := s.clock.Now().UTC()
-	// Commit even when ctx was canceled during the delete, so a deletion
-	// that happened is not repeated by the next claimant.
 	commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancelCommit()
 	if err != nil {
-		s.metrics.cleanupFailures.WithLabelValues(l.Provider).Inc()
-		retry := now.Add(s.retryDelay(l.CleanupAttempts))
+		s.metrics.cleanupFailures.WithLabelValues(c.provider).Inc()
+		retry := now.Add(s.retryDelay(c.attempts))
 		cause := truncate(err.Error(), maxFailureMessage)
-		if _, ferr := s.store.FailCleanup(commitCtx, l.ID, l.CleanupToken, cause, now, retry); ferr != nil {
-			log.Error("record failed cleanup", slog.String("error", ferr.Error()))
+		if ferr := c.fail(commitCtx, cause, now, retry); ferr != nil {
+			c.log.Error("record failed "+c.what+" deletion", slog.String("error", ferr.Error()))
 		}
-		log.Warn("server deletion failed", slog.String("error", cause), slog.Time("retryAt", retry), slog.Int("attempt", l.CleanupAttempts+1))
+		c.log.Warn(c.what+" deletion failed", slog.String("error", cause), slog.Time("retryAt", retry), slog.Int("attempt", c.attempts+1))
 		return
 	}
-	done, err := s.store.FinishCleanup(commitCtx, l.ID, l.CleanupToken, now)
+	state, err := c.finish(commitCtx, now)
 	if err != nil {
-		log.Error("commit cleanup", slog.String("error", err.Error()))
+		c.log.Error("commit "+c.what+" deletion", slog.String("error", err.Error()))
 		return
 	}
-	s.metrics.cleanups.WithLabelValues(l.Provider).Inc()
-	log.Info("lease cleaned up", slog.String("state", string(done.State)))
-}
-
-// renewClaim renews l's cleanup claim every third of the hold until ctx
-// ends. A lost claim cancels ctx with store.ErrClaimLost; other renewal
-// errors are logged and retried at the next tick (the claim still holds
-// for two more).
-func (s *Server) renewClaim(ctx context.Context, l store.Lease, log *slog.Logger, lost context.CancelCauseFunc) {
-	s.renewEvery(ctx, log, lost, func(now time.Time) error {
-		return s.store.RenewCleanupClaim(ctx, l.ID, l.CleanupToken, now, s.claimHold)
-	})
+	c.log.Info(c.what+" cleaned up", slog.String("state", state))
 }
 
 // renewEvery calls renew every third of the claim hold until ctx ends; a
