@@ -105,7 +105,7 @@ func (l *Lease) Checkpoint(ctx context.Context, opts CheckpointOptions) (lease.C
 		err = c.store.PutCheckpoint(cp)
 	}
 	if err != nil {
-		if native {
+		if cp.Artifact != nil { // a failed save deleted its own leftovers
 			err = errors.Join(err, lease.DeleteCheckpointArtifacts(ctx, nb, cp.ID))
 		}
 		return lease.Checkpoint{}, errors.Join(err, c.store.RemoveCheckpoint(cp.ID))
@@ -293,10 +293,11 @@ func (c *Client) DeleteCheckpoint(ctx context.Context, ref string) error {
 		}
 		if cp.Artifact != nil {
 			err = nb.DeleteCheckpoint(ctx, provider.CheckpointDeleteRequest{Artifact: *cp.Artifact})
+		} else {
+			// A record left creating by a crash has no artifact
+			// recorded: find what it made by its label.
+			err = lease.DeleteCheckpointArtifacts(ctx, nb, cp.ID)
 		}
-		// A record left creating by a crash has no artifact recorded:
-		// find it by its label.
-		err = errors.Join(err, lease.DeleteCheckpointArtifacts(ctx, nb, cp.ID))
 		if err != nil {
 			return fmt.Errorf("delete checkpoint %s (kept, marked deleting: delete it again): %w", cp.ID, err)
 		}
