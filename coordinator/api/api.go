@@ -147,6 +147,8 @@ type Lease struct {
 	// object), received at TelemetryAt.
 	Telemetry   json.RawMessage `json:"telemetry,omitempty"`
 	TelemetryAt time.Time       `json:"telemetryAt,omitzero"`
+	// Pool is the ready pool the box was taken from, if any.
+	Pool string `json:"pool,omitempty"`
 	// SSHLoginExpiresAt is set when host, sshUser and sshPort are a
 	// short-lived login issued for this answer (a provider whose SSH
 	// user is an access token): when that login stops working. Such a
@@ -273,6 +275,9 @@ type LeaseRequest struct {
 	IdleTimeoutSeconds int               `json:"idleTimeoutSeconds,omitempty"`
 	Keep               bool              `json:"keep,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
+	// Pool names a ready pool to take a box from (see ReadyPoolSpec); a
+	// request that names none takes from a pool it matches, if any.
+	Pool string `json:"pool,omitempty"`
 }
 
 // RegistrationRequest is the body of PUT /v1/leases/{id}/registration: a

@@ -127,6 +127,12 @@ type Lease struct {
 	Telemetry   json.RawMessage
 	TelemetryAt time.Time
 
+	// Pool is the key of the ready pool that made the box (kept after the
+	// take); empty for a box made for its owner. PoolTakenAt is when the
+	// box was handed to its owner: zero while it is an idle pool box.
+	Pool        string
+	PoolTakenAt time.Time
+
 	// Private fields: never serialise these into API responses.
 
 	// CreateAttemptID is the create attempt bound to this lease by
@@ -723,6 +729,68 @@ type Store interface {
 	// ClaimCheckpointsForCleanup may return something given staleAfter
 	// (how long a creation may run), and false when nothing awaits.
 	NextCheckpointCleanupAt(ctx context.Context, staleAfter time.Duration) (time.Time, bool, error)
+
+	// PutPool creates or replaces the definition of pool p.Key (its
+	// counters and CreatedAt are kept); created is true for a new pool.
+	// Replacing a definition leaves the existing boxes alone (the
+	// maintenance loop trims or replaces what no longer fits).
+	PutPool(ctx context.Context, p Pool, now time.Time) (pool Pool, created bool, err error)
+
+	// GetPool returns the pool or ErrNotFound.
+	GetPool(ctx context.Context, key string) (Pool, error)
+
+	// ListPools returns every pool, by key.
+	ListPools(ctx context.Context) ([]Pool, error)
+
+	// DeletePool removes the pool's definition and ends its idle boxes
+	// that no take holds: ready ones are released with their deletion
+	// queued, provisioning ones failed with their deletion queued (so
+	// their activation deletes what the provider made). Reserved boxes are
+	// left to their take. ErrNotFound for an unknown pool.
+	DeletePool(ctx context.Context, key string, now time.Time) (Pool, error)
+
+	// SetPoolError records (msg set) or clears (msg empty) the pool's
+	// latest refill failure. ErrNotFound.
+	SetPoolError(ctx context.Context, key, msg string, now time.Time) error
+
+	// PoolCounts counts the pool's idle boxes (live, not taken) at now.
+	PoolCounts(ctx context.Context, key string, now time.Time) (PoolCounts, error)
+
+	// ListPoolLeases returns the pool's idle boxes (live, not taken),
+	// oldest first.
+	ListPoolLeases(ctx context.Context, key string) ([]Lease, error)
+
+	// AddPoolLease inserts a new provisioning idle box of pool
+	// req.Lease.Pool (owner PoolOwner(key), the pool's org), in the same
+	// serialised transaction as lease creates: ErrPoolFull when the pool
+	// already has want idle boxes (provisioning, ready or reserved) or
+	// Max of them; a *LimitError when the global or the pool org's limits
+	// are reached (idle boxes count as their org's spend and leases);
+	// ErrNotFound for an unknown pool.
+	AddPoolLease(ctx context.Context, req PoolAdd, want int) (Lease, error)
+
+	// ReservePoolLease reserves one ready, unreserved, unexpired idle box of
+	// the pool (the oldest) for one take until now+hold, and returns it
+	// with a fencing token. Several callers never reserve the same box, on
+	// any number of replicas sharing the database. ErrPoolEmpty when no box
+	// is ready; ErrNotFound for an unknown pool; a *LimitError when the
+	// taker (owner, org) is over their active-lease limits.
+	ReservePoolLease(ctx context.Context, key, owner, org string, limits Limits, now time.Time, hold time.Duration) (PoolReservation, error)
+
+	// CommitPoolTake hands a reserved box to its new owner if the token
+	// still holds the reservation: owner, org, slug, labels, terms and
+	// cost from t, PoolTakenAt = CreatedAt = LastTouchedAt = t.Now,
+	// ExpiresAt recomputed, the create attempt (or request hash) bound,
+	// the pool's TakenTotal counted; the idle time before counts for the
+	// pool's org in Usage and monthly reservations, the time after for
+	// the new owner. A replay of a bound attempt or hash returns that
+	// lease (Replayed) and leaves the reserved box reserved. ErrClaimLost
+	// for a stale token; slug and limit errors as for CreateLease.
+	CommitPoolTake(ctx context.Context, t PoolTake) (CreateResult, error)
+
+	// TrimPool queues the deletion of the pool's ready, unreserved idle
+	// boxes beyond keep (the oldest first) and returns them.
+	TrimPool(ctx context.Context, key string, keep int, now time.Time) ([]Lease, error)
 
 	// Close releases the database.
 	Close() error
