@@ -15,12 +15,16 @@ var errTODO = errors.New("ready pools: not implemented yet")
 func (s *Store) PutPool(ctx context.Context, p store.Pool, now time.Time) (store.Pool, bool, error) {
 	return store.Pool{}, false, errTODO
 }
-func (s *Store) GetPool(ctx context.Context, key string) (store.Pool, error) { return store.Pool{}, errTODO }
-func (s *Store) ListPools(ctx context.Context) ([]store.Pool, error)          { return nil, errTODO }
+func (s *Store) GetPool(ctx context.Context, key string) (store.Pool, error) {
+	return store.Pool{}, errTODO
+}
+func (s *Store) ListPools(ctx context.Context) ([]store.Pool, error) { return nil, errTODO }
 func (s *Store) DeletePool(ctx context.Context, key string, now time.Time) (store.Pool, error) {
 	return store.Pool{}, errTODO
 }
-func (s *Store) SetPoolError(ctx context.Context, key, msg string, now time.Time) error { return errTODO }
+func (s *Store) SetPoolError(ctx context.Context, key, msg string, now time.Time) error {
+	return errTODO
+}
 func (s *Store) PoolCounts(ctx context.Context, key string, now time.Time) (store.PoolCounts, error) {
 	return store.PoolCounts{}, errTODO
 }
