@@ -369,6 +369,56 @@ func testPoolTakeRace(t *testing.T, open Opener) {
 	if g, err := b.GetPool(ctx, poolKey); err != nil || g.TakenTotal != boxes {
 		t.Errorf("TakenTotal %d, %v; want %d", g.TakenTotal, err, boxes)
 	}
+	// Taken boxes are no longer the pool's: it refills to its want.
+	for i := range boxes {
+		if _, err := a.AddPoolLease(ctx, store.PoolAdd{Lease: poolBox(fmt.Sprintf("cbx_refill_%02d", i), poolKey, now), Now: now}, boxes); err != nil {
+			t.Fatalf("refill %d: %v", i, err)
+		}
+	}
+	_, err := b.AddPoolLease(ctx, store.PoolAdd{Lease: poolBox("cbx_refill_xx", poolKey, now), Now: now}, boxes)
+	wantErr(t, "refill beyond want", err, store.ErrPoolFull)
+	if c := counts(t, b, poolKey, now); c.Provisioning != boxes {
+		t.Errorf("counts after the refill: %+v", c)
+	}
+}
+
+// testPoolStaleBoxes: an idle box whose maker died never activates; at
+// its expiry it stops counting for the pool (a refill replaces it) and
+// cleanup deletes it, like any lease.
+func testPoolStaleBoxes(t *testing.T, open Opener) {
+	s := open(t)
+	ctx := testContext(t)
+	p := pool(poolKey)
+	p.Target, p.Max = 1, 1
+	putPool(t, s, p, t0)
+	stale := addBox(t, s, "cbx_000000000001", poolKey, t0) // expires t0+1h
+	_, err := s.AddPoolLease(ctx, store.PoolAdd{Lease: poolBox("cbx_000000000002", poolKey, at(30*time.Minute)), Now: at(30 * time.Minute)}, 1)
+	wantErr(t, "refill while the box may still come up", err, store.ErrPoolFull)
+	later := at(time.Hour)
+	if c := counts(t, s, poolKey, later); c.Provisioning != 0 || c.IdleHourlyUSD != 1 {
+		t.Errorf("counts at the box's expiry: %+v", c)
+	}
+	if _, err := s.AddPoolLease(ctx, store.PoolAdd{Lease: poolBox("cbx_000000000002", poolKey, later), Now: later}, 1); err != nil {
+		t.Fatalf("refill after the stale box expired: %v", err)
+	}
+	claims, err := s.ClaimForCleanup(ctx, later, 10, time.Minute)
+	if err != nil || len(claims) != 1 || claims[0].ID != stale.ID {
+		t.Fatalf("claim of the stale box: %v, %v", ids(claims), err)
+	}
+	if _, err := s.FinishCleanup(ctx, stale.ID, claims[0].CleanupToken, later); err != nil {
+		t.Fatal(err)
+	}
+	if boxes, err := s.ListPoolLeases(ctx, poolKey); err != nil || len(boxes) != 1 || boxes[0].ID != "cbx_000000000002" {
+		t.Errorf("idle boxes after cleanup: %v, %v", ids(boxes), err)
+	}
+	// Boxes of other pools are not this pool's.
+	putPool(t, s, pool("other"), t0)
+	readyBox(t, s, "cbx_000000000003", "other", later)
+	if c := counts(t, s, poolKey, later); c.Provisioning != 1 || c.Ready != 0 {
+		t.Errorf("counts with another pool's box: %+v", c)
+	}
+	_, err = s.ReservePoolLease(ctx, poolKey, "alice", "acme", store.Limits{}, later, time.Minute)
+	wantErr(t, "reserve from a pool whose box is provisioning", err, store.ErrPoolEmpty)
 }
 
 // testPoolAddRace: refills from two instances never exceed want or Max.

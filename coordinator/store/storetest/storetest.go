@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 		{"PoolAddRaceNeverOverfills", testPoolAddRace},
 		{"PoolLimits", testPoolLimits},
 		{"PoolLapsedReservation", testPoolLapsedReservation},
+		{"PoolStaleBoxes", testPoolStaleBoxes},
 		{"PoolCommit", testPoolCommit},
 		{"PoolDeleteAndTrim", testPoolDeleteAndTrim},
 		{"PoolUsage", testPoolUsage},
