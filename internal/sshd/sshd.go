@@ -59,6 +59,9 @@ type Server struct {
 	ClientKeyFile string
 	// HostKey is the server's host key, for strict host key checking.
 	HostKey ssh.PublicKey
+	// Home is the HOME of sessions of a server started with LaunchHome;
+	// empty otherwise (sessions get the account's own).
+	Home string
 
 	cmd    *exec.Cmd
 	log    *logbuf.Buffer
@@ -81,6 +84,23 @@ func Launch(dir string) (*Server, error) {
 // current user; only root can serve another account. dir and the files
 // sshd reads on login's behalf (authorized_keys) are made readable to it.
 func LaunchAs(dir, login string) (*Server, error) {
+	return launch(dir, login, false)
+}
+
+// LaunchHome is Launch for a server whose sessions have a home of their
+// own, dir/home (Server.Home), as HOME, and whose authorized keys are
+// read from ~/.ssh/authorized_keys in it, as on a box: a test may then
+// rewrite that file over SSH without touching the account's real home.
+// Sessions still start in the account's home directory.
+func LaunchHome(dir string) (*Server, error) {
+	u, err := user.Current()
+	if err != nil {
+		return nil, fmt.Errorf("look up current user: %w", err)
+	}
+	return launch(dir, u.Username, true)
+}
+
+func launch(dir, login string, ownHome bool) (*Server, error) {
 	if _, err := os.Stat(SSHDPath); err != nil {
 		return nil, fmt.Errorf("OpenSSH server not installed at %s (apt-get install openssh-server): %w", SSHDPath, err)
 	}
@@ -113,14 +133,23 @@ func LaunchAs(dir, login string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	authorizedKeys := "authorized_keys"
+	var home string
+	if ownHome {
+		home = filepath.Join(dir, "home")
+		if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+			return nil, err
+		}
+		authorizedKeys = filepath.Join("home", ".ssh", "authorized_keys")
+	}
 	files := map[string][]byte{
 		"ssh_host_ed25519_key": hostPEM,
 		"client_key":           clientPEM,
-		"authorized_keys":      ssh.MarshalAuthorizedKey(clientKey.PublicKey()),
+		authorizedKeys:         ssh.MarshalAuthorizedKey(clientKey.PublicKey()),
 	}
 	for name, data := range files {
 		perm := os.FileMode(0o600)
-		if other && name == "authorized_keys" {
+		if other && name == authorizedKeys {
 			perm = 0o644
 		}
 		if err := os.WriteFile(filepath.Join(dir, name), data, perm); err != nil {
@@ -130,7 +159,7 @@ func LaunchAs(dir, login string) (*Server, error) {
 	s := &Server{
 		Host: "127.0.0.1", User: login,
 		ClientKey: clientKey, ClientKeyPEM: clientPEM, ClientKeyFile: filepath.Join(dir, "client_key"),
-		HostKey: hostKey.PublicKey(),
+		HostKey: hostKey.PublicKey(), Home: home,
 	}
 	var lastErr error
 	for range bindAttempts {
@@ -178,7 +207,7 @@ var errPortTaken = errors.New("port already in use")
 
 func (s *Server) start(dir string, port int) error {
 	cfg := filepath.Join(dir, "sshd_config")
-	if err := os.WriteFile(cfg, []byte(config(dir, s.User, port)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(config(dir, s.User, s.Home, port)), 0o600); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
 	s.cmd = exec.Command(SSHDPath, "-D", "-e", "-f", cfg)
@@ -206,11 +235,18 @@ func (s *Server) start(dir string, port int) error {
 	return nil
 }
 
-func config(dir, login string, port int) string {
+func config(dir, login, home string, port int) string {
+	authorizedKeys, setEnv := filepath.Join(dir, "authorized_keys"), "SetEnv SHLVL=1"
+	if home != "" {
+		// sshd applies only its first SetEnv line, and after the HOME it
+		// sets itself.
+		authorizedKeys = filepath.Join(home, ".ssh", "authorized_keys")
+		setEnv += " HOME=" + home
+	}
 	lines := []string{
 		fmt.Sprintf("ListenAddress 127.0.0.1:%d", port),
 		"HostKey " + filepath.Join(dir, "ssh_host_ed25519_key"),
-		"AuthorizedKeysFile " + filepath.Join(dir, "authorized_keys"),
+		"AuthorizedKeysFile " + authorizedKeys,
 		"PidFile " + filepath.Join(dir, "sshd.pid"),
 		"AllowUsers " + login,
 		"PermitRootLogin prohibit-password",
@@ -231,7 +267,7 @@ func config(dir, login string, port int) string {
 		// top-level shell; SHLVL=1 makes it a nested one. The account's
 		// dotfiles are the developer's, not the test's: pyenv's init in
 		// them, say, blocks every login on a lock a killed session left.
-		"SetEnv SHLVL=1",
+		setEnv,
 	}
 	return strings.Join(lines, "\n") + "\n"
 }

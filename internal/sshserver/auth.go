@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -37,8 +38,37 @@ func (s *Server) checkPublicKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.
 	if s.cfg.User != "" && meta.User() != s.cfg.User {
 		return nil, fmt.Errorf("user %q is not allowed", meta.User())
 	}
-	if subtle.ConstantTimeCompare(key.Marshal(), s.cfg.AuthorizedKey.Marshal()) != 1 {
+	if subtle.ConstantTimeCompare(key.Marshal(), *s.authorized.Load()) != 1 {
 		return nil, errors.New("public key is not authorized")
 	}
 	return &ssh.Permissions{}, nil
+}
+
+// setKey answers a SetKeyRequest, which only an authenticated connection
+// can send: payload, a public key in wire form, becomes the only key
+// accepted from new connections, once Config.OnSetKey (if set) accepted
+// it. It reports whether the key was replaced; a malformed key or a
+// refusal changes nothing.
+func (s *Server) setKey(payload []byte, log *slog.Logger) bool {
+	key, err := ssh.ParsePublicKey(payload)
+	if err != nil {
+		log.Warn("refused to set the authorized key: malformed key", "err", err)
+		return false
+	}
+	if _, isCert := key.(*ssh.Certificate); isCert {
+		log.Warn("refused to set the authorized key: a certificate is not a key")
+		return false
+	}
+	s.setKeyMu.Lock()
+	defer s.setKeyMu.Unlock()
+	if s.cfg.OnSetKey != nil {
+		if err := s.cfg.OnSetKey(key); err != nil {
+			log.Warn("refused to set the authorized key", "fingerprint", ssh.FingerprintSHA256(key), "err", err)
+			return false
+		}
+	}
+	wire := key.Marshal()
+	s.authorized.Store(&wire)
+	log.Info("authorized key replaced", "fingerprint", ssh.FingerprintSHA256(key))
+	return true
 }

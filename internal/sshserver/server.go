@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -32,7 +33,8 @@ type Config struct {
 	// HostKey is the server's host key. Required.
 	HostKey ssh.Signer
 
-	// AuthorizedKey is the only client key accepted. Required.
+	// AuthorizedKey is the only client key accepted, until an
+	// authenticated client replaces it with a SetKeyRequest. Required.
 	AuthorizedKey ssh.PublicKey
 
 	// User, if non-empty, is the only user name accepted.
@@ -68,7 +70,24 @@ type Config struct {
 	// as sshd's Banner setting does (fake cloud boxes use it to report a
 	// failed bootstrap).
 	Banner string
+
+	// OnSetKey, if set, is called with the new key when an authenticated
+	// client asks with a SetKeyRequest to replace the authorized key,
+	// before the server switches to it; an error refuses the request and
+	// keeps the old key. The local provider persists the key in the
+	// box's record with it. Calls are serialised.
+	OnSetKey func(ssh.PublicKey) error
 }
+
+// SetKeyRequest is the global request with which an authenticated client
+// makes the key in its payload (the wire form, ssh.PublicKey.Marshal) the
+// only key the server accepts from then on. Connections already
+// authenticated stay open. The reply is true once the key is in place;
+// false for a malformed key or when Config.OnSetKey refused it. A ready
+// pool's coordinator hands a box to its new owner with it (see
+// internal/handover); OpenSSH's sshd replies false to it, as to any
+// request it does not know.
+const SetKeyRequest = "crabbox-set-key@crabbox.dev"
 
 // validate reports the first missing or invalid field of c.
 func (c *Config) validate() error {
@@ -92,6 +111,9 @@ func (c *Config) validate() error {
 		if handle == nil {
 			return fmt.Errorf("sshserver: Config.Requests[%q] is nil", typ)
 		}
+		if typ == SetKeyRequest {
+			return fmt.Errorf("sshserver: Config.Requests[%q]: the server answers it itself (see Config.OnSetKey)", typ)
+		}
 	}
 	return nil
 }
@@ -103,6 +125,11 @@ type Server struct {
 	log       *slog.Logger
 	sshConfig *ssh.ServerConfig
 	killGrace time.Duration
+
+	// authorized is the wire form of the key clients authenticate with:
+	// Config.AuthorizedKey until a SetKeyRequest replaces it.
+	authorized atomic.Pointer[[]byte]
+	setKeyMu   sync.Mutex // serialises SetKeyRequests (and OnSetKey)
 
 	mu        sync.Mutex
 	closed    bool
@@ -135,6 +162,8 @@ func New(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[net.Conn]struct{}),
 	}
+	key := cfg.AuthorizedKey.Marshal()
+	s.authorized.Store(&key)
 	s.sshConfig = s.newSSHConfig()
 	return s, nil
 }
@@ -299,7 +328,9 @@ func (s *Server) serveGlobalRequests(reqs <-chan *ssh.Request, log *slog.Logger)
 			ok    bool
 			reply []byte
 		)
-		if handle := s.cfg.Requests[req.Type]; handle != nil {
+		if req.Type == SetKeyRequest {
+			ok = s.setKey(req.Payload, log)
+		} else if handle := s.cfg.Requests[req.Type]; handle != nil {
 			ok, reply = handle(req.Payload)
 		} else {
 			log.Debug("rejected global request", "type", req.Type)

@@ -40,13 +40,26 @@ type Server struct {
 // started through it, when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, sshd.Launch)
+}
+
+// StartHome is Start for a server whose sessions have a home of their own
+// (see sshd.LaunchHome): its ~/.ssh/authorized_keys is the server's list
+// of authorized keys, which the test may rewrite over SSH.
+func StartHome(t testing.TB) *Server {
+	t.Helper()
+	return start(t, sshd.LaunchHome)
+}
+
+func start(t testing.TB, launch func(dir string) (*sshd.Server, error)) *Server {
+	t.Helper()
 	if _, err := os.Stat(SSHDPath); err != nil {
 		if os.Getenv("CRABBOX_REQUIRE_SSHD") == "1" {
 			t.Fatalf("testsshd: OpenSSH server not installed at %s (%v), and CRABBOX_REQUIRE_SSHD=1 forbids skipping", SSHDPath, err)
 		}
 		Tests.Skip(t, fmt.Sprintf("no OpenSSH server at %s", SSHDPath))
 	}
-	s, err := sshd.Launch(t.TempDir())
+	s, err := launch(t.TempDir())
 	if err != nil {
 		t.Fatalf("testsshd: %v", err)
 	}
