@@ -48,6 +48,11 @@ const poolCheckTimeout = 30 * time.Second
 // could not be asked for its pools: the local ones are still returned.
 var ErrCoordinatorPools = errors.New("coordinator pools not listed")
 
+// PoolAsked is how the lease l relates to the ready pool key its acquire
+// named (AcquireOptions.Pool): taken from it (Hit), or made the ordinary
+// way because the pool had no box ready.
+func PoolAsked(key string, l *Lease) *LeasePool { return poolAsked(key, l.Claim()) }
+
 // LeasePool is how a lease relates to a ready pool (LeaseInfo.Pool).
 type LeasePool struct {
 	Key string `json:"key"`
@@ -59,6 +64,22 @@ type LeasePool struct {
 	Hit     bool      `json:"hit"`
 	Idle    bool      `json:"idle,omitempty"`
 	TakenAt time.Time `json:"takenAt,omitzero"`
+	// Coordinator is the URL of the coordinator whose pool it is; empty
+	// for a pool of the state directory.
+	Coordinator string `json:"coordinator,omitempty"`
+}
+
+// poolAsked is how the lease of cl relates to the pool key its acquire
+// asked for: taken from it, or made the ordinary way.
+func poolAsked(key string, cl lease.Claim) *LeasePool {
+	if p := poolOf(cl); p != nil {
+		return p
+	}
+	p := &LeasePool{Key: key}
+	if cl.Route == lease.RouteBrokered {
+		p.Coordinator = cl.Coordinator
+	}
+	return p
 }
 
 // poolOf is the pool of the lease of cl, or nil.
@@ -66,7 +87,11 @@ func poolOf(cl lease.Claim) *LeasePool {
 	if cl.Pool == "" {
 		return nil
 	}
-	return &LeasePool{Key: cl.Pool, Hit: !cl.PoolTakenAt.IsZero(), Idle: cl.PoolTakenAt.IsZero(), TakenAt: cl.PoolTakenAt}
+	p := &LeasePool{Key: cl.Pool, Hit: !cl.PoolTakenAt.IsZero(), Idle: cl.PoolTakenAt.IsZero(), TakenAt: cl.PoolTakenAt}
+	if cl.Route == lease.RouteBrokered {
+		p.Coordinator = cl.Coordinator
+	}
+	return p
 }
 
 // PoolOptions define a ready pool (Client.EnsurePool).
@@ -716,4 +741,30 @@ func (c *Client) infoOfReadyPool(p api.ReadyPool) PoolInfo {
 	}
 	slices.SortFunc(info.Boxes, func(a, b PoolBox) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return info
+}
+
+// RefillPool brings the ready pool key back to its size with the
+// definition it was made with (provider, settings, size, maximum age,
+// labels), as EnsurePool did: after boxes were taken from it. A pool the
+// state directory does not hold is the coordinator's, when the client has
+// one, which reconciles it once.
+func (c *Client) RefillPool(ctx context.Context, key string) (PoolInfo, error) {
+	if err := c.ready(ctx, "refill ready pool "+key); err != nil {
+		return PoolInfo{}, err
+	}
+	if !api.IsPoolKey(key) {
+		return PoolInfo{}, fmt.Errorf("ready pool key %q is malformed: want at most %d characters of a-z, 0-9 and -, not starting with -", key, api.MaxPoolKeyLen)
+	}
+	def, err := c.store.GetPool(key)
+	if errors.Is(err, provider.ErrNotFound) && c.broker != nil && c.broker.mode != BrokerRegistered {
+		p, err := c.broker.coord.ReconcileReadyPool(ctx, key)
+		if err != nil {
+			return PoolInfo{}, fmt.Errorf("reconcile ready pool %s at the coordinator: %w", key, err)
+		}
+		return c.infoOfReadyPool(p), nil
+	}
+	if err != nil {
+		return PoolInfo{}, err
+	}
+	return c.fillPool(ctx, def, defaultPoolParallel)
 }

@@ -565,10 +565,7 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 	c := l.client
 	res.LeaseID, res.Slug, res.Provider = l.ID(), l.Slug(), l.Provider()
 	if key := req.Acquire.Pool; key != "" && req.Lease == "" {
-		res.Pool = poolOf(l.Claim())
-		if res.Pool == nil {
-			res.Pool = &LeasePool{Key: key}
-		}
+		res.Pool = poolAsked(key, l.Claim())
 	}
 	if req.onLease != nil {
 		req.onLease(l)
