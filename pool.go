@@ -191,6 +191,11 @@ func (c *Client) EnsurePool(ctx context.Context, opts PoolOptions) (PoolInfo, er
 	if limit := maxLifetime(b); limit > 0 && maxAge > limit {
 		maxAge = limit
 	}
+	unlock, err := c.store.LockPool(ctx, key)
+	if err != nil {
+		return PoolInfo{}, err
+	}
+	defer unlock()
 	now := c.rt.Clock.Now().UTC()
 	def := lease.Pool{
 		Key: key, Provider: canonical, Size: opts.Size, MaxAgeSeconds: int64(maxAge / time.Second),
@@ -512,6 +517,14 @@ func (c *Client) DrainPool(ctx context.Context, key string) (PoolInfo, error) {
 	if err != nil {
 		return PoolInfo{}, err
 	}
+	unlock, err := c.store.LockPool(ctx, key)
+	if err != nil {
+		return PoolInfo{}, err
+	}
+	defer unlock()
+	if def, err = c.store.GetPool(key); err != nil { // drained meanwhile
+		return PoolInfo{}, err
+	}
 	info, err := c.localPoolInfo(def)
 	if err != nil {
 		return PoolInfo{}, err
@@ -764,6 +777,14 @@ func (c *Client) RefillPool(ctx context.Context, key string) (PoolInfo, error) {
 		return c.infoOfReadyPool(p), nil
 	}
 	if err != nil {
+		return PoolInfo{}, err
+	}
+	unlock, err := c.store.LockPool(ctx, key)
+	if err != nil {
+		return PoolInfo{}, err
+	}
+	defer unlock()
+	if def, err = c.store.GetPool(key); err != nil { // drained meanwhile
 		return PoolInfo{}, err
 	}
 	return c.fillPool(ctx, def, defaultPoolParallel)

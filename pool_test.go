@@ -460,7 +460,7 @@ func TestPoolsOfABrokeredProviderAreTheCoordinators(t *testing.T) {
 		t.Errorf("lease claim %+v: want pool ci, brokered", l.Claim())
 	}
 	st, err := c.Status(ctx, l.ID())
-	if err != nil || st.Pool == nil || *st.Pool != (crabbox.LeasePool{Key: "ci", Hit: true, TakenAt: l.Claim().PoolTakenAt}) {
+	if err != nil || st.Pool == nil || *st.Pool != (crabbox.LeasePool{Key: "ci", Hit: true, TakenAt: l.Claim().PoolTakenAt, Coordinator: pc.srv.URL}) {
 		t.Errorf("Status = %+v (pool %+v), %v", st, st.Pool, err)
 	}
 	if err := l.Release(ctx); err != nil {

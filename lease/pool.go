@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gofrs/flock"
 
 	"github.com/crabbox-dev/crabbox/internal/atomicfile"
 	"github.com/crabbox-dev/crabbox/provider"
@@ -259,4 +262,29 @@ func (s *Store) TakePoolBoxes(key string, pick func([]Claim) []Claim) ([]Claim, 
 		return nil
 	})
 	return out, err
+}
+
+// poolLockRetry is how often LockPool tries a lock held by another
+// process.
+const poolLockRetry = 50 * time.Millisecond
+
+// LockPool serialises the changes of pool key (refills, drains) across
+// processes: it waits until no other holds the pool's lock, or ctx ends,
+// and returns the function that lets it go. Takes need no pool lock.
+func (s *Store) LockPool(ctx context.Context, key string) (unlock func(), err error) {
+	if !ValidPoolKey(key) {
+		return nil, fmt.Errorf("lock pool: key %q is malformed", key)
+	}
+	if err := os.MkdirAll(s.poolsDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("lock pool %s: %w", key, err)
+	}
+	l := flock.New(filepath.Join(s.poolsDir(), "."+key+".lock"))
+	ok, err := l.TryLockContext(ctx, poolLockRetry)
+	if err == nil && !ok {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock pool %s: %w", key, err)
+	}
+	return func() { _ = l.Unlock() }, nil
 }

@@ -223,7 +223,9 @@ func (a *app) refillPool(lf *leaseFlags, c *crabbox.Client, key string) {
 		return
 	}
 	args := []string{"pool", "ensure", "--pool", key}
-	if lf.config != "" {
+	if lf.config != a.configFile {
+		// Given with --config; CRABBOX_* variables (CRABBOX_CONFIG
+		// among them) the background process inherits.
 		args = append(args, "--config", lf.config)
 	}
 	start := a.startRefill
