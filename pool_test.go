@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -494,4 +495,61 @@ func TestPoolsOfABrokeredProviderAreTheCoordinators(t *testing.T) {
 	}
 	noLeases(t, c)
 	pc.noBoxes(t)
+}
+
+// A drain whose release of a box fails still removes the pool; the box
+// is left not kept and owned by the draining process, so cleanup
+// releases it once that process is gone.
+func TestDrainFailureLeavesTheBoxToCleanup(t *testing.T) {
+	ctx := t.Context()
+	p := &faultyLocal{faults: []providertest.Fault{{Step: providertest.StepRelease, Times: 1}}}
+	reg := provider.NewRegistry()
+	reg.Register(p)
+	c := newClient(t, t.TempDir(), crabbox.WithRegistry(reg))
+	if _, err := c.EnsurePool(ctx, crabbox.PoolOptions{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.DrainPool(ctx, "local")
+	if !errors.Is(err, providertest.ErrInjected) || info.Removed != 1 {
+		t.Fatalf("DrainPool = %+v, %v; want 1 removed and the injected failure", info, err)
+	}
+	if pools, err := c.Pools(ctx); err != nil || len(pools) != 0 {
+		t.Fatalf("Pools after a failed drain = %+v, %v", pools, err)
+	}
+	left := poolClaims(t, c, "local")
+	if len(left) != 1 {
+		t.Fatalf("claims left = %+v, want the box whose release failed", left)
+	}
+	var id string
+	for id = range left {
+	}
+	if cl := left[id]; cl.Keep || cl.Process == nil || cl.PoolTakenAt.IsZero() {
+		t.Fatalf("left claim %+v: want not kept, owned by this process, taken", cl)
+	}
+	// This process is alive: cleanup leaves the box alone.
+	if _, err := c.Cleanup(ctx, crabbox.CleanupOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := boxIDs(t, p.inner); len(got) != 1 {
+		t.Fatalf("boxes = %v, want the one left", got)
+	}
+	done := exec.Command("true")
+	if err := done.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crabbox.StoreOf(c).Update(id, func(cl *lease.Claim) error {
+		gone := lease.ThisProcess()
+		gone.PID, gone.Start = done.Process.Pid, ""
+		cl.Process = &gone
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cleanup(ctx, crabbox.CleanupOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	noLeases(t, c)
+	if got := boxIDs(t, p.inner); len(got) != 0 {
+		t.Errorf("boxes left: %v", got)
+	}
 }
