@@ -25,22 +25,23 @@ type timingReport struct {
 	// The sync's phases: listing and hashing the checkout and comparing it
 	// with the box's manifest, streaming the changes, and the box applying
 	// them.
-	SyncPlanMs     int64 `json:"syncPlanMs"`
-	SyncTransferMs int64 `json:"syncTransferMs"`
-	SyncApplyMs    int64 `json:"syncApplyMs"`
-	SyncFiles      int   `json:"syncFiles"`
-	SyncDeleted    int   `json:"syncDeleted"`
-	SyncBytes      int64 `json:"syncBytes"`
-	CommandMs      int64 `json:"commandMs"`
-	TotalMs        int64 `json:"totalMs"`
-	ExitCode       int   `json:"exitCode"`
-	TimedOut       bool  `json:"timedOut"`
-	TestsFailed    bool  `json:"testsFailed,omitempty"`
-	Kept           bool  `json:"kept"`
-	// Pool is set for run --pool: the pool's key and whether its box
-	// came from it.
-	Pool  *crabbox.LeasePool `json:"pool,omitempty"`
-	JUnit *junit.Report      `json:"junit,omitempty"`
+	SyncPlanMs     int64         `json:"syncPlanMs"`
+	SyncTransferMs int64         `json:"syncTransferMs"`
+	SyncApplyMs    int64         `json:"syncApplyMs"`
+	SyncFiles      int           `json:"syncFiles"`
+	SyncDeleted    int           `json:"syncDeleted"`
+	SyncBytes      int64         `json:"syncBytes"`
+	CommandMs      int64         `json:"commandMs"`
+	TotalMs        int64         `json:"totalMs"`
+	ExitCode       int           `json:"exitCode"`
+	TimedOut       bool          `json:"timedOut"`
+	TestsFailed    bool          `json:"testsFailed,omitempty"`
+	Kept           bool          `json:"kept"`
+	JUnit          *junit.Report `json:"junit,omitempty"`
+
+	// Pool is set for run --pool: the pool's key and whether the box came
+	// from it.
+	Pool *crabbox.LeasePool `json:"pool,omitempty"`
 }
 
 func timingOf(res crabbox.RunResult) timingReport {
