@@ -376,7 +376,7 @@ func (c *Client) makePoolBoxes(ctx context.Context, def lease.Pool, n, parallel 
 	if n == 0 {
 		return 0, nil
 	}
-	b, err := c.sshBackendAt(def.Provider, def.Config)
+	b, route, err := c.poolBackend(def)
 	if err != nil {
 		return 0, fmt.Errorf("ready pool %s: %w", def.Key, err)
 	}
@@ -385,10 +385,8 @@ func (c *Client) makePoolBoxes(ctx context.Context, def lease.Pool, n, parallel 
 		labels = map[string]string{}
 	}
 	labels[lease.PoolLabel] = def.Key
-	terms := lease.Terms{
-		TTL: def.MaxAge(), IdleTimeout: def.MaxAge(), Keep: true, Labels: labels,
-		Route: lease.RouteDirect, Config: maps.Clone(def.Config), Pool: def.Key,
-	}
+	terms := route
+	terms.TTL, terms.IdleTimeout, terms.Keep, terms.Labels, terms.Pool = def.MaxAge(), def.MaxAge(), true, labels, def.Key
 	var (
 		wg   gosync.WaitGroup
 		mu   gosync.Mutex
@@ -568,7 +566,7 @@ func (c *Client) acquirePooled(ctx context.Context, opts AcquireOptions) (*Lease
 			return nil, fmt.Errorf("acquire from ready pool %s: it holds %s boxes, not %s", key, def.Provider, opts.Provider)
 		}
 	}
-	b, err := c.sshBackendAt(def.Provider, def.Config)
+	b, route, err := c.poolBackend(def)
 	if err != nil {
 		return nil, fmt.Errorf("acquire from ready pool %s: %w", key, err)
 	}
@@ -597,8 +595,21 @@ func (c *Client) acquirePooled(ctx context.Context, opts AcquireOptions) (*Lease
 		}
 	}
 	c.log.Info("ready pool has no box: acquiring one the ordinary way", "pool", key)
-	lo := lease.Terms{Route: lease.RouteDirect, Config: maps.Clone(def.Config)}
-	return c.acquireSSH(ctx, b, lo, opts)
+	return c.acquireSSH(ctx, b, route, opts)
+}
+
+// poolBackend is the backend the boxes of the local pool def are made
+// through, and the route their claims record: direct with the pool's
+// settings, and registered with the client's coordinator in
+// BrokerRegistered mode.
+func (c *Client) poolBackend(def lease.Pool) (provider.SSHLeaseBackend, lease.Terms, error) {
+	route := lease.Terms{Route: lease.RouteDirect, Config: maps.Clone(def.Config)}
+	b, err := c.sshBackendAt(def.Provider, def.Config)
+	if err != nil || c.broker == nil || c.broker.mode != BrokerRegistered {
+		return b, route, err
+	}
+	route.Route, route.Coordinator = lease.RouteRegistered, c.broker.coord.URL()
+	return coordbroker.NewRegistered(b, c.broker.coord, c.store, c.log, coordbroker.WithHeartbeater(c.broker.heartbeats)), route, nil
 }
 
 // handOver makes the pool box cl, just taken, its taker's lease: its

@@ -553,3 +553,41 @@ func TestDrainFailureLeavesTheBoxToCleanup(t *testing.T) {
 		t.Errorf("boxes left: %v", got)
 	}
 }
+
+// In registered mode pools stay local, and their boxes are registered
+// with the coordinator as any direct lease is.
+func TestPoolBoxesAreRegisteredInRegisteredMode(t *testing.T) {
+	ctx := t.Context()
+	f := newFakeCoordinator(t)
+	c := f.client(t, crabbox.WithBrokerMode(crabbox.BrokerRegistered))
+	info, err := c.EnsurePool(ctx, crabbox.PoolOptions{Size: 1})
+	if err != nil || info.Coordinator != "" || info.Ready != 1 {
+		t.Fatalf("EnsurePool = %+v, %v; want a local pool with a ready box", info, err)
+	}
+	if pools, err := c.Pools(ctx); err != nil || len(pools) != 1 {
+		t.Fatalf("Pools = %+v, %v", pools, err)
+	}
+	l, err := c.Acquire(ctx, crabbox.AcquireOptions{Pool: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl := l.Claim(); cl.Pool != "local" || cl.Route != lease.RouteRegistered {
+		t.Errorf("taken claim %+v: want pool local, registered", cl)
+	}
+	f.mu.Lock()
+	reg := f.leases[l.ID()]
+	f.mu.Unlock()
+	if reg == nil || reg.Lifecycle != api.LifecycleRegistered {
+		t.Fatalf("coordinator lease of the pool box = %+v", reg)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DrainPool(ctx, "local"); err != nil {
+		t.Fatal(err)
+	}
+	noLeases(t, c)
+	if n := f.callCount("GET /v1/ready-pools"); n != 0 {
+		t.Errorf("registered mode asked the coordinator for its pools %d times", n)
+	}
+}
