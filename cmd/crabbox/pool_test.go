@@ -40,6 +40,9 @@ func TestPoolEndToEnd(t *testing.T) {
 	if info.Key != "e2e" || info.Provider != "local" || info.Ready != 2 || info.Made != 2 || info.MaxAgeSeconds != 1800 {
 		t.Fatalf("pool ensure = %+v", info)
 	}
+	if out := cli("list").stdout; strings.Count(out, "ready (idle in pool e2e)") != 2 {
+		t.Errorf("list shows the idle pool boxes as:\n%s", out)
+	}
 
 	// run --pool takes a box at once, and refills the pool in the
 	// background; the synchronous refill after it waits for that one.
