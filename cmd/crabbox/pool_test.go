@@ -182,3 +182,44 @@ func TestRunPoolStartsRefill(t *testing.T) {
 		t.Fatalf("pool drain: exit %d, %s", code, stderr)
 	}
 }
+
+// Processes racing for a pool's boxes: each box goes to exactly one.
+func TestPoolTakenOnceAcrossProcesses(t *testing.T) {
+	env, repo := stateEnv(t), gitRepo(t)
+	if r := crabboxCmd(t, env, repo, "pool", "ensure", "--pool", "race", "--size", "2"); r.code != 0 {
+		t.Fatalf("pool ensure: exit %d, stderr %q", r.code, r.stderr)
+	}
+	t.Cleanup(func() { crabboxCmd(t, env, repo, "pool", "drain", "race") })
+	const takers = 5
+	results := make([]result, takers)
+	done := make(chan int)
+	for i := range takers {
+		go func() {
+			results[i] = crabboxCmd(t, env, repo, "warmup", "--pool", "race", "--json")
+			done <- i
+		}()
+	}
+	for range takers {
+		<-done
+	}
+	hits := map[string]bool{}
+	for _, r := range results {
+		var info crabbox.LeaseInfo
+		if err := json.Unmarshal([]byte(r.stdout), &info); r.code != 0 || err != nil {
+			t.Fatalf("warmup --pool: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		t.Cleanup(func() { crabboxCmd(t, env, repo, "stop", info.ID) })
+		if info.Pool == nil || info.Pool.Key != "race" {
+			t.Fatalf("warmup --pool: pool %+v", info.Pool)
+		}
+		if info.Pool.Hit {
+			if hits[info.ID] {
+				t.Errorf("box %s handed out twice", info.ID)
+			}
+			hits[info.ID] = true
+		}
+	}
+	if len(hits) != 2 {
+		t.Errorf("%d boxes taken from the pool of 2, want 2", len(hits))
+	}
+}
