@@ -614,7 +614,8 @@ func (c *Client) poolBackend(def lease.Pool) (provider.SSHLeaseBackend, lease.Te
 
 // handOver makes the pool box cl, just taken, its taker's lease: its
 // expiry moves at its provider to the taker's terms, and it must answer
-// and be fresh (no lease directory under its work root: never used).
+// and be fresh (no lease directory under its work root: never used). The
+// move and the check run side by side: both talk to the box.
 func (c *Client) handOver(ctx context.Context, cl lease.Claim) (*Lease, error) {
 	b, err := c.leaseBackend(cl)
 	if err != nil {
@@ -624,18 +625,32 @@ func (c *Client) handOver(ctx context.Context, cl lease.Claim) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	moved, err := b.Touch(ctx, provider.TouchRequest{Lease: g.Target, Now: cl.LastTouchedAt, ExpiresAt: cl.ExpiresAt})
-	if err != nil {
-		return nil, fmt.Errorf("move the expiry of pool box %s: %w", cl.ID, err)
+	type touched struct {
+		target provider.LeaseTarget
+		err    error
 	}
-	if g.Claim, err = c.store.Update(cl.ID, func(x *lease.Claim) error { x.Target = &moved; return nil }); err != nil {
-		return nil, err
-	}
-	g.Target = moved
+	moved := make(chan touched, 1)
+	checkCtx, stopCheck := context.WithCancel(ctx)
+	defer stopCheck()
+	go func() {
+		t, err := b.Touch(ctx, provider.TouchRequest{Lease: g.Target, Now: cl.LastTouchedAt, ExpiresAt: cl.ExpiresAt})
+		if err != nil {
+			stopCheck() // the box is not handed out: no need to wait for it to answer
+		}
+		moved <- touched{t, err}
+	}()
 	h := c.hold(b, g, false)
-	if err := h.checkFresh(ctx); err != nil {
+	checkErr := h.checkFresh(checkCtx)
+	m := <-moved
+	if m.err != nil {
+		checkErr = errors.Join(fmt.Errorf("move the expiry of pool box %s: %w", cl.ID, m.err), checkErr)
+	}
+	if checkErr == nil {
+		_, checkErr = c.store.Update(cl.ID, func(x *lease.Claim) error { x.Target = &m.target; return nil })
+	}
+	if checkErr != nil {
 		h.Close()
-		return nil, err
+		return nil, checkErr
 	}
 	return h, nil
 }
