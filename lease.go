@@ -45,6 +45,14 @@ type AcquireOptions struct {
 	// die without releasing it, cleanup releases it at once.
 	Keep   bool
 	Labels map[string]string
+	// Pool, if set, takes the box from the ready pool of that key (see
+	// Client.EnsurePool): at once when it has a box that answers and was
+	// never used, else one is made the ordinary way with the pool's
+	// provider and settings (Lease.Claim().Pool tells which). Provider,
+	// if set, must be the pool's. Without a pool of that key in the state
+	// directory, a provider brokered by the client's coordinator asks the
+	// coordinator for its pool of that key.
+	Pool string
 	// Warn, if set, receives one-line notices about the lease's terms:
 	// a TTL asked for beyond the longest lifetime the provider grants
 	// (a provider.LifetimeCapper) is capped to it, and Warn says so.
@@ -243,8 +251,14 @@ func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, erro
 	if err := c.ready(ctx, "acquire a lease"); err != nil {
 		return nil, err
 	}
-	if db, ok := c.delegatedRunBackend(opts.Provider); ok {
+	if db, ok := c.delegatedRunBackend(opts.Provider); ok && (opts.Pool == "" || opts.Provider != "") {
+		if opts.Pool != "" {
+			return nil, fmt.Errorf("acquire from ready pool %s: provider %q runs commands itself: pools hold SSH-lease boxes", opts.Pool, db.Spec().Name)
+		}
 		return c.warmup(ctx, db, c.capLifetime(db, opts)) // delegated.go
+	}
+	if opts.Pool != "" {
+		return c.acquirePooled(ctx, opts) // pool.go
 	}
 	b, lo, err := c.newLease(opts.Provider)
 	if err != nil {
@@ -362,6 +376,9 @@ type LeaseInfo struct {
 	// here (no key); stop it from where it was made, or with crabbox admin
 	// release.
 	Elsewhere bool `json:"elsewhere,omitempty"`
+	// Pool is set for a lease of a ready pool: taken from it, or an
+	// idle box waiting in it.
+	Pool *LeasePool `json:"pool,omitempty"`
 	// Error says why the state is unknown.
 	Error string `json:"error,omitempty"`
 }
@@ -453,6 +470,9 @@ func infoOfCoordinator(l api.Lease, url string) LeaseInfo {
 		CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt, Keep: l.Keep, Labels: l.Labels,
 		Route: string(lease.RouteBrokered), Coordinator: url, Elsewhere: true,
 	}
+	if l.Pool != "" {
+		info.Pool = &LeasePool{Key: l.Pool, Hit: true}
+	}
 	if port, err := strconv.Atoi(l.SSHPort); err == nil {
 		info.Port = port
 	}
@@ -540,7 +560,7 @@ func infoOf(cl lease.Claim, now time.Time) LeaseInfo {
 	info := LeaseInfo{
 		ID: cl.ID, Slug: cl.Slug, Provider: cl.Provider, State: LeaseState(cl.State),
 		CreatedAt: cl.CreatedAt, ExpiresAt: cl.ExpiresAt, Keep: cl.Keep, Labels: cl.Labels,
-		Route: string(cl.Route), Coordinator: cl.Coordinator,
+		Route: string(cl.Route), Coordinator: cl.Coordinator, Pool: poolOf(cl),
 	}
 	if cl.Target != nil {
 		info.Host, info.Port, info.WorkRoot = cl.Target.Host, cl.Target.Port, cl.Target.WorkRoot

@@ -212,6 +212,9 @@ type RunResult struct {
 	LeaseID        string
 	Slug           string
 	Provider       string
+	// Pool is set when the run asked for a ready pool
+	// (RunRequest.Acquire.Pool): Hit says whether its box came from it.
+	Pool *LeasePool
 	// StartedAt is when the run started.
 	StartedAt time.Time
 	// Kept is set when the lease is still held after the run.
@@ -561,6 +564,9 @@ func (l *Lease) run(ctx context.Context, req RunRequest, co sync.Checkout, prep 
 	}
 	c := l.client
 	res.LeaseID, res.Slug, res.Provider = l.ID(), l.Slug(), l.Provider()
+	if key := req.Acquire.Pool; key != "" && req.Lease == "" {
+		res.Pool = poolAsked(key, l.Claim())
+	}
 	if req.onLease != nil {
 		req.onLease(l)
 	}

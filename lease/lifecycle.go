@@ -42,6 +42,9 @@ type Terms struct {
 	// backend must be a provider.NativeForkBackend, whose Fork is called
 	// instead of Acquire.
 	From *provider.CheckpointArtifact
+	// Pool, if set, makes the lease an idle box of that ready pool: its
+	// claim is marked with the key and, once ready, owned by no process.
+	Pool string
 }
 
 // Acquire creates a lease through b. The claim is written before the
@@ -96,6 +99,9 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 	ready, err := s.Update(c.ID, func(cl *Claim) error {
 		cl.State, cl.Target, cl.PinnedHostKey = StateReady, &moved, target.HostKey
 		cl.LastTouchedAt, cl.ExpiresAt = readyAt, expires
+		if cl.Pool != "" {
+			cl.Process = nil // it waits in its pool, for whoever takes it
+		}
 		return nil
 	})
 	if err != nil {
@@ -176,6 +182,7 @@ func (s *Store) claimFor(id, providerName string, opts Terms) (Claim, error) {
 		TTLSeconds: int64(ttl / time.Second), IdleSeconds: int64(idle / time.Second),
 		Keep: opts.Keep, Labels: maps.Clone(opts.Labels), Process: &self,
 		Route: opts.Route, Coordinator: opts.Coordinator, Config: maps.Clone(opts.Config),
+		Pool: opts.Pool,
 	})
 	if err != nil {
 		return Claim{}, fmt.Errorf("acquire %s lease: %w", providerName, err)

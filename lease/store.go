@@ -67,6 +67,11 @@ type Claim struct {
 	// Process is the process that acquired the lease, so that cleanup can
 	// tell a dead acquire from one in progress.
 	Process *Process `json:"process,omitempty"`
+	// Pool is the key of the ready pool the box was made for (see Pool);
+	// PoolTakenAt is when it was taken from it, zero while it waits there
+	// (an idle pool box, owned by no process).
+	Pool        string    `json:"pool,omitempty"`
+	PoolTakenAt time.Time `json:"poolTakenAt,omitzero"`
 	// Revision increases with every write; a write with a stale revision
 	// fails with ErrConflict so two processes never overwrite each other.
 	Revision int64 `json:"revision"`

@@ -48,6 +48,9 @@ type app struct {
 	// configFile is --config's default, read from the environment once
 	// per command tree (see rootCmd).
 	configFile string
+	// startRefill, if set, replaces startRefill: how a pool is refilled
+	// in the background (tests).
+	startRefill func(args []string, logFile string) error
 }
 
 // rootCmd returns the command tree of the CLI.
@@ -73,7 +76,7 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 		Subcommands: []*ffcli.Command{
 			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(), a.agentCmd(), a.watchCmd(), a.shareCmd(),
 			a.sshCmd(), a.heartbeatCmd(), a.cleanupCmd(), a.providersCmd(), a.doctorCmd(), a.configCmd(),
-			a.checkpointCmd(), a.restoreCmd(),
+			a.checkpointCmd(), a.restoreCmd(), a.poolCmd(),
 			a.historyCmd(),
 			a.logsCmd(),
 			a.imageCmd(),

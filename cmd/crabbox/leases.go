@@ -81,6 +81,9 @@ more); they are not in the list.
 					if i.Elsewhere {
 						state += " (elsewhere)"
 					}
+					if i.Pool != nil && i.Pool.Idle {
+						state += " (idle in pool " + i.Pool.Key + ")"
+					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Slug, i.Provider, state, i.ExpiresAt.Local().Format(time.DateTime))
 				}
 				return tw.Flush()

@@ -34,6 +34,8 @@ func TestMain(m *testing.M) {
 	os.Setenv(envSyncWatch, "0")
 	// Nor shares a connection (see TestRunWithSharedConnection).
 	os.Setenv(envShare, "0")
+	// Nor refills a ready pool in the background (see TestPoolEndToEnd).
+	os.Setenv(envPoolRefill, "0")
 	testenv.Main(m, removeProviderPrograms, testsshd.Tests)
 }
 

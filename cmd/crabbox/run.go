@@ -28,22 +28,22 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // runFlags are run's own flags.
 type runFlags struct {
-	id, from, shell, script, timingJSON   string
-	junit                                 string
-	syncDir                               string
-	keep, keepOnFailure, noSync, syncOnly bool
-	failOnTestFailures, quiet             bool
-	noStdin                               bool
-	checksum, fullResync, forceSyncLarge  bool
-	refuseOutsideLinks, skipSubmodules    bool
-	ttl, idle, timeout                    time.Duration
-	env, syncExclude                      stringList
-	artifacts, downloads                  stringList
-	artifactsDir                          string
-	artifactsMaxSize                      byteSize
-	artifactsOverwrite, captureOnFail     bool
-	artifactsStrict                       bool
-	captureStdout, captureStderr          string
+	id, from, pool, shell, script, timingJSON string
+	junit                                     string
+	syncDir                                   string
+	keep, keepOnFailure, noSync, syncOnly     bool
+	failOnTestFailures, quiet                 bool
+	noStdin                                   bool
+	checksum, fullResync, forceSyncLarge      bool
+	refuseOutsideLinks, skipSubmodules        bool
+	ttl, idle, timeout                        time.Duration
+	env, syncExclude                          stringList
+	artifacts, downloads                      stringList
+	artifactsDir                              string
+	artifactsMaxSize                          byteSize
+	artifactsOverwrite, captureOnFail         bool
+	artifactsStrict                           bool
+	captureStdout, captureStderr              string
 }
 
 func (a *app) runCmd() *ffcli.Command {
@@ -51,6 +51,7 @@ func (a *app) runCmd() *ffcli.Command {
 	var f runFlags
 	fs.StringVar(&f.id, "id", "", "reuse the warm lease with this ID or slug instead of acquiring one")
 	fs.StringVar(&f.from, "from", "", "start the new lease from this checkpoint (ID or name; see crabbox checkpoint)")
+	fs.StringVar(&f.pool, "pool", "", "take the new lease's box from this ready pool (see crabbox pool), and refill it in the background")
 	fs.BoolVar(&f.keep, "keep", false, "keep a newly acquired lease after the run (stop it with crabbox stop)")
 	fs.BoolVar(&f.keepOnFailure, "keep-on-failure", false, "keep a newly acquired lease when the command exits non-zero")
 	fs.BoolVar(&f.noSync, "no-sync", false, "do not copy the checkout; run in the existing workdir")
@@ -122,9 +123,15 @@ end of file where the input ends. From a terminal or /dev/null it is not, and
 the command's stdin is empty; --no-stdin (-n) never forwards it. A delegated
 provider that cannot forward stdin refuses a run with it: pass -n there.
 
+With --pool KEY the box comes from a ready pool (crabbox pool ensure made it)
+at once, and the pool is refilled in the background; when the pool has no box
+ready, one is acquired the ordinary way with the pool's provider, and a line
+on stderr says so (--timing-json: "pool": {"key": ..., "hit": false}).
+
   crabbox run -- go test ./...
   crabbox run --keep --provider docker -- make test
-  crabbox run --from go-warm -- go test ./...`,
+  crabbox run --from go-warm -- go test ./...
+  crabbox run --pool docker -- make test`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			req, err := f.request(args)
@@ -143,6 +150,9 @@ provider that cannot forward stdin refuses a run with it: pass -n there.
 			return a.withClient(lf, f.keep || f.keepOnFailure, func(c *crabbox.Client) error {
 				res, err := c.Run(ctx, req)
 				status.clear()
+				if res.Pool != nil {
+					a.tookFromPool(lf, c, f.pool, res.Pool)
+				}
 				if errors.Is(err, run.ErrFetchTooLarge) {
 					return fmt.Errorf("%w; raise --artifacts-max-size or match fewer files", err)
 				}
@@ -169,7 +179,7 @@ provider that cannot forward stdin refuses a run with it: pass -n there.
 func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 	req := crabbox.RunRequest{
 		Lease: f.id, From: f.from,
-		Acquire: crabbox.AcquireOptions{TTL: f.ttl, IdleTimeout: f.idle, Keep: f.keep},
+		Acquire: crabbox.AcquireOptions{TTL: f.ttl, IdleTimeout: f.idle, Keep: f.keep, Pool: f.pool},
 		Command: args, Shell: f.shell, NoSync: f.noSync, SyncOnly: f.syncOnly,
 		Root: f.syncDir, PlainDir: f.syncDir != "",
 		Keep: f.keep, KeepOnFailure: f.keepOnFailure, Timeout: f.timeout,
@@ -197,6 +207,8 @@ func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 	switch {
 	case f.id != "" && f.from != "":
 		return req, usagef("run: --id reuses a lease and --from starts a new one from a checkpoint: give one")
+	case f.pool != "" && (f.id != "" || f.from != ""):
+		return req, usagef("run: --pool takes a new lease's box from a ready pool; --id and --from do not go with it")
 	case f.syncOnly && given > 0:
 		return req, usagef("run: --sync-only takes no command")
 	case f.syncOnly && f.noSync:

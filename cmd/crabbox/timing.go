@@ -38,6 +38,10 @@ type timingReport struct {
 	TestsFailed    bool          `json:"testsFailed,omitempty"`
 	Kept           bool          `json:"kept"`
 	JUnit          *junit.Report `json:"junit,omitempty"`
+
+	// Pool is set for run --pool: the pool's key and whether the box came
+	// from it.
+	Pool *crabbox.LeasePool `json:"pool,omitempty"`
 }
 
 func timingOf(res crabbox.RunResult) timingReport {
@@ -50,7 +54,7 @@ func timingOf(res crabbox.RunResult) timingReport {
 		SyncApplyMs: res.Sync.Apply.Milliseconds(),
 		SyncFiles:   res.Sync.Sent, SyncDeleted: res.Sync.Deleted, SyncBytes: res.Sync.Bytes,
 		CommandMs: t.Command.Milliseconds(), TotalMs: t.Total.Milliseconds(),
-		ExitCode: res.ExitCode, TimedOut: res.TimedOut, TestsFailed: res.TestsFailed, Kept: res.Kept, JUnit: res.JUnit,
+		ExitCode: res.ExitCode, TimedOut: res.TimedOut, TestsFailed: res.TestsFailed, Kept: res.Kept, JUnit: res.JUnit, Pool: res.Pool,
 	}
 }
 

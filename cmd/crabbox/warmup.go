@@ -15,6 +15,7 @@ func (a *app) warmupCmd() *ffcli.Command {
 	idle := fs.Duration("idle-timeout", 0, "the lease expires after this long without use (default 30m)")
 	slug := fs.String("slug", "", "friendly name for the lease (default: a fresh adjective-noun)")
 	from := fs.String("from", "", "start the box from this checkpoint (ID or name; see crabbox checkpoint)")
+	pool := fs.String("pool", "", "take the box from this ready pool (see crabbox pool), and refill it in the background")
 	asJSON := fs.Bool("json", false, "print the lease as JSON")
 	return &ffcli.Command{
 		Name:       "warmup",
@@ -24,18 +25,25 @@ func (a *app) warmupCmd() *ffcli.Command {
 (--json: an object with id, slug, provider, state, expiresAt, ...). Reuse it
 with crabbox run --id, release it with crabbox stop. With --from the box starts
 from a checkpoint: its workdir (and, for a native checkpoint, everything else
-on the box) is the checkpoint's.
+on the box) is the checkpoint's. With --pool it takes a ready box of that pool
+at once (crabbox pool ensure made it), or, when none is ready, acquires one the
+ordinary way with the pool's provider and says so on stderr; --json adds
+"pool": {"key": ..., "hit": true|false}.
 
   crabbox warmup --ttl 2h --json
-  crabbox warmup --from built`,
+  crabbox warmup --from built
+  crabbox warmup --pool docker`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("warmup takes no arguments, got %q", args)
 			}
+			if *pool != "" && *from != "" {
+				return usagef("warmup: --pool takes a ready box and --from starts one from a checkpoint: give one")
+			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
 				opts := crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Slug: *slug, Keep: true,
-					Warn: func(w string) { fmt.Fprintf(a.stderr, "crabbox: %s\n", w) }}
+					Pool: *pool, Warn: func(w string) { fmt.Fprintf(a.stderr, "crabbox: %s\n", w) }}
 				acquire := c.Acquire
 				if *from != "" {
 					acquire = func(ctx context.Context, opts crabbox.AcquireOptions) (*crabbox.Lease, error) {
@@ -50,6 +58,10 @@ on the box) is the checkpoint's.
 				info, err := c.Status(ctx, l.ID())
 				if err != nil {
 					return err
+				}
+				if *pool != "" {
+					info.Pool = crabbox.PoolAsked(*pool, l)
+					a.tookFromPool(lf, c, *pool, info.Pool)
 				}
 				if *asJSON {
 					return writeJSON(a.stdout, info)
