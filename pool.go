@@ -698,17 +698,8 @@ func (c *Client) acquireBrokeredPool(ctx context.Context, name string, opts Acqu
 	if err != nil {
 		return nil, err
 	}
-	if al, err := c.broker.coord.GetLease(ctx, g.Claim.ID); err != nil {
-		c.log.Debug("coordinator lease not read back for its pool", "lease", g.Claim.ID, "err", err)
-	} else if al.Pool != "" {
-		cl, err := c.store.Update(g.Claim.ID, func(x *lease.Claim) error {
-			x.Pool, x.PoolTakenAt = al.Pool, c.rt.Clock.Now().UTC()
-			return nil
-		})
-		if err == nil {
-			g.Claim = cl
-		}
-	}
+	// A box the coordinator took from its pool comes under its own lease
+	// ID, marked with the pool (lease.Store.Acquire adopts it).
 	c.log.Info("lease acquired", "lease", g.Claim.ID, "slug", g.Claim.Slug, "provider", g.Claim.Provider, "pool", g.Claim.Pool)
 	return c.hold(b, g, false), nil
 }

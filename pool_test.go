@@ -375,19 +375,29 @@ func (pc *poolCoordinator) serve(w http.ResponseWriter, r *http.Request) {
 			pc.mu.Lock()
 			pc.asked = append(pc.asked, req.Pool)
 			pc.mu.Unlock()
+			if req.Pool != "" {
+				// As the coordinator does: a box of its pool was made
+				// ahead of demand, under a lease ID of its own.
+				req.LeaseID = lease.NewID()
+				body, _ = json.Marshal(req)
+			}
 			rec := httptest.NewRecorder()
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			pc.fakeCoordinator.serve(rec, r)
-			pc.fakeCoordinator.mu.Lock()
-			if l := pc.fakeCoordinator.leases[req.LeaseID]; l != nil && req.Pool != "" {
-				l.Pool = req.Pool // as if taken from the pool
+			answer := rec.Body.Bytes()
+			if req.Pool != "" && rec.Code == http.StatusCreated {
+				pc.fakeCoordinator.mu.Lock()
+				l := pc.fakeCoordinator.leases[req.LeaseID]
+				l.Pool = req.Pool // taken from the pool
+				answer, _ = json.Marshal(api.LeaseResponse{Lease: *l})
+				pc.fakeCoordinator.mu.Unlock()
 			}
-			pc.fakeCoordinator.mu.Unlock()
 			for k, v := range rec.Header() {
 				w.Header()[k] = v
 			}
+			w.Header().Del("Content-Length")
 			w.WriteHeader(rec.Code)
-			_, _ = w.Write(rec.Body.Bytes())
+			_, _ = w.Write(answer)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -459,6 +469,14 @@ func TestPoolsOfABrokeredProviderAreTheCoordinators(t *testing.T) {
 	}
 	if l.Claim().Pool != "ci" || l.Claim().Route != lease.RouteBrokered {
 		t.Errorf("lease claim %+v: want pool ci, brokered", l.Claim())
+	}
+	// The box came under the pool box's lease ID: the claim and its key
+	// moved there, and the box answers with that key.
+	if _, err := l.SSH(ctx); err != nil {
+		t.Errorf("SSH to the adopted lease %s: %v", l.ID(), err)
+	}
+	if cls := listClaims(t, c); len(cls) != 1 || cls[0] != l.ID() {
+		t.Errorf("claims %q, want only the adopted %s", cls, l.ID())
 	}
 	st, err := c.Status(ctx, l.ID())
 	if err != nil || st.Pool == nil || *st.Pool != (crabbox.LeasePool{Key: "ci", Hit: true, TakenAt: l.Claim().PoolTakenAt, Coordinator: pc.srv.URL}) {
@@ -590,4 +608,20 @@ func TestPoolBoxesAreRegisteredInRegisteredMode(t *testing.T) {
 	if n := f.callCount("GET /v1/ready-pools"); n != 0 {
 		t.Errorf("registered mode asked the coordinator for its pools %d times", n)
 	}
+}
+
+// listClaims is the IDs of the client's lease claims.
+func listClaims(t *testing.T, c *crabbox.Client) []string {
+	t.Helper()
+	infos, err := c.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, i := range infos {
+		if !i.Elsewhere {
+			ids = append(ids, i.ID)
+		}
+	}
+	return ids
 }

@@ -86,6 +86,16 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 	} else {
 		target, err = b.Acquire(ctx, req)
 	}
+	if err == nil && target.LeaseID != c.ID && c.Route == RouteBrokered && target.Labels[PoolLabel] != "" {
+		// The coordinator handed over a box of its ready pool, made
+		// ahead of demand under its own lease ID: the lease is that one.
+		var adopted Claim
+		if adopted, err = s.adopt(c, target.LeaseID, target.Labels[PoolLabel]); err != nil {
+			return Grant{}, errors.Join(fmt.Errorf("acquire %s lease %s: %w", spec.Name, c.ID, err),
+				s.rollback(ctx, b, Claim{ID: target.LeaseID, Slug: target.Slug, Provider: c.Provider}), s.rollback(ctx, b, c))
+		}
+		c = adopted
+	}
 	if err == nil {
 		err = checkTarget(c, target)
 	}
@@ -114,6 +124,41 @@ func (s *Store) Acquire(ctx context.Context, b provider.SSHLeaseBackend, opts Te
 		}
 	}
 	return Grant{Claim: c, Target: moved, Key: key}, nil
+}
+
+// adopt moves the acquiring claim c and its key to lease ID id, the box
+// of the ready pool key that the coordinator handed over instead of
+// making one for c (PoolTakenAt now). The new claim is written before the
+// old one goes, so a crash in between leaves both for cleanup (the old ID
+// names no box at the coordinator).
+func (s *Store) adopt(c Claim, id, pool string) (Claim, error) {
+	if !IsID(id) {
+		return Claim{}, fmt.Errorf("coordinator handed over lease ID %q: malformed", id)
+	}
+	key, err := s.LoadKey(c.ID)
+	if err != nil {
+		return Claim{}, err
+	}
+	if err := s.SaveKey(id, key); err != nil {
+		return Claim{}, err
+	}
+	old := c.ID
+	c.ID, c.Pool, c.PoolTakenAt = id, pool, s.clock.Now().UTC()
+	err = s.locked(func() error {
+		if _, err := s.load(id); err == nil {
+			return fmt.Errorf("coordinator handed over lease %s: %w: this store already has a claim for it", id, provider.ErrConflict)
+		}
+		c.Revision = 1
+		return s.write(c)
+	})
+	if err != nil {
+		_ = os.Remove(s.KeyPath(id))
+		return Claim{}, err
+	}
+	if err := s.Delete(old); err != nil {
+		return Claim{}, err
+	}
+	return c, nil
 }
 
 // fork starts the box of req from the native checkpoint a (Acquire has

@@ -206,7 +206,22 @@ func (b *brokeredBackend) Acquire(ctx context.Context, req provider.AcquireReque
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
-	return b.provisioned(ctx, req.LeaseID, l)
+	id := req.LeaseID
+	if l.Pool != "" && l.ID != id {
+		// A box of the coordinator's ready pool keeps the lease ID it
+		// was made with: the target names it, labelled with its pool, and
+		// the lease store adopts it (lease.Store.Acquire).
+		id = l.ID
+	}
+	t, err := b.provisioned(ctx, id, l)
+	if err == nil && l.Pool != "" {
+		t.Labels = maps.Clone(t.Labels)
+		if t.Labels == nil {
+			t.Labels = map[string]string{}
+		}
+		t.Labels[lease.PoolLabel] = l.Pool
+	}
+	return t, err
 }
 
 // provisioned waits while the coordinator's lease l (of lease id)
