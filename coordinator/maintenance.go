@@ -37,7 +37,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		var wait time.Duration // a full batch: there may be more
 		if n < cleanupBatch {
-			wait = s.untilNextCleanup(ctx)
+			wait = min(s.untilNextCleanup(ctx), s.untilNextPoolPass())
 			if due, ok := s.touches.due(s.touchInterval); ok {
 				wait = min(wait, max(due.Sub(s.clock.Now()), idleRetry))
 			}
@@ -109,6 +109,11 @@ func (s *Server) Maintain(ctx context.Context) (int, error) {
 		wg.Go(func() { s.cleanupCheckpoint(ctx, cp) })
 	}
 	wg.Wait()
+	// Ready pools after the cleanups, so a box that expired this pass is
+	// replaced in it.
+	if perr := s.maintainPools(ctx); perr != nil {
+		cerr = errors.Join(cerr, perr)
+	}
 	return max(len(claimed), len(checkpoints)), cerr
 }
 
