@@ -438,7 +438,9 @@ func (c *Client) attemptCreate(ctx context.Context, what, path, id, attemptID st
 		var out api.LeaseResponse
 		_, err := c.do(ctx, c.createTimeout, http.MethodPost, path, nil, body, &out)
 		if err == nil {
-			if out.Lease.ID != id {
+			// A box taken from a ready pool keeps the lease ID it was
+			// made with (its provider knows it by that ID).
+			if out.Lease.ID != id && out.Lease.Pool == "" {
 				lastErr = &decodeError{op: "POST " + path, status: 200, err: fmt.Errorf("answer names lease %q, want %q", out.Lease.ID, id)}
 				break
 			}
