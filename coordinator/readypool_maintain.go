@@ -224,6 +224,10 @@ func (s *Server) refillPool(ctx context.Context, p store.Pool, want int, spec le
 	imageSource := spec.applySize(size)
 	port, fallback, _ := portFields("", nil)
 	slots := s.poolSlots[p.Provider]
+	// Idle boxes have no owner of their own: they count against the
+	// global and the pool org's limits only.
+	limits := toStoreLimits(s.limits)
+	limits.MaxActiveLeasesPerOwner, limits.MaxMonthlyUSDPerOwner = 0, 0
 	var (
 		wg     sync.WaitGroup
 		failed atomic.Bool
@@ -265,7 +269,7 @@ func (s *Server) refillPool(ctx context.Context, p store.Pool, want int, spec le
 		}
 		added, err := withSlug("", func(slug string) (store.Lease, error) {
 			l.Slug = slug
-			return s.store.AddPoolLease(ctx, store.PoolAdd{Lease: l, Limits: toStoreLimits(s.limits), Now: now}, want)
+			return s.store.AddPoolLease(ctx, store.PoolAdd{Lease: l, Limits: limits, Now: now}, want)
 		})
 		if err != nil {
 			<-slots

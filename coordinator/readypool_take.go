@@ -147,7 +147,13 @@ func (s *Server) takeFromPool(r *http.Request, id auth.Identity, spec leaseSpec,
 	}
 	limits := toStoreLimits(s.limits)
 	maxUSD := size.hourly * float64(spec.TTLSeconds) / 3600
-	if e := s.checkMonthly(r, id, maxUSD); e != nil {
+	// The box's own reservation (the pool's org's) shrinks to its idle
+	// time when it is taken: at most this much is freed.
+	credit := 0.0
+	if p.Org == id.Org {
+		credit = size.hourly * float64(p.MaxAgeSeconds) / 3600
+	}
+	if e := s.checkMonthly(r, id, maxUSD, credit); e != nil {
 		return res, false, e
 	}
 	for range poolTakeTries {
@@ -251,17 +257,21 @@ func (s *Server) endPoolBox(ctx context.Context, id, reason string) {
 // checkMonthly refuses a take whose reservation would break a monthly
 // USD limit before a box is touched (the commit checks again, in its
 // transaction), so an owner over their limit does not use up a box.
-func (s *Server) checkMonthly(r *http.Request, id auth.Identity, maxUSD float64) *apiError {
+// credit is what the take frees of the reservations of the caller's org
+// (and so of the global total) at most: the check errs towards letting
+// the commit decide.
+func (s *Server) checkMonthly(r *http.Request, id auth.Identity, maxUSD, credit float64) *apiError {
 	l := s.limits
 	now := s.clock.Now().UTC()
 	for _, c := range []struct {
 		scope      string
 		max        float64
 		owner, org string
+		credit     float64
 	}{
-		{"global", l.MaxMonthlyUSD, "", ""},
-		{"owner", l.MaxMonthlyUSDPerOwner, id.Owner, ""},
-		{"org", l.MaxMonthlyUSDPerOrg, "", id.Org},
+		{"global", l.MaxMonthlyUSD, "", "", credit},
+		{"owner", l.MaxMonthlyUSDPerOwner, id.Owner, "", 0},
+		{"org", l.MaxMonthlyUSDPerOrg, "", id.Org, credit},
 	} {
 		if c.max <= 0 {
 			continue
@@ -270,7 +280,7 @@ func (s *Server) checkMonthly(r *http.Request, id auth.Identity, maxUSD float64)
 		if err != nil {
 			return s.fromStore(r, err, "checking the monthly limits", "usage")
 		}
-		if would := u.Total.ReservedUSD + maxUSD; would > c.max {
+		if would := u.Total.ReservedUSD - c.credit + maxUSD; would > c.max {
 			le := &store.LimitError{Kind: store.LimitMonthlyUSD, Scope: c.scope, Would: would, Max: c.max}
 			return errorf(http.StatusTooManyRequests, api.CodeCostLimitExceeded, "%s", le.Error())
 		}
