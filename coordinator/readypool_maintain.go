@@ -191,7 +191,10 @@ func (s *Server) reconcilePool(ctx context.Context, p store.Pool) error {
 			s.endPoolBox(ctx, b.ID, fmt.Sprintf("still provisioning after %s: the coordinator making it is taken for dead", s.staleProvisioning()))
 		}
 	}
-	want := min(p.TargetAt(now), p.Max)
+	want := p.TargetAt(now)
+	if p.Max > 0 {
+		want = min(want, p.Max)
+	}
 	c, err := s.store.PoolCounts(ctx, p.Key, now)
 	if err != nil {
 		return fmt.Errorf("count the pool's boxes: %w", err)
