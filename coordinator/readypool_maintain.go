@@ -119,11 +119,14 @@ func (s *Server) untilNextPoolPass() time.Duration {
 
 // maintainPools runs a pass of every pool, concurrently.
 func (s *Server) maintainPools(ctx context.Context) error {
-	if s.poolSecret == nil {
-		return nil
+	if s.poolSecret == nil || ctx.Err() != nil {
+		return nil // no pools, or shutting down
 	}
 	pools, err := s.store.ListPools(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("list ready pools: %w", err)
 	}
 	var wg sync.WaitGroup
