@@ -260,7 +260,7 @@ func poolReq(t testing.TB, k ownerKey) api.LeaseRequest {
 
 func TestReadyPoolRoutes(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
-		e, _ := poolEnv(t, open)
+		e, _ := poolEnv(t, open, withBackend(loginProvider, newLoginFake(clockwork.NewRealClock())))
 		user := e.token("alice", "acme")
 		spec := api.ReadyPoolSpec{Provider: fakeProvider, Target: 1, MaxAgeSeconds: 600}
 		for _, c := range []struct{ method, path string }{
@@ -285,6 +285,7 @@ func TestReadyPoolRoutes(t *testing.T) {
 			{"hours24", "p1", api.ReadyPoolSpec{Provider: fakeProvider, Schedule: []api.PoolScheduleEntry{{StartHour: 0, EndHour: 25, Target: 1}}}, `"schedule[0].endHour"`},
 			{"schedule>max", "p1", api.ReadyPoolSpec{Provider: fakeProvider, Max: 2, Schedule: []api.PoolScheduleEntry{{StartHour: 0, EndHour: 24, Target: 3}}}, `"schedule[0].target" (3) is larger than "max" (2)`},
 			{"maxAge", "p1", api.ReadyPoolSpec{Provider: fakeProvider, MaxAgeSeconds: 10}, `"maxAgeSeconds"`},
+			{"login provider", "p1", api.ReadyPoolSpec{Provider: loginProvider, Target: 1}, "cannot be handed over"},
 		} {
 			ae := e.fail("PUT", "/v1/ready-pools/"+c.key, adminToken, c.spec, http.StatusBadRequest, api.CodeInvalidRequest)
 			if !strings.Contains(ae.Message, c.want) {
@@ -425,6 +426,18 @@ func TestReadyPoolConcurrentTakes(t *testing.T) {
 				}
 				if made := boxes.madeCount(); made != 10+wantOrdinary {
 					t.Errorf("provider made %d boxes, want %d", made, 10+wantOrdinary)
+				}
+				_, raw := e.call("GET", "/metrics", adminToken, nil)
+				for _, want := range []string{
+					`crabbox_coordinator_ready_pool_takes_total{pool="p"} 10`,
+					`crabbox_coordinator_ready_pool_misses_total{pool="p"} 40`,
+					`crabbox_coordinator_ready_pool_ready{pool="p",provider="fake"} 0`,
+					`crabbox_coordinator_ready_pool_target{pool="p",provider="fake"} 10`,
+					`crabbox_coordinator_ready_pool_taken{pool="p",provider="fake"} 10`,
+				} {
+					if !strings.Contains(string(raw), want) {
+						t.Errorf("/metrics lacks %s", want)
+					}
 				}
 			})
 		})
@@ -671,3 +684,37 @@ func TestReadyPoolMismatch(t *testing.T) {
 }
 
 func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
+
+// TestReadyPoolFixedIDTake: a fixed-ID PUT takes a box; the same PUT again
+// replays it (200, the same lease) and the box its retry reserved is
+// deleted, not handed out.
+func TestReadyPoolFixedIDTake(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e, boxes := poolEnv(t, open)
+		e.putPool("p", api.ReadyPoolSpec{Provider: fakeProvider, Target: 2}, http.StatusCreated)
+		e.reconcile("p")
+		user := e.token("alice", "acme")
+		key := newOwnerKey(t)
+		req := poolReq(t, key)
+		req.CreateAttemptID = ""
+		var first, again api.LeaseResponse
+		e.do("PUT", leasePath(req.LeaseID, ""), user, req, http.StatusCreated, &first)
+		if first.Lease.Pool != "p" {
+			t.Fatalf("PUT did not take from the pool: %+v", first.Lease)
+		}
+		e.do("PUT", leasePath(req.LeaseID, ""), user, req, http.StatusOK, &again)
+		if again.Lease.ID != first.Lease.ID {
+			t.Fatalf("replay answered lease %s, want %s", again.Lease.ID, first.Lease.ID)
+		}
+		if !canLogin(t, again.Lease, key.signer) {
+			t.Errorf("the owner's key does not open the replayed lease's box")
+		}
+		e.settle()
+		if p := e.readyPool("p"); p.TakenTotal != 1 {
+			t.Errorf("pool taken %d, want 1", p.TakenTotal)
+		}
+		if diff := cmp.Diff(liveRecords(t, e.store), boxes.live()); diff != "" {
+			t.Errorf("boxes without a live record or records without a box (-records +boxes):\n%s", diff)
+		}
+	})
+}
