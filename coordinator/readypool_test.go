@@ -45,6 +45,9 @@ type sshBoxes struct {
 	entered chan string
 	// broken makes the next boxes accept a key nobody has.
 	broken bool
+	// madeCh and releasedCh, when set, get the lease ID of every box
+	// made and released.
+	madeCh, releasedCh chan string
 }
 
 type sshBox struct {
@@ -113,7 +116,11 @@ func (b *sshBoxes) Acquire(_ context.Context, req provider.AcquireRequest) (prov
 	b.mu.Lock()
 	b.boxes[req.LeaseID] = x
 	b.made[req.LeaseID]++
+	madeCh := b.madeCh
 	b.mu.Unlock()
+	if madeCh != nil {
+		madeCh <- req.LeaseID
+	}
 	return provider.LeaseTarget{
 		LeaseID: req.LeaseID, Slug: req.Slug, Provider: fakeProvider, CloudID: "vm-" + req.LeaseID,
 		Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, User: "crabbox", WorkRoot: x.workRoot, Labels: req.Labels,
@@ -137,9 +144,13 @@ func (b *sshBoxes) ReleaseLease(_ context.Context, req provider.ReleaseRequest) 
 	x := b.boxes[req.Lease.LeaseID]
 	delete(b.boxes, req.Lease.LeaseID)
 	b.released[req.Lease.LeaseID]++
+	releasedCh := b.releasedCh
 	b.mu.Unlock()
 	if x != nil {
 		x.close(b.t)
+	}
+	if releasedCh != nil {
+		releasedCh <- req.Lease.LeaseID
 	}
 	return nil
 }
@@ -715,6 +726,40 @@ func TestReadyPoolFixedIDTake(t *testing.T) {
 		}
 		if diff := cmp.Diff(liveRecords(t, e.store), boxes.live()); diff != "" {
 			t.Errorf("boxes without a live record or records without a box (-records +boxes):\n%s", diff)
+		}
+	})
+}
+
+// TestReadyPoolRun: the maintenance loop fills a new pool without being
+// asked, and deletes a deleted pool's boxes.
+func TestReadyPoolRun(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e, boxes := poolEnv(t, open)
+		// Buffers big enough for every send: a box ended while it was
+		// made may be released twice (once more after its activation).
+		made, released := make(chan string, 16), make(chan string, 16)
+		boxes.mu.Lock()
+		boxes.madeCh, boxes.releasedCh = made, released
+		boxes.mu.Unlock()
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- e.srv.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		}()
+		e.putPool("p", api.ReadyPoolSpec{Provider: fakeProvider, Target: 2}, http.StatusCreated)
+		ids := []string{<-made, <-made}
+		e.do("DELETE", "/v1/ready-pools/p", adminToken, nil, http.StatusOK, nil)
+		gone := map[string]bool{}
+		for len(gone) < 2 {
+			id := <-released
+			if !slices.Contains(ids, id) {
+				t.Fatalf("released %s, which the pool did not make (%v)", id, ids)
+			}
+			gone[id] = true
 		}
 	})
 }
