@@ -46,7 +46,8 @@ type Pool struct {
 	Location   string
 	Org        string
 	// Target is the number of ready boxes kept outside Schedule; Max bounds
-	// the pool's idle boxes (provisioning and ready).
+	// the pool's idle boxes (provisioning and ready); 0 sets no bound
+	// beyond the want AddPoolLease is given.
 	Target        int
 	Max           int
 	MaxAgeSeconds int64
@@ -58,6 +59,8 @@ type Pool struct {
 	// cleared by a successful one.
 	LastError string
 	CreatedAt time.Time
+	// UpdatedAt is the last change of the definition (PutPool) or of
+	// LastError.
 	UpdatedAt time.Time
 }
 
@@ -110,8 +113,9 @@ type PoolAdd struct {
 // PoolReservation is a ready box reserved for one take.
 type PoolReservation struct {
 	Lease Lease
-	// Token fences the take: CommitPoolTake and ReleasePoolReservation
-	// need it.
+	// Token fences the take: CommitPoolTake needs it. A take that gives
+	// up ends the box (FailLease); one that dies lets the reservation
+	// lapse (ClaimForCleanup then claims the box).
 	Token string
 }
 
@@ -119,9 +123,10 @@ type PoolReservation struct {
 type PoolTake struct {
 	LeaseID string
 	Token   string
-	// Owner, Org, Slug, Labels, TTLSeconds, IdleTimeoutSeconds, Keep,
-	// EstimatedHourlyUSD and MaxEstimatedUSD replace the box's; its terms
-	// run from Now as a fresh lease's would (created at Now).
+	// Owner, Org, Slug, Labels, TTLSeconds, IdleTimeoutSeconds, Keep and
+	// MaxEstimatedUSD replace the box's (its EstimatedHourlyUSD, the
+	// price of its server, stays); its terms run from Now as a fresh
+	// lease's would (created at Now).
 	Owner, Org         string
 	Slug               string
 	Labels             map[string]string
@@ -130,7 +135,8 @@ type PoolTake struct {
 	Keep               bool
 	MaxEstimatedUSD    float64
 	// AttemptID binds the take to a create attempt (POST), or RequestHash
-	// to a fixed-ID request; a replay of either returns the lease.
+	// to a fixed-ID request (exactly one is set); a replay of either
+	// returns the lease.
 	AttemptID   string
 	RequestHash string
 	Limits      Limits

@@ -540,6 +540,9 @@ type Store interface {
 	// same lease at once. Registered leases are claimed too: finishing
 	// their cleanup calls no provider. Leases with ReleaseDeletesServer
 	// need their server deleted; live ones past expiry do too (managed).
+	// An idle pool box whose take reservation lapsed (the take died) is
+	// claimed too: it becomes failed with its server's deletion queued,
+	// in the claiming transaction, so it is never handed out.
 	ClaimForCleanup(ctx context.Context, now time.Time, limit int, hold time.Duration) ([]Lease, error)
 
 	// RenewCleanupClaim extends the claim token holds on lease id to
@@ -561,7 +564,8 @@ type Store interface {
 	FailCleanup(ctx context.Context, id, token, cause string, now, retryAt time.Time) (Lease, error)
 
 	// NextCleanupAt is the earliest time at which ClaimForCleanup may
-	// return something (the soonest expiry, retry time or claim lapse; it
+	// return something (the soonest expiry, retry time, claim lapse or
+	// lapse of a pool box's take reservation; it
 	// may lie in the past when work is due now), and false when no lease
 	// awaits cleanup.
 	NextCleanupAt(ctx context.Context) (time.Time, bool, error)
@@ -603,7 +607,10 @@ type Store interface {
 	// RunLog returns the stored log of a run (empty before it finished).
 	RunLog(ctx context.Context, runID string) ([]byte, error)
 
-	// Usage aggregates the managed leases that ran during q.Month.
+	// Usage aggregates the managed leases that ran during q.Month. A
+	// taken pool box counts twice: its idle time before the take as a
+	// lease of the pool's owner (PoolOwner) and org, its time after as a
+	// lease of its new owner.
 	Usage(ctx context.Context, q UsageQuery) (Usage, error)
 
 	// RecordToken records a token the coordinator issued (ID, Owner,
@@ -757,7 +764,8 @@ type Store interface {
 	PoolCounts(ctx context.Context, key string, now time.Time) (PoolCounts, error)
 
 	// ListPoolLeases returns the pool's idle boxes (live, not taken),
-	// oldest first.
+	// oldest first. PoolCounts and ListPoolLeases see the boxes a deleted
+	// pool left to their takes too.
 	ListPoolLeases(ctx context.Context, key string) ([]Lease, error)
 
 	// AddPoolLease inserts a new provisioning idle box of pool

@@ -82,6 +82,16 @@ func Run(t *testing.T, h Harness) {
 		{"CheckpointStaleCreation", testCheckpointStaleCreation},
 		{"CheckpointEventsBounded", testCheckpointEventsBounded},
 		{"CheckpointSpending", testCheckpointSpending},
+		{"PoolDefinitions", testPoolDefinitions},
+		{"PoolInvalidInput", testPoolInvalid},
+		{"PoolTakeRaceEachBoxOnce", testPoolTakeRace},
+		{"PoolAddRaceNeverOverfills", testPoolAddRace},
+		{"PoolLimits", testPoolLimits},
+		{"PoolLapsedReservation", testPoolLapsedReservation},
+		{"PoolStaleBoxes", testPoolStaleBoxes},
+		{"PoolCommit", testPoolCommit},
+		{"PoolDeleteAndTrim", testPoolDeleteAndTrim},
+		{"PoolUsage", testPoolUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

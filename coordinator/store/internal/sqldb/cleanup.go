@@ -23,7 +23,7 @@ func (s *Store) ClaimForCleanup(ctx context.Context, now time.Time, limit int, h
 	err := s.tx(ctx, func(_ *sql.Tx, c q) error {
 		out = nil
 		rows, err := c.query(ctx, leaseSelect+` WHERE ended_at IS NULL
-			AND (release_deletes_server OR expires_at <= $1)
+			AND (release_deletes_server OR expires_at <= $1 OR pool_reserve_until <= $1)
 			AND (cleanup_retry_at IS NULL OR cleanup_retry_at <= $1)
 			AND (cleanup_claim_until IS NULL OR cleanup_claim_until <= $1)
 			ORDER BY expires_at, id LIMIT $2`+s.d.SkipLocked, ts(now), limit)
@@ -45,6 +45,14 @@ func (s *Store) ClaimForCleanup(ctx context.Context, now time.Time, limit int, h
 		}
 		for _, before := range claimed {
 			r := before
+			if lapsedReservation(r, now) {
+				// The take that reserved this idle pool box died: the box
+				// is never handed out, its server is deleted.
+				r.State = store.StateFailed
+				r.FailureError = "ready pool reservation lapsed"
+				r.reserveToken, r.reserveUntil = "", sql.NullInt64{}
+				queueDeletion(&r, now)
+			}
 			r.CleanupToken = newToken()
 			r.claimUntil = nullTS(now.Add(hold))
 			if r.CleanupStartedAt.IsZero() {
@@ -62,6 +70,13 @@ func (s *Store) ClaimForCleanup(ctx context.Context, now time.Time, limit int, h
 		return nil, err
 	}
 	return out, nil
+}
+
+// lapsedReservation reports whether r is an idle pool box whose take
+// reservation lapsed at now.
+func lapsedReservation(r row, now time.Time) bool {
+	return r.State.Live() && r.Pool != "" && r.PoolTakenAt.IsZero() &&
+		r.reserveUntil.Valid && r.reserveUntil.Int64 <= now.UnixMicro()
 }
 
 // fenced runs fn on lease id if token still holds its cleanup claim.
@@ -115,7 +130,9 @@ func (s *Store) FailCleanup(ctx context.Context, id, token, cause string, now, r
 func (s *Store) NextCleanupAt(ctx context.Context) (time.Time, bool, error) {
 	var next sql.NullInt64
 	err := s.reader().row(ctx, `SELECT MIN(`+s.d.Greatest+`(
-			CASE WHEN release_deletes_server THEN 0 ELSE expires_at END,
+			CASE WHEN release_deletes_server THEN 0
+				WHEN pool_reserve_until IS NOT NULL THEN `+s.d.Least+`(expires_at, pool_reserve_until)
+				ELSE expires_at END,
 			COALESCE(cleanup_retry_at, 0), COALESCE(cleanup_claim_until, 0)))
 		FROM leases WHERE ended_at IS NULL`).Scan(&next)
 	if err != nil {

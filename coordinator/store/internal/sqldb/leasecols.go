@@ -20,7 +20,9 @@ var leaseColumns = []string{
 	"estimated_hourly_usd", "max_estimated_usd",
 	"cleanup_attempts", "cleanup_error", "cleanup_started_at", "cleanup_retry_at",
 	"release_deletes_server", "failure_error", "labels", "server_kept", "telemetry", "telemetry_at", "image", "location",
+	"pool", "pool_taken_at",
 	"create_attempt_id", "request_hash", "cleanup_token", "cleanup_claim_until",
+	"pool_reserve_token", "pool_reserve_until",
 }
 
 var (
@@ -45,6 +47,11 @@ var (
 type row struct {
 	store.Lease
 	claimUntil sql.NullInt64
+	// reserveToken and reserveUntil are the reservation a take holds on
+	// an idle pool box (ReservePoolLease): its fencing token and when it
+	// lapses.
+	reserveToken string
+	reserveUntil sql.NullInt64
 }
 
 func leaseArgs(r row) ([]any, error) {
@@ -70,7 +77,9 @@ func leaseArgs(r row) ([]any, error) {
 		l.EstimatedHourlyUSD, l.MaxEstimatedUSD,
 		l.CleanupAttempts, l.CleanupError, ts(l.CleanupStartedAt), ts(l.CleanupRetryAt),
 		l.ReleaseDeletesServer, l.FailureError, string(lab), l.ServerKept, string(l.Telemetry), ts(l.TelemetryAt), imageColumn(l.Image, l.ImageSource), l.Location,
+		l.Pool, ts(l.PoolTakenAt),
 		l.CreateAttemptID, l.RequestHash, l.CleanupToken, r.claimUntil,
+		r.reserveToken, r.reserveUntil,
 	}, nil
 }
 
@@ -82,7 +91,7 @@ func scanLease(sc scanner) (row, error) {
 		l                                                   = &r.Lease
 		lifecycle, state, ports, labels, telemetry, image   string
 		created, updated, touched, expires, released, ended sql.NullInt64
-		cleanupStarted, cleanupRetry, telemetryAt           sql.NullInt64
+		cleanupStarted, cleanupRetry, telemetryAt, taken    sql.NullInt64
 	)
 	err := sc.Scan(
 		&l.ID, &l.Slug, &l.Provider, &lifecycle, &state, &l.Owner, &l.Org,
@@ -93,7 +102,9 @@ func scanLease(sc scanner) (row, error) {
 		&l.EstimatedHourlyUSD, &l.MaxEstimatedUSD,
 		&l.CleanupAttempts, &l.CleanupError, &cleanupStarted, &cleanupRetry,
 		&l.ReleaseDeletesServer, &l.FailureError, &labels, &l.ServerKept, &telemetry, &telemetryAt, &image, &l.Location,
+		&l.Pool, &taken,
 		&l.CreateAttemptID, &l.RequestHash, &l.CleanupToken, &r.claimUntil,
+		&r.reserveToken, &r.reserveUntil,
 	)
 	if err != nil {
 		return row{}, err
@@ -103,6 +114,7 @@ func scanLease(sc scanner) (row, error) {
 	l.CreatedAt, l.UpdatedAt, l.LastTouchedAt = fromTS(created), fromTS(updated), fromTS(touched)
 	l.ExpiresAt, l.ReleasedAt, l.EndedAt = fromTS(expires), fromTS(released), fromTS(ended)
 	l.CleanupStartedAt, l.CleanupRetryAt = fromTS(cleanupStarted), fromTS(cleanupRetry)
+	l.PoolTakenAt = fromTS(taken)
 	if telemetry != "" {
 		l.Telemetry, l.TelemetryAt = json.RawMessage(telemetry), fromTS(telemetryAt)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/coordinator/store"
@@ -64,7 +65,7 @@ func (s *Store) updateLease(ctx context.Context, c q, before, r row, now time.Ti
 // normLease returns l as it reads back from the database.
 func normLease(l store.Lease) store.Lease {
 	for _, t := range []*time.Time{&l.CreatedAt, &l.UpdatedAt, &l.LastTouchedAt, &l.ExpiresAt,
-		&l.ReleasedAt, &l.EndedAt, &l.CleanupStartedAt, &l.CleanupRetryAt, &l.TelemetryAt} {
+		&l.ReleasedAt, &l.EndedAt, &l.CleanupStartedAt, &l.CleanupRetryAt, &l.TelemetryAt, &l.PoolTakenAt} {
 		*t = norm(*t)
 	}
 	if len(l.SSHFallbackPorts) == 0 {
@@ -135,6 +136,19 @@ func validateNew(l store.Lease, now time.Time) error {
 		return invalid("empty lease id")
 	case l.Owner == "":
 		return invalid("lease %q: empty owner", l.ID)
+	case strings.HasPrefix(l.Owner, store.PoolOwnerPrefix):
+		return invalid("lease %q: owner %q: the prefix %q is reserved for idle pool boxes", l.ID, l.Owner, store.PoolOwnerPrefix)
+	case l.Pool != "" || !l.PoolTakenAt.IsZero():
+		return invalid("lease %q: pool boxes are made by AddPoolLease only", l.ID)
+	}
+	return validateTerms(l, now)
+}
+
+// validateTerms checks what every new lease needs besides its owner.
+func validateTerms(l store.Lease, now time.Time) error {
+	switch {
+	case l.ID == "":
+		return invalid("empty lease id")
 	case l.Provider == "":
 		return invalid("lease %q: empty provider", l.ID)
 	case l.TTLSeconds <= 0 || l.IdleTimeoutSeconds <= 0:
@@ -465,6 +479,7 @@ func (s *Store) ActivateLease(ctx context.Context, id string, now time.Time, upd
 			r.CleanupStartedAt, r.CleanupRetryAt = before.CleanupStartedAt, before.CleanupRetryAt
 			r.ReleaseDeletesServer, r.CleanupToken = before.ReleaseDeletesServer, before.CleanupToken
 			r.CreateAttemptID, r.RequestHash = before.CreateAttemptID, before.RequestHash
+			r.Pool, r.PoolTakenAt = before.Pool, before.PoolTakenAt
 		}
 		switch {
 		case state == store.StateProvisioning:

@@ -1,0 +1,51 @@
+-- Ready pools: their definitions and counters, the pool a lease's box was
+-- made by (and when it was handed to its owner), the reservation a take
+-- holds on an idle box (its fencing token is private), and the idle spans
+-- of taken boxes, which count for the pool's owner and org in Usage.
+-- Times are Unix microseconds (UTC); NULL means unset.
+
+CREATE TABLE pools (
+	pool_key TEXT PRIMARY KEY,
+	provider TEXT NOT NULL,
+	class TEXT NOT NULL DEFAULT '',
+	server_type TEXT NOT NULL DEFAULT '',
+	image TEXT NOT NULL DEFAULT '',
+	location TEXT NOT NULL DEFAULT '',
+	org TEXT NOT NULL DEFAULT '',
+	target BIGINT NOT NULL,
+	max_boxes BIGINT NOT NULL,
+	max_age_seconds BIGINT NOT NULL,
+	schedule TEXT NOT NULL DEFAULT '[]',
+	exclusive BOOLEAN NOT NULL DEFAULT FALSE,
+	taken_total BIGINT NOT NULL DEFAULT 0,
+	last_error TEXT NOT NULL DEFAULT '',
+	created_at BIGINT NOT NULL,
+	updated_at BIGINT NOT NULL
+);
+
+ALTER TABLE leases ADD COLUMN pool TEXT NOT NULL DEFAULT '';
+
+ALTER TABLE leases ADD COLUMN pool_taken_at BIGINT;
+
+ALTER TABLE leases ADD COLUMN pool_reserve_token TEXT NOT NULL DEFAULT '';
+
+ALTER TABLE leases ADD COLUMN pool_reserve_until BIGINT;
+
+CREATE INDEX leases_pool_idle ON leases (pool, created_at)
+	WHERE pool <> '' AND pool_taken_at IS NULL AND ended_at IS NULL;
+
+CREATE INDEX leases_request_hash ON leases (owner, org, request_hash) WHERE request_hash <> '';
+
+CREATE TABLE pool_idle_spans (
+	lease_id TEXT PRIMARY KEY,
+	pool TEXT NOT NULL,
+	owner TEXT NOT NULL,
+	org TEXT NOT NULL,
+	provider TEXT NOT NULL,
+	server_type TEXT NOT NULL DEFAULT '',
+	created_at BIGINT NOT NULL,
+	ended_at BIGINT NOT NULL,
+	estimated_hourly_usd DOUBLE PRECISION NOT NULL DEFAULT 0
+);
+
+CREATE INDEX pool_idle_spans_ended ON pool_idle_spans (ended_at);
