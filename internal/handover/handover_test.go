@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -430,8 +431,9 @@ func TestDialEndsWithContext(t *testing.T) {
 
 // hangingBox serves SSH with x/crypto directly: it authenticates anyone,
 // accepts session channels and never answers a request on them or a
-// global request, as a hung box would. It ends with the test.
-func hangingBox(t *testing.T) handover.Box {
+// global request, as a hung box would; it sends each request's type to
+// got as it arrives. It ends with the test.
+func hangingBox(t *testing.T, got chan<- string) handover.Box {
 	t.Helper()
 	hostKey := sshservertest.NewSigner(t)
 	cfg := &ssh.ServerConfig{NoClientAuth: true}
@@ -441,9 +443,8 @@ func hangingBox(t *testing.T) handover.Box {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		nc, err := l.Accept()
 		if err != nil {
 			return
@@ -454,43 +455,56 @@ func hangingBox(t *testing.T) handover.Box {
 			return
 		}
 		defer conn.Close()
-		go func() {
-			for range reqs { // held, never answered
+		wg.Go(func() {
+			for r := range reqs { // held, never answered
+				got <- r.Type
 			}
-		}()
-		go func() {
+		})
+		wg.Go(func() {
 			for nch := range chans {
-				if ch, chReqs, err := nch.Accept(); err == nil {
-					go func() {
-						for range chReqs {
-						}
-						ch.Close()
-					}()
+				ch, chReqs, err := nch.Accept()
+				if err != nil {
+					continue
 				}
+				wg.Go(func() {
+					defer ch.Close()
+					for r := range chReqs {
+						got <- r.Type
+					}
+				})
 			}
-		}()
+		})
 		<-stop
-	}()
-	t.Cleanup(func() { close(stop); l.Close(); <-done })
+	})
+	t.Cleanup(func() { close(stop); l.Close(); wg.Wait() })
 	return handover.Box{Host: "127.0.0.1", Ports: []int{l.Addr().(*net.TCPAddr).Port}, User: "crabbox", HostKey: authorizedKey(hostKey.PublicKey())}
 }
 
+// TestContextBoundsRemoteWork: SetKey and Fresh return when ctx ends
+// while the box holds their request unanswered.
 func TestContextBoundsRemoteWork(t *testing.T) {
-	b := hangingBox(t)
-	c := dial(t, b, sshservertest.NewSigner(t))
-	for name, call := range map[string]func(context.Context) error{
-		"SetKey": func(ctx context.Context) error {
+	for _, tt := range []struct {
+		name    string
+		request string // what the box holds
+		call    func(context.Context, *ssh.Client) error
+	}{
+		{"SetKey", sshserver.SetKeyRequest, func(ctx context.Context, c *ssh.Client) error {
 			return handover.SetKey(ctx, c, sshservertest.NewSigner(t).PublicKey())
-		},
-		"Fresh": func(ctx context.Context) error { return handover.Fresh(ctx, c, "/nonexistent") },
+		}},
+		{"Fresh", "exec", func(ctx context.Context, c *ssh.Client) error { return handover.Fresh(ctx, c, "/nonexistent") }},
 	} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
+			got := make(chan string, 16)
+			c := dial(t, hangingBox(t, got), sshservertest.NewSigner(t))
 			ctx, cancel := context.WithCancel(t.Context())
 			errc := make(chan error, 1)
-			go func() { errc <- call(ctx) }()
+			go func() { errc <- tt.call(ctx, c) }()
+			if r := <-got; r != tt.request {
+				t.Fatalf("the box got request %q, want %q", r, tt.request)
+			}
 			cancel()
 			if err := <-errc; !errors.Is(err, context.Canceled) {
-				t.Fatalf("%s = %v, want context.Canceled", name, err)
+				t.Fatalf("%s = %v, want context.Canceled", tt.name, err)
 			}
 		})
 	}

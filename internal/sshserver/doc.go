@@ -10,6 +10,8 @@
 //
 //   - public-key authentication against exactly one authorized key, and
 //     optionally one user name; no passwords, no agent or port forwarding;
+//     an authenticated client may replace that key for new connections
+//     with the global request SetKeyRequest (a ready pool's handover);
 //   - "session" channels with env, pty-req, window-change, exec, shell and
 //     signal requests; subsystems are rejected;
 //   - every command runs as `Shell -c <command>` in its own process group in

@@ -2,6 +2,8 @@ package testsshd_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -55,5 +57,31 @@ func TestWrongHostKeyRejected(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "host key") {
 		t.Errorf("error = %v, want a host key mismatch", err)
+	}
+}
+
+// TestStartHome: sessions get the server's own home, and its
+// ~/.ssh/authorized_keys is the list sshd checks.
+func TestStartHome(t *testing.T) {
+	s := testsshd.StartHome(t)
+	c := s.Dial(t)
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := sess.Output(`printf %s "$HOME"`)
+	sess.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != s.Home {
+		t.Errorf("HOME = %q, want %q", out, s.Home)
+	}
+	if err := os.WriteFile(filepath.Join(s.Home, ".ssh", "authorized_keys"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := ssh.Dial("tcp", s.Addr, s.ClientConfig()); err == nil {
+		c.Close()
+		t.Error("login with the client key after emptying ~/.ssh/authorized_keys")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/internal/sshserver"
 )
@@ -106,6 +107,9 @@ func serve(ctx context.Context, dir string, o serveOptions) error {
 
 // newServer makes the SSH server of the lease in dir: its own host key,
 // the lease key as the only authorized key, commands in the work root.
+// A key handed over with sshserver.SetKeyRequest (a ready pool's box
+// going to its owner) is written to the record before the server accepts
+// it, so that an agent serving the directory again accepts it too.
 func newServer(dir string, rec record, log *slog.Logger) (*sshserver.Server, error) {
 	hostKey, err := loadHostKey(dir)
 	if err != nil {
@@ -122,6 +126,12 @@ func newServer(dir string, rec record, log *slog.Logger) (*sshserver.Server, err
 		Dir:           filepath.Join(dir, workDir),
 		Env:           boxEnv(os.Environ()),
 		Logger:        log,
+		OnSetKey: func(k ssh.PublicKey) error {
+			if _, err := updateRecord(dir, func(r *record) { r.AuthorizedKey = formatPublicKey(k) }); err != nil {
+				return fmt.Errorf("record the new key: %w", err)
+			}
+			return nil
+		},
 	})
 }
 

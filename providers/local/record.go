@@ -43,7 +43,9 @@ type record struct {
 	Port int `json:"port,omitempty"`
 	// HostKey is the box's public host key, authorized_keys form.
 	HostKey string `json:"hostKey"`
-	// AuthorizedKey is the lease key, the only key the box accepts.
+	// AuthorizedKey is the lease key, the only key the box accepts: the
+	// key of the acquire, or the one a ready pool's handover set since
+	// (sshserver.SetKeyRequest).
 	AuthorizedKey string `json:"authorizedKey"`
 	// PID is the agent process serving the box out of process; 0 when the
 	// box is served in-process by the program that acquired it.
