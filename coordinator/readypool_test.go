@@ -556,7 +556,7 @@ func TestReadyPoolReplicaKilledMidRefill(t *testing.T) {
 			defer close(aDone)
 			_, _ = a.srv.Maintain(ctx)
 		}()
-		stuck := <-entered
+		stuck := recv(t, entered, "coordinator A's provider call")
 		kill()
 
 		// Another coordinator, while the box is young, leaves it alone.
@@ -574,7 +574,7 @@ func TestReadyPoolReplicaKilledMidRefill(t *testing.T) {
 		// The dead coordinator's provider call returns at last: what it
 		// made is deleted, never added to the pool.
 		close(release)
-		<-aDone
+		recv(t, aDone, "coordinator A's maintenance pass")
 		b.settle()
 		if slices.Contains(boxes.live(), stuck) {
 			t.Errorf("box %s of the dead coordinator left behind", stuck)
@@ -751,15 +751,34 @@ func TestReadyPoolRun(t *testing.T) {
 			}
 		}()
 		e.putPool("p", api.ReadyPoolSpec{Provider: fakeProvider, Target: 2}, http.StatusCreated)
-		ids := []string{<-made, <-made}
+		ids := []string{recv(t, made, "a box made"), recv(t, made, "a box made")}
 		e.do("DELETE", "/v1/ready-pools/p", adminToken, nil, http.StatusOK, nil)
 		gone := map[string]bool{}
 		for len(gone) < 2 {
-			id := <-released
+			id := recv(t, released, "a box released")
 			if !slices.Contains(ids, id) {
 				t.Fatalf("released %s, which the pool did not make (%v)", id, ids)
 			}
 			gone[id] = true
 		}
 	})
+}
+
+// recv receives from ch, failing the test (instead of hanging it) when
+// nothing comes before the test's deadline is near.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
+		defer cancel()
+	}
+	select {
+	case v := <-ch:
+		return v
+	case <-ctx.Done():
+		t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		panic("unreachable")
+	}
 }
