@@ -644,7 +644,7 @@ func TestReadyPoolLimits(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
 		e, boxes := poolEnv(t, open,
 			withPrices(coordinator.Price{Provider: fakeProvider, HourlyUSD: 1}),
-			withLimits(api.Limits{MaxMonthlyUSDPerOrg: 2.5, MaxActiveLeasesPerOwner: 1}))
+			withLimits(api.Limits{MaxMonthlyUSDPerOrg: 2.5, MaxActiveLeasesPerOwner: 1, MaxMonthlyUSDPerOwner: 1}))
 		e.putPool("p", api.ReadyPoolSpec{Provider: fakeProvider, Target: 4, MaxAgeSeconds: 3600}, http.StatusCreated)
 		p := e.reconcile("p")
 		if p.Ready != 2 || !strings.Contains(p.LastError, "limit") {
@@ -664,8 +664,14 @@ func TestReadyPoolLimits(t *testing.T) {
 		if !strings.Contains(ae.Message, "owner") {
 			t.Errorf("limit message %q does not say whose", ae.Message)
 		}
+		// carol's take would reserve 1.5 USD (90 minutes at 1 USD) of her
+		// 1 USD a month: refused before a box is reserved.
+		ae = e.fail("POST", "/v1/leases", e.token("carol", "acme"), poolReq(t, key), http.StatusTooManyRequests, api.CodeCostLimitExceeded)
+		if !strings.Contains(ae.Message, "owner monthly") {
+			t.Errorf("limit message %q does not name the owner's monthly limit", ae.Message)
+		}
 		if got := e.readyPool("p"); got.Ready != 2 || got.TakenTotal != 0 {
-			t.Errorf("pool after a refused take: %+v", got)
+			t.Errorf("pool after refused takes: %+v", got)
 		}
 		if n := boxes.madeCount(); n != 3 {
 			t.Errorf("provider made %d boxes, want 3", n)
