@@ -31,10 +31,12 @@ ALTER TABLE leases ADD COLUMN pool_reserve_token TEXT NOT NULL DEFAULT '';
 
 ALTER TABLE leases ADD COLUMN pool_reserve_until INTEGER;
 
+-- Not-ended leases by pool (the predicate is one every pool query states,
+-- so both databases use the index).
 CREATE INDEX leases_pool_idle ON leases (pool, created_at)
-	WHERE pool <> '' AND pool_taken_at IS NULL AND ended_at IS NULL;
+	WHERE pool_taken_at IS NULL AND ended_at IS NULL;
 
-CREATE INDEX leases_request_hash ON leases (owner, org, request_hash) WHERE request_hash <> '';
+CREATE INDEX leases_request_hash ON leases (owner, org, request_hash);
 
 CREATE TABLE pool_idle_spans (
 	lease_id TEXT PRIMARY KEY,
