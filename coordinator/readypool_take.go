@@ -213,6 +213,9 @@ func (s *Server) takeFromPool(r *http.Request, id auth.Identity, spec leaseSpec,
 			return res, false, s.fromStore(r, err, "handing over a ready pool box", "lease "+box.ID)
 		}
 		if !out.Replayed {
+			// The box's own labels still say it expires at the pool's
+			// max age: move them to its new owner's terms.
+			s.queueTouch(out.Lease)
 			s.metrics.poolTakes.WithLabelValues(p.Key).Inc()
 			s.wakeMaintenance() // refill
 			blog.Info("ready pool box taken", slog.String("slug", out.Lease.Slug))

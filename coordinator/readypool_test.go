@@ -39,6 +39,7 @@ type sshBoxes struct {
 	boxes    map[string]*sshBox // live boxes by lease ID
 	made     map[string]int
 	released map[string]int
+	touched  map[string]time.Time
 	// block, when set, holds the next Acquire (whatever its context says)
 	// until it is closed; entered then gets the lease ID.
 	block   chan struct{}
@@ -57,7 +58,7 @@ type sshBox struct {
 }
 
 func newSSHBoxes(t testing.TB) *sshBoxes {
-	b := &sshBoxes{t: t, root: t.TempDir(), boxes: map[string]*sshBox{}, made: map[string]int{}, released: map[string]int{}}
+	b := &sshBoxes{t: t, root: t.TempDir(), boxes: map[string]*sshBox{}, made: map[string]int{}, released: map[string]int{}, touched: map[string]time.Time{}}
 	t.Cleanup(func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -136,7 +137,17 @@ func (b *sshBoxes) List(context.Context, provider.ListRequest) ([]provider.Lease
 }
 
 func (b *sshBoxes) Touch(_ context.Context, req provider.TouchRequest) (provider.LeaseTarget, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.touched[req.Lease.LeaseID] = req.ExpiresAt
 	return req.Lease, nil
+}
+
+// touchedUntil is the expiry of the latest touch of lease id's box.
+func (b *sshBoxes) touchedUntil(id string) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.touched[id]
 }
 
 func (b *sshBoxes) ReleaseLease(_ context.Context, req provider.ReleaseRequest) error {
@@ -477,10 +488,17 @@ func TestReadyPoolLifecycle(t *testing.T) {
 		if l.Pool != "p" {
 			t.Fatalf("named take not from the pool: %+v", l)
 		}
+
 		if p := e.readyPool("p"); p.Ready != 1 {
 			t.Fatalf("after a take: ready %d", p.Ready)
 		}
+		// The next pass refills, and moves the taken box's labels to its
+		// owner's terms (a touch).
+		e.clock.Advance(time.Minute)
 		e.settle()
+		if until := boxes.touchedUntil(l.ID); !until.Equal(l.ExpiresAt) {
+			t.Errorf("taken box touched until %v, want its lease's expiry %v", until, l.ExpiresAt)
+		}
 		if p := e.readyPool("p"); p.Ready != 2 {
 			t.Fatalf("after refill: ready %d", p.Ready)
 		}
