@@ -21,6 +21,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/coordinator"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
+	"github.com/crabbox-dev/crabbox/coordinator/client"
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 	"github.com/crabbox-dev/crabbox/internal/handover"
 	"github.com/crabbox-dev/crabbox/internal/sshserver"
@@ -805,4 +806,43 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 		t.Fatalf("waiting for %s: %v", what, ctx.Err())
 		panic("unreachable")
 	}
+}
+
+// TestReadyPoolGoClient drives pools with the Go client: an admin defines
+// and reconciles a pool, and a user's CreateLease takes a box whose lease
+// ID is the box's own, not the one asked for.
+func TestReadyPoolGoClient(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e, _ := poolEnv(t, open)
+		admin, err := client.New(e.url, adminToken, client.WithClock(e.clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.CloseIdleConnections()
+		ctx := t.Context()
+		if _, created, err := admin.PutReadyPool(ctx, "p", api.ReadyPoolSpec{Provider: fakeProvider, Target: 1}); err != nil || !created {
+			t.Fatalf("PutReadyPool = %v, %v", created, err)
+		}
+		p, err := admin.ReconcileReadyPool(ctx, "p")
+		if err != nil || p.Ready != 1 {
+			t.Fatalf("ReconcileReadyPool = %+v, %v", p, err)
+		}
+		user, err := client.New(e.url, e.token("alice", "acme"), client.WithClock(e.clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer user.CloseIdleConnections()
+		req := poolReq(t, newOwnerKey(t))
+		req.Pool = "p"
+		l, err := user.CreateLease(ctx, req)
+		if err != nil || l.Pool != "p" || l.ID != p.Boxes[0].LeaseID {
+			t.Fatalf("CreateLease = %+v, %v; want box %s", l, err, p.Boxes[0].LeaseID)
+		}
+		if _, err := user.ReadyPools(ctx); !client.IsCode(err, api.CodeForbidden) {
+			t.Errorf("a user's ReadyPools = %v, want forbidden", err)
+		}
+		if _, err := admin.DeleteReadyPool(ctx, "p"); err != nil {
+			t.Errorf("DeleteReadyPool = %v", err)
+		}
+	})
 }
