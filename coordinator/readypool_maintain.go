@@ -328,7 +328,7 @@ func (s *Server) provisionPoolBox(ctx context.Context, p store.Pool, l store.Lea
 	rec := l
 	applyTarget(&rec, target)
 	hctx, cancel := context.WithTimeout(ctx, handoverTimeout)
-	seen, err := healthCheck(hctx, poolBox(rec), signer)
+	seen, err := healthCheck(hctx, poolBox(rec), signer, rec.WorkRoot)
 	cancel()
 	commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancelCommit()
@@ -362,9 +362,10 @@ func (s *Server) provisionPoolBox(ctx context.Context, p store.Pool, l store.Lea
 	return nil
 }
 
-// healthCheck connects to a new pool box with its pool key and runs
-// `true`; it returns the host key the box showed.
-func healthCheck(ctx context.Context, box handover.Box, signer ssh.Signer) (string, error) {
+// healthCheck connects to a new pool box with its pool key, runs `true`
+// and checks the box is fresh under workRoot (as a take will); it returns
+// the host key the box showed.
+func healthCheck(ctx context.Context, box handover.Box, signer ssh.Signer, workRoot string) (string, error) {
 	c, seen, err := handover.Dial(ctx, box, signer)
 	if err != nil {
 		return "", err
@@ -386,6 +387,9 @@ func healthCheck(ctx context.Context, box handover.Box, signer ssh.Signer) (stri
 	}
 	if err != nil {
 		return "", fmt.Errorf("run true: %w", err)
+	}
+	if err := handover.Fresh(ctx, c, workRoot); err != nil {
+		return "", err
 	}
 	return seen, nil
 }

@@ -45,8 +45,9 @@ type sshBoxes struct {
 	// until it is closed; entered then gets the lease ID.
 	block   chan struct{}
 	entered chan string
-	// broken makes the next boxes accept a key nobody has.
-	broken bool
+	// broken makes the next boxes accept a key nobody has; noWorkRoot
+	// leaves their work root out of what Acquire returns.
+	broken, noWorkRoot bool
 	// madeCh and releasedCh, when set, get the lease ID of every box
 	// made and released.
 	madeCh, releasedCh chan string
@@ -88,7 +89,7 @@ func (b *sshBoxes) Acquire(_ context.Context, req provider.AcquireRequest) (prov
 	b.mu.Lock()
 	block, entered := b.block, b.entered
 	b.block, b.entered = nil, nil
-	broken := b.broken
+	broken, noWorkRoot := b.broken, b.noWorkRoot
 	b.mu.Unlock()
 	if block != nil {
 		entered <- req.LeaseID
@@ -115,6 +116,10 @@ func (b *sshBoxes) Acquire(_ context.Context, req provider.AcquireRequest) (prov
 	}
 	x := &sshBox{srv: srv, served: make(chan error, 1), workRoot: filepath.Join(home, "work")}
 	go func() { x.served <- srv.Serve(l) }()
+	workRoot := x.workRoot
+	if noWorkRoot {
+		workRoot = ""
+	}
 	b.mu.Lock()
 	b.boxes[req.LeaseID] = x
 	b.made[req.LeaseID]++
@@ -125,7 +130,7 @@ func (b *sshBoxes) Acquire(_ context.Context, req provider.AcquireRequest) (prov
 	}
 	return provider.LeaseTarget{
 		LeaseID: req.LeaseID, Slug: req.Slug, Provider: fakeProvider, CloudID: "vm-" + req.LeaseID,
-		Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, User: "crabbox", WorkRoot: x.workRoot, Labels: req.Labels,
+		Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, User: "crabbox", WorkRoot: workRoot, Labels: req.Labels,
 	}, nil
 }
 
@@ -626,8 +631,20 @@ func TestReadyPoolBadBoxesDeleted(t *testing.T) {
 			t.Fatalf("broken boxes not deleted: %v", live)
 		}
 
+		// A box whose work root is unknown cannot be checked fresh.
 		boxes.mu.Lock()
-		boxes.broken = false
+		boxes.broken, boxes.noWorkRoot = false, true
+		boxes.mu.Unlock()
+		if p := e.reconcile("p"); p.Ready != 0 || !strings.Contains(p.LastError, "work root") {
+			t.Fatalf("pool of boxes without a work root: %+v", p)
+		}
+		e.settle()
+		if live := boxes.live(); len(live) != 0 {
+			t.Fatalf("boxes without a work root not deleted: %v", live)
+		}
+
+		boxes.mu.Lock()
+		boxes.noWorkRoot = false
 		boxes.mu.Unlock()
 		p = e.reconcile("p") // backing off, but reconcile forces a pass
 		if p.Ready != 2 || p.LastError != "" {
