@@ -31,6 +31,7 @@ func toAPILease(l store.Lease) api.Lease {
 		ReleaseDeletesServer: releaseDeletesServer(l), FailureError: l.FailureError,
 		Labels: maps.Clone(l.Labels), Image: leaseImage(l), Location: l.Location,
 		Telemetry: slices.Clone(l.Telemetry), TelemetryAt: utc(l.TelemetryAt),
+		Pool: l.Pool,
 	}
 }
 

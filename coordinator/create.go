@@ -37,6 +37,10 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if e := decodeBody(w, r, s.maxBody, false, &req); e != nil {
 		return e
 	}
+	named, e := s.namedPool(r.Context(), r, &req, id)
+	if e != nil {
+		return e
+	}
 	spec, e := s.normalizeLeaseRequest(req)
 	if e != nil {
 		return e
@@ -55,6 +59,9 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, id auth.Ide
 	}
 	size, backend, e := s.sizeAndPrice(spec, id)
 	if e != nil {
+		return e
+	}
+	if done, e := s.createFromPool(w, r, id, spec, size, named, func(t *store.PoolTake) { t.AttemptID = attempt }); done {
 		return e
 	}
 	res, err := s.insertLease(r.Context(), id, spec, size, func(ctx context.Context, cr store.CreateRequest) (store.CreateResult, error) {
@@ -93,6 +100,10 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request, id auth.Identi
 		return invalid("field %q (%s) differs from the lease ID in the path (%s)", "leaseID", quote(req.LeaseID), quote(leaseID))
 	}
 	req.LeaseID = leaseID
+	named, e := s.namedPool(r.Context(), r, &req, id)
+	if e != nil {
+		return e
+	}
 	spec, e := s.normalizeLeaseRequest(req)
 	if e != nil {
 		return e
@@ -102,6 +113,9 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request, id auth.Identi
 		return e
 	}
 	hash := spec.hash()
+	if done, e := s.createFromPool(w, r, id, spec, size, named, func(t *store.PoolTake) { t.RequestHash = hash }); done {
+		return e
+	}
 	res, err := s.insertLease(r.Context(), id, spec, size, func(ctx context.Context, cr store.CreateRequest) (store.CreateResult, error) {
 		cr.RequestHash = hash
 		return s.store.PutLease(ctx, cr)
@@ -181,21 +195,7 @@ func (s *Server) insertLease(ctx context.Context, id auth.Identity, spec leaseSp
 ) (store.CreateResult, error) {
 	now := s.clock.Now().UTC()
 	hourly := size.hourly
-	imageSource := ""
-	if spec.Image != "" {
-		imageSource = api.ImageExplicit
-	}
-	if size.sized {
-		if size.Image != "" && size.Image != spec.Image {
-			imageSource = api.ImageProviderDefault
-		}
-		// Recorded is what the provider is asked for, not the client's
-		// claim (a provider may report the type it fell back to).
-		spec.Class, spec.Image, spec.Location, spec.ServerType = size.Class, size.Image, size.Location, ""
-		if len(size.ServerTypes) > 0 {
-			spec.ServerType = size.ServerTypes[0]
-		}
-	}
+	imageSource := spec.applySize(size)
 	l := store.Lease{
 		ID: spec.LeaseID, Provider: spec.Provider, Lifecycle: store.LifecycleManaged,
 		State: store.StateProvisioning, Owner: id.Owner, Org: id.Org,
@@ -212,6 +212,26 @@ func (s *Server) insertLease(ctx context.Context, id auth.Identity, spec leaseSp
 		l.Slug = slug
 		return insert(ctx, store.CreateRequest{Lease: l, Limits: toStoreLimits(s.limits), Now: now})
 	})
+}
+
+// applySize makes spec's size fields what a lease of size is recorded
+// with, and returns the image's source.
+func (spec *leaseSpec) applySize(size leaseSize) (imageSource string) {
+	if spec.Image != "" {
+		imageSource = api.ImageExplicit
+	}
+	if size.sized {
+		if size.Image != "" && size.Image != spec.Image {
+			imageSource = api.ImageProviderDefault
+		}
+		// Recorded is what the provider is asked for, not the client's
+		// claim (a provider may report the type it fell back to).
+		spec.Class, spec.Image, spec.Location, spec.ServerType = size.Class, size.Image, size.Location, ""
+		if len(size.ServerTypes) > 0 {
+			spec.ServerType = size.ServerTypes[0]
+		}
+	}
+	return imageSource
 }
 
 // withSlug calls try with the wanted slug (or a fresh one), and again with

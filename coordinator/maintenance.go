@@ -27,8 +27,13 @@ const idleRetry = time.Second
 // logged and retried on the next. Run returns nil when ctx is canceled; it
 // is safe to run in several processes sharing one store.
 func (s *Server) Run(ctx context.Context) error {
+	// Ready pool passes (which wait for providers to make boxes) run
+	// beside the loop, so deletions are not held up by them; a pool has
+	// one pass at a time. Run returns once they ended.
+	var pools sync.WaitGroup
+	defer pools.Wait()
 	for {
-		n, err := s.Maintain(ctx)
+		n, err := s.maintain(ctx, &pools)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -37,7 +42,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		var wait time.Duration // a full batch: there may be more
 		if n < cleanupBatch {
-			wait = s.untilNextCleanup(ctx)
+			wait = min(s.untilNextCleanup(ctx), s.untilNextPoolPass())
 			if due, ok := s.touches.due(s.touchInterval); ok {
 				wait = min(wait, max(due.Sub(s.clock.Now()), idleRetry))
 			}
@@ -86,9 +91,17 @@ func (s *Server) untilNextCleanup(ctx context.Context) time.Duration {
 // outside any transaction, and commits each with its claim's fencing
 // token. A failed delete is recorded
 // on the lease (cleanupError) and retried with backoff. It returns how many
-// leases it claimed. Safe to call from several processes at once: a lease
+// leases it claimed. After the cleanups it runs a pass of every ready
+// pool (refill, trim, replacement of dead work; see reconcilePool) and
+// waits for it. Safe to call from several processes at once: a lease
 // is claimed by one of them at a time.
 func (s *Server) Maintain(ctx context.Context) (int, error) {
+	return s.maintain(ctx, nil)
+}
+
+// maintain is Maintain; with pools set, the ready pool pass runs on a
+// goroutine pools tracks instead of before maintain returns.
+func (s *Server) maintain(ctx context.Context, pools *sync.WaitGroup) (int, error) {
 	s.sendTouches(ctx)
 	s.recheckTokens(ctx)
 	s.logins.prune(s.clock.Now())
@@ -109,6 +122,17 @@ func (s *Server) Maintain(ctx context.Context) (int, error) {
 		wg.Go(func() { s.cleanupCheckpoint(ctx, cp) })
 	}
 	wg.Wait()
+	// Ready pools after the cleanups, so a box that expired this pass is
+	// replaced in it.
+	if pools != nil {
+		pools.Go(func() {
+			if err := s.maintainPools(ctx); err != nil {
+				s.log.Error("ready pool pass failed", slog.String("error", err.Error()))
+			}
+		})
+	} else if perr := s.maintainPools(ctx); perr != nil {
+		cerr = errors.Join(cerr, perr)
+	}
 	return max(len(claimed), len(checkpoints)), cerr
 }
 

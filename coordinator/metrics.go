@@ -29,7 +29,12 @@ type metrics struct {
 	cleanupFailures   *prometheus.CounterVec
 	sshLogins         *prometheus.CounterVec
 	sshLoginFailures  *prometheus.CounterVec
-	handler           http.Handler
+	// Ready pools, by pool key (counted by this process).
+	poolTakes            *prometheus.CounterVec
+	poolMisses           *prometheus.CounterVec
+	poolHandoverFailures *prometheus.CounterVec
+	poolRefillFailures   *prometheus.CounterVec
+	handler              http.Handler
 }
 
 func newMetrics(s *Server) *metrics {
@@ -68,9 +73,27 @@ func newMetrics(s *Server) *metrics {
 			Name: "crabbox_coordinator_ssh_login_failures_total",
 			Help: "SSH logins a provider could not issue for a lease answer, by provider.",
 		}, []string{"provider"}),
+		poolTakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "crabbox_coordinator_ready_pool_takes_total",
+			Help: "Ready pool boxes handed to a create, by pool.",
+		}, []string{"pool"}),
+		poolMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "crabbox_coordinator_ready_pool_misses_total",
+			Help: "Creates that named or matched a ready pool and found no box to take, by pool.",
+		}, []string{"pool"}),
+		poolHandoverFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "crabbox_coordinator_ready_pool_handover_failures_total",
+			Help: "Ready pool boxes deleted because their handover to a new owner failed, by pool.",
+		}, []string{"pool"}),
+		poolRefillFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "crabbox_coordinator_ready_pool_refill_failures_total",
+			Help: "Ready pool maintenance passes that failed (a box not made, a limit reached), by pool.",
+		}, []string{"pool"}),
 	}
 	m.registry.MustRegister(m.requests, m.latency, m.provisionFailures, m.touchFailures,
-		m.cleanups, m.cleanupFailures, m.sshLogins, m.sshLoginFailures, &leaseCollector{s: s},
+		m.cleanups, m.cleanupFailures, m.sshLogins, m.sshLoginFailures,
+		m.poolTakes, m.poolMisses, m.poolHandoverFailures, m.poolRefillFailures,
+		&leaseCollector{s: s}, &poolCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorLog: slogAdapter{s.log}})
 	return m
@@ -111,3 +134,47 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 type slogAdapter struct{ log *slog.Logger }
 
 func (a slogAdapter) Println(v ...any) { a.log.Warn("metrics", slog.Any("error", v)) }
+
+// poolCollector reports each ready pool's boxes and target, read from the
+// store at scrape time.
+type poolCollector struct{ s *Server }
+
+var (
+	poolReadyDesc = prometheus.NewDesc("crabbox_coordinator_ready_pool_ready",
+		"Ready boxes of a ready pool.", []string{"pool", "provider"}, nil)
+	poolProvisioningDesc = prometheus.NewDesc("crabbox_coordinator_ready_pool_provisioning",
+		"Boxes of a ready pool being made.", []string{"pool", "provider"}, nil)
+	poolTargetDesc = prometheus.NewDesc("crabbox_coordinator_ready_pool_target",
+		"A ready pool's target now (its schedule applied).", []string{"pool", "provider"}, nil)
+	poolTakenDesc = prometheus.NewDesc("crabbox_coordinator_ready_pool_taken",
+		"Boxes handed out from a ready pool since it was made (all coordinators).", []string{"pool", "provider"}, nil)
+)
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolReadyDesc
+	ch <- poolProvisioningDesc
+	ch <- poolTargetDesc
+	ch <- poolTakenDesc
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	pools, err := c.s.store.ListPools(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(poolReadyDesc, err)
+		return
+	}
+	now := c.s.clock.Now().UTC()
+	for _, p := range pools {
+		counts, err := c.s.store.PoolCounts(ctx, p.Key, now)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(poolReadyDesc, err)
+			return
+		}
+		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(counts.Ready), p.Key, p.Provider)
+		ch <- prometheus.MustNewConstMetric(poolProvisioningDesc, prometheus.GaugeValue, float64(counts.Provisioning), p.Key, p.Provider)
+		ch <- prometheus.MustNewConstMetric(poolTargetDesc, prometheus.GaugeValue, float64(p.TargetAt(now)), p.Key, p.Provider)
+		ch <- prometheus.MustNewConstMetric(poolTakenDesc, prometheus.GaugeValue, float64(p.TakenTotal), p.Key, p.Provider)
+	}
+}

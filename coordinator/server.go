@@ -149,6 +149,10 @@ type Config struct {
 	// sent. 0 means 1 minute and 20.
 	TouchInterval time.Duration
 	TouchBudget   int
+	// PoolProviderRequests bounds the provider creates for ready pools
+	// (with their health checks) that one coordinator process runs at
+	// once per provider; 0 means DefaultPoolProviderRequests.
+	PoolProviderRequests int
 
 	// MaxControlConnections bounds the control websockets (GET
 	// /v1/control) open at once, MaxControlPerIdentity those of one owner
@@ -191,6 +195,13 @@ type Server struct {
 	idleTimeout      time.Duration
 	touchInterval    time.Duration
 	touchBudget      int
+
+	// poolSecret derives the ready pool boxes' keys (nil: no pools).
+	poolSecret []byte
+	// pools tracks this process's pool passes; poolSlots bound its
+	// provider creates for pools, per provider.
+	pools     poolRuns
+	poolSlots map[string]chan struct{}
 
 	// touches are the provider touches heartbeats queued.
 	touches touchQueue
@@ -256,6 +267,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TouchInterval < 0 || cfg.TouchBudget < 0 {
 		return nil, errors.New("coordinator: touch interval and budget must not be negative")
 	}
+	if cfg.PoolProviderRequests < 0 {
+		return nil, errors.New("coordinator: pool provider requests must not be negative")
+	}
 	if cfg.MaxControlConnections < 0 || cfg.MaxControlPerIdentity < 0 || cfg.ControlPollInterval < 0 {
 		return nil, errors.New("coordinator: control connection maxima and poll interval must not be negative")
 	}
@@ -314,6 +328,11 @@ func New(cfg Config) (*Server, error) {
 		publicURL:    publicURL,
 	}
 	s.warnUnusablePrices()
+	s.poolSecret = poolSecret(cfg.Tokens)
+	s.poolSlots = map[string]chan struct{}{}
+	for name := range s.providers {
+		s.poolSlots[name] = make(chan struct{}, cmp.Or(cfg.PoolProviderRequests, DefaultPoolProviderRequests))
+	}
 	if cfg.Tokens.SessionSecret != "" {
 		s.secret = []byte(cfg.Tokens.SessionSecret)
 		if s.sealer, err = newCredentialSealer(s.secret); err != nil {
@@ -411,6 +430,11 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/admin/leases", s.authed(s.adminOnly(s.adminListLeases)))
 	m.Handle("POST /v1/admin/leases/{id}/release", s.authed(s.adminOnly(s.adminRelease)))
 	m.Handle("GET /v1/pool", s.authed(s.adminOnly(s.pool)))
+	m.Handle("GET /v1/ready-pools", s.authed(s.adminOnly(s.listReadyPools)))
+	m.Handle("GET /v1/ready-pools/{key}", s.authed(s.adminOnly(s.getReadyPool)))
+	m.Handle("PUT /v1/ready-pools/{key}", s.authed(s.adminOnly(s.putReadyPool)))
+	m.Handle("DELETE /v1/ready-pools/{key}", s.authed(s.adminOnly(s.deleteReadyPool)))
+	m.Handle("POST /v1/ready-pools/{key}/reconcile", s.authed(s.adminOnly(s.reconcileReadyPool)))
 	s.mux = m
 }
 

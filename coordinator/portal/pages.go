@@ -34,6 +34,7 @@ func (p *Portal) routes() {
 	m.HandleFunc("GET "+Prefix+"/checkpoints/{id}/delete", p.authed(p.deleteCheckpointPage))
 	m.HandleFunc("POST "+Prefix+"/checkpoints/{id}/delete", p.authed(p.deleteCheckpoint))
 	m.HandleFunc("GET "+Prefix+"/usage", p.authed(p.usage))
+	m.HandleFunc("GET "+Prefix+"/ready-pools", p.authed(p.readyPools))
 	m.HandleFunc("GET "+Prefix+"/tokens", p.authed(p.tokens))
 	m.HandleFunc("POST "+Prefix+"/tokens/{id}/revoke", p.authed(p.revokeToken))
 	m.HandleFunc("GET "+Prefix+"/logout", p.authed(p.logoutPage))
@@ -406,6 +407,33 @@ func (p *Portal) usage(w http.ResponseWriter, r *http.Request, v *view) {
 		d.Scopes = append(d.Scopes, usageScope{Name: name, Usage: u})
 	}
 	p.render(w, http.StatusOK, v, "usage", page{Title: "Usage", Data: d})
+}
+
+type readyPoolsData struct {
+	Pools []api.ReadyPool
+}
+
+// readyPools shows an admin the ready pools with their boxes (the API's
+// GET /v1/ready-pools and /v1/ready-pools/{key}); others get the API's
+// 403.
+func (p *Portal) readyPools(w http.ResponseWriter, r *http.Request, v *view) {
+	pools, err := v.cl.ReadyPools(r.Context())
+	if err != nil {
+		p.apiFail(w, r, v, err)
+		return
+	}
+	for i, rp := range pools {
+		full, err := v.cl.ReadyPool(r.Context(), rp.Key)
+		if status(err) == http.StatusNotFound {
+			continue // deleted meanwhile: shown as listed
+		}
+		if err != nil {
+			p.apiFail(w, r, v, err)
+			return
+		}
+		pools[i] = full
+	}
+	p.render(w, http.StatusOK, v, "readypools", page{Title: "Ready pools", Data: readyPoolsData{Pools: pools}})
 }
 
 type tokensData struct {

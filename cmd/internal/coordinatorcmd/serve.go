@@ -208,6 +208,9 @@ type serverConfig struct {
 	// CheckpointLimits bound native checkpoints (0: the coordinator's
 	// defaults; negative: unlimited).
 	CheckpointLimits serverCheckpointLimits `json:"checkpointLimits"`
+	// PoolProviderRequests bounds the provider creates for ready pools
+	// this process runs at once per provider (0: the default, 4).
+	PoolProviderRequests int `json:"poolProviderRequests"`
 }
 
 // serverCheckpointLimits are coordinator.CheckpointLimits in the config.
@@ -391,7 +394,8 @@ func serveCoordinator(ctx context.Context, log *slog.Logger, listen, dbURL, cfgP
 		Store: st, Providers: backends, DefaultProvider: cfg.DefaultProvider, Tokens: tokens,
 		Limits: cfg.Limits, Prices: prices, Sizing: sizing, Logger: log, MaintenanceInterval: interval,
 		GitHub: gh, PublicURL: cfg.PublicURL, StoragePrices: cfg.StoragePrices,
-		CheckpointLimits: coordinator.CheckpointLimits(cfg.CheckpointLimits),
+		CheckpointLimits:     coordinator.CheckpointLimits(cfg.CheckpointLimits),
+		PoolProviderRequests: cfg.PoolProviderRequests,
 	})
 	if err != nil {
 		return err
