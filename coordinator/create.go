@@ -37,6 +37,10 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if e := decodeBody(w, r, s.maxBody, false, &req); e != nil {
 		return e
 	}
+	// A box of a ready pool keeps the lease ID it was made with, so a
+	// create takes one only when it names a pool (or "*": any it
+	// matches), or lets the coordinator pick the lease ID.
+	match := req.Pool == api.PoolAny || req.LeaseID == ""
 	named, e := s.namedPool(r.Context(), r, &req, id)
 	if e != nil {
 		return e
@@ -61,7 +65,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if e != nil {
 		return e
 	}
-	if done, e := s.createFromPool(w, r, id, spec, size, named, func(t *store.PoolTake) { t.AttemptID = attempt }); done {
+	if done, e := s.createFromPool(w, r, id, spec, size, named, match, func(t *store.PoolTake) { t.AttemptID = attempt }); done {
 		return e
 	}
 	res, err := s.insertLease(r.Context(), id, spec, size, func(ctx context.Context, cr store.CreateRequest) (store.CreateResult, error) {
@@ -99,11 +103,10 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request, id auth.Identi
 	if req.LeaseID != "" && req.LeaseID != leaseID {
 		return invalid("field %q (%s) differs from the lease ID in the path (%s)", "leaseID", quote(req.LeaseID), quote(leaseID))
 	}
-	req.LeaseID = leaseID
-	named, e := s.namedPool(r.Context(), r, &req, id)
-	if e != nil {
-		return e
+	if req.Pool != "" {
+		return invalid("field %q is not allowed on a fixed-ID create: a ready pool's box keeps the lease ID it was made with", "pool")
 	}
+	req.LeaseID = leaseID
 	spec, e := s.normalizeLeaseRequest(req)
 	if e != nil {
 		return e
@@ -113,9 +116,6 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request, id auth.Identi
 		return e
 	}
 	hash := spec.hash()
-	if done, e := s.createFromPool(w, r, id, spec, size, named, func(t *store.PoolTake) { t.RequestHash = hash }); done {
-		return e
-	}
 	res, err := s.insertLease(r.Context(), id, spec, size, func(ctx context.Context, cr store.CreateRequest) (store.CreateResult, error) {
 		cr.RequestHash = hash
 		return s.store.PutLease(ctx, cr)

@@ -42,7 +42,7 @@ func poolBox(l store.Lease) handover.Box {
 // namedPool reads the pool a create names (nil when it names none) and
 // fills the request's empty size fields from it.
 func (s *Server) namedPool(ctx context.Context, r *http.Request, req *api.LeaseRequest, id auth.Identity) (*store.Pool, *apiError) {
-	if req.Pool == "" {
+	if req.Pool == "" || req.Pool == api.PoolAny {
 		return nil, nil
 	}
 	if !api.IsPoolKey(req.Pool) {
@@ -303,8 +303,11 @@ func poolExhausted(p store.Pool) *apiError {
 // not when the lease ID is already in use (the ordinary create replays or
 // conflicts), or when the pool has no box to give and is not exclusive.
 func (s *Server) createFromPool(w http.ResponseWriter, r *http.Request, id auth.Identity, spec leaseSpec, size leaseSize,
-	named *store.Pool, bind func(*store.PoolTake),
+	named *store.Pool, match bool, bind func(*store.PoolTake),
 ) (handled bool, e *apiError) {
+	if named == nil && !match {
+		return false, nil
+	}
 	p, e := s.poolFor(r, id, spec, size, named)
 	if e != nil || p == nil {
 		return e != nil, e

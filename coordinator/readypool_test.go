@@ -280,9 +280,11 @@ func liveRecords(t *testing.T, st store.Store) []string {
 }
 
 // poolReq is a create of user's that matches the test pools.
+// poolReq is a create as crabbox's library sends it: its own lease ID,
+// and any pool it matches welcome (api.PoolAny).
 func poolReq(t testing.TB, k ownerKey) api.LeaseRequest {
 	r := leaseReq(t)
-	r.ServerType, r.SSHPublicKey = "", k.line
+	r.ServerType, r.SSHPublicKey, r.Pool = "", k.line, api.PoolAny
 	return r
 }
 
@@ -738,34 +740,45 @@ func TestReadyPoolMismatch(t *testing.T) {
 
 func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
 
-// TestReadyPoolFixedIDTake: a fixed-ID PUT takes a box; the same PUT again
-// replays it (200, the same lease) and the box its retry reserved is
-// deleted, not handed out.
-func TestReadyPoolFixedIDTake(t *testing.T) {
+// TestReadyPoolClientsThatMintIDs: a pool's box keeps its own lease ID,
+// so a create whose client minted the lease ID takes from a pool only when
+// it says it takes any (pool "*") or names the pool: a fixed-ID PUT never
+// does (naming a pool there is refused), and a POST with a lease ID and no
+// pool field (the upstream client's create) gets an ordinary box under its
+// own ID. A POST without a lease ID takes from the pool it matches.
+func TestReadyPoolClientsThatMintIDs(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
 		e, boxes := poolEnv(t, open)
 		e.putPool("p", api.ReadyPoolSpec{Provider: fakeProvider, Target: 2}, http.StatusCreated)
 		e.reconcile("p")
 		user := e.token("alice", "acme")
 		key := newOwnerKey(t)
-		req := poolReq(t, key)
-		req.CreateAttemptID = ""
-		var first, again api.LeaseResponse
-		e.do("PUT", leasePath(req.LeaseID, ""), user, req, http.StatusCreated, &first)
-		if first.Lease.Pool != "p" {
-			t.Fatalf("PUT did not take from the pool: %+v", first.Lease)
+
+		put := poolReq(t, key)
+		put.CreateAttemptID = ""
+		e.fail("PUT", leasePath(put.LeaseID, ""), user, put, http.StatusBadRequest, api.CodeInvalidRequest)
+		put.Pool = ""
+		var fixed api.LeaseResponse
+		e.do("PUT", leasePath(put.LeaseID, ""), user, put, http.StatusCreated, &fixed)
+		if fixed.Lease.ID != put.LeaseID || fixed.Lease.Pool != "" {
+			t.Errorf("fixed-ID PUT answered lease %s (pool %q), want an ordinary %s", fixed.Lease.ID, fixed.Lease.Pool, put.LeaseID)
 		}
-		e.do("PUT", leasePath(req.LeaseID, ""), user, req, http.StatusOK, &again)
-		if again.Lease.ID != first.Lease.ID {
-			t.Fatalf("replay answered lease %s, want %s", again.Lease.ID, first.Lease.ID)
+
+		upstream := poolReq(t, key)
+		upstream.Pool = ""
+		if l := e.create(user, upstream); l.ID != upstream.LeaseID || l.Pool != "" {
+			t.Errorf("POST with a lease ID and no pool answered lease %s (pool %q), want an ordinary %s", l.ID, l.Pool, upstream.LeaseID)
 		}
-		if !canLogin(t, again.Lease, key.signer) {
-			t.Errorf("the owner's key does not open the replayed lease's box")
+		if p := e.readyPool("p"); p.TakenTotal != 0 || p.Ready != 2 {
+			t.Errorf("pool after creates that mint their IDs: taken %d, ready %d; want 0, 2", p.TakenTotal, p.Ready)
+		}
+
+		noID := poolReq(t, key)
+		noID.LeaseID, noID.Pool = "", ""
+		if l := e.create(user, noID); l.Pool != "p" || !canLogin(t, l, key.signer) {
+			t.Errorf("POST without a lease ID: lease %s pool %q; want a box of pool p the owner's key opens", l.ID, l.Pool)
 		}
 		e.settle()
-		if p := e.readyPool("p"); p.TakenTotal != 1 {
-			t.Errorf("pool taken %d, want 1", p.TakenTotal)
-		}
 		if diff := cmp.Diff(liveRecords(t, e.store), boxes.live()); diff != "" {
 			t.Errorf("boxes without a live record or records without a box (-records +boxes):\n%s", diff)
 		}

@@ -275,8 +275,11 @@ type LeaseRequest struct {
 	IdleTimeoutSeconds int               `json:"idleTimeoutSeconds,omitempty"`
 	Keep               bool              `json:"keep,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
-	// Pool names a ready pool to take a box from (see ReadyPoolSpec); a
-	// request that names none takes from a pool it matches, if any.
+	// Pool names a ready pool to take a box from (see ReadyPoolSpec), or
+	// is PoolAny: any pool the request matches. A box taken from a pool
+	// keeps its own lease ID, which the answer names. A request that
+	// names no pool takes from one it matches only without a LeaseID;
+	// a fixed-ID create (PUT) never takes from a pool.
 	Pool string `json:"pool,omitempty"`
 }
 

@@ -27,6 +27,13 @@ const (
 	MaxPoolScheduleEntries = 32
 )
 
+// PoolAny in LeaseRequest.Pool takes a box from any ready pool the create
+// matches. A create that names no pool takes from a matching one only when
+// it leaves the lease ID to the coordinator: a pool's box keeps the lease
+// ID it was made with, which a client that minted its own would not
+// expect.
+const PoolAny = "*"
+
 // Ready pool error codes.
 const (
 	// CodePoolExhausted (429): the create named (or matched) an exclusive

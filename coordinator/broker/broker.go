@@ -202,6 +202,11 @@ func (b *brokeredBackend) Acquire(ctx context.Context, req provider.AcquireReque
 	lr.SSHPublicKey = req.PublicKey
 	lr.TTLSeconds, lr.IdleTimeoutSeconds = seconds(req.TTL), seconds(req.IdleTimeout)
 	lr.Keep, lr.Labels = req.Keep, maps.Clone(req.Labels)
+	if lr.Pool == "" {
+		// Any ready pool this create matches may hand over a box:
+		// the lease store adopts its lease ID.
+		lr.Pool = api.PoolAny
+	}
 	l, err := b.coord.CreateLease(ctx, lr)
 	if err != nil {
 		return provider.LeaseTarget{}, err

@@ -49,6 +49,10 @@ type fakeAPI struct {
 	images  map[int]*fakeImage
 	actions map[int]*fakeAction
 	events  []string // snapshot and image mutations, in order
+	// boot, if set, keeps a droplet "new" that long after its create,
+	// as a real one boots (benchmarks only: tests never wait on time).
+	boot time.Duration
+	born map[int]time.Time
 }
 
 // fakeImage is a Droplet snapshot; it is listed once its action is done.
@@ -126,7 +130,10 @@ func errorBody(status int) string {
 func (f *fakeAPI) droplet(m tagcloudtest.FakeMachine) godo.Droplet {
 	d := godo.Droplet{ID: m.ID, Name: m.Name, Status: "new", Tags: m.Tags,
 		Size: &godo.Size{Slug: m.Size}, Region: &godo.Region{Slug: m.Region}, Networks: &godo.Networks{}}
-	if m.Reads > 1 {
+	f.mu.Lock()
+	booting := f.boot > 0 && time.Since(f.born[m.ID]) < f.boot
+	f.mu.Unlock()
+	if m.Reads > 1 && !booting {
 		d.Status = "active"
 		d.Networks.V4 = []godo.NetworkV4{{IPAddress: "10.110.0.2", Type: "private"}, {IPAddress: m.IPv4, Type: "public"}}
 	}
@@ -190,6 +197,12 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			tagcloudtest.Reply(w, http.StatusUnprocessableEntity, `{"id":"unprocessable_entity","message":"Size is not available in this region."}`)
 		default:
 			m, _ = f.cloud.Get(m.ID)
+			f.mu.Lock()
+			if f.born == nil {
+				f.born = map[int]time.Time{}
+			}
+			f.born[m.ID] = time.Now()
+			f.mu.Unlock()
 			tagcloudtest.WriteJSON(w, http.StatusAccepted, map[string]any{"droplet": f.droplet(m)}, errorBody)
 		}
 	case r.Method == http.MethodGet && p == "/v2/droplets":
