@@ -51,8 +51,9 @@ type fakeAPI struct {
 	events  []string // snapshot and image mutations, in order
 	// boot, if set, keeps a droplet "new" that long after its create,
 	// as a real one boots (benchmarks only: tests never wait on time).
-	boot time.Duration
-	born map[int]time.Time
+	boot   time.Duration
+	bornMu sync.Mutex // not mu: droplet is called with mu held
+	born   map[int]time.Time
 }
 
 // fakeImage is a Droplet snapshot; it is listed once its action is done.
@@ -130,9 +131,9 @@ func errorBody(status int) string {
 func (f *fakeAPI) droplet(m tagcloudtest.FakeMachine) godo.Droplet {
 	d := godo.Droplet{ID: m.ID, Name: m.Name, Status: "new", Tags: m.Tags,
 		Size: &godo.Size{Slug: m.Size}, Region: &godo.Region{Slug: m.Region}, Networks: &godo.Networks{}}
-	f.mu.Lock()
+	f.bornMu.Lock()
 	booting := f.boot > 0 && time.Since(f.born[m.ID]) < f.boot
-	f.mu.Unlock()
+	f.bornMu.Unlock()
 	if m.Reads > 1 && !booting {
 		d.Status = "active"
 		d.Networks.V4 = []godo.NetworkV4{{IPAddress: "10.110.0.2", Type: "private"}, {IPAddress: m.IPv4, Type: "public"}}
@@ -197,12 +198,12 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			tagcloudtest.Reply(w, http.StatusUnprocessableEntity, `{"id":"unprocessable_entity","message":"Size is not available in this region."}`)
 		default:
 			m, _ = f.cloud.Get(m.ID)
-			f.mu.Lock()
+			f.bornMu.Lock()
 			if f.born == nil {
 				f.born = map[int]time.Time{}
 			}
 			f.born[m.ID] = time.Now()
-			f.mu.Unlock()
+			f.bornMu.Unlock()
 			tagcloudtest.WriteJSON(w, http.StatusAccepted, map[string]any{"droplet": f.droplet(m)}, errorBody)
 		}
 	case r.Method == http.MethodGet && p == "/v2/droplets":

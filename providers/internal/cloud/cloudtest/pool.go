@@ -75,7 +75,9 @@ func BenchPoolRun(b *testing.B, bin string, env, flags []string, runs int) {
 	}
 	ensure := append(append([]string{"pool", "ensure"}, flags...), "--pool", "bench", "--size", "1")
 	b.Cleanup(func() { crabbox("pool", "drain", "bench") })
-	fresh := func() time.Duration { return crabbox(append(append([]string{"run"}, flags...), "--quiet", "--", "true")...) }
+	fresh := func() time.Duration {
+		return crabbox(append(append([]string{"run"}, flags...), "--quiet", "--", "true")...)
+	}
 	pooled := func() time.Duration {
 		d := crabbox("run", "--pool", "bench", "--quiet", "--", "true")
 		crabbox(ensure...)
