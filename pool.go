@@ -230,7 +230,7 @@ func (c *Client) poolKey(name string, opts PoolOptions) (string, error) {
 	}
 	switch {
 	case !api.IsPoolKey(key):
-		return "", fmt.Errorf("ready pool key %q is malformed: want at most %d characters of a-z, 0-9 and -, not starting with -", key, api.MaxPoolKeyLen)
+		return "", badPoolKey(key)
 	case opts.Size < 0 || opts.Size > api.MaxPoolBoxes:
 		return "", fmt.Errorf("ready pool %s: size %d is out of range (0 to %d)", key, opts.Size, api.MaxPoolBoxes)
 	case opts.MaxAge != 0 && (opts.MaxAge < MinPoolMaxAge || opts.MaxAge > MaxPoolMaxAge):
@@ -498,31 +498,11 @@ func (c *Client) Pools(ctx context.Context) ([]PoolInfo, error) {
 // coordinator deletes its pool of that key. It returns the pool as it
 // was, with Removed counting the boxes released.
 func (c *Client) DrainPool(ctx context.Context, key string) (PoolInfo, error) {
-	if err := c.ready(ctx, "drain ready pool "+key); err != nil {
-		return PoolInfo{}, err
-	}
-	if !api.IsPoolKey(key) {
-		return PoolInfo{}, fmt.Errorf("ready pool key %q is malformed: want at most %d characters of a-z, 0-9 and -, not starting with -", key, api.MaxPoolKeyLen)
-	}
-	def, err := c.store.GetPool(key)
-	if errors.Is(err, provider.ErrNotFound) && c.broker != nil && c.broker.mode != BrokerRegistered {
-		p, err := c.broker.coord.DeleteReadyPool(ctx, key)
-		if err != nil {
-			return PoolInfo{}, fmt.Errorf("drain ready pool %s at the coordinator: %w", key, err)
-		}
-		return c.infoOfReadyPool(p), nil
-	}
-	if err != nil {
-		return PoolInfo{}, err
-	}
-	unlock, err := c.store.LockPool(ctx, key)
-	if err != nil {
-		return PoolInfo{}, err
+	def, unlock, remote, err := c.poolOp(ctx, "drain", key, c.coordDrain)
+	if remote != nil || err != nil {
+		return deref(remote), err
 	}
 	defer unlock()
-	if def, err = c.store.GetPool(key); err != nil { // drained meanwhile
-		return PoolInfo{}, err
-	}
 	info, err := c.localPoolInfo(def)
 	if err != nil {
 		return PoolInfo{}, err
@@ -547,7 +527,7 @@ func (c *Client) DrainPool(ctx context.Context, key string) (PoolInfo, error) {
 func (c *Client) acquirePooled(ctx context.Context, opts AcquireOptions) (*Lease, error) {
 	key := opts.Pool
 	if !api.IsPoolKey(key) {
-		return nil, fmt.Errorf("acquire from ready pool %q: the key is malformed: want at most %d characters of a-z, 0-9 and -, not starting with -", key, api.MaxPoolKeyLen)
+		return nil, fmt.Errorf("acquire from ready pool: %w", badPoolKey(key))
 	}
 	def, err := c.store.GetPool(key)
 	if errors.Is(err, provider.ErrNotFound) {
@@ -779,30 +759,64 @@ func (c *Client) infoOfReadyPool(p api.ReadyPool) PoolInfo {
 // state directory does not hold is the coordinator's, when the client has
 // one, which reconciles it once.
 func (c *Client) RefillPool(ctx context.Context, key string) (PoolInfo, error) {
-	if err := c.ready(ctx, "refill ready pool "+key); err != nil {
-		return PoolInfo{}, err
-	}
-	if !api.IsPoolKey(key) {
-		return PoolInfo{}, fmt.Errorf("ready pool key %q is malformed: want at most %d characters of a-z, 0-9 and -, not starting with -", key, api.MaxPoolKeyLen)
-	}
-	def, err := c.store.GetPool(key)
-	if errors.Is(err, provider.ErrNotFound) && c.broker != nil && c.broker.mode != BrokerRegistered {
-		p, err := c.broker.coord.ReconcileReadyPool(ctx, key)
-		if err != nil {
-			return PoolInfo{}, fmt.Errorf("reconcile ready pool %s at the coordinator: %w", key, err)
-		}
-		return c.infoOfReadyPool(p), nil
-	}
-	if err != nil {
-		return PoolInfo{}, err
-	}
-	unlock, err := c.store.LockPool(ctx, key)
-	if err != nil {
-		return PoolInfo{}, err
+	def, unlock, remote, err := c.poolOp(ctx, "refill", key, c.coordReconcile)
+	if remote != nil || err != nil {
+		return deref(remote), err
 	}
 	defer unlock()
-	if def, err = c.store.GetPool(key); err != nil { // drained meanwhile
-		return PoolInfo{}, err
-	}
 	return c.fillPool(ctx, def, defaultPoolParallel)
+}
+
+// badPoolKey is the error for a malformed pool key.
+func badPoolKey(key string) error {
+	return fmt.Errorf("ready pool key %q is malformed: want at most %d characters of a-z, 0-9 and -, not starting with -", key, api.MaxPoolKeyLen)
+}
+
+// poolOp starts the operation doing ("drain", "refill") on the ready pool
+// key. A pool of the state directory comes back with its definition as it
+// is under the pool's lock, which unlock releases. Without one, when the
+// client's coordinator brokers providers, the pool is the coordinator's:
+// remote runs there and its answer comes back as done (unlock is nil).
+func (c *Client) poolOp(ctx context.Context, doing, key string, remote func(context.Context, string) (api.ReadyPool, error)) (def lease.Pool, unlock func(), done *PoolInfo, err error) {
+	if err := c.ready(ctx, doing+" ready pool "+key); err != nil {
+		return lease.Pool{}, nil, nil, err
+	}
+	if !api.IsPoolKey(key) {
+		return lease.Pool{}, nil, nil, badPoolKey(key)
+	}
+	def, err = c.store.GetPool(key)
+	if errors.Is(err, provider.ErrNotFound) && c.broker != nil && c.broker.mode != BrokerRegistered {
+		p, err := remote(ctx, key)
+		if err != nil {
+			return lease.Pool{}, nil, nil, fmt.Errorf("%s ready pool %s at the coordinator: %w", doing, key, err)
+		}
+		info := c.infoOfReadyPool(p)
+		return lease.Pool{}, nil, &info, nil
+	}
+	if err != nil {
+		return lease.Pool{}, nil, nil, err
+	}
+	if unlock, err = c.store.LockPool(ctx, key); err != nil {
+		return lease.Pool{}, nil, nil, err
+	}
+	if def, err = c.store.GetPool(key); err != nil { // drained meanwhile
+		unlock()
+		return lease.Pool{}, nil, nil, err
+	}
+	return def, unlock, nil, nil
+}
+
+func (c *Client) coordDrain(ctx context.Context, key string) (api.ReadyPool, error) {
+	return c.broker.coord.DeleteReadyPool(ctx, key)
+}
+
+func (c *Client) coordReconcile(ctx context.Context, key string) (api.ReadyPool, error) {
+	return c.broker.coord.ReconcileReadyPool(ctx, key)
+}
+
+func deref(p *PoolInfo) PoolInfo {
+	if p == nil {
+		return PoolInfo{}
+	}
+	return *p
 }

@@ -375,7 +375,8 @@ func (pc *poolCoordinator) serve(w http.ResponseWriter, r *http.Request) {
 			pc.mu.Lock()
 			pc.asked = append(pc.asked, req.Pool)
 			pc.mu.Unlock()
-			if req.Pool != "" {
+			take := req.Pool != "" && req.Pool != api.PoolAny // no pool matches "*" here
+			if take {
 				// As the coordinator does: a box of its pool was made
 				// ahead of demand, under a lease ID of its own.
 				req.LeaseID = lease.NewID()
@@ -385,7 +386,7 @@ func (pc *poolCoordinator) serve(w http.ResponseWriter, r *http.Request) {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			pc.fakeCoordinator.serve(rec, r)
 			answer := rec.Body.Bytes()
-			if req.Pool != "" && rec.Code == http.StatusCreated {
+			if take && rec.Code == http.StatusCreated {
 				pc.fakeCoordinator.mu.Lock()
 				l := pc.fakeCoordinator.leases[req.LeaseID]
 				l.Pool = req.Pool // taken from the pool
@@ -485,7 +486,7 @@ func TestPoolsOfABrokeredProviderAreTheCoordinators(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// A plain acquire names no pool.
+	// A plain acquire takes from any pool that matches it ("*").
 	plain, err := c.Acquire(ctx, crabbox.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -508,7 +509,7 @@ func TestPoolsOfABrokeredProviderAreTheCoordinators(t *testing.T) {
 	if diff := cmp.Diff(wantCalls, pc.calls); diff != "" {
 		t.Errorf("ready pool calls (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"ci", ""}, pc.asked); diff != "" {
+	if diff := cmp.Diff([]string{"ci", api.PoolAny}, pc.asked); diff != "" {
 		t.Errorf("pools named by creates (-want +got):\n%s", diff)
 	}
 	noLeases(t, c)
