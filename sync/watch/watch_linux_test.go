@@ -192,7 +192,8 @@ func TestServeEnds(t *testing.T) {
 	})
 	t.Run("checkout removed", func(t *testing.T) {
 		root := checkout(t)
-		_, wait := serve(t, root, ServeOptions{})
+		c, wait := serve(t, root, ServeOptions{})
+		clock(t, c) // serving: removed before its watches were set, the start fails
 		if err := os.RemoveAll(root); err != nil {
 			t.Fatal(err)
 		}
