@@ -46,27 +46,10 @@ func embeddedBox(t *testing.T, configure func(*sshserver.Config)) testBox {
 	if configure != nil {
 		configure(&cfg)
 	}
-	srv, err := sshserver.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		if err := srv.Close(); err != nil {
-			t.Errorf("close the SSH server: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("SSH server: %v", err)
-		}
-	})
+	addr := sshservertest.Serve(t, cfg)
 	return testBox{
 		box: handover.Box{
-			Host: "127.0.0.1", Ports: []int{l.Addr().(*net.TCPAddr).Port}, User: "crabbox",
+			Host: "127.0.0.1", Ports: []int{addr.Port}, User: "crabbox",
 			HostKey: authorizedKey(hostKey.PublicKey()),
 		},
 		key: key, root: t.TempDir(),

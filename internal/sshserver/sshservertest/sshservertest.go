@@ -20,9 +20,26 @@ import (
 func Dial(t testing.TB, requests map[string]func([]byte) (bool, []byte)) *ssh.Client {
 	t.Helper()
 	hostKey, clientKey := NewSigner(t), NewSigner(t)
-	srv, err := sshserver.New(sshserver.Config{
+	addr := Serve(t, sshserver.Config{
 		HostKey: hostKey, AuthorizedKey: clientKey.PublicKey(), Dir: t.TempDir(), Requests: requests,
 	})
+	c, err := ssh.Dial("tcp", addr.String(), &ssh.ClientConfig{
+		User: "crabbox", Auth: []ssh.AuthMethod{ssh.PublicKeys(clientKey)},
+		HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Serve serves a server of cfg on a loopback port for the test and
+// returns its address. The test's cleanup closes the server and reports
+// one that failed.
+func Serve(t testing.TB, cfg sshserver.Config) *net.TCPAddr {
+	t.Helper()
+	srv, err := sshserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,15 +57,7 @@ func Dial(t testing.TB, requests map[string]func([]byte) (bool, []byte)) *ssh.Cl
 			t.Errorf("SSH server: %v", err)
 		}
 	})
-	c, err := ssh.Dial("tcp", l.Addr().String(), &ssh.ClientConfig{
-		User: "crabbox", Auth: []ssh.AuthMethod{ssh.PublicKeys(clientKey)},
-		HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return l.Addr().(*net.TCPAddr)
 }
 
 // NewSigner returns a fresh ed25519 key.
