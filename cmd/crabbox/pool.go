@@ -98,17 +98,7 @@ boxes are ready.
 				} else {
 					info, err = c.RefillPool(ctx, *key)
 				}
-				if err != nil && info.Key == "" {
-					return err
-				}
-				if *asJSON {
-					if jerr := writeJSON(a.stdout, info); jerr != nil {
-						return jerr
-					}
-				} else {
-					fmt.Fprintf(a.stdout, "%s %d/%d ready\n", info.Key, info.Ready, info.Size)
-				}
-				return err
+				return a.reportPool(info, err, *asJSON, fmt.Sprintf("%s %d/%d ready", info.Key, info.Ready, info.Size))
 			})
 		}),
 	}
@@ -185,17 +175,7 @@ one.
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
 				info, err := c.DrainPool(ctx, key)
-				if err != nil && info.Key == "" {
-					return err
-				}
-				if *asJSON {
-					if jerr := writeJSON(a.stdout, info); jerr != nil {
-						return jerr
-					}
-				} else {
-					fmt.Fprintf(a.stdout, "drained %s: %d boxes released\n", info.Key, info.Removed)
-				}
-				return err
+				return a.reportPool(info, err, *asJSON, fmt.Sprintf("drained %s: %d boxes released", info.Key, info.Removed))
 			})
 		}),
 	}
@@ -245,4 +225,20 @@ func startRefill(args []string, logFile string) error {
 		return err
 	}
 	return startBackground(exe, args, logFile)
+}
+
+// reportPool prints the pool a pool command left (as JSON, or line) and
+// returns its error: a pool that failed in part is still shown.
+func (a *app) reportPool(info crabbox.PoolInfo, err error, asJSON bool, line string) error {
+	if err != nil && info.Key == "" {
+		return err
+	}
+	if asJSON {
+		if jerr := writeJSON(a.stdout, info); jerr != nil {
+			return jerr
+		}
+	} else {
+		fmt.Fprintln(a.stdout, line)
+	}
+	return err
 }
