@@ -175,7 +175,7 @@ one.
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
 				info, err := c.DrainPool(ctx, key)
-				return a.reportPool(info, err, *asJSON, fmt.Sprintf("drained %s: %d boxes released", info.Key, info.Removed))
+				return a.reportPool(info, err, *asJSON, fmt.Sprintf("drained %s: %s released", info.Key, countBoxes(info.Removed)))
 			})
 		}),
 	}
@@ -241,4 +241,12 @@ func (a *app) reportPool(info crabbox.PoolInfo, err error, asJSON bool, line str
 		fmt.Fprintln(a.stdout, line)
 	}
 	return err
+}
+
+// countBoxes is "1 box" or "N boxes".
+func countBoxes(n int) string {
+	if n == 1 {
+		return "1 box"
+	}
+	return fmt.Sprintf("%d boxes", n)
 }
