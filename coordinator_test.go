@@ -644,6 +644,9 @@ func TestBrokeredUnknownConfigKeyRejected(t *testing.T) {
 	}
 }
 
+// realAdminToken is the admin token of a realCoordinator.
+const realAdminToken = "admin-token-of-the-real-coordinator"
+
 // realCoordinator is the coordinator's own handler with an SQLite store,
 // serving a local provider, and a signed user token for alice.
 type realCoordinator struct {
@@ -668,7 +671,7 @@ func newRealCoordinator(t *testing.T) *realCoordinator {
 	secret := strings.Repeat("s", 40)
 	srv, err := coordinator.New(coordinator.Config{
 		Store: st, Providers: map[string]provider.SSHLeaseBackend{"local": lb},
-		Tokens: auth.Config{SessionSecret: secret, DefaultOrg: "team"},
+		Tokens: auth.Config{SessionSecret: secret, AdminToken: realAdminToken, DefaultOrg: "team"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -626,3 +626,59 @@ func listClaims(t *testing.T, c *crabbox.Client) []string {
 	}
 	return ids
 }
+
+// A pool of the coordinator's own handler, end to end: an admin's
+// EnsurePool puts the pool and fills it; a user's run that names the pool
+// gets its box under the box's own lease ID (the claim and key move there),
+// the command runs on it with the user's key, and a plain acquire that
+// matches the pool takes the refilled box ("*").
+func TestReadyPoolAgainstRealCoordinator(t *testing.T) {
+	ctx := t.Context()
+	rc := newRealCoordinator(t)
+	admin := newClient(t, t.TempDir(),
+		crabbox.WithRuntime(provider.Runtime{HTTPClient: rc.ts.Client()}), crabbox.WithCoordinator(rc.ts.URL, realAdminToken))
+	info, err := admin.EnsurePool(ctx, crabbox.PoolOptions{Key: "team-local", Provider: "local", Size: 1})
+	if err != nil || info.Ready != 1 {
+		t.Fatalf("EnsurePool = %+v, %v; want one ready box", info, err)
+	}
+	c := rc.client(t, crabbox.BrokerAll)
+	repo := gitRepo(t)
+	var out bytes.Buffer
+	res, err := c.Run(ctx, crabbox.RunRequest{
+		Root: repo, Shell: "cat untracked.txt; exit 3", Stdout: &out, Stderr: &out,
+		Acquire: crabbox.AcquireOptions{Pool: "team-local"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || out.String() != "untracked\n" || res.Pool == nil || !res.Pool.Hit {
+		t.Errorf("run from the pool: exit %d, output %q, pool %+v; want 3, the file, a hit", res.ExitCode, out.String(), res.Pool)
+	}
+
+	if _, err := admin.RefillPool(ctx, "team-local"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Acquire(ctx, crabbox.AcquireOptions{Provider: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Claim().Pool != "team-local" {
+		t.Errorf("a plain acquire matching the pool: claim pool %q, want team-local", l.Claim().Pool)
+	}
+	if _, err := l.SSH(ctx); err != nil {
+		t.Errorf("SSH to the box taken from the pool: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.DrainPool(ctx, "team-local"); err != nil {
+		t.Fatal(err)
+	}
+	noLeases(t, c)
+	if _, err := rc.srv.Maintain(ctx); err != nil { // deletes the released and drained boxes
+		t.Fatal(err)
+	}
+	if boxes, err := rc.boxes.List(ctx, provider.ListRequest{}); err != nil || len(boxes) != 0 {
+		t.Errorf("boxes left after maintenance: %+v, %v", boxes, err)
+	}
+}
