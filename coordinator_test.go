@@ -656,7 +656,7 @@ type realCoordinator struct {
 	token string
 }
 
-func newRealCoordinator(t *testing.T) *realCoordinator {
+func newRealCoordinator(t testing.TB) *realCoordinator {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "coordinator.db"))
 	if err != nil {
@@ -688,7 +688,7 @@ func newRealCoordinator(t *testing.T) *realCoordinator {
 
 // client is a crabbox client of the coordinator; the test fails if the
 // client logs a warning (a coordinator call that failed).
-func (rc *realCoordinator) client(t *testing.T, mode crabbox.BrokerMode) *crabbox.Client {
+func (rc *realCoordinator) client(t testing.TB, mode crabbox.BrokerMode) *crabbox.Client {
 	t.Helper()
 	var logs bytes.Buffer
 	var mu gosync.Mutex

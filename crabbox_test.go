@@ -23,7 +23,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newClient(t *testing.T, state string, opts ...crabbox.Option) *crabbox.Client {
+func newClient(t testing.TB, state string, opts ...crabbox.Option) *crabbox.Client {
 	t.Helper()
 	c, err := crabbox.New(append([]crabbox.Option{crabbox.WithStateDir(state)}, opts...)...)
 	if err != nil {
@@ -34,7 +34,7 @@ func newClient(t *testing.T, state string, opts ...crabbox.Option) *crabbox.Clie
 }
 
 // gitRepo makes a repository with a committed, an untracked and an ignored file.
-func gitRepo(t *testing.T) string {
+func gitRepo(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
