@@ -1,16 +1,14 @@
 package coordinator
 
 import (
+	"crypto/hkdf"
 	"crypto/sha256"
 	"errors"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/crypto/hkdf"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
@@ -39,9 +37,9 @@ func poolSecret(t auth.Config) []byte {
 	if material == "" {
 		return nil
 	}
-	out := make([]byte, 32)
-	if _, err := io.ReadFull(hkdf.New(sha256.New, []byte(material), nil, []byte(poolSecretInfo)), out); err != nil {
-		return nil // hkdf reads 32 bytes from sha256 without fail
+	out, err := hkdf.Key(sha256.New, []byte(material), nil, poolSecretInfo, 32)
+	if err != nil {
+		return nil // 32 bytes are well within what HKDF-SHA256 derives
 	}
 	return out
 }
