@@ -14,7 +14,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	coordbroker "github.com/crabbox-dev/crabbox/coordinator/broker"
-	"github.com/crabbox-dev/crabbox/internal/remote"
+	"github.com/crabbox-dev/crabbox/internal/handover"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -637,7 +637,7 @@ func (c *Client) handOver(ctx context.Context, cl lease.Claim) (*Lease, error) {
 
 // checkFresh proves that the box answers and was never used: its lease's
 // directory under the work root, where every workdir of the lease goes,
-// does not exist.
+// holds nothing.
 func (l *Lease) checkFresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, poolCheckTimeout)
 	defer cancel()
@@ -645,18 +645,8 @@ func (l *Lease) checkFresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check pool box: %w", err)
 	}
-	sess, err := remote.NewSession(ctx, conn)
-	if err != nil {
+	if err := handover.Fresh(ctx, conn, path.Join(l.Target().WorkRoot, l.ID())); err != nil {
 		return fmt.Errorf("check pool box %s: %w", l.ID(), err)
-	}
-	defer sess.Close()
-	dir := path.Join(l.Target().WorkRoot, l.ID())
-	out, err := sess.CombinedOutput("if [ -e " + remote.Quote(dir) + " ]; then echo used; fi")
-	switch {
-	case err != nil:
-		return fmt.Errorf("check pool box %s: %w", l.ID(), err)
-	case strings.TrimSpace(string(out)) != "":
-		return fmt.Errorf("pool box %s was used: %s exists", l.ID(), dir)
 	}
 	return nil
 }
