@@ -52,8 +52,8 @@ type Pool struct {
 // MaxAge is how long an idle box of the pool lives.
 func (p Pool) MaxAge() time.Duration { return time.Duration(p.MaxAgeSeconds) * time.Second }
 
-// poolKeyPattern mirrors the coordinator's pool keys (api.IsPoolKey):
-// the key is also a file name here.
+// poolKeyPattern is a pool key, here and at the coordinator
+// (api.IsPoolKey): the key is also a file name here.
 var poolKeyPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // ValidPoolKey reports whether key is a well-formed pool key: at most 63

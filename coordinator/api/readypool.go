@@ -1,8 +1,9 @@
 package api
 
 import (
-	"regexp"
 	"time"
+
+	"github.com/crabbox-dev/crabbox/lease"
 )
 
 // Ready pools: boxes a coordinator creates ahead of demand and hands out at
@@ -44,13 +45,10 @@ const (
 	CodePoolMismatch = "pool_mismatch"
 )
 
-// poolKeyPattern is a pool key: lowercase letters, digits and dashes,
-// starting with a letter or digit.
-var poolKeyPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
-
 // IsPoolKey reports whether s is a well-formed pool key (at most
-// MaxPoolKeyLen characters of [a-z0-9-], not starting with a dash).
-func IsPoolKey(s string) bool { return len(s) <= MaxPoolKeyLen && poolKeyPattern.MatchString(s) }
+// MaxPoolKeyLen characters of [a-z0-9-], not starting with a dash): the
+// same keys a local pool takes, whose key is also a file name.
+func IsPoolKey(s string) bool { return lease.ValidPoolKey(s) }
 
 // PoolScheduleEntry sets a pool's target during part of the week: on Days
 // (lowercase three-letter names: "mon".."sun"; empty means every day),
