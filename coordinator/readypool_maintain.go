@@ -362,32 +362,15 @@ func (s *Server) provisionPoolBox(ctx context.Context, p store.Pool, l store.Lea
 	return nil
 }
 
-// healthCheck connects to a new pool box with its pool key, runs `true`
-// and checks the box is fresh under workRoot (as a take will); it returns
-// the host key the box showed.
+// healthCheck connects to a new pool box with its pool key and checks it
+// is fresh under workRoot (as a take will), which runs a command there;
+// it returns the host key the box showed.
 func healthCheck(ctx context.Context, box handover.Box, signer ssh.Signer, workRoot string) (string, error) {
 	c, seen, err := handover.Dial(ctx, box, signer)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	sess, err := c.NewSession()
-	if err != nil {
-		return "", fmt.Errorf("open a session: %w", err)
-	}
-	defer sess.Close()
-	done := make(chan error, 1)
-	go func() { done <- sess.Run("true") }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		c.Close()
-		<-done
-		err = ctx.Err()
-	}
-	if err != nil {
-		return "", fmt.Errorf("run true: %w", err)
-	}
 	if err := handover.Fresh(ctx, c, workRoot); err != nil {
 		return "", err
 	}
