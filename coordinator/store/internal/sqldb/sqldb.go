@@ -70,8 +70,8 @@ type Store struct {
 }
 
 // stmtCache holds a pool's prepared statements by query text. Its lock is
-// never held while a statement is prepared: that takes a connection, which
-// a transaction may hold (SQLite's write pool has one).
+// never held while a statement is prepared or closed: either may wait for
+// a connection that a transaction holds (SQLite's write pool has one).
 type stmtCache struct {
 	db      *sql.DB
 	mu      gosync.Mutex
@@ -94,17 +94,30 @@ func (c *stmtCache) prepare(ctx context.Context, query string) (*sql.Stmt, error
 	if err != nil {
 		return nil, err
 	}
+	have := c.keep(query, st)
+	if have != st {
+		// Prepared meanwhile by another caller. Closed outside the lock:
+		// closing waits for the connections the statement was prepared
+		// on, and one of them may be in a transaction that waits for the
+		// lock (in lookup), behind a lock of the database it holds.
+		st.Close()
+	}
+	return have, nil
+}
+
+// keep caches st as query's statement unless one is cached already, and
+// returns the cached one.
+func (c *stmtCache) keep(query string, st *sql.Stmt) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if have, ok := c.m[query]; ok {
-		st.Close() // prepared meanwhile by another caller
-		return have, nil
+		return have
 	}
 	if c.m == nil {
 		c.m = map[string]*sql.Stmt{}
 	}
 	c.m[query] = st
-	return st, nil
+	return st
 }
 
 // want notes query for preparePending.
