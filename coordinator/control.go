@@ -126,14 +126,18 @@ func (h *controlHub) close() {
 	h.open.Wait()
 }
 
-// CloseControl closes the control websockets (status 1001, going away),
+// CloseControl closes the control websockets (status 1001, going away)
+// and every bridge to a box (terminals, tunnels, previews, desktops),
 // refuses new ones, and returns when their handlers have returned (a
 // client that does not answer the close holds it at most 5 seconds).
 // http.Server.Shutdown does not wait for
 // websockets, so the server HTTPServer returns calls it on Shutdown; a
 // caller serving s with its own http.Server registers it the same way
 // (RegisterOnShutdown).
-func (s *Server) CloseControl() { s.control.close() }
+func (s *Server) CloseControl() {
+	s.bridges.closeAll()
+	s.control.close()
+}
 
 // controlConn is one open control websocket.
 type controlConn struct {

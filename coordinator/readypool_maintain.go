@@ -328,7 +328,7 @@ func (s *Server) provisionPoolBox(ctx context.Context, p store.Pool, l store.Lea
 	rec := l
 	applyTarget(&rec, target)
 	hctx, cancel := context.WithTimeout(ctx, handoverTimeout)
-	seen, err := healthCheck(hctx, poolBox(rec), signer, rec.WorkRoot)
+	seen, err := healthCheck(hctx, leaseBox(rec), signer, rec.WorkRoot)
 	cancel()
 	commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancelCommit()

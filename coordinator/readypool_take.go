@@ -29,7 +29,7 @@ const (
 )
 
 // poolBox is how the coordinator reaches an idle pool box over SSH.
-func poolBox(l store.Lease) handover.Box {
+func leaseBox(l store.Lease) handover.Box {
 	b := handover.Box{Host: l.Host, User: l.SSHUser, HostKey: l.SSHHostKey}
 	for _, p := range append([]string{l.SSHPort}, l.SSHFallbackPorts...) {
 		if n, err := strconv.Atoi(p); err == nil && n > 0 && n <= 65535 {
@@ -234,7 +234,7 @@ func (s *Server) handOver(ctx context.Context, box store.Lease, pub ssh.PublicKe
 	if err != nil {
 		return err
 	}
-	c, _, err := handover.Dial(ctx, poolBox(box), signer)
+	c, _, err := handover.Dial(ctx, leaseBox(box), signer)
 	if err != nil {
 		return err
 	}

@@ -198,6 +198,11 @@ type Server struct {
 
 	// poolSecret derives the ready pool boxes' keys (nil: no pools).
 	poolSecret []byte
+	// accessSecret derives the coordinator's box access keys (nil: the
+	// coordinator cannot reach boxes itself).
+	accessSecret []byte
+	// bridges are the open connections through the coordinator to boxes.
+	bridges bridges
 	// pools tracks this process's pool passes; poolSlots bound its
 	// provider creates for pools, per provider.
 	pools     poolRuns
@@ -329,6 +334,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.warnUnusablePrices()
 	s.poolSecret = poolSecret(cfg.Tokens)
+	s.accessSecret = accessSecret(cfg.Tokens)
 	s.poolSlots = map[string]chan struct{}{}
 	for name := range s.providers {
 		s.poolSlots[name] = make(chan struct{}, cmp.Or(cfg.PoolProviderRequests, DefaultPoolProviderRequests))

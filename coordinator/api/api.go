@@ -156,7 +156,22 @@ type Lease struct {
 	// connect (create, get, heartbeat), and is never stored; listings
 	// show the lease's neutral user.
 	SSHLoginExpiresAt time.Time `json:"sshLoginExpiresAt,omitzero"`
+	// Share is who else may reach the lease; only its owner, a manager
+	// and admins are shown it.
+	Share *LeaseShare `json:"share,omitempty"`
+	// Access is what the caller may do with the lease: AccessOwner
+	// (its owner, or an admin) or the ShareRole a share grants.
+	Access string `json:"access,omitempty"`
+	// AccessKey is the coordinator's own public key for this lease
+	// (authorized_keys form), sent to the owner only: a client that
+	// installs it on the box next to the lease key lets the coordinator
+	// reach the box for the terminal, previews, the desktop and shared
+	// users. Absent when the coordinator has no secret to derive it.
+	AccessKey string `json:"accessKey,omitempty"`
 }
+
+// AccessOwner is Lease.Access for the lease's owner (or an admin).
+const AccessOwner = "owner"
 
 // Image sources: where a lease's image came from.
 const (

@@ -133,6 +133,10 @@ type Lease struct {
 	Pool        string
 	PoolTakenAt time.Time
 
+	// Share is who else may reach the lease (empty: nobody). It is set
+	// only through SetLeaseShare.
+	Share LeaseShare
+
 	// Private fields: never serialise these into API responses.
 
 	// CreateAttemptID is the create attempt bound to this lease by
@@ -736,6 +740,18 @@ type Store interface {
 	// ClaimCheckpointsForCleanup may return something given staleAfter
 	// (how long a creation may run), and false when nothing awaits.
 	NextCheckpointCleanupAt(ctx context.Context, staleAfter time.Duration) (time.Time, bool, error)
+
+	// SetLeaseShare replaces the share of lease id (an empty share
+	// clears it), setting share.UpdatedAt to now, and returns the lease.
+	// ErrNotFound when there is no lease id.
+	SetLeaseShare(ctx context.Context, id string, share LeaseShare, now time.Time) (Lease, error)
+	// SharedLeases lists the live leases shared with user owner of org:
+	// those whose share names owner among its users, and those of org
+	// whose share has an org grant. The lease's own owner is not matched
+	// (an owner finds its leases with FindLease and ListLeases). ref, when
+	// not empty, narrows the list to the lease with that ID or slug. Newest
+	// first, at most limit (0: 200).
+	SharedLeases(ctx context.Context, owner, org, ref string, limit int) ([]Lease, error)
 
 	// PutPool creates or replaces the definition of pool p.Key (its
 	// counters and CreatedAt are kept); created is true for a new pool.

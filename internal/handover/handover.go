@@ -317,3 +317,26 @@ func PoolKey(secret []byte, leaseID string) (ssh.Signer, error) {
 	}
 	return ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed))
 }
+
+// accessKeyInfo is the HKDF info of access keys, before the lease ID.
+const accessKeyInfo = "crabbox box access ssh key v1\x00"
+
+// AccessKey derives the ed25519 SSH key with which the coordinator reaches
+// lease leaseID's box for its terminal, port previews, desktop and shared
+// users (HKDF-SHA256 of secret, a fixed info string and the lease ID, as
+// PoolKey, but never the same key). The lease's owner installs its public
+// half on the box next to the lease key. secret must be at least
+// MinPoolSecret bytes.
+func AccessKey(secret []byte, leaseID string) (ssh.Signer, error) {
+	if len(secret) < MinPoolSecret {
+		return nil, fmt.Errorf("access key: the secret is %d bytes, want at least %d", len(secret), MinPoolSecret)
+	}
+	if leaseID == "" {
+		return nil, errors.New("access key: no lease ID")
+	}
+	seed, err := hkdf.Key(sha256.New, secret, nil, accessKeyInfo+leaseID, ed25519.SeedSize)
+	if err != nil {
+		return nil, fmt.Errorf("access key: %w", err)
+	}
+	return ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed))
+}
