@@ -27,6 +27,8 @@ func (p *Portal) routes() {
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/release", p.authed(p.releasePage))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/release", p.authed(p.release))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/extend", p.authed(p.extend))
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/terminal", p.authed(p.terminal))
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/terminal/ws", p.authed(p.terminalSocket))
 	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
 	m.HandleFunc("GET "+Prefix+"/checkpoints", p.authed(p.checkpoints))
 	m.HandleFunc("GET "+Prefix+"/checkpoints/{id}", p.authed(p.checkpoint))
@@ -43,11 +45,7 @@ func (p *Portal) routes() {
 	m.HandleFunc("POST "+Prefix+"/login", p.login)
 	m.HandleFunc("GET "+Prefix+"/auth/github", p.githubStart)
 	m.HandleFunc("GET "+Prefix+"/auth/callback", p.githubCallback)
-	m.HandleFunc("GET "+Prefix+"/static/style.css", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/css; charset=utf-8")
-		w.Header().Set("Cache-Control", "max-age=3600")
-		http.ServeFileFS(w, r, assets, "static/style.css")
-	})
+	m.HandleFunc("GET "+Prefix+"/static/{file}", serveStatic)
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, nil, http.StatusNotFound, "No such page.")
 	})
@@ -62,6 +60,8 @@ type page struct {
 	// Refresh, when set, reloads the page after that many seconds (a
 	// running run).
 	Refresh int
+	// Scripts are the page's scripts (files of the static directory).
+	Scripts []string
 	Data    any
 	Flash   string
 }
@@ -213,6 +213,16 @@ type leaseData struct {
 	Lease api.Lease
 	Runs  []api.Run
 	Mine  bool
+}
+
+// CanUse reports whether the user may work on the lease's box (its owner,
+// an admin, or a sharer with use or manage).
+func (d leaseData) CanUse() bool {
+	switch d.Lease.Access {
+	case api.AccessOwner, string(api.ShareUse), string(api.ShareManage):
+		return true
+	}
+	return d.Mine
 }
 
 func (p *Portal) lease(w http.ResponseWriter, r *http.Request, v *view) {
