@@ -188,8 +188,10 @@ type terminalConn struct {
 	lease store.Lease
 	id    auth.Identity
 	// lastActive is the clock time (Unix nanoseconds) a byte last went
-	// through either way.
-	lastActive atomic.Int64
+	// through either way; activeSinceTouch says one did since the lease
+	// was last touched.
+	lastActive       atomic.Int64
+	activeSinceTouch atomic.Bool
 }
 
 // serve runs the terminal until the shell ends, the client goes, the
@@ -203,6 +205,7 @@ func (t *terminalConn) serve(bridge context.Context, cols, rows int) {
 	t.active()
 	ctx, cancel := context.WithCancelCause(bridge)
 	defer cancel(nil)
+	t.touch(ctx)
 
 	sess, client, err := t.start(ctx, cols, rows)
 	if err != nil {
@@ -230,9 +233,11 @@ func (t *terminalConn) serve(bridge context.Context, cols, rows int) {
 	// Reads outlive ctx: after the shell ends, the close handshake needs
 	// a reader, and a Read whose context ends closes the socket at once.
 	readCtx, stopReading := context.WithCancel(context.Background())
+	ticker := t.s.clock.NewTicker(terminalTick)
+	defer ticker.Stop()
 	var wg sync.WaitGroup
 	wg.Go(func() { t.read(readCtx, cancel, sess, stdin) })
-	wg.Go(func() { t.tend(ctx, cancel) })
+	wg.Go(func() { t.tend(ctx, cancel, ticker.Chan()) })
 	defer wg.Wait()
 	defer stopReading()
 
@@ -330,19 +335,22 @@ func (t *terminalConn) read(ctx context.Context, cancel context.CancelCauseFunc,
 	}
 }
 
-// tend pings the client and ends the terminal when it idles.
-func (t *terminalConn) tend(ctx context.Context, cancel context.CancelCauseFunc) {
+// tend ends the terminal when it idles, and otherwise, on each tick,
+// touches the lease when the terminal was used since the last tick and
+// pings the client.
+func (t *terminalConn) tend(ctx context.Context, cancel context.CancelCauseFunc, tick <-chan time.Time) {
 	idle := t.s.terminalIdle
-	ticker := t.s.clock.NewTicker(terminalTick)
-	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.Chan():
+		case <-tick:
 			if t.s.clock.Since(time.Unix(0, t.lastActive.Load())) >= idle {
 				cancel(fmt.Errorf("%w (%s)", errTerminalIdle, idle))
 				return
+			}
+			if t.activeSinceTouch.Load() {
+				t.touch(ctx)
 			}
 			pctx, pcancel := context.WithTimeout(ctx, terminalPongTimeout)
 			err := t.ws.Ping(pctx)
@@ -355,7 +363,24 @@ func (t *terminalConn) tend(ctx context.Context, cancel context.CancelCauseFunc)
 	}
 }
 
-func (t *terminalConn) active() { t.lastActive.Store(t.s.clock.Now().UnixNano()) }
+func (t *terminalConn) active() {
+	t.lastActive.Store(t.s.clock.Now().UnixNano())
+	t.activeSinceTouch.Store(true)
+}
+
+// touch records use of the lease, as a heartbeat does: a terminal in use
+// keeps its lease from idling out.
+func (t *terminalConn) touch(ctx context.Context) {
+	t.activeSinceTouch.Store(false)
+	l, err := t.s.store.Heartbeat(ctx, t.lease.ID, store.HeartbeatRequest{Now: t.s.clock.Now().UTC()})
+	if err != nil {
+		if ctx.Err() == nil {
+			t.s.log.Debug("terminal: touch lease", slog.String("lease", t.lease.ID), slog.String("error", err.Error()))
+		}
+		return
+	}
+	t.s.queueTouch(l)
+}
 
 // exited tells the client how the shell ended and closes the socket.
 func (t *terminalConn) exited(err error) {

@@ -136,8 +136,16 @@ func (e *env) terminalURL(id, query string) string {
 // unless the upgrade succeeds.
 func (e *env) dialTerminal(t *testing.T, token, id, query string) *term {
 	t.Helper()
+	pings := make(chan struct{}, 16)
 	ws, resp, err := websocket.Dial(t.Context(), e.terminalURL(id, query), &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}},
+		OnPingReceived: func(context.Context, []byte) bool {
+			select {
+			case pings <- struct{}{}:
+			default:
+			}
+			return true
+		},
 	})
 	if err != nil {
 		status := 0
@@ -147,7 +155,7 @@ func (e *env) dialTerminal(t *testing.T, token, id, query string) *term {
 		t.Fatalf("open terminal of %s: %v (status %d)", id, err, status)
 	}
 	t.Cleanup(func() { ws.CloseNow() })
-	return &term{t: t, ws: ws}
+	return &term{t: t, ws: ws, pings: pings}
 }
 
 // refuseTerminal opens lease id's terminal as token and wants it refused
@@ -183,6 +191,23 @@ type term struct {
 	out bytes.Buffer
 	// msgs are the text messages received, in order.
 	msgs []api.TerminalMessage
+	// pings gets a value for each ping the coordinator sent (read while
+	// reading messages).
+	pings chan struct{}
+}
+
+// waitPing reads (running a command to have something to read) until the
+// coordinator's next ping has come.
+func (c *term) waitPing() {
+	c.t.Helper()
+	for {
+		select {
+		case <-c.pings:
+			return
+		default:
+			c.run("true")
+		}
+	}
 }
 
 func (c *term) send(s string) {
@@ -443,4 +468,44 @@ func TestTerminalShutdown(t *testing.T) {
 		t.Errorf("close status %v, want going away", status)
 	}
 	e.refuseTerminal(t, alice, l.ID, "", http.StatusServiceUnavailable, api.CodeUnavailable)
+}
+
+// TestTerminalKeepsLeaseAlive: opening a terminal touches its lease, and
+// so does each tick during which it was used; the lease's idle expiry
+// moves with it.
+func TestTerminalKeepsLeaseAlive(t *testing.T) {
+	e, _ := terminalEnv(t)
+	alice := e.token("alice", "acme")
+	l := boxLease(t, e, alice, true)
+	e.clock.Advance(5 * time.Minute)
+	c := e.dialTerminal(t, alice, l.ID, "")
+	c.run("true")
+	if got, want := e.get(alice, l.ID).LastTouchedAt, start.Add(5*time.Minute); !got.Equal(want) {
+		t.Errorf("last touched %v after opening the terminal, want %v", got, want)
+	}
+	c.run("echo typing")
+	e.clock.Advance(30 * time.Second) // a tick: the lease is touched, then the client pinged
+	c.waitPing()
+	if got, want := e.get(alice, l.ID).LastTouchedAt, start.Add(5*time.Minute+30*time.Second); !got.Equal(want) {
+		t.Errorf("last touched %v after a tick of use, want %v", got, want)
+	}
+}
+
+// TestTerminalIdle: a terminal nothing went through for the idle timeout
+// ends, saying so.
+func TestTerminalIdle(t *testing.T) {
+	e, _ := terminalEnv(t, func(c *coordinator.Config) { c.TerminalIdleTimeout = 30 * time.Second })
+	alice := e.token("alice", "acme")
+	l := boxLease(t, e, alice, true)
+	c := e.dialTerminal(t, alice, l.ID, "")
+	c.run("true")
+	e.clock.Advance(30 * time.Second)
+	msgs, status := c.waitEnd()
+	want := []api.TerminalMessage{{Type: api.TerminalError, Message: "the terminal was closed: the terminal was idle too long (30s)"}}
+	if d := cmp.Diff(want, msgs); d != "" {
+		t.Errorf("messages (-want +got):\n%s", d)
+	}
+	if status != websocket.StatusPolicyViolation {
+		t.Errorf("close status %v, want policy violation", status)
+	}
 }
