@@ -189,6 +189,14 @@ func TestTerminalInBrowser(t *testing.T) {
 		chromedp.SendKeys("#terminal", `printf '\033[31mred\033[0m \033[1;32mgreen\033[0m\n'`+kb.Enter),
 		until(`[...document.querySelectorAll('#terminal span.f1')].some(s => s.textContent === 'red') && [...document.querySelectorAll('#terminal span.f2.bold')].some(s => s.textContent === 'green')`),
 	)
+	// A paste is sent as typed (in brackets, as the shell asked: it
+	// waits for Enter).
+	termStep(t, ctx, "paste",
+		chromedp.Focus("#terminal"),
+		chromedp.Evaluate[chromedp.Void](`(() => { const d = new DataTransfer(); d.setData('text/plain', 'echo pasted$((1+1))'); document.getElementById('terminal').dispatchEvent(new ClipboardEvent('paste', {clipboardData: d, bubbles: true})); })()`),
+		chromedp.SendKeys("#terminal", kb.Enter),
+		textContains("#terminal", "pasted2"),
+	)
 	step(t, ctx, "exit",
 		chromedp.SendKeys("#terminal", "exit 5"+kb.Enter),
 		textContains("#term-status", "The shell exited with code 5."),

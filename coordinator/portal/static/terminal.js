@@ -730,7 +730,10 @@
         this.send(s);
         this.root.scrollTop = this.root.scrollHeight;
       });
-      this.root.addEventListener('paste', (e) => {
+      // A paste goes to the focused element, or to the body when that is
+      // not editable: the document sees both.
+      document.addEventListener('paste', (e) => {
+        if (document.activeElement !== this.root) return;
         let text = e.clipboardData.getData('text/plain');
         e.preventDefault();
         if (!text) return;
