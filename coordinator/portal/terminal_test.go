@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/coder/websocket"
+	"github.com/google/go-cmp/cmp"
 	"github.com/jonboulle/clockwork"
 	"golang.org/x/crypto/ssh"
 
@@ -307,5 +309,85 @@ func TestTerminalPage(t *testing.T) {
 	}
 	if r := b.get("/portal/leases/" + l.ID + "/terminal"); r.status != http.StatusConflict || !strings.Contains(r.body, "there is no box to open a terminal on") {
 		t.Errorf("terminal page of a released lease: %d\n%s", r.status, r.body)
+	}
+}
+
+// screenState is a terminal screen as the emulator test reads it: its
+// lines (trailing blanks trimmed), the cursor, and what it sent back.
+type screenState struct {
+	Lines   []string `json:"lines"`
+	X       int      `json:"x"`
+	Y       int      `json:"y"`
+	Replies string   `json:"replies"`
+	Gone    []string `json:"gone"` // lines scrolled into the history
+	Attrs   []int    `json:"attrs"`
+}
+
+// The emulator of terminal.js, fed control sequences on a 10x3 screen.
+func TestTerminalEmulator(t *testing.T) {
+	ctx := headless(t)
+	s := newSite(t, false)
+	step(t, ctx, "load the emulator",
+		chromedp.Navigate(s.url+"/portal/login"),
+		chromedp.Evaluate[chromedp.Void](`(() => { const sc = document.createElement('script'); sc.src = '/portal/static/terminal.js'; document.head.append(sc); })()`),
+		until(`!!window.crabboxTerminal`),
+	)
+	const (
+		plain = 16 | 16<<5
+		bold  = 1 << 10
+	)
+	tests := []struct {
+		name, in string
+		want     screenState
+	}{
+		{"text", "hello", screenState{Lines: []string{"hello", "", ""}, X: 5}},
+		{"CR LF", "ab\r\ncd", screenState{Lines: []string{"ab", "cd", ""}, X: 2, Y: 1}},
+		{"wrap", "0123456789AB", screenState{Lines: []string{"0123456789", "AB", ""}, X: 2, Y: 1}},
+		{"no wrap until the next character", "0123456789", screenState{Lines: []string{"0123456789", "", ""}, X: 9}},
+		{"scroll", "1\r\n2\r\n3\r\n4", screenState{Lines: []string{"2", "3", "4"}, X: 1, Y: 2, Gone: []string{"1"}}},
+		{"backspace", "abc\b\bX", screenState{Lines: []string{"aXc", "", ""}, X: 2}},
+		{"tab", "a\tb", screenState{Lines: []string{"a       b", "", ""}, X: 9}},
+		{"CUP and EL", "aaaaaaaaaa\x1b[1;4H\x1b[K", screenState{Lines: []string{"aaa", "", ""}, X: 3}},
+		{"EL 1 and 2", "abcdef\x1b[1;3H\x1b[1K\r\nghi\x1b[2K", screenState{Lines: []string{"   def", "", ""}, X: 3, Y: 1}},
+		{"ED 0", "abcdef\r\nghi\x1b[1;3H\x1b[J", screenState{Lines: []string{"ab", "", ""}, X: 2}},
+		{"ED 2", "abc\r\ndef\x1b[2J", screenState{Lines: []string{"", "", ""}, X: 3, Y: 1}},
+		{"CUU CUD CUF CUB", "\x1b[2Bx\x1b[Ay\x1b[3Cz\x1b[2Dw", screenState{Lines: []string{"", " y  wz", "x"}, X: 5, Y: 1}},
+		{"moves stop at the edges", "\x1b[9A\x1b[99C!\x1b[99B", screenState{Lines: []string{"         !", "", ""}, X: 9, Y: 2}},
+		{"CHA and VPA", "\x1b[5G5\x1b[3d3", screenState{Lines: []string{"    5", "", "     3"}, X: 6, Y: 2}},
+		{"ICH and DCH", "abcdef\x1b[1;2H\x1b[2P\r\nabc\x1b[2;2H\x1b[2@", screenState{Lines: []string{"adef", "a  bc", ""}, X: 1, Y: 1}},
+		{"IL", "1\r\n2\r\n3\x1b[2;1H\x1b[L", screenState{Lines: []string{"1", "", "2"}, Y: 1}},
+		{"DL", "1\r\n2\r\n3\x1b[1;1H\x1b[M", screenState{Lines: []string{"2", "3", ""}}},
+		{"reverse index", "a\x1b[1;1H\x1bM", screenState{Lines: []string{"", "a", ""}}},
+		{"scrolling region", "\x1b[2;3r\x1b[1;1HA\x1b[2;1HB\r\nC\r\nD", screenState{Lines: []string{"A", "C", "D"}, X: 1, Y: 2}},
+		{"alternate screen", "main\x1b[?1049hALT\x1b[?1049l", screenState{Lines: []string{"main", "", ""}, X: 4}},
+		{"save and restore", "ab\x1b7\x1b[3;5Hx\x1b8c", screenState{Lines: []string{"abc", "", "    x"}, X: 3}},
+		{"SGR", "\x1b[1;31mR\x1b[0mN\x1b[38;5;9mB\x1b[44mL", screenState{Lines: []string{"RNBL", "", ""}, X: 4, Attrs: []int{1 | 16<<5 | bold, plain, 9 | 16<<5, 9 | 4<<5}}},
+		{"status report", "ab\x1b[6n\x1b[5n", screenState{Lines: []string{"ab", "", ""}, X: 2, Replies: "\x1b[1;3R\x1b[0n"}},
+		{"OSC and charsets ignored", "\x1b]0;title\x07o\x1b]2;t\x1b\\k\x1b(B!", screenState{Lines: []string{"ok!", "", ""}, X: 3}},
+		{"unknown sequences ignored", "a\x1b[?2004h\x1b[>4;1m\x1b[2 qb", screenState{Lines: []string{"ab", "", ""}, X: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in, _ := json.Marshal(tt.in)
+			raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+				let replies = '';
+				const gone = [];
+				const s = new window.crabboxTerminal.Screen(10, 3, (r) => { replies += r; }, (l) => gone.push(l.ch.join('').trimEnd()));
+				s.write(`+string(in)+`);
+				const out = {lines: s.lines.map((l) => l.ch.join('').trimEnd()), x: s.x, y: s.y, replies, gone: gone.length ? gone : null, attrs: null};
+				if (`+strconv.Quote(tt.name)+` === 'SGR') out.attrs = s.lines[0].at.slice(0, 4);
+				return JSON.stringify(out);
+			})()`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got screenState
+			if err := json.Unmarshal([]byte(raw), &got); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("screen after %q (-want +got):\n%s", tt.in, d)
+			}
+		})
 	}
 }

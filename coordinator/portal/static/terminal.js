@@ -554,6 +554,8 @@
     const k = e.key;
     const mod = 1 + (e.shiftKey ? 1 : 0) + (e.altKey ? 2 : 0) + (e.ctrlKey ? 4 : 0);
     if (e.metaKey) return null;
+    // AltGr (reported as Ctrl and Alt on some systems) types a character.
+    if (e.getModifierState && e.getModifierState('AltGraph') && [...k].length === 1) return k;
     if (e.ctrlKey && e.shiftKey && (k === 'C' || k === 'V')) return null;
     if (k in KEYS) {
       if (mod > 1) return ESC + '[1;' + mod + KEYS[k];
@@ -750,6 +752,9 @@
       });
     }
   }
+
+  // The emulator, for the portal's tests.
+  window.crabboxTerminal = { Screen };
 
   window.addEventListener('DOMContentLoaded', () => {
     const root = document.getElementById('terminal');
