@@ -27,8 +27,6 @@ func (p *Portal) routes() {
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/release", p.authed(p.releasePage))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/release", p.authed(p.release))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/extend", p.authed(p.extend))
-	m.HandleFunc("GET "+Prefix+"/leases/{ref}/terminal", p.authed(p.terminal))
-	m.HandleFunc("GET "+Prefix+"/leases/{ref}/terminal/ws", p.authed(p.terminalSocket))
 	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
 	m.HandleFunc("GET "+Prefix+"/checkpoints", p.authed(p.checkpoints))
 	m.HandleFunc("GET "+Prefix+"/checkpoints/{id}", p.authed(p.checkpoint))
@@ -45,10 +43,15 @@ func (p *Portal) routes() {
 	m.HandleFunc("POST "+Prefix+"/login", p.login)
 	m.HandleFunc("GET "+Prefix+"/auth/github", p.githubStart)
 	m.HandleFunc("GET "+Prefix+"/auth/callback", p.githubCallback)
-	m.HandleFunc("GET "+Prefix+"/static/{file}", serveStatic)
+	m.HandleFunc("GET "+Prefix+"/static/style.css", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		w.Header().Set("Cache-Control", "max-age=3600")
+		http.ServeFileFS(w, r, assets, "static/style.css")
+	})
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, nil, http.StatusNotFound, "No such page.")
 	})
+	p.terminalRoutes(m)
 	p.mux = m
 }
 
@@ -60,8 +63,6 @@ type page struct {
 	// Refresh, when set, reloads the page after that many seconds (a
 	// running run).
 	Refresh int
-	// Scripts are the page's scripts (files of the static directory).
-	Scripts []string
 	Data    any
 	Flash   string
 }

@@ -9,6 +9,17 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 )
 
+// terminalRoutes are the terminal's page, its websocket and its script.
+func (p *Portal) terminalRoutes(m *http.ServeMux) {
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/terminal", p.authed(p.terminal))
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/terminal/ws", p.authed(p.terminalSocket))
+	m.HandleFunc("GET "+Prefix+"/static/terminal.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Header().Set("Cache-Control", "max-age=3600")
+		http.ServeFileFS(w, r, assets, "static/terminal.js")
+	})
+}
+
 type terminalData struct {
 	Lease api.Lease
 	// Socket is the portal's websocket address of the terminal.
@@ -29,9 +40,8 @@ func (p *Portal) terminal(w http.ResponseWriter, r *http.Request, v *view) {
 		return
 	}
 	p.render(w, http.StatusOK, v, "terminal", page{
-		Title:   "Terminal on " + name,
-		Scripts: []string{Prefix + "/static/terminal.js"},
-		Data:    terminalData{Lease: l, Socket: Prefix + "/leases/" + url.PathEscape(l.ID) + "/terminal/ws"},
+		Title: "Terminal on " + name,
+		Data:  terminalData{Lease: l, Socket: Prefix + "/leases/" + url.PathEscape(l.ID) + "/terminal/ws"},
 	})
 }
 
