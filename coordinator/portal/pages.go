@@ -216,16 +216,6 @@ type leaseData struct {
 	Mine  bool
 }
 
-// CanUse reports whether the user may work on the lease's box (its owner,
-// an admin, or a sharer with use or manage).
-func (d leaseData) CanUse() bool {
-	switch d.Lease.Access {
-	case api.AccessOwner, string(api.ShareUse), string(api.ShareManage):
-		return true
-	}
-	return d.Mine
-}
-
 func (p *Portal) lease(w http.ResponseWriter, r *http.Request, v *view) {
 	l, err := v.cl.GetLease(r.Context(), r.PathValue("ref"))
 	if err != nil {

@@ -9,6 +9,20 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 )
 
+// Terminal reports whether the lease page links a terminal: the lease
+// is live, has a box, and the user may work on it (its owner, an admin,
+// or a sharer with use or manage).
+func (d leaseData) Terminal() bool {
+	if !d.Lease.State.Live() || d.Lease.Host == "" {
+		return false
+	}
+	switch d.Lease.Access {
+	case api.AccessOwner, string(api.ShareUse), string(api.ShareManage):
+		return true
+	}
+	return d.Mine
+}
+
 // terminalRoutes are the terminal's page, its websocket and its script.
 func (p *Portal) terminalRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/terminal", p.authed(p.terminal))
