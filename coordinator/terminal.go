@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -302,7 +303,7 @@ func shellCommand(l store.Lease) string {
 
 // read relays the client's messages until the socket ends: binary ones
 // to the shell's input, resize messages to the pty.
-func (t *terminalConn) read(ctx context.Context, cancel context.CancelCauseFunc, sess *ssh.Session, stdin interface{ Write([]byte) (int, error) }) {
+func (t *terminalConn) read(ctx context.Context, cancel context.CancelCauseFunc, sess *ssh.Session, stdin io.Writer) {
 	for {
 		typ, data, err := t.ws.Read(ctx)
 		if err != nil {
