@@ -73,18 +73,26 @@ func (s *shareStore) SharedLeases(ctx context.Context, owner, org, ref string, l
 }
 
 // terminalEnv is a coordinator with the local provider (whose boxes run
-// on this machine) on a SQLite store whose shares the test sets (the
-// terminal reads the store only to find the lease).
+// on this machine) on a SQLite store whose shares the test sets.
 func terminalEnv(t *testing.T, opts ...option) (*env, *shareStore) {
 	t.Helper()
-	st := &shareStore{}
-	e, _ := localEnv(t, func(t *testing.T) store.Store {
+	return terminalEnvOn(t, func(t *testing.T) store.Store {
 		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "coordinator.db"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		st.Store = s
+		return s
+	}, opts...)
+}
+
+// terminalEnvOn is terminalEnv on the store open opens (the tests of
+// what the terminal reads and writes in the store run on both).
+func terminalEnvOn(t *testing.T, open opener, opts ...option) (*env, *shareStore) {
+	t.Helper()
+	st := &shareStore{}
+	e, _ := localEnv(t, func(t *testing.T) store.Store {
+		st.Store = open(t)
 		return st
 	}, nil, opts...)
 	return e, st
@@ -329,7 +337,11 @@ func TestTerminalShell(t *testing.T) {
 // TestTerminalRefused: who may not open a terminal is refused before the
 // upgrade with the API's errors.
 func TestTerminalRefused(t *testing.T) {
-	e, st := terminalEnv(t)
+	eachStore(t, testTerminalRefused)
+}
+
+func testTerminalRefused(t *testing.T, open opener) {
+	e, st := terminalEnvOn(t, open)
 	alice, bob, carol := e.token("alice", "acme"), e.token("bob", "acme"), e.token("carol", "acme")
 	l := boxLease(t, e, alice, false)
 	st.share(l.ID, store.LeaseShare{Users: map[string]string{"bob": string(api.ShareRead)}})
@@ -474,7 +486,11 @@ func TestTerminalShutdown(t *testing.T) {
 // so does each tick during which it was used; the lease's idle expiry
 // moves with it.
 func TestTerminalKeepsLeaseAlive(t *testing.T) {
-	e, _ := terminalEnv(t)
+	eachStore(t, testTerminalKeepsLeaseAlive)
+}
+
+func testTerminalKeepsLeaseAlive(t *testing.T, open opener) {
+	e, _ := terminalEnvOn(t, open)
 	alice := e.token("alice", "acme")
 	l := boxLease(t, e, alice, true)
 	e.clock.Advance(5 * time.Minute)
