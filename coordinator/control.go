@@ -137,6 +137,7 @@ func (h *controlHub) close() {
 func (s *Server) CloseControl() {
 	s.bridges.closeAll()
 	s.control.close()
+	s.terminals.close()
 }
 
 // controlConn is one open control websocket.

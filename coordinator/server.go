@@ -162,6 +162,15 @@ type Config struct {
 	MaxControlConnections int
 	MaxControlPerIdentity int
 	ControlPollInterval   time.Duration
+
+	// MaxTerminals bounds the terminal websockets (GET
+	// /v1/leases/{id}/terminal) open at once, MaxTerminalsPerIdentity
+	// those of one owner and org; more get 429. TerminalIdleTimeout
+	// closes a terminal through which nothing went either way for that
+	// long. 0 means the Default* constants.
+	MaxTerminals            int
+	MaxTerminalsPerIdentity int
+	TerminalIdleTimeout     time.Duration
 }
 
 // Server is the coordinator: an http.Handler for the API and a maintenance
@@ -228,6 +237,9 @@ type Server struct {
 	revocations revocations
 	// control holds the open control websockets.
 	control *controlHub
+	// terminals counts the open terminals; terminalIdle closes an idle one.
+	terminals    *terminalHub
+	terminalIdle time.Duration
 	// githubLogins are the browser sign-ins in progress.
 	githubLogins *githubLogins
 	publicURL    string
@@ -277,6 +289,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxControlConnections < 0 || cfg.MaxControlPerIdentity < 0 || cfg.ControlPollInterval < 0 {
 		return nil, errors.New("coordinator: control connection maxima and poll interval must not be negative")
+	}
+	if cfg.MaxTerminals < 0 || cfg.MaxTerminalsPerIdentity < 0 || cfg.TerminalIdleTimeout < 0 {
+		return nil, errors.New("coordinator: terminal maxima and idle timeout must not be negative")
 	}
 	for name, z := range cfg.Sizing {
 		if _, ok := cfg.Providers[name]; !ok {
@@ -329,6 +344,9 @@ func New(cfg Config) (*Server, error) {
 		control: newControlHub(cmp.Or(cfg.MaxControlConnections, DefaultMaxControlConnections),
 			cmp.Or(cfg.MaxControlPerIdentity, DefaultMaxControlPerIdentity),
 			cmp.Or(cfg.ControlPollInterval, DefaultControlPollInterval)),
+		terminals: newTerminalHub(cmp.Or(cfg.MaxTerminals, DefaultMaxTerminals),
+			cmp.Or(cfg.MaxTerminalsPerIdentity, DefaultMaxTerminalsPerIdentity)),
+		terminalIdle: cmp.Or(cfg.TerminalIdleTimeout, DefaultTerminalIdleTimeout),
 		githubLogins: newGitHubLogins(max(cmp.Or(cfg.MaxPendingGitHubLogins, DefaultMaxPendingGitHubLogins), 1)),
 		publicURL:    publicURL,
 	}
@@ -396,6 +414,7 @@ func (s *Server) routes() {
 	m.Handle("PUT /v1/leases/{id}", s.authed(s.putLease))
 	m.Handle("GET /v1/leases/{id}", s.authed(s.getLease))
 	m.Handle("POST /v1/leases/{id}/heartbeat", s.authed(s.heartbeat))
+	m.Handle("GET /v1/leases/{id}/terminal", s.authed(s.terminal))
 	m.Handle("POST /v1/leases/{id}/release", s.authed(s.release))
 	m.Handle("POST /v1/leases/{id}/cancel-create", s.authed(s.cancelCreate))
 	m.Handle("PUT /v1/leases/{id}/registration", s.authed(s.register))

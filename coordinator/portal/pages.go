@@ -51,6 +51,7 @@ func (p *Portal) routes() {
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, nil, http.StatusNotFound, "No such page.")
 	})
+	p.terminalRoutes(m)
 	p.mux = m
 }
 
