@@ -73,15 +73,30 @@ func (s *Server) putShare(w http.ResponseWriter, r *http.Request, id auth.Identi
 	if e := decodeBody(w, r, s.maxBody, false, &req); e != nil {
 		return e
 	}
-	next, err := req.Normalize()
-	if err != nil {
-		return invalid("share: %v", err)
+	next, e := shareField(req)
+	if e != nil {
+		return e
 	}
 	l, _, e := s.leaseFor(r, id, r.PathValue("id"), roleManage)
 	if e != nil {
 		return e
 	}
 	return s.changeShare(w, r, id, l, next, "put")
+}
+
+// shareField checks and normalizes a share a client sent: the rules of
+// api.LeaseShare.Normalize, and user names without control characters.
+func shareField(in api.LeaseShare) (api.LeaseShare, *apiError) {
+	out, err := in.Normalize()
+	if err != nil {
+		return api.LeaseShare{}, invalid("share: %v", err)
+	}
+	for _, u := range out.SortedUsers() {
+		if e := textField("users", u, len(u)); e != nil {
+			return api.LeaseShare{}, invalid("share: user %q contains control characters or invalid UTF-8", u)
+		}
+	}
+	return out, nil
 }
 
 // deleteShare serves DELETE /v1/leases/{id}/share: remove one user's
@@ -94,6 +109,9 @@ func (s *Server) deleteShare(w http.ResponseWriter, r *http.Request, id auth.Ide
 	user := api.NormalizeShareUser(req.User)
 	if req.User != "" && user == "" {
 		return invalid("field %q is blank", "user")
+	}
+	if e := textField("user", user, len(user)); e != nil {
+		return e
 	}
 	l, _, e := s.leaseFor(r, id, r.PathValue("id"), roleManage)
 	if e != nil {

@@ -162,6 +162,7 @@ func TestShareBadInput(t *testing.T) {
 			{"unknown role", "PUT", map[string]any{"users": map[string]string{"carol": "admin"}}, `role "admin"`},
 			{"unknown org role", "PUT", map[string]any{"org": "owner"}, `org role "owner"`},
 			{"empty user", "PUT", map[string]any{"users": map[string]string{" ": "use"}}, "empty"},
+			{"control character in a user", "PUT", `{"users":{"bo\u0001b":"use"}}`, "control characters"},
 			{"users not an object", "PUT", `{"users":["bob"]}`, "users"},
 			{"no body", "PUT", nil, "empty"},
 			{"blank user", "DELETE", map[string]any{"user": "  "}, `"user"`},
