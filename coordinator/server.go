@@ -203,6 +203,8 @@ type Server struct {
 	accessSecret []byte
 	// bridges are the open connections through the coordinator to boxes.
 	bridges bridges
+	// accessKeys caches the access keys lease answers carry.
+	accessKeys accessKeyCache
 	// pools tracks this process's pool passes; poolSlots bound its
 	// provider creates for pools, per provider.
 	pools     poolRuns

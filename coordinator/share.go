@@ -24,7 +24,7 @@ func (s *Server) leaseView(l store.Lease, id auth.Identity, role leaseRole) api.
 		out.Share = &sh
 	}
 	if ownLease(l, id) {
-		out.AccessKey = s.accessPublicKey(l.ID)
+		out.AccessKey = s.ownerAccessKey(l.ID)
 	}
 	if role == roleRead {
 		out.Host, out.SSHUser, out.SSHPort, out.SSHFallbackPorts = "", "", "", nil
