@@ -265,9 +265,9 @@ func (s *Server) adminRelease(w http.ResponseWriter, r *http.Request, id auth.Id
 	return s.releaseLease(w, r, id, roleOwner, l, req)
 }
 
-// releaseLease ends l for id, who has role on it. Deleting the server (default: unless keep) is
-// queued for the maintenance loop; a registered lease never reaches a
-// provider.
+// releaseLease ends l for id, who has role on it. Deleting the server
+// (default: unless keep) is queued for the maintenance loop; a
+// registered lease never reaches a provider. Bridges to the box end.
 func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, id auth.Identity, role leaseRole, l store.Lease, req api.ReleaseRequest) *apiError {
 	want, e := expectedProvider(req.ExpectedProvider)
 	if e != nil {
