@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 )
 
@@ -39,6 +41,46 @@ func FuzzLeaseRequest(f *testing.F) {
 		}
 		if first, again := spec.hash(), spec.hash(); first != again {
 			t.Fatal("hash is not deterministic")
+		}
+	})
+}
+
+// FuzzShareRequest: a PUT share body is refused with 400 or becomes a
+// share whose every user is normalized, printable and bounded, with a
+// valid role, that normalizes to itself.
+func FuzzShareRequest(f *testing.F) {
+	f.Add(`{"users":{"Bob":"use","carol":"manage"},"org":"read"}`)
+	f.Add(`{"users":{" ":"use"}}`)
+	f.Add(`{"users":{"bob":"admin"}}`)
+	f.Add(`{"org":"owner"}`)
+	f.Add(`{"users":{"a\u0000b":"read"}}`)
+	f.Add(`{"users":["bob"]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var req api.LeaseShare
+		if e := decodeJSON([]byte(body), &req); e != nil {
+			if e.status != http.StatusBadRequest {
+				t.Fatalf("decode error %d %s", e.status, e.code)
+			}
+			return
+		}
+		got, e := shareField(req)
+		if e != nil {
+			if e.status != http.StatusBadRequest || e.code != api.CodeInvalidRequest {
+				t.Fatalf("share error %d %s", e.status, e.code)
+			}
+			return
+		}
+		if len(got.Users) > api.MaxShareUsers || (got.Org != "" && !got.Org.Valid()) {
+			t.Fatalf("share out of bounds: %+v", got)
+		}
+		for u, r := range got.Users {
+			if u == "" || u != api.NormalizeShareUser(u) || !r.Valid() || textField("user", u, 200) != nil {
+				t.Fatalf("user %q role %q", u, r)
+			}
+		}
+		again, err := got.Normalize()
+		if err != nil || !cmp.Equal(got, again) {
+			t.Fatalf("normalizing again: %+v, %v; was %+v", again, err, got)
 		}
 	})
 }

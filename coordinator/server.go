@@ -212,6 +212,8 @@ type Server struct {
 	accessSecret []byte
 	// bridges are the open connections through the coordinator to boxes.
 	bridges bridges
+	// accessKeys caches the access keys lease answers carry.
+	accessKeys accessKeyCache
 	// pools tracks this process's pool passes; poolSlots bound its
 	// provider creates for pools, per provider.
 	pools     poolRuns
@@ -418,6 +420,9 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/leases/{id}/release", s.authed(s.release))
 	m.Handle("POST /v1/leases/{id}/cancel-create", s.authed(s.cancelCreate))
 	m.Handle("PUT /v1/leases/{id}/registration", s.authed(s.register))
+	m.Handle("GET /v1/leases/{id}/share", s.authed(s.getShare))
+	m.Handle("PUT /v1/leases/{id}/share", s.authed(s.putShare))
+	m.Handle("DELETE /v1/leases/{id}/share", s.authed(s.deleteShare))
 	m.Handle("POST /v1/leases/from-checkpoint", s.authed(s.forkLease))
 	m.Handle("PUT /v1/leases/{id}/from-checkpoint", s.authed(s.putForkLease))
 
