@@ -1,0 +1,32 @@
+package client
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+)
+
+// LeaseShare returns who lease id (an ID or slug) is shared with. Only its
+// owner, an admin or a user it is shared with to manage may read it.
+func (c *Client) LeaseShare(ctx context.Context, id string) (api.ShareResponse, error) {
+	var out api.ShareResponse
+	_, err := c.do(ctx, c.requestTimeout, http.MethodGet, leasePath(id, "/share"), nil, nil, &out)
+	return out, err
+}
+
+// UpdateLeaseShare replaces lease id's share with s and returns the share
+// the coordinator stored.
+func (c *Client) UpdateLeaseShare(ctx context.Context, id string, s api.LeaseShare) (api.ShareResponse, error) {
+	var out api.ShareResponse
+	_, err := c.do(ctx, c.requestTimeout, http.MethodPut, leasePath(id, "/share"), nil, s, &out)
+	return out, err
+}
+
+// DeleteLeaseShare removes one user's grant, the org's, or (req empty)
+// every grant of lease id, and returns the share that is left.
+func (c *Client) DeleteLeaseShare(ctx context.Context, id string, req api.ShareDeleteRequest) (api.ShareResponse, error) {
+	var out api.ShareResponse
+	_, err := c.do(ctx, c.requestTimeout, http.MethodDelete, leasePath(id, "/share"), nil, req, &out)
+	return out, err
+}
