@@ -15,13 +15,15 @@ import (
 // envShare turns shared connections off when "0", "false", "off" or "no".
 const envShare = "CRABBOX_SHARED_CONNECTIONS"
 
-func (a *app) shareCmd() *ffcli.Command {
-	fs, lf := a.newLeaseFlagSet("share")
+// connholdCmd is the helper process that holds a warm lease's SSH
+// connection for later commands (crabbox starts it; see startConnHold).
+func (a *app) connholdCmd() *ffcli.Command {
+	fs, lf := a.newLeaseFlagSet("connhold")
 	socket := fs.String("socket", "", "the Unix socket to serve the connection on")
 	return &ffcli.Command{
-		Name:       "share",
-		ShortUsage: "crabbox share --socket PATH ID",
-		ShortHelp:  "share a warm lease's SSH connection with later runs (started by crabbox itself)",
+		Name:       "connhold",
+		ShortUsage: "crabbox connhold --socket PATH ID",
+		ShortHelp:  "hold a warm lease's SSH connection for later runs to use",
 		LongHelp: `Hold one SSH connection to a warm lease's box and let later crabbox
 commands of the same user use it through a Unix socket, as OpenSSH's
 ControlMaster does, so that run --id, ssh and sync skip connecting. crabbox
@@ -34,7 +36,7 @@ It prints "ready" on stdout once it serves.`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if *socket == "" || len(args) != 1 {
-				return usagef("share: want --socket PATH and one lease ID")
+				return usagef("connhold: want --socket PATH and one lease ID")
 			}
 			return a.withClient(lf, false, func(c *crabbox.Client) error {
 				err := c.ShareConnection(ctx, args[0], *socket, 0, func() { fmt.Fprintln(a.stdout, "ready") })
@@ -49,10 +51,10 @@ It prints "ready" on stdout once it serves.`,
 	}
 }
 
-// shareOption lets the client share warm leases' connections (see
+// connholdOption lets the client share warm leases' connections (see
 // crabbox.WithSharedConnections), unless CRABBOX_SHARED_CONNECTIONS turns
 // it off or the platform cannot.
-func shareOption() (crabbox.Option, bool) {
+func connholdOption() (crabbox.Option, bool) {
 	if envOff(envShare) || !sshmux.Supported() {
 		return nil, false
 	}
@@ -61,6 +63,6 @@ func shareOption() (crabbox.Option, bool) {
 		return nil, false
 	}
 	return crabbox.WithSharedConnections(func(ctx context.Context, id, socket string) error {
-		return startSharer(exe, id, socket)
+		return startConnHold(exe, id, socket)
 	}), true
 }

@@ -4,7 +4,7 @@ package main
 
 import "errors"
 
-// startSharer is never called where sshmux.Supported is false.
-func startSharer(exe, id, socket string) error {
+// startConnHold is never called where sshmux.Supported is false.
+func startConnHold(exe, id, socket string) error {
 	return errors.New("shared connections need Linux or macOS")
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // Runs on a warm lease share one connection: the first reuse starts a
-// crabbox share process, the next ones connect through it, and stop ends
+// crabbox connhold process, the next ones connect through it, and stop ends
 // it.
 func TestRunWithSharedConnection(t *testing.T) {
 	if !sshmux.Supported() {
@@ -43,7 +43,7 @@ func TestRunWithSharedConnection(t *testing.T) {
 			t.Errorf("run %d connected on its own: %v, want %v; stderr:\n%s", i, own, wantOwn, r.stderr)
 		}
 		if i == 0 {
-			// The share process serves by the next run (it is not
+			// The connhold process serves by the next run (it is not
 			// waited for: poll its socket).
 			waitShared(t, socket, true)
 		}
