@@ -214,13 +214,23 @@ func (f *follower) drain(ctx context.Context, run api.Run) (api.Run, error) {
 // events asks for a page of events after the cursor, held by the
 // coordinator up to wait when there is none.
 func (f *follower) events(ctx context.Context, wait time.Duration) ([]api.Event, error) {
+	return f.c.WaitEvents(ctx, f.runID, f.cursor, followPage, wait)
+}
+
+// WaitEvents is ListEvents that, when run runID has no event after seq
+// after yet, asks the coordinator to hold the request until it has one,
+// the run finishes or wait (at most 30s) passes; it then returns none.
+// A coordinator that cannot hold requests answers at once.
+func (c *Client) WaitEvents(ctx context.Context, runID string, after int64, limit int, wait time.Duration) ([]api.Event, error) {
 	q := url.Values{}
-	q.Set("after", strconv.FormatInt(f.cursor, 10))
-	q.Set("limit", strconv.Itoa(followPage))
+	q.Set("after", strconv.FormatInt(after, 10))
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
 	if wait > 0 {
 		q.Set("wait", wait.String())
 	}
 	var out api.EventsResponse
-	_, err := f.c.do(ctx, f.c.requestTimeout+wait, http.MethodGet, runPath(f.runID, "/events"), q, nil, &out)
+	_, err := c.do(ctx, c.requestTimeout+wait, http.MethodGet, runPath(runID, "/events"), q, nil, &out)
 	return out.Events, err
 }
