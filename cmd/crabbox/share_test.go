@@ -36,6 +36,14 @@ func newShareCoordinator(t *testing.T, start api.LeaseShare) (*shareCoordinator,
 func (c *shareCoordinator) serve(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r.URL.Path == "/v1/leases" && r.Method == http.MethodGet {
+		c.requests = append(c.requests, "GET leases?"+r.URL.RawQuery)
+		json.NewEncoder(w).Encode(api.LeasesResponse{Leases: []api.Lease{{
+			ID: "cbx_aaaaaaaaaaaa", Slug: "bobs-box", Provider: "hetzner", State: api.LeaseActive,
+			Owner: "github:2", Org: "acme", Access: string(api.ShareUse),
+		}}})
+		return
+	}
 	id, ok := strings.CutPrefix(r.URL.Path, "/v1/leases/")
 	id, ok2 := strings.CutSuffix(id, "/share")
 	if !ok || !ok2 || (id != sharedLease && id != "tidal-lobster") {
@@ -163,4 +171,23 @@ func readAll(r *http.Request) ([]byte, error) {
 	var b strings.Builder
 	_, err := io.Copy(&b, r.Body)
 	return []byte(b.String()), err
+}
+
+func TestListShared(t *testing.T) {
+	t.Parallel()
+	c, env := newShareCoordinator(t, api.LeaseShare{})
+	r := crabboxCmd(t, env, "", "list", "--shared")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID SLUG OWNER ROLE STATE EXPIRES" ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "cbx_aaaaaaaaaaaa bobs-box github:2 use active ") {
+		t.Fatalf("list --shared: exit %d, stdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = crabboxCmd(t, env, "", "list", "--shared", "--json")
+	var leases []api.Lease
+	if err := json.Unmarshal([]byte(r.stdout), &leases); r.code != 0 || err != nil || len(leases) != 1 || leases[0].Access != "use" {
+		t.Fatalf("list --shared --json: exit %d, %v, stdout %s", r.code, err, r.stdout)
+	}
+	if got := c.log(); !cmp.Equal(got, []string{"GET leases?shared=true", "GET leases?shared=true"}) {
+		t.Errorf("requests %q", got)
+	}
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 )
@@ -29,4 +30,12 @@ func (c *Client) DeleteLeaseShare(ctx context.Context, id string, req api.ShareD
 	var out api.ShareResponse
 	_, err := c.do(ctx, c.requestTimeout, http.MethodDelete, leasePath(id, "/share"), nil, req, &out)
 	return out, err
+}
+
+// SharedLeases lists the live leases others shared with the caller
+// (GET /v1/leases?shared=true), each with the caller's Access.
+func (c *Client) SharedLeases(ctx context.Context) ([]api.Lease, error) {
+	var out api.LeasesResponse
+	_, err := c.do(ctx, c.requestTimeout, http.MethodGet, "/v1/leases", url.Values{"shared": {"true"}}, nil, &out)
+	return out.Leases, err
 }
