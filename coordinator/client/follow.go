@@ -14,8 +14,8 @@ import (
 // Defaults of FollowRun.
 const (
 	// DefaultFollowPoll is how often a followed run's state is read while
-	// the control websocket is quiet, and the least time between two
-	// event requests when the coordinator does not hold them.
+	// the control websocket brings no events, and the least time between
+	// two event requests when the coordinator does not hold them.
 	DefaultFollowPoll = time.Second
 	// DefaultFollowWait is how long one event request asks the
 	// coordinator to wait for an event (see api's wait parameter).
@@ -116,6 +116,9 @@ func (f *follower) overSocket(ctx context.Context) (run api.Run, done bool, err 
 	}
 	tick := f.c.clock.NewTicker(f.poll)
 	defer tick.Stop()
+	// busy: events came since the last tick, so the run still goes on and
+	// its state need not be read.
+	busy := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -136,7 +139,12 @@ func (f *follower) overSocket(ctx context.Context) (run api.Run, done bool, err 
 			if err := f.pass(m.Events); err != nil {
 				return api.Run{}, true, end(err)
 			}
+			busy = busy || len(m.Events) > 0
 		case <-tick.Chan():
+			if busy {
+				busy = false
+				continue
+			}
 			run, err := f.c.GetRun(ctx, f.runID)
 			if err != nil {
 				return api.Run{}, !uncertain(err) || ctx.Err() != nil, err
