@@ -573,3 +573,137 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() (string, bool) { return string(t.buf), t.truncated }
+
+// ErrNoCoordinator is the error of a call that needs a coordinator on a
+// client without one (see WithCoordinator).
+var ErrNoCoordinator = fmt.Errorf("no coordinator configured (set CRABBOX_COORDINATOR and CRABBOX_COORDINATOR_TOKEN, or sign in with crabbox login): %w", provider.ErrPrecondition)
+
+// coordinator returns the client's coordinator, or an error saying what
+// needed one.
+func (c *Client) coordinator(ctx context.Context, what string) (*coordclient.Client, error) {
+	if err := c.ready(ctx, what); err != nil {
+		return nil, err
+	}
+	if c.broker == nil {
+		return nil, fmt.Errorf("%s: %w", what, ErrNoCoordinator)
+	}
+	return c.broker.coord, nil
+}
+
+// ShareChange grants a coordinator lease to more people (Client.ShareLease).
+type ShareChange struct {
+	// Users are owner identities (github:12345, or a shared token's
+	// owner) granted Role; a user already shared with gets Role instead.
+	Users []string
+	// Org grants Role to every user of the lease's org.
+	Org bool
+	// Role is what they are granted; empty is api.ShareRead.
+	Role api.ShareRole
+}
+
+// LeaseShare returns who the coordinator lease ref (an ID or slug) is
+// shared with. Its owner, an admin or a user it is shared with to manage
+// may ask.
+func (c *Client) LeaseShare(ctx context.Context, ref string) (api.ShareResponse, error) {
+	coord, err := c.coordinator(ctx, "share of lease "+ref)
+	if err != nil {
+		return api.ShareResponse{}, err
+	}
+	return coord.LeaseShare(ctx, ref)
+}
+
+// ShareLease adds the grants of ch to the coordinator lease ref's share,
+// keeping the others, and returns the share the coordinator stored. A
+// change that names nobody, an empty user or an unknown role is refused
+// before anything is sent.
+func (c *Client) ShareLease(ctx context.Context, ref string, ch ShareChange) (api.ShareResponse, error) {
+	what := "share lease " + ref
+	role := cmp.Or(ch.Role, api.ShareRead)
+	switch {
+	case !role.Valid():
+		return api.ShareResponse{}, fmt.Errorf("%s: role %q: want read, use or manage", what, ch.Role)
+	case len(ch.Users) == 0 && !ch.Org:
+		return api.ShareResponse{}, fmt.Errorf("%s: name users or the org to share with", what)
+	}
+	add := api.LeaseShare{Users: map[string]api.ShareRole{}}
+	for _, u := range ch.Users {
+		add.Users[u] = role
+	}
+	if _, err := add.Normalize(); err != nil {
+		return api.ShareResponse{}, fmt.Errorf("%s: %w", what, err)
+	}
+	coord, err := c.coordinator(ctx, what)
+	if err != nil {
+		return api.ShareResponse{}, err
+	}
+	cur, err := coord.LeaseShare(ctx, ref)
+	if err != nil {
+		return api.ShareResponse{}, fmt.Errorf("%s: %w", what, err)
+	}
+	next := api.LeaseShare{Users: map[string]api.ShareRole{}, Org: cur.Share.Org}
+	for u, r := range cur.Share.Users {
+		next.Users[u] = r
+	}
+	for _, u := range ch.Users {
+		next.Users[api.NormalizeShareUser(u)] = role
+	}
+	if ch.Org {
+		next.Org = role
+	}
+	if next, err = next.Normalize(); err != nil {
+		return api.ShareResponse{}, fmt.Errorf("%s: %w", what, err)
+	}
+	out, err := coord.UpdateLeaseShare(ctx, ref, next)
+	if err != nil {
+		return api.ShareResponse{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// Unshare takes grants of a coordinator lease back (Client.UnshareLease).
+type Unshare struct {
+	// Users lose their own grant (an org grant still covers them while
+	// Org is not removed too).
+	Users []string
+	// Org removes the grant to the lease's org.
+	Org bool
+	// All removes every grant; Users and Org are then ignored.
+	All bool
+}
+
+// UnshareLease removes the grants u names from the coordinator lease ref's
+// share and returns what is left. Access through a removed grant ends at
+// once, open terminals and tunnels included.
+func (c *Client) UnshareLease(ctx context.Context, ref string, u Unshare) (api.ShareResponse, error) {
+	what := "unshare lease " + ref
+	if !u.All && len(u.Users) == 0 && !u.Org {
+		return api.ShareResponse{}, fmt.Errorf("%s: name users, the org, or all grants to remove", what)
+	}
+	var reqs []api.ShareDeleteRequest
+	switch {
+	case u.All:
+		reqs = []api.ShareDeleteRequest{{}}
+	default:
+		for _, user := range u.Users {
+			n := api.NormalizeShareUser(user)
+			if n == "" {
+				return api.ShareResponse{}, fmt.Errorf("%s: user %q: empty", what, user)
+			}
+			reqs = append(reqs, api.ShareDeleteRequest{User: n})
+		}
+		if u.Org {
+			reqs = append(reqs, api.ShareDeleteRequest{Org: true})
+		}
+	}
+	coord, err := c.coordinator(ctx, what)
+	if err != nil {
+		return api.ShareResponse{}, err
+	}
+	var out api.ShareResponse
+	for _, req := range reqs {
+		if out, err = coord.DeleteLeaseShare(ctx, ref, req); err != nil {
+			return api.ShareResponse{}, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return out, nil
+}

@@ -207,7 +207,7 @@ func WithChangeWatch(start func(ctx context.Context, root, socket string) error)
 // per-connection logins (provider.SSHLoginBackend) and delegated leases
 // are never shared, and the option does nothing on systems without Unix
 // socket peer credentials (Windows). The crabbox command starts
-// `crabbox share` processes.
+// `crabbox connhold` processes.
 func WithSharedConnections(start func(ctx context.Context, leaseID, socket string) error) Option {
 	return func(o *options) { o.startShare = start }
 }

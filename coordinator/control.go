@@ -58,6 +58,9 @@ type controlHub struct {
 	maxAll, maxPerID int
 	poll             time.Duration
 
+	// waits are the event requests that wait for a run's next event.
+	waits *runWaits
+
 	mu     sync.Mutex
 	closed bool
 	conns  map[*controlConn]struct{}
@@ -68,7 +71,7 @@ type controlHub struct {
 
 func newControlHub(maxAll, maxPerID int, poll time.Duration) *controlHub {
 	return &controlHub{
-		maxAll: maxAll, maxPerID: maxPerID, poll: poll,
+		maxAll: maxAll, maxPerID: maxPerID, poll: poll, waits: newRunWaits(maxAll, maxPerID),
 		conns: map[*controlConn]struct{}{}, perID: map[string]int{},
 	}
 }
@@ -103,8 +106,10 @@ func (h *controlHub) leave(c *controlConn) {
 	h.open.Done()
 }
 
-// notify wakes the connections that follow run runID.
+// notify wakes the connections that follow run runID, and the event
+// requests that wait for it.
 func (h *controlHub) notify(runID string) {
+	h.waits.notify(runID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c := range h.conns {
@@ -117,6 +122,7 @@ func (h *controlHub) notify(runID string) {
 // close refuses new connections, asks every open one to close and waits
 // until they have.
 func (h *controlHub) close() {
+	h.waits.close()
 	h.mu.Lock()
 	h.closed = true
 	for c := range h.conns {

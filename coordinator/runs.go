@@ -320,13 +320,24 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, id auth.Iden
 		after = n
 	}
 	limit := limitParam(q.Get("limit"), api.DefaultEventListLimit, api.DefaultEventListLimit)
+	wait, e := waitParam(q.Get("wait"))
+	if e != nil {
+		return e
+	}
 	run, e := s.findRun(r, id)
 	if e != nil {
 		return e
 	}
-	evs, err := s.store.ListRunEvents(r.Context(), run.ID, after, limit)
-	if err != nil {
-		return s.fromStore(r, err, "listing events", "run "+run.ID)
+	var evs []store.RunEvent
+	if wait > 0 {
+		if evs, e = s.waitEvents(r, id, run.ID, after, limit, wait); e != nil {
+			return e
+		}
+	} else {
+		var err error
+		if evs, err = s.store.ListRunEvents(r.Context(), run.ID, after, limit); err != nil {
+			return s.fromStore(r, err, "listing events", "run "+run.ID)
+		}
 	}
 	out := make([]api.Event, 0, len(evs))
 	for _, ev := range evs {
@@ -371,6 +382,7 @@ func (s *Server) finishRun(w http.ResponseWriter, r *http.Request, id auth.Ident
 	if err != nil {
 		return s.fromStore(r, err, "finishing the run", "run "+run.ID)
 	}
+	s.control.notify(run.ID) // followers learn the run ended
 	writeJSON(w, http.StatusOK, api.RunResponse{Run: toAPIRun(done)})
 	return nil
 }

@@ -156,7 +156,9 @@ type Config struct {
 
 	// MaxControlConnections bounds the control websockets (GET
 	// /v1/control) open at once, MaxControlPerIdentity those of one owner
-	// and org; more get 429. ControlPollInterval is how often a control
+	// and org; more get 429. The same maxima bound, apart, the event
+	// requests that wait for a run's next event (GET
+	// /v1/runs/{id}/events?wait=). ControlPollInterval is how often a control
 	// websocket that follows runs reads the store for events another
 	// coordinator appended. 0 means the Default* constants.
 	MaxControlConnections int

@@ -350,24 +350,26 @@ func TestShareGoClient(t *testing.T) {
 		if _, err := alice.UpdateLeaseShare(ctx, l.ID, api.LeaseShare{Users: map[string]api.ShareRole{"bob": "owner"}}); err == nil {
 			t.Error("UpdateLeaseShare with a bad role: no error")
 		}
-		sh, err := alice.UpdateLeaseShare(ctx, l.Slug, api.LeaseShare{Users: map[string]api.ShareRole{"BOB": api.ShareManage}, Org: api.ShareRead})
-		if err != nil || sh.Users["bob"] != api.ShareManage || sh.Org != api.ShareRead || sh.UpdatedBy != "alice" {
+		res, err := alice.UpdateLeaseShare(ctx, l.Slug, api.LeaseShare{Users: map[string]api.ShareRole{"BOB": api.ShareManage}, Org: api.ShareRead})
+		sh := res.Share
+		if err != nil || res.LeaseID != l.ID || sh.Users["bob"] != api.ShareManage || sh.Org != api.ShareRead || sh.UpdatedBy != "alice" {
 			t.Fatalf("UpdateLeaseShare = %+v, %v", sh, err)
 		}
 		got, err := bob.LeaseShare(ctx, l.ID)
-		if err != nil || !cmp.Equal(sh, got) {
-			t.Errorf("LeaseShare = %+v, %v; want %+v", got, err, sh)
+		if err != nil || !cmp.Equal(res, got) {
+			t.Errorf("LeaseShare = %+v, %v; want %+v", got, err, res)
 		}
 		ls, err := bob.SharedLeases(ctx, 0)
 		if err != nil || len(ls) != 1 || ls[0].ID != l.ID || ls[0].Access != "manage" {
 			t.Errorf("SharedLeases = %+v, %v", ls, err)
 		}
-		sh, err = bob.DeleteLeaseShare(ctx, l.ID, "", true)
+		res, err = bob.DeleteLeaseShare(ctx, l.ID, api.ShareDeleteRequest{Org: true})
+		sh = res.Share
 		if err != nil || sh.Org != "" || sh.Users["bob"] != api.ShareManage {
 			t.Errorf("DeleteLeaseShare(org) = %+v, %v", sh, err)
 		}
-		if sh, err = alice.DeleteLeaseShare(ctx, l.ID, "", false); err != nil || !sh.Empty() {
-			t.Errorf("DeleteLeaseShare(all) = %+v, %v", sh, err)
+		if res, err = alice.DeleteLeaseShare(ctx, l.ID, api.ShareDeleteRequest{}); err != nil || !res.Share.Empty() {
+			t.Errorf("DeleteLeaseShare(all) = %+v, %v", res, err)
 		}
 		if _, err := bob.LeaseShare(ctx, l.ID); !client.IsCode(err, api.CodeNotFound) {
 			t.Errorf("LeaseShare after the share was cleared: %v, want not_found", err)

@@ -17,7 +17,7 @@ func (a *app) agentCmd() *ffcli.Command {
 	return &ffcli.Command{
 		Name:       "agent",
 		ShortUsage: "crabbox agent --lease-dir DIR [--listen ADDR]",
-		ShortHelp:  "serve a local lease over SSH until it expires or is released (started by crabbox itself)",
+		ShortHelp:  "serve a local lease over SSH until it expires or is released",
 		LongHelp: `Serve one local lease over SSH until it expires or is released, or its
 lease directory is removed (checked every few seconds). crabbox starts this
 itself so that warm local leases outlive the command that made them; there

@@ -74,13 +74,16 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP).`,
 		FlagSet: flag.NewFlagSet("crabbox", flag.ContinueOnError),
 		Subcommands: []*ffcli.Command{
-			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(), a.agentCmd(), a.watchCmd(), a.shareCmd(),
+			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(),
 			a.sshCmd(), a.heartbeatCmd(), a.cleanupCmd(), a.providersCmd(), a.doctorCmd(), a.configCmd(),
 			a.checkpointCmd(), a.restoreCmd(), a.poolCmd(),
 			a.historyCmd(),
-			a.logsCmd(),
+			a.logsCmd(), a.eventsCmd(), a.attachCmd(),
+			a.shareCmd(), a.unshareCmd(),
 			a.imageCmd(),
 			a.coordinatorCmd(), a.loginCmd(), a.logoutCmd(), a.whoamiCmd(), a.usageCmd(), a.adminCmd(),
+			// Started by crabbox itself (see startedByItself).
+			a.agentCmd(), a.watchCmd(), a.connholdCmd(),
 		},
 		Exec: func(context.Context, []string) error { return flag.ErrHelp },
 	}
@@ -235,7 +238,7 @@ func (a *app) client(lf *leaseFlags, detach bool) (*crabbox.Client, error) {
 	if o, ok := watchOption(); ok {
 		opts = append(opts, o)
 	}
-	if o, ok := shareOption(); ok {
+	if o, ok := connholdOption(); ok {
 		opts = append(opts, o)
 	}
 	if local := lf.settings.Providers["local"]; local["agent"] == "" && detach {

@@ -24,8 +24,15 @@ import "github.com/crabbox-dev/crabbox/cmd/internal/cli"
 // argument, because their positionals are a command line of their own.
 var flagsFirst = map[string]bool{"crabbox run": true}
 
+// startedByItself names the commands crabbox starts as helper processes:
+// help lists them apart from the commands people run.
+var startedByItself = map[string]bool{"crabbox agent": true, "crabbox watch": true, "crabbox connhold": true}
+
 // program is the CLI's command tree, with crabbox's argument conventions
 // and help.
 func (a *app) program() *cli.Program {
-	return &cli.Program{Name: "crabbox", Root: a.rootCmd(), FlagsFirst: flagsFirst, GroupedFlags: providerFlags, Prepare: a.prepare}
+	return &cli.Program{
+		Name: "crabbox", Root: a.rootCmd(), FlagsFirst: flagsFirst, GroupedFlags: providerFlags, Prepare: a.prepare,
+		Apart: startedByItself, ApartTitle: "STARTED BY CRABBOX ITSELF",
+	}
 }

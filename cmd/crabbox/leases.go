@@ -13,6 +13,8 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/coordinator/api"
+	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
 )
 
 func (a *app) stopCmd() *ffcli.Command {
@@ -45,9 +47,10 @@ lease's claim is damaged (see crabbox doctor), its box is looked up by ID at
 func (a *app) listCmd() *ffcli.Command {
 	fs, lf := a.newLeaseFlagSet("list")
 	asJSON := fs.Bool("json", false, "print a JSON array")
+	shared := fs.Bool("shared", false, "list the coordinator leases others shared with you instead")
 	return &ffcli.Command{
 		Name:       "list",
-		ShortUsage: "crabbox list [--json]",
+		ShortUsage: "crabbox list [--shared] [--json]",
 		ShortHelp:  "list your leases",
 		LongHelp: `List the leases recorded in the state directory, oldest first, with their
 state checked against the provider ("gone" when the box no longer exists).
@@ -57,11 +60,17 @@ are used and stopped from where they were made (or with crabbox admin release).
 Leases whose claim file is damaged are named on stderr (crabbox doctor says
 more); they are not in the list.
 
+With --shared, it lists instead the live coordinator leases others shared
+with you (crabbox share), with their owner and your role on each.
+
   crabbox list --json`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
 				return usagef("list takes no arguments, got %q", args)
+			}
+			if *shared {
+				return a.listShared(ctx, lf, *asJSON)
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
 				infos, err := c.List(ctx)
@@ -132,6 +141,28 @@ creation and expiry times.
 			})
 		}),
 	}
+}
+
+// listShared prints the coordinator leases shared with the caller.
+func (a *app) listShared(ctx context.Context, lf *leaseFlags, asJSON bool) error {
+	return withCoordinator(lf.settings, func(cl *coordclient.Client) error {
+		leases, err := cl.SharedLeases(ctx, 0)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			if leases == nil {
+				leases = []api.Lease{}
+			}
+			return writeJSON(a.stdout, leases)
+		}
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSLUG\tOWNER\tROLE\tSTATE\tEXPIRES")
+		for _, l := range leases {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, l.Slug, l.Owner, l.Access, l.State, l.ExpiresAt.Local().Format(time.DateTime))
+		}
+		return tw.Flush()
+	})
 }
 
 // noteDamaged says on stderr, in one line, which lease claims are damaged

@@ -23,7 +23,7 @@ func (a *app) watchCmd() *ffcli.Command {
 	return &ffcli.Command{
 		Name:       "watch",
 		ShortUsage: "crabbox watch --socket PATH ROOT",
-		ShortHelp:  "keep a checkout's change clock so untouched syncs skip listing it (started by crabbox itself)",
+		ShortHelp:  "keep a checkout's change clock so untouched syncs skip listing it",
 		LongHelp: `Watch a git checkout and answer on a Unix socket whether anything in it
 changed, so that a sync of an untouched checkout lists nothing, whatever its
 size. crabbox starts this itself on Linux, one per checkout, and it ends

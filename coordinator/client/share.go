@@ -10,42 +10,38 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 )
 
-// LeaseShare returns who lease ref (an ID or slug) is shared with (GET
-// /v1/leases/{id}/share). It needs the lease's owner, an admin, or a
-// share that grants manage.
-func (c *Client) LeaseShare(ctx context.Context, ref string) (api.LeaseShare, error) {
+// LeaseShare returns who lease id (an ID or slug) is shared with. Only its
+// owner, an admin or a user it is shared with to manage may read it.
+func (c *Client) LeaseShare(ctx context.Context, id string) (api.ShareResponse, error) {
 	var out api.ShareResponse
-	_, err := c.do(ctx, c.requestTimeout, http.MethodGet, leasePath(ref, "/share"), nil, nil, &out)
-	return out.Share, err
+	_, err := c.do(ctx, c.requestTimeout, http.MethodGet, leasePath(id, "/share"), nil, nil, &out)
+	return out, err
 }
 
-// UpdateLeaseShare replaces lease ref's whole share with share (PUT
-// /v1/leases/{id}/share) and returns it as stored. share is checked
-// first (api.LeaseShare.Normalize): bad input is refused before any
-// request.
-func (c *Client) UpdateLeaseShare(ctx context.Context, ref string, share api.LeaseShare) (api.LeaseShare, error) {
-	n, err := share.Normalize()
+// UpdateLeaseShare replaces lease id's share with s and returns the share
+// the coordinator stored. s is checked first (api.LeaseShare.Normalize):
+// bad input is refused before any request.
+func (c *Client) UpdateLeaseShare(ctx context.Context, id string, s api.LeaseShare) (api.ShareResponse, error) {
+	var out api.ShareResponse
+	n, err := s.Normalize()
 	if err != nil {
-		return api.LeaseShare{}, fmt.Errorf("share lease %s: %w", ref, err)
+		return api.ShareResponse{}, fmt.Errorf("share lease %s: %w", id, err)
 	}
-	var out api.ShareResponse
-	_, err = c.do(ctx, c.requestTimeout, http.MethodPut, leasePath(ref, "/share"), nil, n, &out)
-	return out.Share, err
+	_, err = c.do(ctx, c.requestTimeout, http.MethodPut, leasePath(id, "/share"), nil, n, &out)
+	return out, err
 }
 
-// DeleteLeaseShare removes grants from lease ref's share (DELETE
-// /v1/leases/{id}/share): user's, the org's (with org set), or every
-// grant when neither is given. It returns the share that remains.
-func (c *Client) DeleteLeaseShare(ctx context.Context, ref, user string, org bool) (api.LeaseShare, error) {
+// DeleteLeaseShare removes one user's grant, the org's, or (req empty)
+// every grant of lease id, and returns the share that is left.
+func (c *Client) DeleteLeaseShare(ctx context.Context, id string, req api.ShareDeleteRequest) (api.ShareResponse, error) {
 	var out api.ShareResponse
-	_, err := c.do(ctx, c.requestTimeout, http.MethodDelete, leasePath(ref, "/share"), nil,
-		api.ShareDeleteRequest{User: api.NormalizeShareUser(user), Org: org}, &out)
-	return out.Share, err
+	_, err := c.do(ctx, c.requestTimeout, http.MethodDelete, leasePath(id, "/share"), nil, req, &out)
+	return out, err
 }
 
-// SharedLeases lists the live leases others shared with the caller (GET
-// /v1/leases?shared=true), newest first, each with the Access the
-// caller has; limit 0 is the coordinator's default.
+// SharedLeases lists the live leases others shared with the caller
+// (GET /v1/leases?shared=true), newest first, each with the caller's
+// Access; limit 0 is the coordinator's default.
 func (c *Client) SharedLeases(ctx context.Context, limit int) ([]api.Lease, error) {
 	q := url.Values{"shared": {"true"}}
 	if limit > 0 {

@@ -90,7 +90,7 @@ func textContains(sel, want string) chromedp.Action[chromedp.Void] {
 }
 
 // reloaded reports whether a poll failed because the page reloaded under
-// it (a running run's page refreshes itself): the poll starts again.
+// it (a click that navigates): the poll starts again.
 func reloaded(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "navigated or closed") || strings.Contains(msg, "context was destroyed") || strings.Contains(msg, "Cannot find context")
@@ -180,4 +180,58 @@ func TestPortalInBrowser(t *testing.T) {
 		chromedp.Navigate(s.url+"/portal/"),
 		chromedp.WaitVisible("#token"),
 	)
+}
+
+// A running run's page shows output and events recorded after it loaded,
+// and the run's end, without reloading (static/run.js); a page without
+// script still offers a reload.
+func TestRunPageFollowsTheRunLive(t *testing.T) {
+	ctx := headless(t)
+	opt, gh, aliceGH, _ := withGitHub(t)
+	gh.ApproveAs(aliceGH)
+	s := newSite(t, false, opt)
+	alice := s.token("alice", "acme")
+	cl := s.api(alice)
+	run, err := cl.CreateRun(t.Context(), api.RunRequest{Provider: "ssh", Command: []string{"make", "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.AppendEvent(t.Context(), run.ID, api.EventRequest{Type: api.EventOutput, Stream: api.StreamStdout, Message: "first line\n"}); err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, "sign in",
+		chromedp.Navigate(s.url+"/portal/"),
+		chromedp.WaitVisible("#github"),
+		chromedp.Click("#github"),
+		chromedp.WaitVisible("#signout"),
+	)
+	step(t, ctx, "open the run",
+		chromedp.Navigate(s.url+"/portal/runs/"+run.ID),
+		textContains("#log", "first line"),
+		textContains("#live", "Following the run"),
+	)
+	// A mark the page keeps only while it is not reloaded.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.crabboxMark = true`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []api.EventRequest{
+		{Type: api.EventOutput, Stream: api.StreamStdout, Message: "second line\n"},
+		{Type: api.EventCommand, Phase: api.PhaseCommand, Message: "exit 2"},
+	} {
+		if _, err := cl.AppendEvent(t.Context(), run.ID, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(t, ctx, "see the new output and event",
+		textContains("#log", "second line"),
+		textContains("#events", "exit 2"),
+	)
+	if _, err := cl.FinishRun(t.Context(), run.ID, api.FinishRequest{ExitCode: 2}); err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, "see the run end", textContains("#state", "failed"), textContains("#exit", "2"), textContains("#live", "ended"))
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.crabboxMark === true && document.querySelectorAll("#events tbody tr").length === 3`))
+	if err != nil || !kept {
+		t.Errorf("the page reloaded, or shows an event twice (%v)", err)
+	}
 }

@@ -30,6 +30,7 @@ func (p *Portal) routes() {
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/share", p.authed(p.sharePage))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/share", p.authed(p.share))
 	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
+	m.HandleFunc("GET "+Prefix+"/runs/{id}/events", p.authed(p.runEvents))
 	m.HandleFunc("GET "+Prefix+"/checkpoints", p.authed(p.checkpoints))
 	m.HandleFunc("GET "+Prefix+"/checkpoints/{id}", p.authed(p.checkpoint))
 	m.HandleFunc("POST "+Prefix+"/checkpoints/{id}/retention", p.authed(p.checkpointRetention))
@@ -49,6 +50,11 @@ func (p *Portal) routes() {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
 		w.Header().Set("Cache-Control", "max-age=3600")
 		http.ServeFileFS(w, r, assets, "static/style.css")
+	})
+	m.HandleFunc("GET "+Prefix+"/static/run.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Header().Set("Cache-Control", "max-age=3600")
+		http.ServeFileFS(w, r, assets, "static/run.js")
 	})
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, nil, http.StatusNotFound, "No such page.")
@@ -367,6 +373,15 @@ type runData struct {
 	Log    string
 }
 
+// LastSeq is the seq of the last event shown: the page's script follows
+// the run from there.
+func (d runData) LastSeq() int64 {
+	if n := len(d.Events); n > 0 {
+		return d.Events[n-1].Seq
+	}
+	return 0
+}
+
 func (p *Portal) run(w http.ResponseWriter, r *http.Request, v *view) {
 	id := r.PathValue("id")
 	if !api.IsRunID(id) {
@@ -391,10 +406,8 @@ func (p *Portal) run(w http.ResponseWriter, r *http.Request, v *view) {
 	if log == "" {
 		log = outputOf(events)
 	}
+	// A running run's page follows it with static/run.js, or a reload.
 	pg := page{Title: "Run " + run.ID, Data: runData{Run: run, Events: events, Log: log}}
-	if run.State == api.RunRunning {
-		pg.Refresh = 2
-	}
 	p.render(w, http.StatusOK, v, "run", pg)
 }
 

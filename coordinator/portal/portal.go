@@ -15,10 +15,12 @@
 // SameSite=Lax and Secure when the portal is served over TLS. Every form
 // that changes state carries a CSRF token bound to the session, and POSTs
 // from another origin are refused. Pages send a strict
-// Content-Security-Policy (scripts only from the portal's own static
-// files) and need no JavaScript, but for a lease's terminal
+// Content-Security-Policy (scripts only from the portal's own static files)
+// and work without JavaScript, but for a lease's terminal
 // (static/terminal.js, whose websocket wsproxy.go forwards to the API for
-// same-origin pages only); a running run's page refreshes itself.
+// same-origin pages only): a running run's page follows the run with
+// static/run.js, which waits at the API for the next event, and offers a
+// reload link to a browser without it.
 package portal
 
 import (

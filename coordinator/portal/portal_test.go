@@ -305,8 +305,11 @@ func TestPortalAdmin(t *testing.T) {
 	}
 }
 
-// A running run's page refreshes itself and shows the output so far; a
-// finished one shows its exit code, timings and log.
+// A running run's page shows the output so far, loads the script that
+// follows the run and, for a browser without it, a reload link (it does
+// not refresh itself); a finished one shows its exit code, timings and
+// log. The script's JSON route answers the events after a cursor and the
+// run's state.
 func TestPortalRun(t *testing.T) {
 	s := newSite(t, false)
 	alice := s.token("alice", "acme")
@@ -322,15 +325,43 @@ func TestPortalRun(t *testing.T) {
 	b := s.browser()
 	b.login(alice)
 	r := b.get("/portal/runs/" + run.ID)
-	if r.status != http.StatusOK || !strings.Contains(r.body, `http-equiv="refresh"`) || !strings.Contains(r.body, "ok &lt;pkg&gt;") {
+	if r.status != http.StatusOK || strings.Contains(r.body, `http-equiv="refresh"`) || !strings.Contains(r.body, "ok &lt;pkg&gt;") ||
+		!strings.Contains(r.body, `<script src="/portal/static/run.js" defer></script>`) ||
+		!strings.Contains(r.body, `data-after="1"`) || !strings.Contains(r.body, `<a href="/portal/runs/`+run.ID+`">reload</a>`) {
 		t.Fatalf("running run page: status %d:\n%s", r.status, r.body)
+	}
+	if r := b.get("/portal/static/run.js"); r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/javascript") {
+		t.Errorf("run.js: status %d, type %q", r.status, r.header.Get("Content-Type"))
+	}
+	events := "/portal/runs/" + run.ID + "/events"
+	var live struct {
+		Events []api.Event  `json:"events"`
+		State  api.RunState `json:"state"`
+	}
+	r = b.get(events + "?after=0")
+	if err := json.Unmarshal([]byte(r.body), &live); r.status != http.StatusOK || err != nil || len(live.Events) != 1 || live.State != api.RunRunning {
+		t.Errorf("live events: status %d, %v: %s", r.status, err, r.body)
+	}
+	for _, q := range []string{"?after=-1", "?after=x", "?wait=26s", "?wait=-1s", "?wait=soon"} {
+		param := "after"
+		if strings.HasPrefix(q, "?wait") {
+			param = "wait"
+		}
+		if r := b.get(events + q); r.status != http.StatusBadRequest || !strings.Contains(r.body, `\"`+param+`\"`) {
+			t.Errorf("live events %s: status %d, %s; want 400 naming %s", q, r.status, r.body, param)
+		}
 	}
 	if _, err := cl.FinishRun(t.Context(), run.ID, api.FinishRequest{ExitCode: 3, SyncMs: 120, CommandMs: 4000, Log: "FAIL x\n"}); err != nil {
 		t.Fatal(err)
 	}
 	r = b.get("/portal/runs/" + run.ID)
-	if strings.Contains(r.body, `http-equiv="refresh"`) || !regexp.MustCompile(`id="exit">3<`).MatchString(r.body) || !strings.Contains(r.body, "FAIL x") {
+	if strings.Contains(r.body, "run.js") || !regexp.MustCompile(`id="exit">3<`).MatchString(r.body) || !strings.Contains(r.body, "FAIL x") {
 		t.Errorf("finished run page:\n%s", r.body)
+	}
+	// A finished run is not waited for.
+	r = b.get(events + "?after=1&wait=25s")
+	if err := json.Unmarshal([]byte(r.body), &live); r.status != http.StatusOK || err != nil || len(live.Events) != 0 || live.State != api.RunFailed {
+		t.Errorf("live events of the finished run: status %d, %v: %s", r.status, err, r.body)
 	}
 	if r := b.get("/portal/leases/" + l.ID); !strings.Contains(r.body, "/portal/runs/"+run.ID) {
 		t.Errorf("lease page does not link its run:\n%s", r.body)
@@ -339,6 +370,9 @@ func TestPortalRun(t *testing.T) {
 	other.login(s.token("bob", "acme"))
 	if r := other.get("/portal/runs/" + run.ID); r.status != http.StatusNotFound || strings.Contains(r.body, "FAIL x") {
 		t.Errorf("another user on alice's run: status %d", r.status)
+	}
+	if r := other.get(events); r.status != http.StatusNotFound || strings.Contains(r.body, "ok <pkg>") {
+		t.Errorf("another user on alice's run events: status %d", r.status)
 	}
 }
 

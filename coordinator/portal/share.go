@@ -40,7 +40,8 @@ func (p *Portal) sharePage(w http.ResponseWriter, r *http.Request, v *view) {
 		p.apiFail(w, r, v, err)
 		return
 	}
-	sh, err := v.cl.LeaseShare(r.Context(), l.ID)
+	res, err := v.cl.LeaseShare(r.Context(), l.ID)
+	sh := res.Share
 	if err != nil {
 		p.apiFail(w, r, v, err)
 		return
@@ -77,8 +78,9 @@ func (p *Portal) share(w http.ResponseWriter, r *http.Request, v *view) {
 			p.fail(w, r, v, http.StatusBadRequest, "Unknown role: choose read, use or manage.")
 			return
 		}
-		var sh api.LeaseShare
-		if sh, err = v.cl.LeaseShare(ctx, ref); err == nil {
+		var res api.ShareResponse
+		if res, err = v.cl.LeaseShare(ctx, ref); err == nil {
+			sh := res.Share
 			if sh.Users == nil {
 				sh.Users = map[string]api.ShareRole{}
 			}
@@ -91,24 +93,25 @@ func (p *Portal) share(w http.ResponseWriter, r *http.Request, v *view) {
 			p.fail(w, r, v, http.StatusBadRequest, "Name the user to remove.")
 			return
 		}
-		_, err = v.cl.DeleteLeaseShare(ctx, ref, user, false)
+		_, err = v.cl.DeleteLeaseShare(ctx, ref, api.ShareDeleteRequest{User: user})
 		done = "removed"
 	case "org":
 		if role == "" {
-			_, err = v.cl.DeleteLeaseShare(ctx, ref, "", true)
+			_, err = v.cl.DeleteLeaseShare(ctx, ref, api.ShareDeleteRequest{Org: true})
 		} else if !role.Valid() {
 			p.fail(w, r, v, http.StatusBadRequest, "Unknown role: choose read, use or manage.")
 			return
 		} else {
-			var sh api.LeaseShare
-			if sh, err = v.cl.LeaseShare(ctx, ref); err == nil {
+			var res api.ShareResponse
+			if res, err = v.cl.LeaseShare(ctx, ref); err == nil {
+				sh := res.Share
 				sh.Org = role
 				_, err = v.cl.UpdateLeaseShare(ctx, ref, sh)
 			}
 		}
 		done = "org"
 	case "clear":
-		_, err = v.cl.DeleteLeaseShare(ctx, ref, "", false)
+		_, err = v.cl.DeleteLeaseShare(ctx, ref, api.ShareDeleteRequest{})
 		done = "cleared"
 	default:
 		p.fail(w, r, v, http.StatusBadRequest, "Unknown share action.")

@@ -39,7 +39,7 @@ func TestPortalShare(t *testing.T) {
 	if r := ab.post(sharePath, url.Values{"csrf": {csrf}, "action": {"add"}, "user": {"bob"}, "role": {"owner"}}, ""); r.status != http.StatusBadRequest {
 		t.Errorf("share with an unknown role: status %d, want 400", r.status)
 	}
-	if sh, _ := s.api(alice).LeaseShare(t.Context(), l.ID); !sh.Empty() {
+	if sh, _ := s.api(alice).LeaseShare(t.Context(), l.ID); !sh.Share.Empty() {
 		t.Fatalf("refused forms shared the lease: %+v", sh)
 	}
 	r = ab.post(sharePath, url.Values{"csrf": {csrf}, "action": {"add"}, "user": {"Bob"}, "role": {"read"}}, "")

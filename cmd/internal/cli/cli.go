@@ -62,6 +62,12 @@ type Program struct {
 	// flags end at the first positional argument, because their
 	// positionals are a command line of their own.
 	FlagsFirst map[string]bool
+	// Apart names the commands (full names, "crabbox agent") that help
+	// lists apart from the others, in a section of its own headed
+	// ApartTitle: commands the program starts itself, which still run
+	// when called.
+	Apart      map[string]bool
+	ApartTitle string
 	// GroupedFlags, when set, returns the help section of the flags of fs
 	// listed apart from a command's own (crabbox's provider flags), and
 	// reports which flag names it lists.

@@ -29,12 +29,16 @@ func (p *Program) help(c *ffcli.Command, path string, short bool) string {
 		fmt.Fprintf(&b, "\n%s\n", strings.TrimSpace(c.LongHelp))
 	}
 	if len(c.Subcommands) > 0 {
-		b.WriteString("\nCOMMANDS\n")
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		var main, apart []*ffcli.Command
 		for _, s := range c.Subcommands {
-			fmt.Fprintf(tw, "  %s\t%s\n", s.Name, s.ShortHelp)
+			if p.Apart[path+" "+s.Name] {
+				apart = append(apart, s)
+			} else {
+				main = append(main, s)
+			}
 		}
-		tw.Flush()
+		writeCommands(&b, "COMMANDS", main)
+		writeCommands(&b, p.ApartTitle, apart)
 	}
 	fs := p.flags(c)
 	section, listed := "", func(string) bool { return false }
@@ -75,6 +79,20 @@ func (p *Program) help(c *ffcli.Command, path string, short bool) string {
 		b.WriteString(".\n")
 	}
 	return b.String()
+}
+
+// writeCommands writes a section of commands and their short help; none
+// writes nothing.
+func writeCommands(b *strings.Builder, title string, cmds []*ffcli.Command) {
+	if len(cmds) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n%s\n", title)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	for _, s := range cmds {
+		fmt.Fprintf(tw, "  %s\t%s\n", s.Name, s.ShortHelp)
+	}
+	tw.Flush()
 }
 
 // isZeroDefault reports whether a flag's default is its type's zero value,

@@ -2,12 +2,12 @@
 
 package main
 
-// startSharer starts `exe share --socket socket id` in a session of its own,
+// startConnHold starts `exe connhold --socket socket id` in a session of its own,
 // so that it outlives this process, without waiting for it: this process
 // has its own connection, and the next one finds the shared one. Its
 // diagnostics go to socket.log.
-func startSharer(exe, id, socket string) error {
-	cmd, err := startDetached(exe, []string{"share", "--socket", socket, id}, socket+".log", nil)
+func startConnHold(exe, id, socket string) error {
+	cmd, err := startDetached(exe, []string{"connhold", "--socket", socket, id}, socket+".log", nil)
 	if err != nil {
 		return err
 	}
