@@ -1,8 +1,11 @@
 package coordinator
 
 import (
+	"context"
+
 	"golang.org/x/crypto/ssh"
 
+	"github.com/crabbox-dev/crabbox/coordinator/auth"
 	"github.com/crabbox-dev/crabbox/internal/handover"
 )
 
@@ -13,3 +16,14 @@ func (s *Server) CachedLogins() int { return s.logins.len() }
 func (s *Server) PoolKeyOf(leaseID string) (ssh.Signer, error) {
 	return handover.PoolKey(s.poolSecret, leaseID)
 }
+
+// OpenBridge opens a bridge of id to lease leaseID that needs role need
+// ("read", "use" or "manage"), as a terminal or tunnel would.
+func (s *Server) OpenBridge(ctx context.Context, leaseID string, id auth.Identity, need string) (context.Context, func(), bool) {
+	role := map[string]leaseRole{"read": roleRead, "use": roleUse, "manage": roleManage}[need]
+	return s.bridges.open(ctx, leaseID, id, role)
+}
+
+// ErrBridgeRevoked is the cause of a bridge closed by a share change, a
+// release or an expiry.
+var ErrBridgeRevoked = errBridgeRevoked

@@ -399,6 +399,9 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/leases/{id}/release", s.authed(s.release))
 	m.Handle("POST /v1/leases/{id}/cancel-create", s.authed(s.cancelCreate))
 	m.Handle("PUT /v1/leases/{id}/registration", s.authed(s.register))
+	m.Handle("GET /v1/leases/{id}/share", s.authed(s.getShare))
+	m.Handle("PUT /v1/leases/{id}/share", s.authed(s.putShare))
+	m.Handle("DELETE /v1/leases/{id}/share", s.authed(s.deleteShare))
 	m.Handle("POST /v1/leases/from-checkpoint", s.authed(s.forkLease))
 	m.Handle("PUT /v1/leases/{id}/from-checkpoint", s.authed(s.putForkLease))
 
