@@ -27,3 +27,14 @@ func (s *Server) OpenBridge(ctx context.Context, leaseID string, id auth.Identit
 // ErrBridgeRevoked is the cause of a bridge closed by a share change, a
 // release or an expiry.
 var ErrBridgeRevoked = errBridgeRevoked
+
+// AccessKeyOf is the coordinator's access key to lease leaseID's box.
+func (s *Server) AccessKeyOf(leaseID string) (ssh.Signer, error) {
+	return handover.AccessKey(s.accessSecret, leaseID)
+}
+
+// CachedPreviews is how many boxes have a cached preview connection.
+func (s *Server) CachedPreviews() int { return s.previews.cached() }
+
+// PreviewIdle is how long an unused preview connection stays open.
+const PreviewIdle = previewIdle
