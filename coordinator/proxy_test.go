@@ -310,3 +310,56 @@ func TestPreviewRevoked(t *testing.T) {
 		}
 	})
 }
+
+// An upgraded connection (a websocket) passes through both ways, and
+// ends when the lease is released.
+func TestPreviewUpgrade(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) { previewUpgrade(t, open) })
+}
+
+func previewUpgrade(t *testing.T, open opener) {
+	e, _ := localEnv(t, open, nil)
+	t.Cleanup(e.srv.CloseControl)
+	alice := e.token("alice", "acme")
+	l, _ := previewLease(t, e, alice, true)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	port := loopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "want Upgrade: echo", http.StatusBadRequest)
+			return
+		}
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		rw.Flush()
+		io.Copy(conn, rw)
+	}))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: coordinator\r\nAuthorization: Bearer %s\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n", proxyPath(l.ID, port, "ws"), alice)
+	rd := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(rd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %d %q", resp.StatusCode, body(t, resp))
+	}
+	io.WriteString(conn, "ping\n")
+	if line, err := rd.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("echo through the upgrade: %q %v", line, err)
+	}
+	e.do("POST", leasePath(l.ID, "/release"), alice, nil, http.StatusOK, nil)
+	if rest, err := io.ReadAll(rd); err == nil && len(rest) != 0 {
+		t.Errorf("the upgraded connection went on: %q", rest)
+	}
+}
