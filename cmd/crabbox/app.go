@@ -109,6 +109,9 @@ type leaseFlags struct {
 	provider string
 	config   string
 	verbose  bool
+	// warnings sends the library's warnings to stderr without -v (a
+	// long-running command whose user wants to hear of failures).
+	warnings bool
 	settings config.Settings
 }
 
@@ -228,8 +231,11 @@ func (a *app) layered(fs *flag.FlagSet, lf *leaseFlags, exec func(context.Contex
 // outlive this one; without, they are served in-process (a one-shot run).
 func (a *app) client(lf *leaseFlags, detach bool) (*crabbox.Client, error) {
 	logger := slog.New(slog.DiscardHandler)
-	if lf.verbose {
+	switch {
+	case lf.verbose:
 		logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	case lf.warnings:
+		logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	opts := append(lf.settings.ClientOptions(), crabbox.WithLogger(logger))
 	if o, ok := watchOption(); ok {

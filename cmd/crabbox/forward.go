@@ -16,6 +16,7 @@ import (
 
 func (a *app) forwardCmd() *ffcli.Command {
 	fs, lf := a.newLeaseFlagSet("forward")
+	lf.warnings = true // a connection the box refused is worth a line
 	address := fs.String("address", "127.0.0.1", "the local address to listen on; one that other machines reach lets them reach the box's ports too")
 	asJSON := fs.Bool("json", false, "print each forward as a JSON object on a line of its own")
 	return &ffcli.Command{
@@ -27,7 +28,9 @@ over the lease's SSH connection, as ssh -L does, until Ctrl-C or the lease
 ends; the lease is kept alive meanwhile. Each spec is LOCAL[:REMOTE]: 8080
 forwards local port 8080 to the box's 8080, 8080:3000 local 8080 to the
 box's 3000, and 0:3000 a free local port (printed) to the box's 3000. Ports
-are on 127.0.0.1 here and there; --address listens elsewhere here.
+are on 127.0.0.1 here and there; --address listens elsewhere here. A
+connection the box refuses (nothing listens on its port) is closed with a
+warning on stderr, and the forward goes on.
 
   crabbox forward tidal-lobster 8080 0:5432`,
 		FlagSet: fs,

@@ -149,3 +149,52 @@ func TestForwardCommand(t *testing.T) {
 		}
 	}
 }
+
+// A connection to a port nothing listens on, on the box, is closed and
+// warned about on stderr; the forward goes on.
+func TestForwardWarnsOfRefusedConnections(t *testing.T) {
+	env := stateEnv(t)
+	dir := gitRepo(t)
+	warm := warmLease(t, env, dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+
+	cmd := exec.Command(os.Args[0], "forward", warm.ID, "0:"+strconv.Itoa(port))
+	cmd.Env = append(os.Environ(), append([]string{"CRABBOX_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0"}, env...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Signal(os.Interrupt)
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() {
+		t.Fatalf("no forward printed; stderr %q", stderr.String())
+	}
+	local, _, _ := strings.Cut(strings.TrimPrefix(lines.Text(), "forwarding "), " ")
+	for range 2 {
+		c, err := net.Dial("tcp", local)
+		if err != nil {
+			t.Fatalf("the forward stopped listening: %v", err)
+		}
+		if n, err := c.Read(make([]byte, 1)); err == nil {
+			t.Errorf("read %d bytes from a port nothing listens on", n)
+		}
+		c.Close()
+	}
+	cmd.Process.Signal(os.Interrupt)
+	go io.Copy(io.Discard, out)
+	cmd.Wait()
+	if want := "connect to 127.0.0.1:" + strconv.Itoa(port) + " on the box"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q does not say %q", stderr.String(), want)
+	}
+}
