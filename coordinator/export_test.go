@@ -35,6 +35,3 @@ func (s *Server) AccessKeyOf(leaseID string) (ssh.Signer, error) {
 
 // CachedPreviews is how many boxes have a cached preview connection.
 func (s *Server) CachedPreviews() int { return s.previews.cached() }
-
-// PreviewIdle is how long an unused preview connection stays open.
-const PreviewIdle = previewIdle
