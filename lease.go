@@ -88,6 +88,10 @@ type Lease struct {
 	// connMu guards conn and is held while dialing.
 	connMu gosync.Mutex
 	conn   *ssh.Client
+	// ended is closed when the connection endedOf ends (connEnded); both
+	// guarded by connMu.
+	ended   chan struct{}
+	endedOf *ssh.Client
 
 	// closed is set by Close or Release: the handle is done (see use).
 	closed atomic.Bool

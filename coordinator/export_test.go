@@ -27,3 +27,6 @@ func (s *Server) OpenBridge(ctx context.Context, leaseID string, id auth.Identit
 // ErrBridgeRevoked is the cause of a bridge closed by a share change, a
 // release or an expiry.
 var ErrBridgeRevoked = errBridgeRevoked
+
+// CachedPreviews is how many boxes have a cached preview connection.
+func (s *Server) CachedPreviews() int { return s.previews.cached() }

@@ -216,6 +216,8 @@ type Server struct {
 	bridges bridges
 	// accessKeys caches the access keys lease answers carry.
 	accessKeys accessKeyCache
+	// previews are the cached connections of port previews (proxy.go).
+	previews previewBoxes
 	// pools tracks this process's pool passes; poolSlots bound its
 	// provider creates for pools, per provider.
 	pools     poolRuns
@@ -419,6 +421,8 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/leases/{id}", s.authed(s.getLease))
 	m.Handle("POST /v1/leases/{id}/heartbeat", s.authed(s.heartbeat))
 	m.Handle("GET /v1/leases/{id}/terminal", s.authed(s.terminal))
+	m.Handle("/v1/leases/{id}/proxy/{port}", s.authed(s.proxyPort))
+	m.Handle("/v1/leases/{id}/proxy/{port}/{rest...}", s.authed(s.proxyPort))
 	m.Handle("POST /v1/leases/{id}/release", s.authed(s.release))
 	m.Handle("POST /v1/leases/{id}/cancel-create", s.authed(s.cancelCreate))
 	m.Handle("PUT /v1/leases/{id}/registration", s.authed(s.register))

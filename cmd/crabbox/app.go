@@ -75,7 +75,7 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 		FlagSet: flag.NewFlagSet("crabbox", flag.ContinueOnError),
 		Subcommands: []*ffcli.Command{
 			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(),
-			a.sshCmd(), a.heartbeatCmd(), a.cleanupCmd(), a.providersCmd(), a.doctorCmd(), a.configCmd(),
+			a.sshCmd(), a.forwardCmd(), a.heartbeatCmd(), a.cleanupCmd(), a.providersCmd(), a.doctorCmd(), a.configCmd(),
 			a.checkpointCmd(), a.restoreCmd(), a.poolCmd(),
 			a.historyCmd(),
 			a.logsCmd(), a.eventsCmd(), a.attachCmd(),
@@ -112,6 +112,9 @@ type leaseFlags struct {
 	provider string
 	config   string
 	verbose  bool
+	// warnings sends the library's warnings to stderr without -v (a
+	// long-running command whose user wants to hear of failures).
+	warnings bool
 	settings config.Settings
 }
 
@@ -231,8 +234,11 @@ func (a *app) layered(fs *flag.FlagSet, lf *leaseFlags, exec func(context.Contex
 // outlive this one; without, they are served in-process (a one-shot run).
 func (a *app) client(lf *leaseFlags, detach bool) (*crabbox.Client, error) {
 	logger := slog.New(slog.DiscardHandler)
-	if lf.verbose {
+	switch {
+	case lf.verbose:
 		logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	case lf.warnings:
+		logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	opts := append(lf.settings.ClientOptions(), crabbox.WithLogger(logger))
 	if o, ok := watchOption(); ok {

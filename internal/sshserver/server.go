@@ -77,6 +77,13 @@ type Config struct {
 	// keeps the old key. The local provider persists the key in the
 	// box's record with it. Calls are serialised.
 	OnSetKey func(ssh.PublicKey) error
+
+	// ForwardTCP lets clients open direct-tcpip channels (ssh -L, and
+	// ssh.Client.Dial): the server connects from this machine to the host
+	// and port each asks for and copies between the two. Only a client
+	// holding the authorized key can ask, and it may run any command
+	// here anyway. Remote forwarding (tcpip-forward) stays refused.
+	ForwardTCP bool
 }
 
 // SetKeyRequest is the global request with which an authenticated client
@@ -289,7 +296,12 @@ func (s *Server) handleConn(nc net.Conn) {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { s.serveGlobalRequests(reqs, log) })
+	gone := make(chan struct{}) // closed once the connection is gone
 	for nch := range chans {
+		if nch.ChannelType() == "direct-tcpip" && s.cfg.ForwardTCP {
+			wg.Go(func() { s.serveForward(nch, gone, log) })
+			continue
+		}
 		if nch.ChannelType() != "session" {
 			rejectChannel(nch, log)
 			continue
@@ -301,13 +313,16 @@ func (s *Server) handleConn(nc net.Conn) {
 		}
 		wg.Go(func() { s.serveSession(ch, chReqs, log) })
 	}
-	// The connection is gone; its sessions are terminating their commands.
+	// The connection is gone; its sessions are terminating their commands
+	// and its forwards closing.
+	close(gone)
 	wg.Wait()
 	log.Debug("connection closed")
 }
 
-// rejectChannel refuses a channel other than "session": port forwarding is
-// disabled and other types are unknown.
+// rejectChannel refuses a channel other than "session" (and
+// "direct-tcpip" with Config.ForwardTCP): port forwarding is disabled and
+// other types are unknown.
 func rejectChannel(nch ssh.NewChannel, log *slog.Logger) {
 	typ := nch.ChannelType()
 	log.Debug("rejected channel", "type", typ)

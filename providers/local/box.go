@@ -126,6 +126,8 @@ func newServer(dir string, rec record, log *slog.Logger) (*sshserver.Server, err
 		Dir:           filepath.Join(dir, workDir),
 		Env:           boxEnv(os.Environ()),
 		Logger:        log,
+		// crabbox forward, and the coordinator's port previews.
+		ForwardTCP: true,
 		OnSetKey: func(k ssh.PublicKey) error {
 			if _, err := updateRecord(dir, func(r *record) { r.AuthorizedKey = formatPublicKey(k) }); err != nil {
 				return fmt.Errorf("record the new key: %w", err)

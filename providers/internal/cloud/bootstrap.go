@@ -424,7 +424,7 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 PermitEmptyPasswords no
 AllowAgentForwarding no
-AllowTcpForwarding no
+AllowTcpForwarding local
 X11Forwarding no
 PermitTunnel no
 UsePAM yes

@@ -110,6 +110,8 @@ func startBox(userData string, log *slog.Logger, o boxOptions) (*Box, error) {
 	srv, err := sshserver.New(sshserver.Config{
 		HostKey: hostKey, AuthorizedKey: authorized, User: user, Dir: dir, Shell: shell,
 		Env: boxEnv(os.Environ()), Logger: log, Banner: o.banner,
+		// As the bootstrap's sshd: local forwarding only (crabbox forward).
+		ForwardTCP: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fake box: %w", err)
