@@ -22,6 +22,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+	"github.com/crabbox-dev/crabbox/internal/handover"
 	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/internal/sshmux"
 	"github.com/crabbox-dev/crabbox/internal/units"
@@ -934,7 +935,45 @@ func (l *Lease) dial(ctx context.Context, s lease.Grant, host string, port int, 
 		return nil, accepted.Load(), fmt.Errorf("connect to lease %s at %s: %w", s.Claim.ID, addr, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return ssh.NewClient(c, chans, reqs), true, nil
+	conn = ssh.NewClient(c, chans, reqs)
+	l.installAccessKeys(ctx, s, conn)
+	return conn, true, nil
+}
+
+// installAccessKeys makes the box of s accept the target's access keys
+// (its coordinator's, see provider.LeaseTarget.AccessKeys) next to the
+// lease key, over conn, the connection just opened: once per lease, as
+// the claim records (Claim.InstalledKeys). A failure is logged, not
+// returned: the box still serves its owner, only the coordinator cannot
+// reach it (its features say so).
+func (l *Lease) installAccessKeys(ctx context.Context, s lease.Grant, conn *ssh.Client) {
+	want := s.Target.AccessKeys
+	if len(want) == 0 || s.Target.KeyFile != "" {
+		return
+	}
+	id := s.Claim.ID
+	if cur, err := l.client.store.Get(id); err == nil && slices.Equal(cur.InstalledKeys, want) {
+		return
+	}
+	keys := []ssh.PublicKey{s.Key.Signer.PublicKey()}
+	for _, line := range want {
+		k, err := lease.ParsePublicKey(line)
+		if err != nil {
+			l.client.log.Warn("the coordinator's access key is malformed; not installed", "lease", id, "err", err)
+			return
+		}
+		keys = append(keys, k)
+	}
+	if err := handover.SetKeys(ctx, conn, keys...); err != nil {
+		l.client.log.Warn("the coordinator's access key was not installed on the box", "lease", id, "err", err)
+		return
+	}
+	if _, err := l.client.store.Update(id, func(c *lease.Claim) error {
+		c.InstalledKeys = slices.Clone(want)
+		return nil
+	}); err != nil {
+		l.client.log.Debug("record the installed access key", "lease", id, "err", err)
+	}
 }
 
 // loginPauses are the pauses between the dials of a login lease's

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"context"
+
 	"golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/internal/handover"
@@ -13,3 +15,20 @@ func (s *Server) CachedLogins() int { return s.logins.len() }
 func (s *Server) PoolKeyOf(leaseID string) (ssh.Signer, error) {
 	return handover.PoolKey(s.poolSecret, leaseID)
 }
+
+// ErrNoAccess says the coordinator cannot reach a box itself.
+var ErrNoAccess = errNoAccess
+
+// DialBox connects to the box of lease id with the coordinator's access
+// key, as the coordinator's bridges do.
+func (s *Server) DialBox(ctx context.Context, id string) (*ssh.Client, error) {
+	l, err := s.store.GetLease(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.dialBox(ctx, l)
+}
+
+// AccessPublicKey is the coordinator's access key of lease id in
+// authorized_keys form, as its owner's answers carry it.
+func (s *Server) AccessPublicKey(id string) string { return s.accessPublicKey(id) }

@@ -77,6 +77,7 @@ func TestLeaseLifecycle(t *testing.T) {
 			WorkRoot: "/work/crabbox", TTLSeconds: 5400, IdleTimeoutSeconds: 1800,
 			CreatedAt: start, UpdatedAt: start, LastTouchedAt: start, ExpiresAt: start.Add(30 * time.Minute),
 			EstimatedHourlyUSD: 0.02, MaxEstimatedUSD: 0.03, Labels: map[string]string{"team": "infra"},
+			AccessKey: e.srv.AccessPublicKey(req.LeaseID),
 		}
 		if diff := cmp.Diff(want, l); diff != "" {
 			t.Errorf("created lease (-want +got):\n%s", diff)

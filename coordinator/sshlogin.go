@@ -182,6 +182,7 @@ func (s *Server) connectLease(r *http.Request, id auth.Identity, l store.Lease) 
 	if id.Owner != l.Owner || id.Org != l.Org {
 		return out, nil
 	}
+	out.AccessKey = s.accessPublicKey(l.ID)
 	login, err := s.sshLogin(r.Context(), l)
 	switch {
 	case errors.Is(err, errNoLogin):
