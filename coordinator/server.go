@@ -162,6 +162,11 @@ type Config struct {
 	MaxControlConnections int
 	MaxControlPerIdentity int
 	ControlPollInterval   time.Duration
+
+	// MaxSSHRelaysPerIdentity bounds the SSH connections one owner and
+	// org holds open through the coordinator (GET /v1/leases/{id}/ssh);
+	// more get 429. 0 means DefaultMaxSSHRelaysPerIdentity.
+	MaxSSHRelaysPerIdentity int
 }
 
 // Server is the coordinator: an http.Handler for the API and a maintenance
@@ -203,6 +208,8 @@ type Server struct {
 	accessSecret []byte
 	// bridges are the open connections through the coordinator to boxes.
 	bridges bridges
+	// relays counts the open SSH relays by identity.
+	relays relayCount
 	// pools tracks this process's pool passes; poolSlots bound its
 	// provider creates for pools, per provider.
 	pools     poolRuns
@@ -335,6 +342,7 @@ func New(cfg Config) (*Server, error) {
 	s.warnUnusablePrices()
 	s.poolSecret = poolSecret(cfg.Tokens)
 	s.accessSecret = accessSecret(cfg.Tokens)
+	s.relays.max = cmp.Or(max(cfg.MaxSSHRelaysPerIdentity, 0), DefaultMaxSSHRelaysPerIdentity)
 	s.poolSlots = map[string]chan struct{}{}
 	for name := range s.providers {
 		s.poolSlots[name] = make(chan struct{}, cmp.Or(cfg.PoolProviderRequests, DefaultPoolProviderRequests))
@@ -401,6 +409,7 @@ func (s *Server) routes() {
 	m.Handle("PUT /v1/leases/{id}/registration", s.authed(s.register))
 	m.Handle("POST /v1/leases/from-checkpoint", s.authed(s.forkLease))
 	m.Handle("PUT /v1/leases/{id}/from-checkpoint", s.authed(s.putForkLease))
+	m.Handle("GET /v1/leases/{id}/ssh", s.authed(s.leaseSSH))
 
 	m.Handle("POST /v1/checkpoints", s.authed(s.createCheckpoint))
 	m.Handle("GET /v1/checkpoints", s.authed(s.listCheckpoints))

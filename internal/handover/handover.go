@@ -360,3 +360,26 @@ func AccessKey(secret []byte, leaseID string) (ssh.Signer, error) {
 	}
 	return ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed))
 }
+
+// relayHostKeyInfo is the HKDF info of relay host keys, before the lease ID.
+const relayHostKeyInfo = "crabbox lease ssh relay host key v1\x00"
+
+// RelayHostKey derives the ed25519 host key with which the coordinator
+// answers SSH for lease leaseID's box on behalf of the users it is shared
+// with (the relay terminates their SSH): every replica with the same
+// secret presents the same key for a lease, so clients can pin it, and
+// it is never an access key or a pool key. secret must be at least
+// MinPoolSecret bytes.
+func RelayHostKey(secret []byte, leaseID string) (ssh.Signer, error) {
+	if len(secret) < MinPoolSecret {
+		return nil, fmt.Errorf("relay host key: the secret is %d bytes, want at least %d", len(secret), MinPoolSecret)
+	}
+	if leaseID == "" {
+		return nil, errors.New("relay host key: no lease ID")
+	}
+	seed, err := hkdf.Key(sha256.New, secret, nil, relayHostKeyInfo+leaseID, ed25519.SeedSize)
+	if err != nil {
+		return nil, fmt.Errorf("relay host key: %w", err)
+	}
+	return ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed))
+}
