@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/crabbox-dev/crabbox/coordinator/auth"
 	"github.com/crabbox-dev/crabbox/internal/handover"
 )
 
@@ -32,3 +33,14 @@ func (s *Server) DialBox(ctx context.Context, id string) (*ssh.Client, error) {
 // AccessPublicKey is the coordinator's access key of lease id in
 // authorized_keys form, as its owner's answers carry it.
 func (s *Server) AccessPublicKey(id string) string { return s.accessPublicKey(id) }
+
+// OpenBridge opens a bridge of id to lease leaseID that needs role need
+// ("read", "use" or "manage"), as a terminal or tunnel would.
+func (s *Server) OpenBridge(ctx context.Context, leaseID string, id auth.Identity, need string) (context.Context, func(), bool) {
+	role := map[string]leaseRole{"read": roleRead, "use": roleUse, "manage": roleManage}[need]
+	return s.bridges.open(ctx, leaseID, id, role)
+}
+
+// ErrBridgeRevoked is the cause of a bridge closed by a share change, a
+// release or an expiry.
+var ErrBridgeRevoked = errBridgeRevoked

@@ -66,7 +66,7 @@ func (s *Server) adminFindSlug(r *http.Request, slug string) (store.Lease, *apiE
 }
 
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
-	l, e := s.findLease(r, id, r.PathValue("id"))
+	l, _, e := s.leaseFor(r, id, r.PathValue("id"), roleRead)
 	if e != nil {
 		return e
 	}
@@ -98,6 +98,13 @@ func leaseFilter(r *http.Request, id auth.Identity, allByDefault bool) (store.Le
 }
 
 func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
+	switch v := r.URL.Query().Get("shared"); v {
+	case "true":
+		return s.writeSharedLeases(w, r, id)
+	case "", "false":
+	default:
+		return invalid("query parameter %q: %s is not true or false", "shared", quote(v))
+	}
 	return s.writeLeases(w, r, id, false)
 }
 
@@ -114,7 +121,7 @@ func (s *Server) writeLeases(w http.ResponseWriter, r *http.Request, id auth.Ide
 	if err != nil {
 		return s.fromStore(r, err, "listing leases", "leases")
 	}
-	writeJSON(w, http.StatusOK, api.LeasesResponse{Leases: toAPILeases(ls)})
+	writeJSON(w, http.StatusOK, api.LeasesResponse{Leases: s.leaseViews(ls, id)})
 	return nil
 }
 
@@ -166,20 +173,34 @@ func (s *Server) recordHeartbeat(r *http.Request, id auth.Identity, ref string, 
 	if req.IdleTimeoutSeconds > 0 {
 		hb.IdleTimeoutSeconds = int64(api.ClampSeconds(req.IdleTimeoutSeconds, api.DefaultIdleTimeoutSeconds))
 	}
+	var (
+		l   store.Lease
+		err error
+	)
 	if api.IsLeaseID(ref) {
 		// The store checks ownership in the same statement; an admin
 		// may touch anyone's lease.
 		if !id.Admin {
 			hb.Owner, hb.Org = id.Owner, id.Org
 		}
+		l, err = s.store.Heartbeat(r.Context(), ref, hb)
+		if errors.Is(err, store.ErrNotFound) && !id.Admin {
+			// Not the caller's own: a lease shared with it to use.
+			sl, _, e := s.leaseFor(r, id, ref, roleUse)
+			if e != nil {
+				return api.Lease{}, e
+			}
+			hb.Owner, hb.Org = "", ""
+			l, err = s.store.Heartbeat(r.Context(), sl.ID, hb)
+		}
 	} else {
-		l, e := s.findLease(r, id, ref)
+		sl, _, e := s.leaseFor(r, id, ref, roleUse)
 		if e != nil {
 			return api.Lease{}, e
 		}
-		ref = l.ID
+		ref = sl.ID
+		l, err = s.store.Heartbeat(r.Context(), ref, hb)
 	}
-	l, err := s.store.Heartbeat(r.Context(), ref, hb)
 	if err != nil {
 		return api.Lease{}, s.fromStore(r, err, "recording the heartbeat", "lease "+ref)
 	}
@@ -189,7 +210,7 @@ func (s *Server) recordHeartbeat(r *http.Request, id auth.Identity, ref string, 
 		// The heartbeat is recorded, and that is what the client asked
 		// for: it gets the stored record, and the next answer asks the
 		// provider for a login again.
-		out = toAPILease(l)
+		out = s.leaseView(l, id, roleFor(l, id))
 	}
 	return out, nil
 }
@@ -224,11 +245,11 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, id auth.Identit
 	if e := decodeBody(w, r, s.maxBody, true, &req); e != nil {
 		return e
 	}
-	l, e := s.findLease(r, id, r.PathValue("id"))
+	l, role, e := s.leaseFor(r, id, r.PathValue("id"), roleManage)
 	if e != nil {
 		return e
 	}
-	return s.releaseLease(w, r, l, req)
+	return s.releaseLease(w, r, id, role, l, req)
 }
 
 func (s *Server) adminRelease(w http.ResponseWriter, r *http.Request, id auth.Identity) *apiError {
@@ -241,13 +262,13 @@ func (s *Server) adminRelease(w http.ResponseWriter, r *http.Request, id auth.Id
 		return e
 	}
 	s.log.Info("admin release", slog.String("lease", l.ID), slog.String("admin", id.Owner), slog.String("owner", l.Owner))
-	return s.releaseLease(w, r, l, req)
+	return s.releaseLease(w, r, id, roleOwner, l, req)
 }
 
-// releaseLease ends l. Deleting the server (default: unless keep) is
+// releaseLease ends l for id, who has role on it. Deleting the server (default: unless keep) is
 // queued for the maintenance loop; a registered lease never reaches a
 // provider.
-func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, l store.Lease, req api.ReleaseRequest) *apiError {
+func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, id auth.Identity, role leaseRole, l store.Lease, req api.ReleaseRequest) *apiError {
 	want, e := expectedProvider(req.ExpectedProvider)
 	if e != nil {
 		return e
@@ -266,10 +287,11 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, l store.Le
 	}
 	s.touches.drop(l.ID)
 	s.logins.drop(l.ID)
+	s.bridges.recheck(l)
 	if l.ReleaseDeletesServer {
 		s.wakeMaintenance()
 	}
-	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: toAPILease(l)})
+	writeJSON(w, http.StatusOK, api.LeaseResponse{Lease: s.leaseView(l, id, role)})
 	return nil
 }
 
@@ -294,10 +316,11 @@ func (s *Server) cancelCreate(w http.ResponseWriter, r *http.Request, id auth.Id
 		Version: 1, RequestedLeaseID: leaseID, CreateAttemptID: req.CreateAttemptID, State: api.CanceledState,
 	}}
 	if res.Lease != nil {
-		l := toAPILease(*res.Lease)
+		l := s.leaseView(*res.Lease, id, roleOwner)
 		out.Lease = &l
 		s.touches.drop(l.ID)
 		s.logins.drop(l.ID)
+		s.bridges.recheck(*res.Lease)
 		if res.Lease.ReleaseDeletesServer {
 			s.wakeMaintenance()
 		}
@@ -353,7 +376,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, id auth.Identi
 	if res.created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, api.LeaseResponse{Lease: toAPILease(res.lease)})
+	writeJSON(w, status, api.LeaseResponse{Lease: s.leaseView(res.lease, id, roleOwner)})
 	return nil
 }
 

@@ -77,10 +77,13 @@ func TestLeaseLifecycle(t *testing.T) {
 			WorkRoot: "/work/crabbox", TTLSeconds: 5400, IdleTimeoutSeconds: 1800,
 			CreatedAt: start, UpdatedAt: start, LastTouchedAt: start, ExpiresAt: start.Add(30 * time.Minute),
 			EstimatedHourlyUSD: 0.02, MaxEstimatedUSD: 0.03, Labels: map[string]string{"team": "infra"},
-			AccessKey: e.srv.AccessPublicKey(req.LeaseID),
+			Access: api.AccessOwner, AccessKey: l.AccessKey,
 		}
 		if diff := cmp.Diff(want, l); diff != "" {
 			t.Errorf("created lease (-want +got):\n%s", diff)
+		}
+		if !strings.HasPrefix(l.AccessKey, "ssh-ed25519 ") {
+			t.Errorf("the owner's access key %q is not an ed25519 public key", l.AccessKey)
 		}
 		if !api.IsSlug(l.Slug) {
 			t.Errorf("slug %q is malformed", l.Slug)

@@ -140,6 +140,14 @@ func (s *Server) maintain(ctx context.Context, pools *sync.WaitGroup) (int, erro
 // claimedCleanup).
 func (s *Server) cleanup(ctx context.Context, l store.Lease) {
 	s.logins.drop(l.ID)
+	// Its box is going away (released, expired, or a lapsed pool box):
+	// the bridges to it end now, and a share of it grants no more work
+	// on it.
+	ending := l
+	if ending.State.Live() {
+		ending.State = store.StateExpired
+	}
+	s.bridges.recheck(ending)
 	log := s.log.With(slog.String("lease", l.ID), slog.String("provider", l.Provider), slog.String("owner", l.Owner))
 	s.claimedCleanup(ctx, claimed{
 		what: "server", log: log, provider: l.Provider, attempts: l.CleanupAttempts,
@@ -155,6 +163,7 @@ func (s *Server) cleanup(ctx context.Context, l store.Lease) {
 			done, err := s.store.FinishCleanup(ctx, l.ID, l.CleanupToken, now)
 			if err == nil {
 				s.metrics.cleanups.WithLabelValues(l.Provider).Inc()
+				s.bridges.recheck(done)
 			}
 			return string(done.State), err
 		},

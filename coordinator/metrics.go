@@ -34,7 +34,10 @@ type metrics struct {
 	poolMisses           *prometheus.CounterVec
 	poolHandoverFailures *prometheus.CounterVec
 	poolRefillFailures   *prometheus.CounterVec
-	handler              http.Handler
+	// shareChanges counts changes of lease shares, by change (put,
+	// delete).
+	shareChanges *prometheus.CounterVec
+	handler      http.Handler
 }
 
 func newMetrics(s *Server) *metrics {
@@ -89,10 +92,14 @@ func newMetrics(s *Server) *metrics {
 			Name: "crabbox_coordinator_ready_pool_refill_failures_total",
 			Help: "Ready pool maintenance passes that failed (a box not made, a limit reached), by pool.",
 		}, []string{"pool"}),
+		shareChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "crabbox_coordinator_lease_share_changes_total",
+			Help: "Changes of lease shares, by change (put, delete).",
+		}, []string{"change"}),
 	}
 	m.registry.MustRegister(m.requests, m.latency, m.provisionFailures, m.touchFailures,
 		m.cleanups, m.cleanupFailures, m.sshLogins, m.sshLoginFailures,
-		m.poolTakes, m.poolMisses, m.poolHandoverFailures, m.poolRefillFailures,
+		m.poolTakes, m.poolMisses, m.poolHandoverFailures, m.poolRefillFailures, m.shareChanges,
 		&leaseCollector{s: s}, &poolCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorLog: slogAdapter{s.log}})

@@ -33,7 +33,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, id auth.Ident
 		StartedAt: s.clock.Now().UTC(),
 	}
 	if req.LeaseID != "" {
-		l, e := s.findLease(r, id, req.LeaseID)
+		l, _, e := s.leaseFor(r, id, req.LeaseID, roleUse)
 		if e != nil {
 			return e
 		}
@@ -89,7 +89,8 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, id auth.Ident
 }
 
 // findRun returns a run the caller may read: their own, one on a lease
-// they own, or any for an admin. Others' runs are "not found".
+// they own or that is shared with them (read or more), or any for an
+// admin. Others' runs are "not found".
 func (s *Server) findRun(r *http.Request, id auth.Identity) (store.Run, *apiError) {
 	return s.readableRun(r, id, r.PathValue("id"))
 }
@@ -109,7 +110,7 @@ func (s *Server) readableRun(r *http.Request, id auth.Identity, runID string) (s
 	}
 	if run.LeaseID != "" {
 		l, err := s.store.GetLease(r.Context(), run.LeaseID)
-		if err == nil && l.Owner == id.Owner && l.Org == id.Org {
+		if err == nil && roleFor(l, id) >= roleRead {
 			return run, nil
 		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -154,6 +155,13 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, id auth.Identi
 			return forbidden("only admins may list other owners' or orgs' runs")
 		}
 		f.Owner, f.Org = id.Owner, id.Org
+		// The runs of a lease the caller owns or may read are all
+		// readable (findRun), whoever started them.
+		if f.LeaseID != "" && q.Get("owner") == "" && q.Get("org") == "" {
+			if l, _, e := s.leaseFor(r, id, f.LeaseID, roleRead); e == nil {
+				f.LeaseID, f.Owner, f.Org = l.ID, "", ""
+			}
+		}
 	} else if f.Owner == "" && f.Org == "" && f.LeaseID == "" {
 		f.Owner, f.Org = id.Owner, id.Org
 	}

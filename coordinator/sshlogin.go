@@ -168,21 +168,25 @@ func (s *Server) sshLogin(ctx context.Context, l store.Lease) (provider.SSHLogin
 	return login, nil
 }
 
-// connectLease is the lease answer a client connects with. For the
-// lease's owner, when its provider's logins are credentials (see
+// connectLease is the lease answer a client connects with (see
+// leaseView). For the lease's owner and those it is shared with to use
+// (or manage), when its provider's logins are credentials (see
 // sshLogin), host, sshUser and sshPort are such a login (and
 // sshLoginExpiresAt when it expires); everyone else, and every other
 // lease, gets the record as stored. A login the provider could not issue
 // is a 503 unavailable; the provider's error goes to the log only.
 func (s *Server) connectLease(r *http.Request, id auth.Identity, l store.Lease) (api.Lease, *apiError) {
-	out := toAPILease(l)
+	role := roleFor(l, id)
+	out := s.leaseView(l, id, role)
 	if !l.State.Live() {
 		s.logins.drop(l.ID)
 	}
-	if id.Owner != l.Owner || id.Org != l.Org {
+	// The login goes to the lease's owner and to those it is shared
+	// with to use: never to a reader, and not to an admin answered
+	// with someone else's lease.
+	if !ownLease(l, id) && (role < roleUse || role == roleOwner) {
 		return out, nil
 	}
-	out.AccessKey = s.accessPublicKey(l.ID)
 	login, err := s.sshLogin(r.Context(), l)
 	switch {
 	case errors.Is(err, errNoLogin):

@@ -221,6 +221,26 @@ func leaseReply(check func(t *testing.T, f *compatFixture, l CoordinatorLease)) 
 	})
 }
 
+// shareReply reads a share answer as upstream's LeaseShare,
+// UpdateLeaseShare and DeleteLeaseShare do: only its share.
+func shareReply(check func(t *testing.T, f *compatFixture, s CoordinatorShare)) upstreamReply {
+	return decodes[struct {
+		Share CoordinatorShare `json:"share"`
+	}](func(t *testing.T, f *compatFixture, got struct {
+		Share CoordinatorShare `json:"share"`
+	}) {
+		t.Helper()
+		check(t, f, got.Share)
+	})
+}
+
+// shareWithBob shares the fixture's lease with bob (use) and the org
+// (manage), as upstream's UpdateLeaseShare does.
+func shareWithBob(t *testing.T, f *compatFixture) {
+	f.call(t, "PUT", "/v1/leases/"+f.lease.ID+"/share", f.alice,
+		CoordinatorShare{Users: map[string]CoordinatorShareRole{"bob": "use"}, Org: "manage"}, shareReply(func(*testing.T, *compatFixture, CoordinatorShare) {}))
+}
+
 func fixedPath(p string) func(*compatFixture) string { return func(*compatFixture) string { return p } }
 
 func leaseCallPath(suffix string) func(*compatFixture) string {
@@ -338,6 +358,65 @@ var upstreamCalls = []upstreamCall{
 		reply: leaseReply(func(t *testing.T, _ *compatFixture, l CoordinatorLease) {
 			if l.IdleTimeoutSeconds != 3600 || l.Telemetry == nil {
 				t.Errorf("idle timeout %d, telemetry %v; want 3600 and the sample", l.IdleTimeoutSeconds, l.Telemetry)
+			}
+		}),
+	},
+	{
+		name: "LeaseShare (unshared)", method: "GET", path: leaseCallPath("/share"),
+		reply: shareReply(func(t *testing.T, _ *compatFixture, s CoordinatorShare) {
+			if len(s.Users) != 0 || s.Org != "" {
+				t.Errorf("share of an unshared lease: %+v", s)
+			}
+		}),
+	},
+	{
+		name: "UpdateLeaseShare (share --user, --org)", method: "PUT", path: leaseCallPath("/share"),
+		body: func(*compatFixture) any {
+			return CoordinatorShare{Users: map[string]CoordinatorShareRole{"Bob": "use", "carol": "manage"}, Org: "use"}
+		},
+		reply: shareReply(func(t *testing.T, _ *compatFixture, s CoordinatorShare) {
+			want := map[string]CoordinatorShareRole{"bob": "use", "carol": "manage"}
+			if !cmp.Equal(want, s.Users) || s.Org != "use" || s.UpdatedBy != "alice" || s.UpdatedAt == "" {
+				t.Errorf("updated share: %+v", s)
+			}
+		}),
+	},
+	{
+		name: "LeaseShare (shared)", method: "GET", path: leaseCallPath("/share"),
+		setup: shareWithBob,
+		reply: shareReply(func(t *testing.T, _ *compatFixture, s CoordinatorShare) {
+			if s.Users["bob"] != "use" || s.Org != "manage" {
+				t.Errorf("share: %+v", s)
+			}
+		}),
+	},
+	{
+		name: "DeleteLeaseShare (unshare --user)", method: "DELETE", path: leaseCallPath("/share"),
+		setup: shareWithBob,
+		body:  func(*compatFixture) any { return map[string]any{"user": "bob"} },
+		reply: shareReply(func(t *testing.T, _ *compatFixture, s CoordinatorShare) {
+			if len(s.Users) != 0 || s.Org != "manage" {
+				t.Errorf("share after removing bob: %+v", s)
+			}
+		}),
+	},
+	{
+		name: "DeleteLeaseShare (unshare --org)", method: "DELETE", path: leaseCallPath("/share"),
+		setup: shareWithBob,
+		body:  func(*compatFixture) any { return map[string]any{"org": true} },
+		reply: shareReply(func(t *testing.T, _ *compatFixture, s CoordinatorShare) {
+			if s.Users["bob"] != "use" || s.Org != "" {
+				t.Errorf("share after removing the org: %+v", s)
+			}
+		}),
+	},
+	{
+		name: "DeleteLeaseShare (unshare --all)", method: "DELETE", path: leaseCallPath("/share"),
+		setup: shareWithBob,
+		body:  func(*compatFixture) any { return map[string]any{} },
+		reply: shareReply(func(t *testing.T, _ *compatFixture, s CoordinatorShare) {
+			if len(s.Users) != 0 || s.Org != "" || s.UpdatedAt != "" {
+				t.Errorf("share after clearing: %+v", s)
 			}
 		}),
 	},

@@ -27,6 +27,8 @@ func (p *Portal) routes() {
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/release", p.authed(p.releasePage))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/release", p.authed(p.release))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/extend", p.authed(p.extend))
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/share", p.authed(p.sharePage))
+	m.HandleFunc("POST "+Prefix+"/leases/{ref}/share", p.authed(p.share))
 	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
 	m.HandleFunc("GET "+Prefix+"/checkpoints", p.authed(p.checkpoints))
 	m.HandleFunc("GET "+Prefix+"/checkpoints/{id}", p.authed(p.checkpoint))
@@ -180,6 +182,8 @@ var leaseStates = []api.LeaseState{api.LeaseProvisioning, api.LeaseActive, api.L
 
 type leasesData struct {
 	Leases []api.Lease
+	// Shared are the live leases others shared with the user.
+	Shared []api.Lease
 	State  string
 	States []api.LeaseState
 	All    bool // an admin looking at every owner's leases
@@ -206,13 +210,35 @@ func (p *Portal) leases(w http.ResponseWriter, r *http.Request, v *view) {
 		p.apiFail(w, r, v, err)
 		return
 	}
-	p.render(w, http.StatusOK, v, "leases", page{Title: "Leases", Data: leasesData{Leases: leases, State: state, States: leaseStates, All: all}})
+	var shared []api.Lease
+	if !all {
+		if shared, err = v.cl.SharedLeases(r.Context(), 0); err != nil {
+			p.apiFail(w, r, v, err)
+			return
+		}
+	}
+	p.render(w, http.StatusOK, v, "leases", page{Title: "Leases", Data: leasesData{Leases: leases, Shared: shared, State: state, States: leaseStates, All: all}})
 }
 
 type leaseData struct {
 	Lease api.Lease
 	Runs  []api.Run
 	Mine  bool
+}
+
+// Shared reports whether the lease is shown to the user through a share
+// (Lease.Access names the role), not as its owner or an admin.
+func (d leaseData) Shared() bool { return d.Lease.Access != "" && d.Lease.Access != api.AccessOwner }
+
+// CanUse reports whether the user may work on the lease (extend it).
+func (d leaseData) CanUse() bool {
+	return !d.Shared() || api.ShareRole(d.Lease.Access).Rank() >= api.ShareUse.Rank()
+}
+
+// CanManage reports whether the user may release the lease and change
+// its sharing.
+func (d leaseData) CanManage() bool {
+	return !d.Shared() || api.ShareRole(d.Lease.Access).Rank() >= api.ShareManage.Rank()
 }
 
 func (p *Portal) lease(w http.ResponseWriter, r *http.Request, v *view) {

@@ -741,8 +741,11 @@ type Store interface {
 	// (how long a creation may run), and false when nothing awaits.
 	NextCheckpointCleanupAt(ctx context.Context, staleAfter time.Duration) (time.Time, bool, error)
 
-	// SetLeaseShare replaces the share of lease id (an empty share
-	// clears it), setting share.UpdatedAt to now, and returns the lease.
+	// SetLeaseShare replaces the share of lease id, setting
+	// share.UpdatedAt to now, and returns the lease; an empty share
+	// clears it (UpdatedAt and UpdatedBy included). No other write of a
+	// lease changes its share. User names match trimmed and in lower
+	// case.
 	// ErrNotFound when there is no lease id.
 	SetLeaseShare(ctx context.Context, id string, share LeaseShare, now time.Time) (Lease, error)
 	// SharedLeases lists the live leases shared with user owner of org:

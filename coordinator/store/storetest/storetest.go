@@ -92,6 +92,9 @@ func Run(t *testing.T, h Harness) {
 		{"PoolCommit", testPoolCommit},
 		{"PoolDeleteAndTrim", testPoolDeleteAndTrim},
 		{"PoolUsage", testPoolUsage},
+		{"Shares", testShares},
+		{"ShareRegistered", testShareRegistered},
+		{"ShareInvalid", testShareInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,14 +4,15 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/crabbox-dev/crabbox/coordinator/store"
 )
 
-// leaseColumns are the leases table's columns in the order leaseArgs and
-// scanLease use.
-var leaseColumns = []string{
+// leaseWriteColumns are the leases table's columns that inserts and
+// updates write, in the order leaseArgs uses.
+var leaseWriteColumns = []string{
 	"id", "slug", "provider", "lifecycle", "state", "owner", "org",
 	"target", "class", "server_type", "cloud_id", "server_name", "host",
 	"ssh_user", "ssh_port", "ssh_fallback_ports", "ssh_host_key", "work_root", "keep",
@@ -25,18 +26,24 @@ var leaseColumns = []string{
 	"pool_reserve_token", "pool_reserve_until",
 }
 
+// leaseColumns are the columns every lease read returns, in the order
+// scanLease uses: the written ones, then the share, which only
+// SetLeaseShare writes (with its grants), so no other update of a lease
+// can lose a share changed meanwhile.
+var leaseColumns = append(slices.Clip(leaseWriteColumns), "share")
+
 var (
 	leaseSelect = "SELECT " + strings.Join(leaseColumns, ", ") + " FROM leases"
 	leaseInsert = func() string {
-		ph := make([]string, len(leaseColumns))
+		ph := make([]string, len(leaseWriteColumns))
 		for i := range ph {
 			ph[i] = fmt.Sprintf("$%d", i+1)
 		}
-		return "INSERT INTO leases (" + strings.Join(leaseColumns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")"
+		return "INSERT INTO leases (" + strings.Join(leaseWriteColumns, ", ") + ") VALUES (" + strings.Join(ph, ", ") + ")"
 	}()
 	leaseUpdate = func() string {
-		set := make([]string, 0, len(leaseColumns)-1)
-		for i, c := range leaseColumns[1:] {
+		set := make([]string, 0, len(leaseWriteColumns)-1)
+		for i, c := range leaseWriteColumns[1:] {
 			set = append(set, fmt.Sprintf("%s = $%d", c, i+2))
 		}
 		return "UPDATE leases SET " + strings.Join(set, ", ") + " WHERE id = $1"
@@ -90,6 +97,7 @@ func scanLease(sc scanner) (row, error) {
 		r                                                   row
 		l                                                   = &r.Lease
 		lifecycle, state, ports, labels, telemetry, image   string
+		share                                               string
 		created, updated, touched, expires, released, ended sql.NullInt64
 		cleanupStarted, cleanupRetry, telemetryAt, taken    sql.NullInt64
 	)
@@ -105,6 +113,7 @@ func scanLease(sc scanner) (row, error) {
 		&l.Pool, &taken,
 		&l.CreateAttemptID, &l.RequestHash, &l.CleanupToken, &r.claimUntil,
 		&r.reserveToken, &r.reserveUntil,
+		&share,
 	)
 	if err != nil {
 		return row{}, err
@@ -123,6 +132,9 @@ func scanLease(sc scanner) (row, error) {
 	}
 	if err := json.Unmarshal([]byte(labels), &l.Labels); err != nil {
 		return row{}, fmt.Errorf("lease %s: labels: %w", l.ID, err)
+	}
+	if l.Share, err = shareFromColumn(share); err != nil {
+		return row{}, fmt.Errorf("lease %s: share: %w", l.ID, err)
 	}
 	if len(l.SSHFallbackPorts) == 0 {
 		l.SSHFallbackPorts = nil

@@ -49,6 +49,7 @@ func (s *Store) updateLease(ctx context.Context, c q, before, r row, now time.Ti
 		return store.Lease{}, err
 	}
 	r.UpdatedAt = now
+	r.Share = before.Share // only SetLeaseShare writes it
 	args, err := leaseArgs(r)
 	if err != nil {
 		return store.Lease{}, err
@@ -313,6 +314,7 @@ func (s *Store) insertNew(ctx context.Context, c q, l store.Lease, limits store.
 	l.CleanupAttempts, l.CleanupError, l.CleanupToken = 0, "", ""
 	l.CleanupStartedAt, l.CleanupRetryAt = time.Time{}, time.Time{}
 	l.ReleaseDeletesServer = false
+	l.Share = store.LeaseShare{} // only SetLeaseShare shares a lease
 	if err := s.checkSlug(ctx, c, l); err != nil {
 		return store.Lease{}, err
 	}
@@ -551,6 +553,7 @@ func (s *Store) RegisterLease(ctx context.Context, l store.Lease, now time.Time)
 		n.CleanupAttempts = 0
 		clearCleanup(&n)
 		n.UpdatedAt = now
+		n.Share = store.LeaseShare{} // only SetLeaseShare shares a lease
 		existing, err := s.getLease(ctx, c, l.ID, true)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -566,6 +569,14 @@ func (s *Store) RegisterLease(ctx context.Context, l store.Lease, now time.Time)
 			return fmt.Errorf("lease %q is registered with provider %q, not %q: %w", l.ID, existing.Provider, l.Provider, store.ErrProviderMismatch)
 		default:
 			n.CreatedAt = existing.CreatedAt
+			if !existing.State.Live() && !existing.Share.Empty() {
+				// A share ended with its lease: registering the ID
+				// again does not bring it back.
+				if err := s.writeShare(ctx, c, existing.Lease, store.LeaseShare{}); err != nil {
+					return err
+				}
+				existing.Share = store.LeaseShare{}
+			}
 		}
 		n.ExpiresAt = store.ExpiresAt(n.Lifecycle, n.CreatedAt, n.LastTouchedAt, n.TTLSeconds, n.IdleTimeoutSeconds)
 		if err := s.checkSlug(ctx, c, n.Lease); err != nil {
