@@ -28,7 +28,7 @@ type boxCoordinator struct {
 	boxes *local.Backend
 }
 
-func newBoxCoordinator(t *testing.T) *boxCoordinator {
+func newBoxCoordinator(t *testing.T, opts ...func(*coordinator.Config)) *boxCoordinator {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "coordinator.db"))
 	if err != nil {
@@ -40,10 +40,14 @@ func newBoxCoordinator(t *testing.T) *boxCoordinator {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lb.Close() })
-	srv, err := coordinator.New(coordinator.Config{
+	cfg := coordinator.Config{
 		Store: st, Providers: map[string]provider.SSHLeaseBackend{"local": lb},
 		Tokens: auth.Config{SessionSecret: sessionSecret, AdminToken: adminToken, DefaultOrg: "acme"},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := coordinator.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
