@@ -85,6 +85,10 @@ type Lease struct {
 	// shared marks a lease resolved for reuse, whose connection may be
 	// shared with other processes (WithSharedConnections).
 	shared bool
+	// relayed marks a lease of the coordinator shared with this user
+	// (not its owner): its box is reached through the coordinator
+	// (coordinator.go), and the handle never releases it.
+	relayed bool
 
 	// connMu guards conn and is held while dialing.
 	connMu gosync.Mutex
@@ -331,6 +335,9 @@ func (c *Client) Resolve(ctx context.Context, ref string) (*Lease, error) {
 
 func (c *Client) resolve(ctx context.Context, ref string, touchNow bool) (*Lease, error) {
 	claim, err := c.store.Find(ref)
+	if errors.Is(err, provider.ErrNotFound) && c.broker != nil {
+		return c.resolveShared(ctx, ref, err) // coordinator.go
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -676,6 +683,9 @@ const releaseTimeout = 2 * time.Minute
 // cancelled (it is bounded by its own timeout), so `defer l.Release(ctx)`
 // is safe; ctx's error is reported only if the release did not finish.
 //
+// A lease shared with this user (reached through the coordinator) is not
+// its to release: Release only closes the handle.
+//
 // Release ends the handle, as Close does. Releasing an ended handle (a
 // second Release, or Release after Close) releases nothing and returns
 // ErrClosed: a closed handle no longer holds its lease; Client.Stop
@@ -683,6 +693,10 @@ const releaseTimeout = 2 * time.Minute
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.use(ctx, "release"); err != nil {
 		return err
+	}
+	if l.relayed {
+		// Not this user's lease: it stays as it was, for its owner.
+		return l.Close()
 	}
 	if l.delegated == nil && l.keep.Err() == nil && l.mayRunCommands() {
 		// The lease's commands end first, this process's and others'.
@@ -780,6 +794,14 @@ func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
 		return l.conn, nil
 	}
 	s := l.snapshot()
+	if l.relayed {
+		conn, err := l.client.dialRelay(ctx, s.Claim.ID)
+		if err != nil {
+			return nil, err
+		}
+		l.conn = conn
+		return conn, nil
+	}
 	if lb, ok := l.backend.(provider.SSHLoginBackend); ok {
 		conn, err := l.dialLogin(ctx, lb, s)
 		if err != nil {
