@@ -112,3 +112,46 @@ func TestSharedLeaseThroughTheCoordinator(t *testing.T) {
 		t.Errorf("dave's resolve = %v, want not found", err)
 	}
 }
+
+// TestSharedLeaseRevokedOrUnreachable: revoking bob's share cuts his open
+// connection at once; a box its owner's client never reached (so the
+// coordinator's access key is not on it, as with the upstream client)
+// gives bob an error saying so.
+func TestSharedLeaseRevokedOrUnreachable(t *testing.T) {
+	ctx := t.Context()
+	rc := newRealCoordinator(t)
+	alice, aliceCoord := rc.userClient(t, "alice")
+	l, err := alice.Acquire(ctx, crabbox.AcquireOptions{Provider: "local", Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	share := api.LeaseShare{Users: map[string]api.ShareRole{"bob": api.ShareUse}}
+	if _, err := aliceCoord.UpdateLeaseShare(ctx, l.ID(), share); err != nil {
+		t.Fatal(err)
+	}
+	bob, _ := rc.userClient(t, "bob")
+	bl, err := bob.Resolve(ctx, l.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bl.Close()
+	_, err = bl.SSH(ctx)
+	if err == nil || !strings.Contains(err.Error(), api.CodeNoBoxAccess) || !strings.Contains(err.Error(), "did not install it") {
+		t.Fatalf("bob's SSH before alice ever connected = %v, want no_box_access saying why", err)
+	}
+
+	if _, err := l.SSH(ctx); err != nil { // alice's crabbox installs the access key
+		t.Fatal(err)
+	}
+	conn, err := bl.SSH(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceCoord.DeleteLeaseShare(ctx, l.ID(), "bob", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Wait(); err == nil {
+		t.Error("bob's connection ended cleanly after the revoke, want it cut")
+	}
+}
