@@ -90,6 +90,9 @@ func TestSharedLeaseThroughTheCoordinator(t *testing.T) {
 	if err != nil || code != 4 || stdout.String() != "shell-42\n" {
 		t.Errorf("bob's shell = %d, %v, output %q (%q); want 4 and shell-42", code, err, stdout.String(), stderr.String())
 	}
+	if _, err := bl.OpenSSHCommand(ctx); !errors.Is(err, provider.ErrPrecondition) {
+		t.Errorf("OpenSSH command line of a shared lease = %v, want a precondition error", err)
+	}
 	if err := bl.Release(ctx); err != nil {
 		t.Errorf("bob's release (a close): %v", err)
 	}
