@@ -17,7 +17,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"slices"
 	gosync "sync"
 	"time"
 
@@ -26,20 +25,22 @@ import (
 	"github.com/crabbox-dev/crabbox/internal/remote"
 )
 
-// Channels are the channel types Serve relays; the box refuses others
-// itself, but a relay for other users opens only these.
-var Channels = []string{"session", "direct-tcpip"}
+// relayed reports whether Serve relays channels of type typ: sessions
+// and local port forwards. The box would refuse others itself, but a
+// relay for other users opens only these.
+func relayed(typ string) bool { return typ == "session" || typ == "direct-tcpip" }
 
 // handshakeTimeout bounds the client's SSH handshake.
 const handshakeTimeout = 30 * time.Second
 
 // Serve runs the server side of an SSH connection on conn with cfg and
-// relays every channel of a type in Channels to box (see Forward). Of the
+// relays its session and direct-tcpip channels to box (see Forward). Of the
 // client's global requests only keepalives are passed on (to the box,
 // which answers them): a client of the relay never changes the box's
 // connection (no remote forwards, no keys set). Serve returns when the
 // client's connection ends, the box's does, or ctx ends; it closes conn
-// and leaves box open (its caller's). The error is the handshake's, if it
+// and leaves box open: the caller closes it after Serve returns (which
+// also ends Serve's watch of it). The error is the handshake's, if it
 // failed.
 func Serve(ctx context.Context, conn net.Conn, cfg *ssh.ServerConfig, box *ssh.Client, log *slog.Logger) error {
 	defer conn.Close()
@@ -76,7 +77,7 @@ func Serve(ctx context.Context, conn net.Conn, cfg *ssh.ServerConfig, box *ssh.C
 		}
 	})
 	for nc := range chans {
-		if !slices.Contains(Channels, nc.ChannelType()) {
+		if !relayed(nc.ChannelType()) {
 			log.Debug("relay refused a channel", "type", nc.ChannelType())
 			_ = nc.Reject(ssh.Prohibited, "channel type "+nc.ChannelType()+" is not relayed")
 			continue
