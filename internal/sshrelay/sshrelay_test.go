@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -195,5 +196,94 @@ func TestContextEndsTheRelay(t *testing.T) {
 	cancel()
 	if err := c.Wait(); err == nil {
 		t.Error("the client's connection ended cleanly, want it cut")
+	}
+}
+
+// echoBox is an SSH server that accepts direct-tcpip channels (as a box
+// that forwards ports does) and echoes what each receives, naming the
+// address asked for first; it ends with the test. It returns a client
+// connected to it.
+func echoBox(t *testing.T) *ssh.Client {
+	t.Helper()
+	hostKey := sshservertest.NewSigner(t)
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(hostKey)
+	near, far := connPair(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, chans, reqs, err := ssh.NewServerConn(far, cfg)
+		if err != nil {
+			return
+		}
+		go ssh.DiscardRequests(reqs)
+		for nc := range chans {
+			var to struct {
+				Host       string
+				Port       uint32
+				OriginHost string
+				OriginPort uint32
+			}
+			if nc.ChannelType() != "direct-tcpip" || ssh.Unmarshal(nc.ExtraData(), &to) != nil {
+				_ = nc.Reject(ssh.UnknownChannelType, "no")
+				continue
+			}
+			ch, chReqs, err := nc.Accept()
+			if err != nil {
+				continue
+			}
+			go ssh.DiscardRequests(chReqs)
+			_, _ = io.WriteString(ch, net.JoinHostPort(to.Host, strconv.Itoa(int(to.Port)))+"\n")
+			_, _ = io.Copy(ch, ch)
+			_ = ch.Close()
+		}
+	}()
+	sc, chans, reqs, err := ssh.NewClientConn(near, "box", &ssh.ClientConfig{User: "crabbox", HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ssh.NewClient(sc, chans, reqs)
+	t.Cleanup(func() { c.Close(); <-done })
+	return c
+}
+
+// TestPortForward: a direct-tcpip channel (ssh -L, ssh.Client.Dial)
+// reaches the box with the address asked for, and carries data both ways.
+func TestPortForward(t *testing.T) {
+	box := echoBox(t)
+	hostKey := sshservertest.NewSigner(t)
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(hostKey)
+	near, far := connPair(t)
+	served := make(chan error, 1)
+	go func() { served <- sshrelay.Serve(t.Context(), far, cfg, box, slog.New(slog.DiscardHandler)) }()
+	sc, chans, reqs, err := ssh.NewClientConn(near, "relay", &ssh.ClientConfig{User: "anyone", HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ssh.NewClient(sc, chans, reqs)
+	conn, err := c.Dial("tcp", "127.0.0.1:8080")
+	if err != nil {
+		t.Fatalf("forward through the relay: %v", err)
+	}
+	r := bufio.NewReader(conn)
+	if _, err := io.WriteString(conn, "ping\n"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range 2 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, line)
+	}
+	if diff := cmp.Diff([]string{"127.0.0.1:8080\n", "ping\n"}, got); diff != "" {
+		t.Errorf("through the forward (-want +got):\n%s", diff)
+	}
+	conn.Close()
+	c.Close()
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
 	}
 }
