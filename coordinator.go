@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/crypto/ssh"
+
 	coordbroker "github.com/crabbox-dev/crabbox/coordinator/broker"
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
@@ -706,4 +708,73 @@ func (c *Client) UnshareLease(ctx context.Context, ref string, u Unshare) (api.S
 		}
 	}
 	return out, nil
+}
+
+// Leases shared with this user.
+
+// resolveShared resolves ref, which names no lease of the local store, as
+// a lease of the coordinator shared with this client's user to use: a
+// handle whose box is reached through the coordinator (Lease.SSH dials
+// its relay, no key of the box needed), so that Sync, Run, Exec, Shell and
+// forwards work on it unchanged, and whose Release leaves the lease as it
+// was (it is its owner's). A lease shared to read is refused with an error
+// naming the role; any other answer is notFound, the local store's error.
+// Its heartbeat only checks that the lease is still shared and live.
+func (c *Client) resolveShared(ctx context.Context, ref string, notFound error) (*Lease, error) {
+	al, err := c.broker.coord.GetLease(ctx, ref)
+	switch {
+	case errors.Is(err, provider.ErrNotFound):
+		return nil, notFound
+	case err != nil:
+		return nil, fmt.Errorf("resolve lease %s at the coordinator: %w", ref, err)
+	case al.Access == "" || al.Access == api.AccessOwner:
+		// Its own (or, for an admin, anyone's) lease, not held here:
+		// this client has no key to its box.
+		return nil, notFound
+	case al.Access == string(api.ShareRead):
+		return nil, fmt.Errorf("lease %s is shared with you to read: its box (ssh, runs, forwards) needs use: %w", al.ID, provider.ErrPrecondition)
+	case al.State != api.LeaseActive:
+		return nil, fmt.Errorf("lease %s shared with you is %s: %w", al.ID, al.State, provider.ErrNotFound)
+	}
+	g := sharedGrant(al, c.broker.coord.URL())
+	touch := func(ctx context.Context, g lease.Grant) (lease.Grant, error) {
+		al, err := c.broker.coord.GetLease(ctx, g.Claim.ID)
+		if err != nil {
+			return g, err
+		}
+		if al.State != api.LeaseActive {
+			return g, fmt.Errorf("lease %s shared with you is %s: %w", al.ID, al.State, provider.ErrNotFound)
+		}
+		return sharedGrant(al, c.broker.coord.URL()), nil
+	}
+	c.log.Info("lease shared with you", "lease", al.ID, "owner", al.Owner, "access", al.Access)
+	return c.track(&Lease{client: c, relayed: true, keep: c.store.KeepWith(touch, g, c.log)}), nil
+}
+
+// sharedGrant describes the coordinator's lease al, shared with this
+// user, as a handle holds it: no key, and no claim in the store.
+func sharedGrant(al api.Lease, coordinator string) lease.Grant {
+	return lease.Grant{
+		Claim: lease.Claim{
+			ID: al.ID, Slug: al.Slug, Provider: al.Provider, State: lease.StateReady,
+			CreatedAt: al.CreatedAt, LastTouchedAt: al.LastTouchedAt, ExpiresAt: al.ExpiresAt,
+			TTLSeconds: int64(al.TTLSeconds), IdleSeconds: int64(al.IdleTimeoutSeconds),
+			Keep: true, Labels: al.Labels, Route: lease.RouteBrokered, Coordinator: coordinator,
+		},
+		Target: provider.LeaseTarget{
+			LeaseID: al.ID, Slug: al.Slug, Provider: al.Provider, CloudID: al.CloudID,
+			WorkRoot: al.WorkRoot, State: string(al.State), Labels: al.Labels,
+			CreatedAt: al.CreatedAt, ExpiresAt: al.ExpiresAt,
+		},
+	}
+}
+
+// dialRelay connects to the box of lease id, shared with this user,
+// through the coordinator's SSH relay.
+func (c *Client) dialRelay(ctx context.Context, id string) (*ssh.Client, error) {
+	conn, err := c.broker.coord.DialLeaseSSH(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("connect to lease %s through the coordinator: %w", id, err)
+	}
+	return conn, nil
 }

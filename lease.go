@@ -22,6 +22,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+	"github.com/crabbox-dev/crabbox/internal/handover"
 	"github.com/crabbox-dev/crabbox/internal/remote"
 	"github.com/crabbox-dev/crabbox/internal/sshmux"
 	"github.com/crabbox-dev/crabbox/internal/units"
@@ -84,6 +85,10 @@ type Lease struct {
 	// shared marks a lease resolved for reuse, whose connection may be
 	// shared with other processes (WithSharedConnections).
 	shared bool
+	// relayed marks a lease of the coordinator shared with this user
+	// (not its owner): its box is reached through the coordinator
+	// (coordinator.go), and the handle never releases it.
+	relayed bool
 
 	// connMu guards conn and is held while dialing.
 	connMu gosync.Mutex
@@ -334,6 +339,9 @@ func (c *Client) Resolve(ctx context.Context, ref string) (*Lease, error) {
 
 func (c *Client) resolve(ctx context.Context, ref string, touchNow bool) (*Lease, error) {
 	claim, err := c.store.Find(ref)
+	if errors.Is(err, provider.ErrNotFound) && c.broker != nil {
+		return c.resolveShared(ctx, ref, err) // coordinator.go
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -679,6 +687,9 @@ const releaseTimeout = 2 * time.Minute
 // cancelled (it is bounded by its own timeout), so `defer l.Release(ctx)`
 // is safe; ctx's error is reported only if the release did not finish.
 //
+// A lease shared with this user (reached through the coordinator) is not
+// its to release: Release only closes the handle.
+//
 // Release ends the handle, as Close does. Releasing an ended handle (a
 // second Release, or Release after Close) releases nothing and returns
 // ErrClosed: a closed handle no longer holds its lease; Client.Stop
@@ -686,6 +697,10 @@ const releaseTimeout = 2 * time.Minute
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.use(ctx, "release"); err != nil {
 		return err
+	}
+	if l.relayed {
+		// Not this user's lease: it stays as it was, for its owner.
+		return l.Close()
 	}
 	if l.delegated == nil && l.keep.Err() == nil && l.mayRunCommands() {
 		// The lease's commands end first, this process's and others'.
@@ -783,6 +798,14 @@ func (l *Lease) SSH(ctx context.Context) (*ssh.Client, error) {
 		return l.conn, nil
 	}
 	s := l.snapshot()
+	if l.relayed {
+		conn, err := l.client.dialRelay(ctx, s.Claim.ID)
+		if err != nil {
+			return nil, err
+		}
+		l.conn = conn
+		return conn, nil
+	}
 	if lb, ok := l.backend.(provider.SSHLoginBackend); ok {
 		conn, err := l.dialLogin(ctx, lb, s)
 		if err != nil {
@@ -938,7 +961,45 @@ func (l *Lease) dial(ctx context.Context, s lease.Grant, host string, port int, 
 		return nil, accepted.Load(), fmt.Errorf("connect to lease %s at %s: %w", s.Claim.ID, addr, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return ssh.NewClient(c, chans, reqs), true, nil
+	conn = ssh.NewClient(c, chans, reqs)
+	l.installAccessKeys(ctx, s, conn)
+	return conn, true, nil
+}
+
+// installAccessKeys makes the box of s accept the target's access keys
+// (its coordinator's, see provider.LeaseTarget.AccessKeys) next to the
+// lease key, over conn, the connection just opened: once per lease, as
+// the claim records (Claim.InstalledKeys). A failure is logged, not
+// returned: the box still serves its owner, only the coordinator cannot
+// reach it (its features say so).
+func (l *Lease) installAccessKeys(ctx context.Context, s lease.Grant, conn *ssh.Client) {
+	want := s.Target.AccessKeys
+	if len(want) == 0 || s.Target.KeyFile != "" {
+		return
+	}
+	id := s.Claim.ID
+	if cur, err := l.client.store.Get(id); err == nil && slices.Equal(cur.InstalledKeys, want) {
+		return
+	}
+	keys := []ssh.PublicKey{s.Key.Signer.PublicKey()}
+	for _, line := range want {
+		k, err := lease.ParsePublicKey(line)
+		if err != nil {
+			l.client.log.Warn("the coordinator's access key is malformed; not installed", "lease", id, "err", err)
+			return
+		}
+		keys = append(keys, k)
+	}
+	if err := handover.SetKeys(ctx, conn, keys...); err != nil {
+		l.client.log.Warn("the coordinator's access key was not installed on the box", "lease", id, "err", err)
+		return
+	}
+	if _, err := l.client.store.Update(id, func(c *lease.Claim) error {
+		c.InstalledKeys = slices.Clone(want)
+		return nil
+	}); err != nil {
+		l.client.log.Debug("record the installed access key", "lease", id, "err", err)
+	}
 }
 
 // loginPauses are the pauses between the dials of a login lease's

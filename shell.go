@@ -157,6 +157,10 @@ func (l *Lease) openSSHCommand(ctx context.Context, dir string) ([]string, error
 		return nil, fmt.Errorf("OpenSSH command line for lease %s: provider %q reaches its boxes with a short-lived login that crabbox never puts on a command line; open the shell with crabbox ssh (without --print) instead: %w",
 			l.ID(), l.Provider(), provider.ErrPrecondition)
 	}
+	if l.relayed {
+		return nil, fmt.Errorf("OpenSSH command line for lease %s: it is shared with you and reached through the coordinator, with no key of yours; open the shell with crabbox ssh (without --print) instead: %w",
+			l.ID(), provider.ErrPrecondition)
+	}
 	store := l.client.store
 	claim, err := store.Get(l.ID())
 	if err == nil && claim.PinnedHostKey == "" {

@@ -17,6 +17,23 @@ func (s *Server) PoolKeyOf(leaseID string) (ssh.Signer, error) {
 	return handover.PoolKey(s.poolSecret, leaseID)
 }
 
+// ErrNoAccess says the coordinator cannot reach a box itself.
+var ErrNoAccess = errNoAccess
+
+// DialBox connects to the box of lease id with the coordinator's access
+// key, as the coordinator's bridges do.
+func (s *Server) DialBox(ctx context.Context, id string) (*ssh.Client, error) {
+	l, err := s.store.GetLease(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.dialBox(ctx, l)
+}
+
+// AccessPublicKey is the coordinator's access key of lease id in
+// authorized_keys form, as its owner's answers carry it.
+func (s *Server) AccessPublicKey(id string) string { return s.accessPublicKey(id) }
+
 // OpenBridge opens a bridge of id to lease leaseID that needs role need
 // ("read", "use" or "manage"), as a terminal or tunnel would.
 func (s *Server) OpenBridge(ctx context.Context, leaseID string, id auth.Identity, need string) (context.Context, func(), bool) {

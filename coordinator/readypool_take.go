@@ -227,8 +227,10 @@ func (s *Server) takeFromPool(r *http.Request, id auth.Identity, spec leaseSpec,
 }
 
 // handOver checks an idle pool box over SSH with its pool key (it must
-// never have been used: nothing under its work root) and installs pub as
-// its only accepted key.
+// never have been used: nothing under its work root) and makes pub (the
+// owner's lease key) and the coordinator's access key for the box the
+// keys it accepts, so that the coordinator reaches the box as it does an
+// owner-installed one (dialBox).
 func (s *Server) handOver(ctx context.Context, box store.Lease, pub ssh.PublicKey) error {
 	signer, err := handover.PoolKey(s.poolSecret, box.ID)
 	if err != nil {
@@ -242,7 +244,15 @@ func (s *Server) handOver(ctx context.Context, box store.Lease, pub ssh.PublicKe
 	if err := handover.Fresh(ctx, c, box.WorkRoot); err != nil {
 		return err
 	}
-	return handover.SetKey(ctx, c, pub)
+	keys := []ssh.PublicKey{pub}
+	if s.accessSecret != nil {
+		access, err := handover.AccessKey(s.accessSecret, box.ID)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, access.PublicKey())
+	}
+	return handover.SetKeys(ctx, c, keys...)
 }
 
 // endPoolBox fails a pool box with its deletion queued.

@@ -213,14 +213,15 @@ func (s *Server) appendEvent(w http.ResponseWriter, r *http.Request, id auth.Ide
 	}
 	if apply.LeaseID != "" && apply.LeaseID != run.LeaseID {
 		// Tying a run to a lease lets the lease's owner read it: only
-		// to the caller's own lease, or one the coordinator does not
-		// know (a direct provider's).
+		// to the caller's own lease, one shared with it to use (as
+		// createRun allows), or one the coordinator does not know (a
+		// direct provider's).
 		l, err := s.store.GetLease(r.Context(), apply.LeaseID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return s.fromStore(r, err, "reading the event's lease", "lease "+apply.LeaseID)
-		case !id.Admin && (l.Owner != id.Owner || l.Org != id.Org):
+		case roleFor(l, id) < roleUse:
 			return forbidden("lease %s of the event belongs to someone else", apply.LeaseID)
 		default:
 			// The run takes what the event does not say from its lease,

@@ -173,6 +173,10 @@ type Config struct {
 	MaxTerminals            int
 	MaxTerminalsPerIdentity int
 	TerminalIdleTimeout     time.Duration
+	// MaxSSHRelaysPerIdentity bounds the SSH connections one owner and
+	// org holds open through the coordinator (GET /v1/leases/{id}/ssh);
+	// more get 429. 0 means DefaultMaxSSHRelaysPerIdentity.
+	MaxSSHRelaysPerIdentity int
 }
 
 // Server is the coordinator: an http.Handler for the API and a maintenance
@@ -218,6 +222,8 @@ type Server struct {
 	accessKeys accessKeyCache
 	// previews are the cached connections of port previews (proxy.go).
 	previews previewBoxes
+	// relays counts the open SSH relays by identity.
+	relays relayCount
 	// pools tracks this process's pool passes; poolSlots bound its
 	// provider creates for pools, per provider.
 	pools     poolRuns
@@ -359,6 +365,7 @@ func New(cfg Config) (*Server, error) {
 	s.warnUnusablePrices()
 	s.poolSecret = poolSecret(cfg.Tokens)
 	s.accessSecret = accessSecret(cfg.Tokens)
+	s.relays.max = cmp.Or(max(cfg.MaxSSHRelaysPerIdentity, 0), DefaultMaxSSHRelaysPerIdentity)
 	s.poolSlots = map[string]chan struct{}{}
 	for name := range s.providers {
 		s.poolSlots[name] = make(chan struct{}, cmp.Or(cfg.PoolProviderRequests, DefaultPoolProviderRequests))
@@ -431,6 +438,7 @@ func (s *Server) routes() {
 	m.Handle("DELETE /v1/leases/{id}/share", s.authed(s.deleteShare))
 	m.Handle("POST /v1/leases/from-checkpoint", s.authed(s.forkLease))
 	m.Handle("PUT /v1/leases/{id}/from-checkpoint", s.authed(s.putForkLease))
+	m.Handle("GET /v1/leases/{id}/ssh", s.authed(s.leaseSSH))
 
 	m.Handle("POST /v1/checkpoints", s.authed(s.createCheckpoint))
 	m.Handle("GET /v1/checkpoints", s.authed(s.listCheckpoints))

@@ -65,6 +65,13 @@ func (s *Store) KeepDelegated(b provider.DelegatedRunBackend, c Claim, log *slog
 	return s.keep(touch, Grant{Claim: c}, log, touchNow)
 }
 
+// KeepWith is Keep for a lease this store holds no claim of (a lease of
+// the coordinator shared with this user): touch checks it at each
+// heartbeat, and an error wrapping provider.ErrNotFound means it is gone.
+func (s *Store) KeepWith(touch func(context.Context, Grant) (Grant, error), l Grant, log *slog.Logger) *Keepalive {
+	return s.keep(touch, l, log, false)
+}
+
 func (s *Store) keep(touch func(context.Context, Grant) (Grant, error), l Grant, log *slog.Logger, touchNow bool) *Keepalive {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

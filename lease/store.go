@@ -55,6 +55,10 @@ type Claim struct {
 	// PinnedHostKey is the box's host key in authorized_keys form, from the
 	// provider or recorded on first use. A different key later is an error.
 	PinnedHostKey string `json:"pinnedHostKey,omitempty"`
+	// InstalledKeys are the target's AccessKeys as last installed on the
+	// box (with the lease key): a connection installs them only when the
+	// target's differ.
+	InstalledKeys []string `json:"installedKeys,omitempty"`
 	// Route says how the lease's box is driven: direct through its
 	// provider, or brokered by (or registered with) the coordinator at
 	// Coordinator. It is empty in claims written before crabbox recorded it.

@@ -50,6 +50,12 @@ type LeaseTarget struct {
 	Labels    map[string]string
 	CreatedAt time.Time
 	ExpiresAt time.Time
+	// AccessKeys are public keys (authorized_keys form) the box must accept
+	// besides the lease key: the access key of the coordinator brokering
+	// the lease, with which it reaches the box for the users the lease is
+	// shared with, the web terminal and port previews. The library installs
+	// them, with the lease key, on its first connection to the box.
+	AccessKeys []string
 }
 
 // ResolveRequest finds a lease by ID (cbx_...) or slug.

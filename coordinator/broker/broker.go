@@ -258,14 +258,26 @@ func seconds(d time.Duration) int { return int(d / time.Second) }
 // An answer that carries a login (sshLoginExpiresAt) for a provider this
 // program does not know as one is refused, so that the credential is
 // never stored as a target's user.
+//
+// An answer to the lease's owner carries the coordinator's access key for
+// the box (accessKey): the target asks the library to install it
+// (provider.LeaseTarget.AccessKeys), except on a box of a ready pool,
+// whose take installed it, and a box reached through logins, which the
+// coordinator cannot reach itself.
 func (b *brokeredBackend) target(id string, l api.Lease) (provider.LeaseTarget, error) {
 	if !b.login && !l.SSHLoginExpiresAt.IsZero() {
 		return provider.LeaseTarget{}, fmt.Errorf("coordinator lease %s: provider %q's SSH login is a credential issued per connection, and this crabbox does not link provider %q to ask for one: %w",
 			id, b.name, b.name, provider.ErrPrecondition)
 	}
 	t, err := b.reach(id, l)
-	if err == nil && b.login {
+	switch {
+	case err != nil:
+	case b.login:
 		t.User = NeutralSSHUser
+	case l.AccessKey != "" && l.Pool == "":
+		// The library installs the coordinator's access key on the box
+		// (a ready pool's take installed it already).
+		t.AccessKeys = []string{l.AccessKey}
 	}
 	return t, err
 }

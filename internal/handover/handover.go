@@ -1,8 +1,10 @@
 // Package handover hands a ready pool's box to its new owner. A pool box is
 // created with a pool key that only the coordinator can derive (PoolKey);
 // a take connects to it with that key (Dial), checks that it was never
-// used (Fresh) and makes the new owner's public key the only key it
-// accepts (SetKey). From then on the pool key no longer opens the box.
+// used (Fresh) and makes the new owner's public key (and the coordinator's
+// access key, AccessKey) the only keys it accepts (SetKeys). From then on
+// the pool key no longer opens the box. A lease's owner makes its box
+// accept the lease key and the access key with SetKeys too.
 //
 // Boxes are POSIX machines: OpenSSH's sshd (cloud boxes) or crabbox's own
 // SSH server (local and docker boxes, the fake clouds of the tests).
@@ -178,35 +180,53 @@ list=$(ls -A -- "$d") || exit 1
 	return fmt.Errorf("work root %s holds %s: %w", workRoot, strings.Join(named, ", "), ErrUsed)
 }
 
-// SetKey makes key the only key the box's SSH user is accepted with, for
-// new connections; c (and other open connections) stay open. crabbox's own
-// SSH server does it on a SetKeyRequest; on any other server (OpenSSH)
-// SetKey replaces the user's ~/.ssh/authorized_keys atomically with key
-// alone and removes ~/.ssh/authorized_keys2. ctx bounds the work; should
-// it end while the server has not answered the request, the server may
-// still apply it.
+// SetKey is SetKeys with one key.
 func SetKey(ctx context.Context, c *ssh.Client, key ssh.PublicKey) error {
-	if key == nil {
-		return errors.New("set the box's key: no key given")
+	return SetKeys(ctx, c, key)
+}
+
+// SetKeys makes keys the only keys the box's SSH user is accepted with,
+// for new connections; c (and other open connections) stay open.
+// crabbox's own SSH server does it on a SetKeysRequest (one key: the
+// SetKeyRequest older servers know too); on any other server (OpenSSH)
+// SetKeys replaces the user's ~/.ssh/authorized_keys atomically with
+// exactly keys, one a line, and removes ~/.ssh/authorized_keys2. ctx
+// bounds the work; should it end while the server has not answered, the
+// server may still apply it.
+func SetKeys(ctx context.Context, c *ssh.Client, keys ...ssh.PublicKey) error {
+	if len(keys) == 0 || len(keys) > sshserver.MaxSetKeys {
+		return fmt.Errorf("set the box's keys: %d keys given, want 1 to %d", len(keys), sshserver.MaxSetKeys)
 	}
-	if _, isCert := key.(*ssh.Certificate); isCert {
-		return errors.New("set the box's key: a certificate is not a key")
+	for i, key := range keys {
+		if key == nil {
+			return fmt.Errorf("set the box's keys: key %d is missing", i+1)
+		}
+		if _, isCert := key.(*ssh.Certificate); isCert {
+			return fmt.Errorf("set the box's keys: key %d is a certificate, not a key", i+1)
+		}
 	}
-	ok, err := request(ctx, c, sshserver.SetKeyRequest, key.Marshal())
-	if err != nil {
-		return fmt.Errorf("set the box's key: %w", err)
-	}
-	if ok {
+	if !isCrabboxServer(c) {
+		var lines []byte
+		for _, key := range keys {
+			lines = append(lines, ssh.MarshalAuthorizedKey(key)...)
+		}
+		if _, err := run(ctx, c, setKeyScript, bytes.NewReader(lines)); err != nil {
+			return fmt.Errorf("set the box's keys: replace ~/.ssh/authorized_keys: %w", err)
+		}
 		return nil
 	}
-	if isCrabboxServer(c) {
-		// crabbox's server knows the request: false is a refusal (its log
-		// says why), and its user's home is not the box's to rewrite.
-		return errors.New("set the box's key: the box refused the new key")
+	// crabbox's server knows the requests: false is a refusal (its log
+	// says why), and its user's home is not the box's to rewrite.
+	typ, payload := sshserver.SetKeysRequest, sshserver.MarshalKeys(keys...)
+	if len(keys) == 1 {
+		typ, payload = sshserver.SetKeyRequest, keys[0].Marshal()
 	}
-	line := ssh.MarshalAuthorizedKey(key)
-	if _, err := run(ctx, c, setKeyScript, bytes.NewReader(line)); err != nil {
-		return fmt.Errorf("set the box's key: replace ~/.ssh/authorized_keys: %w", err)
+	ok, err := request(ctx, c, typ, payload)
+	if err != nil {
+		return fmt.Errorf("set the box's keys: %w", err)
+	}
+	if !ok {
+		return errors.New("set the box's keys: the box refused the new keys")
 	}
 	return nil
 }
@@ -337,6 +357,29 @@ func AccessKey(secret []byte, leaseID string) (ssh.Signer, error) {
 	seed, err := hkdf.Key(sha256.New, secret, nil, accessKeyInfo+leaseID, ed25519.SeedSize)
 	if err != nil {
 		return nil, fmt.Errorf("access key: %w", err)
+	}
+	return ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed))
+}
+
+// relayHostKeyInfo is the HKDF info of relay host keys, before the lease ID.
+const relayHostKeyInfo = "crabbox lease ssh relay host key v1\x00"
+
+// RelayHostKey derives the ed25519 host key with which the coordinator
+// answers SSH for lease leaseID's box on behalf of the users it is shared
+// with (the relay terminates their SSH): every replica with the same
+// secret presents the same key for a lease, so clients can pin it, and
+// it is never an access key or a pool key. secret must be at least
+// MinPoolSecret bytes.
+func RelayHostKey(secret []byte, leaseID string) (ssh.Signer, error) {
+	if len(secret) < MinPoolSecret {
+		return nil, fmt.Errorf("relay host key: the secret is %d bytes, want at least %d", len(secret), MinPoolSecret)
+	}
+	if leaseID == "" {
+		return nil, errors.New("relay host key: no lease ID")
+	}
+	seed, err := hkdf.Key(sha256.New, secret, nil, relayHostKeyInfo+leaseID, ed25519.SeedSize)
+	if err != nil {
+		return nil, fmt.Errorf("relay host key: %w", err)
 	}
 	return ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed))
 }

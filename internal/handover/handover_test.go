@@ -157,6 +157,57 @@ func TestSetKey(t *testing.T) {
 	}
 }
 
+// TestSetKeys: a box made to accept a lease key and an access key
+// accepts both, and no other; on OpenSSH authorized_keys holds exactly
+// those two lines.
+func TestSetKeys(t *testing.T) {
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) {
+			tb := srv.box(t)
+			c := dial(t, tb.box, tb.key)
+			owner, access := sshservertest.NewSigner(t), sshservertest.NewSigner(t)
+			if err := handover.SetKeys(t.Context(), c, owner.PublicKey(), access.PublicKey()); err != nil {
+				t.Fatalf("SetKeys: %v", err)
+			}
+			if logsIn(t, tb.box, tb.key) {
+				t.Error("the old key still logs in")
+			}
+			if !logsIn(t, tb.box, owner) || !logsIn(t, tb.box, access) {
+				t.Error("a key set does not log in")
+			}
+			if tb.authorizedKeys == "" {
+				return
+			}
+			b, err := os.ReadFile(tb.authorizedKeys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := string(ssh.MarshalAuthorizedKey(owner.PublicKey())) + string(ssh.MarshalAuthorizedKey(access.PublicKey()))
+			if diff := cmp.Diff(want, string(b)); diff != "" {
+				t.Errorf("authorized_keys (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSetKeysBadKeys(t *testing.T) {
+	tb := embeddedBox(t, nil)
+	c := dial(t, tb.box, tb.key)
+	k := sshservertest.NewSigner(t).PublicKey()
+	many := make([]ssh.PublicKey, 17)
+	for i := range many {
+		many[i] = k
+	}
+	for name, keys := range map[string][]ssh.PublicKey{"none": nil, "a nil one": {k, nil}, "too many": many} {
+		if err := handover.SetKeys(t.Context(), c, keys...); err == nil {
+			t.Errorf("SetKeys(%s) succeeded", name)
+		}
+	}
+	if !logsIn(t, tb.box, tb.key) {
+		t.Error("the old key no longer logs in")
+	}
+}
+
 // TestSetKeyOpenSSHWithoutSSHDir: a box whose user has no ~/.ssh yet gets
 // one (and the key), and a stale authorized_keys2 is removed.
 func TestSetKeyOpenSSHReplacesEverything(t *testing.T) {
@@ -195,7 +246,7 @@ func TestSetKeyOpenSSHReplacesEverything(t *testing.T) {
 
 func TestSetKeyRefusedByCrabboxServer(t *testing.T) {
 	tb := embeddedBox(t, func(c *sshserver.Config) {
-		c.OnSetKey = func(ssh.PublicKey) error { return errors.New("disk full") }
+		c.OnSetKey = func([]ssh.PublicKey) error { return errors.New("disk full") }
 	})
 	pool := dial(t, tb.box, tb.key)
 	owner := sshservertest.NewSigner(t)
@@ -415,11 +466,12 @@ func TestDialEndsWithContext(t *testing.T) {
 // hangingBox serves SSH with x/crypto directly: it authenticates anyone,
 // accepts session channels and never answers a request on them or a
 // global request, as a hung box would; it sends each request's type to
-// got as it arrives. It ends with the test.
+// got as it arrives. It names itself as crabbox's server does, so that
+// SetKeys sends its request rather than a command. It ends with the test.
 func hangingBox(t *testing.T, got chan<- string) handover.Box {
 	t.Helper()
 	hostKey := sshservertest.NewSigner(t)
-	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg := &ssh.ServerConfig{NoClientAuth: true, ServerVersion: "SSH-2.0-crabbox-hanging"}
 	cfg.AddHostKey(hostKey)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -25,7 +25,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -38,6 +37,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/crabbox-dev/crabbox/internal/remote"
+	"github.com/crabbox-dev/crabbox/internal/sshrelay"
 )
 
 // Request types of the local hop, answered by the server itself.
@@ -395,71 +395,8 @@ func (m *mux) globalRequests(reqs <-chan *ssh.Request) {
 	}
 }
 
-// forward opens nc's channel on the box and copies between the two until
-// both ends closed: data both ways (stderr included), requests both ways
-// (exec, signal, window-change; exit-status, exit-signal), end of data as
-// it comes. The caller's side is closed only once everything the box sent
-// was passed on, so the exit status always follows the whole output.
-func (m *mux) forward(nc ssh.NewChannel) {
-	up, upReqs, err := m.cfg.Upstream.OpenChannel(nc.ChannelType(), nc.ExtraData())
-	if err != nil {
-		var oe *ssh.OpenChannelError
-		if errors.As(err, &oe) {
-			nc.Reject(oe.Reason, oe.Message)
-		} else {
-			nc.Reject(ssh.ConnectionFailed, "the shared connection to the box failed")
-		}
-		return
-	}
-	down, downReqs, err := nc.Accept()
-	if err != nil {
-		up.Close()
-		ssh.DiscardRequests(upReqs)
-		return
-	}
-	var wg gosync.WaitGroup
-	// Caller to box: input, then its end; a caller's close closes the
-	// box's channel (ending the command there as a dropped connection
-	// would).
-	wg.Go(func() {
-		io.Copy(up, down)
-		up.CloseWrite()
-	})
-	wg.Go(func() { io.Copy(up.Stderr(), down.Stderr()) })
-	// A request of the caller is answered before its channel closes: a
-	// box may close its channel right after answering exec (a command
-	// that ended at once), and the caller must still get that answer.
-	var answering gosync.Mutex
-	wg.Go(func() {
-		for r := range downReqs {
-			answering.Lock()
-			forwardRequest(r, up)
-			answering.Unlock()
-		}
-		up.Close()
-	})
-	// Box to caller.
-	var out gosync.WaitGroup
-	out.Go(func() { io.Copy(down, up) })
-	out.Go(func() { io.Copy(down.Stderr(), up.Stderr()) })
-	for r := range upReqs {
-		forwardRequest(r, down)
-	}
-	out.Wait()
-	answering.Lock()
-	down.CloseWrite()
-	down.Close()
-	answering.Unlock()
-	wg.Wait()
-}
-
-// forwardRequest sends r to ch, replying with ch's answer.
-func forwardRequest(r *ssh.Request, ch ssh.Channel) {
-	ok, err := ch.SendRequest(r.Type, r.WantReply, r.Payload)
-	if r.WantReply {
-		r.Reply(ok && err == nil, nil)
-	}
-}
+// forward relays nc's channel to the box (see sshrelay.Forward).
+func (m *mux) forward(nc ssh.NewChannel) { sshrelay.Forward(nc, m.cfg.Upstream) }
 
 // Dial connects to the server on socket and checks that the box answers
 // through it. It fails with an error wrapping ErrNoServer when no server

@@ -8,10 +8,12 @@
 // clients use, so the run and sync packages work unchanged against it and
 // against a real sshd:
 //
-//   - public-key authentication against exactly one authorized key, and
-//     optionally one user name; no passwords, no agent or port forwarding;
-//     an authenticated client may replace that key for new connections
-//     with the global request SetKeyRequest (a ready pool's handover);
+//   - public-key authentication against a small set of authorized keys
+//     (a lease key, and a coordinator's access key), and optionally one
+//     user name; no passwords, no agent or port forwarding; an
+//     authenticated client may replace the keys for new connections with
+//     the global request SetKeyRequest or SetKeysRequest (a ready pool's
+//     handover, an owner installing its coordinator's access key);
 //   - "session" channels with env, pty-req, window-change, exec, shell and
 //     signal requests; subsystems are rejected;
 //   - every command runs as `Shell -c <command>` in its own process group in

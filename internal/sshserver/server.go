@@ -33,9 +33,14 @@ type Config struct {
 	// HostKey is the server's host key. Required.
 	HostKey ssh.Signer
 
-	// AuthorizedKey is the only client key accepted, until an
-	// authenticated client replaces it with a SetKeyRequest. Required.
+	// AuthorizedKey is the client key accepted (with AlsoAuthorized),
+	// until an authenticated client replaces the keys with a
+	// SetKeyRequest or SetKeysRequest. Required.
 	AuthorizedKey ssh.PublicKey
+
+	// AlsoAuthorized are further client keys accepted from the start (a
+	// box served again after a SetKeysRequest set several).
+	AlsoAuthorized []ssh.PublicKey
 
 	// User, if non-empty, is the only user name accepted.
 	User string
@@ -71,12 +76,13 @@ type Config struct {
 	// failed bootstrap).
 	Banner string
 
-	// OnSetKey, if set, is called with the new key when an authenticated
-	// client asks with a SetKeyRequest to replace the authorized key,
-	// before the server switches to it; an error refuses the request and
-	// keeps the old key. The local provider persists the key in the
-	// box's record with it. Calls are serialised.
-	OnSetKey func(ssh.PublicKey) error
+	// OnSetKey, if set, is called with the new keys (one or more, in
+	// the order the request gave them) when an authenticated client asks
+	// with a SetKeyRequest or SetKeysRequest to replace the authorized
+	// keys, before the server switches to them; an error refuses the
+	// request and keeps the old keys. The local provider persists the
+	// keys in the box's record with it. Calls are serialised.
+	OnSetKey func([]ssh.PublicKey) error
 
 	// ForwardTCP lets clients open direct-tcpip channels (ssh -L, and
 	// ssh.Client.Dial): the server connects from this machine to the host
@@ -96,6 +102,15 @@ type Config struct {
 // request it does not know.
 const SetKeyRequest = "crabbox-set-key@crabbox.dev"
 
+// SetKeysRequest is SetKeyRequest for several keys: its payload is the
+// keys' wire forms, each as an SSH string (MarshalKeys), and they become
+// the keys the server accepts from new connections. A lease's owner makes
+// its box accept the lease key and its coordinator's access key with it.
+const SetKeysRequest = "crabbox-set-keys@crabbox.dev"
+
+// MaxSetKeys is the most keys a SetKeysRequest may carry.
+const MaxSetKeys = 16
+
 // validate reports the first missing or invalid field of c.
 func (c *Config) validate() error {
 	if c.HostKey == nil {
@@ -103,6 +118,11 @@ func (c *Config) validate() error {
 	}
 	if c.AuthorizedKey == nil {
 		return errors.New("sshserver: Config.AuthorizedKey is required")
+	}
+	for i, k := range c.AlsoAuthorized {
+		if k == nil {
+			return fmt.Errorf("sshserver: Config.AlsoAuthorized[%d] is nil", i)
+		}
 	}
 	if c.Dir == "" {
 		return errors.New("sshserver: Config.Dir is required")
@@ -118,7 +138,7 @@ func (c *Config) validate() error {
 		if handle == nil {
 			return fmt.Errorf("sshserver: Config.Requests[%q] is nil", typ)
 		}
-		if typ == SetKeyRequest {
+		if typ == SetKeyRequest || typ == SetKeysRequest {
 			return fmt.Errorf("sshserver: Config.Requests[%q]: the server answers it itself (see Config.OnSetKey)", typ)
 		}
 	}
@@ -133,9 +153,10 @@ type Server struct {
 	sshConfig *ssh.ServerConfig
 	killGrace time.Duration
 
-	// authorized is the wire form of the key clients authenticate with:
-	// Config.AuthorizedKey until a SetKeyRequest replaces it.
-	authorized atomic.Pointer[[]byte]
+	// authorized are the wire forms of the keys clients authenticate
+	// with: Config.AuthorizedKey and AlsoAuthorized until a SetKeyRequest
+	// or SetKeysRequest replaces them.
+	authorized atomic.Pointer[[][]byte]
 	setKeyMu   sync.Mutex // serialises SetKeyRequests (and OnSetKey)
 
 	mu        sync.Mutex
@@ -169,8 +190,11 @@ func New(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[net.Conn]struct{}),
 	}
-	key := cfg.AuthorizedKey.Marshal()
-	s.authorized.Store(&key)
+	keys := [][]byte{cfg.AuthorizedKey.Marshal()}
+	for _, k := range cfg.AlsoAuthorized {
+		keys = append(keys, k.Marshal())
+	}
+	s.authorized.Store(&keys)
 	s.sshConfig = s.newSSHConfig()
 	return s, nil
 }
@@ -343,8 +367,8 @@ func (s *Server) serveGlobalRequests(reqs <-chan *ssh.Request, log *slog.Logger)
 			ok    bool
 			reply []byte
 		)
-		if req.Type == SetKeyRequest {
-			ok = s.setKey(req.Payload, log)
+		if req.Type == SetKeyRequest || req.Type == SetKeysRequest {
+			ok = s.setKeys(req.Type, req.Payload, log)
 		} else if handle := s.cfg.Requests[req.Type]; handle != nil {
 			ok, reply = handle(req.Payload)
 		} else {

@@ -28,10 +28,12 @@ func TestSetKeyReplacesTheAuthorizedKey(t *testing.T) {
 	var mu sync.Mutex
 	var persisted []string
 	ts := startServer(t, func(c *Config) {
-		c.OnSetKey = func(k ssh.PublicKey) error {
+		c.OnSetKey = func(ks []ssh.PublicKey) error {
 			mu.Lock()
 			defer mu.Unlock()
-			persisted = append(persisted, ssh.FingerprintSHA256(k))
+			for _, k := range ks {
+				persisted = append(persisted, ssh.FingerprintSHA256(k))
+			}
 			return nil
 		}
 	})
@@ -82,14 +84,14 @@ func TestSetKeyRefusalsChangeNothing(t *testing.T) {
 	tests := []struct {
 		name     string
 		payload  []byte
-		onSetKey func(ssh.PublicKey) error
+		onSetKey func([]ssh.PublicKey) error
 	}{
 		{"empty payload", nil, nil},
 		{"garbage", []byte("ssh-ed25519 AAAA not the wire form"), nil},
 		{"trailing bytes", append(next.PublicKey().Marshal(), 0), nil},
 		{"truncated key", next.PublicKey().Marshal()[:20], nil},
 		{"certificate", cert.Marshal(), nil},
-		{"OnSetKey fails", next.PublicKey().Marshal(), func(ssh.PublicKey) error { return errors.New("disk full") }},
+		{"OnSetKey fails", next.PublicKey().Marshal(), func([]ssh.PublicKey) error { return errors.New("disk full") }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,7 +119,7 @@ func TestSetKeyRefusalsChangeNothing(t *testing.T) {
 func TestSetKeyNeedsAuthentication(t *testing.T) {
 	called := make(chan struct{}, 1)
 	ts := startServer(t, func(c *Config) {
-		c.OnSetKey = func(ssh.PublicKey) error { called <- struct{}{}; return nil }
+		c.OnSetKey = func([]ssh.PublicKey) error { called <- struct{}{}; return nil }
 	})
 	intruder := newSigner(t)
 	if c, err := ts.dial("crabbox", intruder); err == nil {
@@ -142,6 +144,81 @@ func TestSetKeyCannotBeAHandler(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), SetKeyRequest) {
 		t.Fatalf("New with a %s handler: err = %v, want one naming it", SetKeyRequest, err)
+	}
+}
+
+func TestSetKeysAcceptsEachKey(t *testing.T) {
+	var got [][]string
+	ts := startServer(t, func(c *Config) {
+		c.OnSetKey = func(ks []ssh.PublicKey) error {
+			var prints []string
+			for _, k := range ks {
+				prints = append(prints, ssh.FingerprintSHA256(k))
+			}
+			got = append(got, prints)
+			return nil
+		}
+	})
+	lease, access := newSigner(t), newSigner(t)
+	ok, _, err := ts.client(t).SendRequest(SetKeysRequest, true, MarshalKeys(lease.PublicKey(), access.PublicKey()))
+	if err != nil || !ok {
+		t.Fatalf("set-keys request = %v, %v; want accepted", ok, err)
+	}
+	if !ts.canLogIn(t, lease) || !ts.canLogIn(t, access) {
+		t.Error("a key set is refused")
+	}
+	if ts.canLogIn(t, ts.clientKey) {
+		t.Error("the old key still logs in")
+	}
+	want := [][]string{{ssh.FingerprintSHA256(lease.PublicKey()), ssh.FingerprintSHA256(access.PublicKey())}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("OnSetKey calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestAlsoAuthorizedKeysLogIn(t *testing.T) {
+	access := newSigner(t)
+	ts := startServer(t, func(c *Config) { c.AlsoAuthorized = []ssh.PublicKey{access.PublicKey()} })
+	if !ts.canLogIn(t, ts.clientKey) || !ts.canLogIn(t, access) {
+		t.Error("a configured key is refused")
+	}
+	if ts.canLogIn(t, newSigner(t)) {
+		t.Error("another key logs in")
+	}
+}
+
+func TestSetKeysRefusalsChangeNothing(t *testing.T) {
+	next := newSigner(t)
+	key := next.PublicKey()
+	many := make([]ssh.PublicKey, MaxSetKeys+1)
+	for i := range many {
+		many[i] = key
+	}
+	tests := []struct {
+		name    string
+		payload []byte
+	}{
+		{"empty payload", nil},
+		{"truncated length", []byte{0, 0}},
+		{"length beyond the payload", append([]byte{0, 0, 1, 0}, key.Marshal()...)},
+		{"a malformed key after a good one", append(MarshalKeys(key), 0, 0, 0, 3, 'a', 'b', 'c')},
+		{"too many keys", MarshalKeys(many...)},
+		{"bare key without a length", key.Marshal()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := startServer(t, nil)
+			ok, _, err := ts.client(t).SendRequest(SetKeysRequest, true, tt.payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				t.Error("set-keys request accepted, want refused")
+			}
+			if !ts.canLogIn(t, ts.clientKey) || ts.canLogIn(t, next) {
+				t.Error("the keys changed")
+			}
+		})
 	}
 }
 

@@ -107,9 +107,10 @@ func serve(ctx context.Context, dir string, o serveOptions) error {
 
 // newServer makes the SSH server of the lease in dir: its own host key,
 // the lease key as the only authorized key, commands in the work root.
-// A key handed over with sshserver.SetKeyRequest (a ready pool's box
-// going to its owner) is written to the record before the server accepts
-// it, so that an agent serving the directory again accepts it too.
+// Keys handed over with sshserver.SetKeyRequest or SetKeysRequest (a
+// ready pool's box going to its owner, the owner adding its coordinator's
+// access key) are written to the record before the server accepts them,
+// so that an agent serving the directory again accepts them too.
 func newServer(dir string, rec record, log *slog.Logger) (*sshserver.Server, error) {
 	hostKey, err := loadHostKey(dir)
 	if err != nil {
@@ -119,18 +120,30 @@ func newServer(dir string, rec record, log *slog.Logger) (*sshserver.Server, err
 	if err != nil {
 		return nil, fmt.Errorf("parse lease key: %w", err)
 	}
+	also := make([]ssh.PublicKey, len(rec.AlsoAuthorized))
+	for i, line := range rec.AlsoAuthorized {
+		if also[i], err = parsePublicKey(line); err != nil {
+			return nil, fmt.Errorf("parse authorized key %d: %w", i+2, err)
+		}
+	}
 	return sshserver.New(sshserver.Config{
-		HostKey:       hostKey,
-		AuthorizedKey: authorized,
-		User:          rec.User,
-		Dir:           filepath.Join(dir, workDir),
-		Env:           boxEnv(os.Environ()),
-		Logger:        log,
+		HostKey:        hostKey,
+		AuthorizedKey:  authorized,
+		AlsoAuthorized: also,
+		User:           rec.User,
+		Dir:            filepath.Join(dir, workDir),
+		Env:            boxEnv(os.Environ()),
+		Logger:         log,
 		// crabbox forward, and the coordinator's port previews.
 		ForwardTCP: true,
-		OnSetKey: func(k ssh.PublicKey) error {
-			if _, err := updateRecord(dir, func(r *record) { r.AuthorizedKey = formatPublicKey(k) }); err != nil {
-				return fmt.Errorf("record the new key: %w", err)
+		OnSetKey: func(keys []ssh.PublicKey) error {
+			lines := make([]string, len(keys))
+			for i, k := range keys {
+				lines[i] = formatPublicKey(k)
+			}
+			_, err := updateRecord(dir, func(r *record) { r.AuthorizedKey, r.AlsoAuthorized = lines[0], lines[1:] })
+			if err != nil {
+				return fmt.Errorf("record the new keys: %w", err)
 			}
 			return nil
 		},

@@ -186,3 +186,61 @@ func serveRecord(t *testing.T, dir string) provider.LeaseTarget {
 	target.Port = l.Addr().(*net.TCPAddr).Port
 	return target
 }
+
+// TestSetKeysKeepsEveryKey: an owner makes its box accept the lease key
+// and its coordinator's access key; both open the box, the record holds
+// both, and the box served anew from its directory (an agent started
+// again, as in a docker box) accepts exactly those two.
+func TestSetKeysKeepsEveryKey(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		cfg  func(t *testing.T) Config
+	}{
+		{"in-process", func(t *testing.T) Config { return Config{Root: t.TempDir()} }},
+		{"agent", func(t *testing.T) Config { return Config{Root: t.TempDir(), Agent: agentPath(t)} }},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			b := newBackend(t, mode.cfg(t), nil)
+			req, leaseKey := newRequest(t, time.Now(), time.Hour)
+			target, err := b.Acquire(t.Context(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := b.ReleaseLease(context.Background(), provider.ReleaseRequest{Lease: target}); err != nil {
+					t.Errorf("ReleaseLease: %v", err)
+				}
+			})
+			c := dial(t, target, leaseKey)
+			access, stranger := newKey(t), newKey(t)
+			if err := handover.SetKeys(t.Context(), c, leaseKey.Signer.PublicKey(), access.Signer.PublicKey()); err != nil {
+				t.Fatalf("SetKeys: %v", err)
+			}
+			if !loggedIn(t, target, leaseKey) || !loggedIn(t, target, access) || loggedIn(t, target, stranger) {
+				t.Error("the box does not accept exactly the lease key and the access key")
+			}
+			dir := b.leaseDir(req.LeaseID)
+			rec, err := readRecord(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := append([]string{rec.AuthorizedKey}, rec.AlsoAuthorized...)
+			if diff := cmp.Diff([]string{leaseKey.AuthorizedKey(), access.AuthorizedKey()}, got); diff != "" {
+				t.Errorf("record's keys (-want +got):\n%s", diff)
+			}
+			again := serveRecord(t, dir)
+			if !loggedIn(t, again, leaseKey) || !loggedIn(t, again, access) || loggedIn(t, again, stranger) {
+				t.Error("a server made from the record does not accept exactly the two keys")
+			}
+		})
+	}
+}
+
+func newKey(t *testing.T) lease.Key {
+	t.Helper()
+	k, err := lease.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}

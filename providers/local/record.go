@@ -47,6 +47,10 @@ type record struct {
 	// key of the acquire, or the one a ready pool's handover set since
 	// (sshserver.SetKeyRequest).
 	AuthorizedKey string `json:"authorizedKey"`
+	// AlsoAuthorized are the other keys the box accepts (authorized_keys
+	// form): a coordinator's access key the lease's owner installed with
+	// sshserver.SetKeysRequest.
+	AlsoAuthorized []string `json:"alsoAuthorized,omitempty"`
 	// PID is the agent process serving the box out of process; 0 when the
 	// box is served in-process by the program that acquired it.
 	PID int `json:"pid,omitempty"`
