@@ -77,6 +77,12 @@ type Config struct {
 	// keeps the old key. The local provider persists the key in the
 	// box's record with it. Calls are serialised.
 	OnSetKey func(ssh.PublicKey) error
+
+	// Forwarding allows "direct-tcpip" channels: a client connects
+	// through the server to a TCP address the server can reach (the
+	// box's VNC server on its loopback, a web app under test), as
+	// sshd's AllowTcpForwarding local does. Without it they are refused.
+	Forwarding bool
 }
 
 // SetKeyRequest is the global request with which an authenticated client
@@ -288,8 +294,14 @@ func (s *Server) handleConn(nc net.Conn) {
 	log.Debug("connection opened")
 
 	var wg sync.WaitGroup
+	// gone is closed when the connection is: forwarded connections end.
+	gone := make(chan struct{})
 	wg.Go(func() { s.serveGlobalRequests(reqs, log) })
 	for nch := range chans {
+		if nch.ChannelType() == "direct-tcpip" && s.cfg.Forwarding {
+			wg.Go(func() { s.serveDirectTCPIP(nch, gone, log) })
+			continue
+		}
 		if nch.ChannelType() != "session" {
 			rejectChannel(nch, log)
 			continue
@@ -302,6 +314,7 @@ func (s *Server) handleConn(nc net.Conn) {
 		wg.Go(func() { s.serveSession(ch, chReqs, log) })
 	}
 	// The connection is gone; its sessions are terminating their commands.
+	close(gone)
 	wg.Wait()
 	log.Debug("connection closed")
 }

@@ -126,6 +126,9 @@ func newServer(dir string, rec record, log *slog.Logger) (*sshserver.Server, err
 		Dir:           filepath.Join(dir, workDir),
 		Env:           boxEnv(os.Environ()),
 		Logger:        log,
+		// Connections through the box (crabbox vnc, screenshot, port
+		// forwards) reach only what commands on the box reach anyway.
+		Forwarding: true,
 		OnSetKey: func(k ssh.PublicKey) error {
 			if _, err := updateRecord(dir, func(r *record) { r.AuthorizedKey = formatPublicKey(k) }); err != nil {
 				return fmt.Errorf("record the new key: %w", err)
@@ -142,6 +145,8 @@ func boxEnv(environ []string) []string {
 	keep := map[string]bool{
 		"HOME": true, "USER": true, "LOGNAME": true, "PATH": true, "SHELL": true,
 		"LANG": true, "LC_ALL": true, "TZ": true, "TMPDIR": true,
+		// A desktop box's display (the docker desktop image sets it).
+		"DISPLAY": true,
 	}
 	var env []string
 	for _, kv := range environ {
