@@ -1,0 +1,161 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/testenv"
+	"github.com/crabbox-dev/crabbox/run"
+	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
+)
+
+// desktopTests need the desktop image 50-desktop-image.sh builds.
+var desktopTests = &testenv.Group{Name: "docker desktop", Enable: "bash .ci/setup.d/50-desktop-image.sh, as root"}
+
+// testDesktopImage is the desktop image 50-desktop-image.sh builds.
+const testDesktopImage = "crabbox-test/desktop:latest"
+
+// desktopImage skips the test (fails it in CI) when the engine has no
+// desktop image.
+func desktopImage(t *testing.T) string {
+	t.Helper()
+	cli, err := eng.New(eng.ConfigFromEnv(os.Getenv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	img, err := cli.ImageInspect(t.Context(), testDesktopImage)
+	if eng.IsNotFound(err) {
+		desktopTests.Skip(t, "no "+testDesktopImage+" image on the engine")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Config.Labels[labelDesktopImage] != "true" {
+		t.Fatalf("image %s has no desktop label", testDesktopImage)
+	}
+	return testDesktopImage
+}
+
+// Known colours the tests paint the desktop with.
+var (
+	rootColour   = color.RGBA{0x1e, 0x90, 0xff, 0xff} // xsetroot -solid '#1e90ff'
+	windowColour = color.RGBA{0xff, 0x88, 0x00, 0xff} // an xterm with background #ff8800
+)
+
+// paintDesktop paints the root window rootColour and opens an xterm
+// window of windowColour at (100, 100), and returns once it is mapped.
+const paintDesktop = `xsetroot -solid '#1e90ff' &&
+setsid xterm -title crabbox-test -geometry 30x10+100+100 -bg '#ff8800' -fg '#ff8800' -e sleep 600 </dev/null >/dev/null 2>&1 &
+for i in $(seq 100); do xwininfo -name crabbox-test 2>/dev/null | grep -q IsViewable && exit 0; sleep 0.1; done; exit 1`
+
+// A lease asked for with a desktop gets a box whose screen crabbox
+// screenshot takes: the colours and the window painted on it are in the
+// PNG.
+func TestDesktopScreenshot(t *testing.T) {
+	f := engine(t)
+	image := desktopImage(t)
+	b := newBackendWith(t, Config{Image: f.image, DesktopImage: image, Agent: f.agent, StateDir: t.TempDir()})
+	c, err := crabbox.New(crabbox.WithBackend(b), crabbox.WithStateDir(t.TempDir()), crabbox.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	plain, err := c.Acquire(ctx, crabbox.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeLeftovers(t, b, plain.ID())
+	if err := plain.Screenshot(ctx, &bytes.Buffer{}); !errors.Is(err, crabbox.ErrNoDesktop) {
+		t.Errorf("Screenshot of a box without a desktop = %v, want ErrNoDesktop", err)
+	}
+	if err := plain.Release(ctx); err != nil {
+		t.Error(err)
+	}
+
+	l, err := c.Acquire(ctx, crabbox.AcquireOptions{Desktop: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeLeftovers(t, b, l.ID())
+	defer l.Release(context.WithoutCancel(ctx))
+	if !l.Desktop() {
+		t.Error("a lease acquired with Desktop says it has none")
+	}
+	var out bytes.Buffer
+	res, err := l.Exec(ctx, run.Command{Shell: paintDesktop, Stdout: &out, Stderr: &out})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("paint the desktop: exit %d, %v\n%s", res.ExitCode, err, &out)
+	}
+	var shot bytes.Buffer
+	if err := l.Screenshot(ctx, &shot); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.ArtifactDir(), "desktop.png")
+	_ = os.WriteFile(file, shot.Bytes(), 0o644)
+	img, err := png.Decode(&shot)
+	if err != nil {
+		t.Fatalf("the screenshot is no PNG: %v", err)
+	}
+	checkDesktop(t, img, file)
+}
+
+// checkDesktop checks that img shows what paintDesktop painted.
+func checkDesktop(t *testing.T, img image.Image, file string) {
+	t.Helper()
+	if got := img.Bounds(); got != image.Rect(0, 0, 1280, 800) {
+		t.Errorf("screen %v, want 1280x800", got)
+	}
+	for _, p := range []struct {
+		x, y int
+		want color.RGBA
+		what string
+	}{
+		{10, 10, rootColour, "the root window"},
+		{1200, 700, rootColour, "the root window"},
+		{100 + 90, 100 + 70, windowColour, "the xterm window"},
+		{100 + 30, 100 + 100, windowColour, "the xterm window"},
+	} {
+		if got := color.RGBAModel.Convert(img.At(p.x, p.y)).(color.RGBA); got != p.want {
+			t.Errorf("pixel (%d, %d) of %s = %v, want %v (see %s)", p.x, p.y, p.what, got, p.want, file)
+		}
+	}
+}
+
+// A desktop lease on an image without a desktop is refused before any
+// container is made.
+func TestDesktopNeedsDesktopImage(t *testing.T) {
+	f := engine(t)
+	b := newBackendWith(t, Config{Image: f.image, DesktopImage: f.image, Agent: f.agent, StateDir: t.TempDir()})
+	c, err := crabbox.New(crabbox.WithBackend(b), crabbox.WithStateDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Acquire(t.Context(), crabbox.AcquireOptions{Desktop: true})
+	if err == nil || !strings.Contains(err.Error(), "has no desktop") {
+		t.Fatalf("Acquire = %v, want the image refused", err)
+	}
+	boxes, err := b.boxes(t.Context(), labelCrabbox+"=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range boxes {
+		if x.labels["desktop"] == "true" {
+			t.Errorf("container %s left behind", x.name)
+		}
+	}
+}
