@@ -15,8 +15,8 @@ import (
 
 	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/internal/testenv"
-	"github.com/crabbox-dev/crabbox/run"
 	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
+	"github.com/crabbox-dev/crabbox/run"
 )
 
 // desktopTests need the desktop image 50-desktop-image.sh builds.
