@@ -396,6 +396,7 @@ func (s *Server) routes() {
 	m.Handle("PUT /v1/leases/{id}", s.authed(s.putLease))
 	m.Handle("GET /v1/leases/{id}", s.authed(s.getLease))
 	m.Handle("POST /v1/leases/{id}/heartbeat", s.authed(s.heartbeat))
+	m.Handle("GET /v1/leases/{id}/vnc", s.authed(s.leaseVNC))
 	m.Handle("POST /v1/leases/{id}/release", s.authed(s.release))
 	m.Handle("POST /v1/leases/{id}/cancel-create", s.authed(s.cancelCreate))
 	m.Handle("PUT /v1/leases/{id}/registration", s.authed(s.register))
