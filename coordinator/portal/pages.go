@@ -27,6 +27,8 @@ func (p *Portal) routes() {
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/release", p.authed(p.releasePage))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/release", p.authed(p.release))
 	m.HandleFunc("POST "+Prefix+"/leases/{ref}/extend", p.authed(p.extend))
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/vnc", p.authed(p.vnc))
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/vnc/ws", p.vncSocket)
 	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
 	m.HandleFunc("GET "+Prefix+"/checkpoints", p.authed(p.checkpoints))
 	m.HandleFunc("GET "+Prefix+"/checkpoints/{id}", p.authed(p.checkpoint))
@@ -47,6 +49,11 @@ func (p *Portal) routes() {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
 		w.Header().Set("Cache-Control", "max-age=3600")
 		http.ServeFileFS(w, r, assets, "static/style.css")
+	})
+	m.HandleFunc("GET "+Prefix+"/static/vnc.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Header().Set("Cache-Control", "max-age=3600")
+		http.ServeFileFS(w, r, assets, "static/vnc.js")
 	})
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, nil, http.StatusNotFound, "No such page.")

@@ -15,7 +15,9 @@
 // SameSite=Lax and Secure when the portal is served over TLS. Every form
 // that changes state carries a CSRF token bound to the session, and POSTs
 // from another origin are refused. Pages send a strict
-// Content-Security-Policy and need no JavaScript: a running run's page
+// Content-Security-Policy (scripts only from the portal's own static
+// files) and need no JavaScript, but for the WebVNC page of a desktop
+// lease (static/vnc.js, a small RFB client); a running run's page
 // refreshes itself.
 package portal
 
@@ -218,7 +220,7 @@ func (p *Portal) cookieName() string {
 // ServeHTTP serves the portal's pages with its security headers.
 func (p *Portal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")

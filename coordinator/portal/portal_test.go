@@ -350,7 +350,7 @@ func TestPortalHeadersAndCookie(t *testing.T) {
 		b := s.browser()
 		r := b.get("/portal/login")
 		want := map[string]string{
-			"Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+			"Content-Security-Policy": "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 			"X-Frame-Options":         "DENY",
 			"X-Content-Type-Options":  "nosniff",
 			"Cache-Control":           "no-store",
