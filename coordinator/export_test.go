@@ -13,3 +13,7 @@ func (s *Server) CachedLogins() int { return s.logins.len() }
 func (s *Server) PoolKeyOf(leaseID string) (ssh.Signer, error) {
 	return handover.PoolKey(s.poolSecret, leaseID)
 }
+
+// AccessPublicKey is the coordinator's access key of lease id, as
+// api.Lease.AccessKey gives it to the lease's owner.
+func (s *Server) AccessPublicKey(id string) string { return s.accessPublicKey(id) }

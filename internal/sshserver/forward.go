@@ -35,7 +35,11 @@ func (s *Server) serveDirectTCPIP(nch ssh.NewChannel, gone <-chan struct{}, log 
 		return
 	}
 	addr := net.JoinHostPort(req.Host, strconv.Itoa(int(req.Port)))
-	conn, err := net.DialTimeout("tcp", addr, dialTimeout)
+	dial := s.cfg.DialForward
+	if dial == nil {
+		dial = func(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, dialTimeout) }
+	}
+	conn, err := dial(addr)
 	if err != nil {
 		log.Debug("direct-tcpip dial", "addr", addr, "err", err)
 		_ = nch.Reject(ssh.ConnectionFailed, fmt.Sprintf("connect to %s: %v", addr, err))

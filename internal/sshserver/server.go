@@ -83,6 +83,10 @@ type Config struct {
 	// box's VNC server on its loopback, a web app under test), as
 	// sshd's AllowTcpForwarding local does. Without it they are refused.
 	Forwarding bool
+
+	// DialForward, if set, connects a direct-tcpip channel to addr
+	// (host:port) instead of a TCP dial: tests put fake servers there.
+	DialForward func(addr string) (net.Conn, error)
 }
 
 // SetKeyRequest is the global request with which an authenticated client
