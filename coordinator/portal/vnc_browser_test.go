@@ -34,9 +34,10 @@ var desktopTests = &testenv.Group{Name: "portal desktop", Enable: "bash .ci/setu
 const testDesktopImage = "crabbox-test/desktop:latest"
 
 // paintDesktop paints the root window #1e90ff and opens an #ff8800 xterm
-// at (100, 100), and returns once it is mapped.
+// at (100, 100), and returns once it is mapped. The xterm reads a line
+// and paints the root window the colour typed (#RRGGBB without #).
 const paintDesktop = `xsetroot -solid '#1e90ff' &&
-setsid xterm -title crabbox-test -geometry 30x10+100+100 -bg '#ff8800' -fg '#ff8800' -e sleep 600 </dev/null >/dev/null 2>&1 &
+setsid xterm -title crabbox-test -geometry 30x10+100+100 -bg '#ff8800' -fg '#ff8800' -e sh -c 'read c && xsetroot -solid "#$c"; sleep 600' </dev/null >/dev/null 2>&1 &
 for i in $(seq 100); do xwininfo -name crabbox-test 2>/dev/null | grep -q IsViewable && exit 0; sleep 0.1; done; exit 1`
 
 // desktopLease acquires a docker desktop box, paints it, and returns it;
@@ -113,8 +114,10 @@ func accessKey(t *testing.T, l api.Lease) ssh.PublicKey {
 }
 
 // A signed-in user opens a desktop lease's page, follows its Desktop
-// link and sees the box's desktop in the WebVNC canvas: the root
-// window's colour and the xterm window painted on the box.
+// link and sees the box's desktop in the WebVNC canvas (the root
+// window's colour and the xterm window painted on the box), then clicks
+// into the xterm and types a colour, which the xterm paints the root
+// window with: the canvas shows it.
 func TestWebVNCInBrowser(t *testing.T) {
 	ctx := headless(t)
 	l := desktopLease(t)
@@ -177,6 +180,20 @@ func TestWebVNCInBrowser(t *testing.T) {
 			t.Errorf("canvas pixel (%d, %d) of %s = %v, want %v", p.x, p.y, p.what, got, p.want)
 		}
 	}
+
+	// The pointer over the xterm gives it the keyboard (no window
+	// manager: focus follows the pointer); what is typed reaches it.
+	box, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => { const r = document.querySelector("#screen").getBoundingClientRect(); return [r.left, r.top, r.width / 1280]; })()`))
+	if err != nil || len(box) != 3 {
+		t.Fatalf("canvas position: %v, %v", box, err)
+	}
+	step(t, ctx, "type into the desktop",
+		chromedp.MouseClickXY(box[0]+190*box[2], box[1]+170*box[2]),
+		chromedp.SendKeys("#screen", "00ff00\r"),
+		canvasPixel(10, 10, [4]int{0, 0xff, 0, 255}),
+	)
+
+
 	if shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil {
 		file := filepath.Join(t.ArtifactDir(), "webvnc.png")
 		if os.WriteFile(file, shot, 0o644) == nil {
@@ -189,6 +206,16 @@ func TestWebVNCInBrowser(t *testing.T) {
 func framesDrawn() chromedp.Action[chromedp.Void] {
 	poll := chromedp.Poll[bool](`Number(document.querySelector("#screen").dataset.frames || 0) >= 1`,
 		chromedp.WithPollingInterval(100*time.Millisecond))
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := poll(ctx, t)
+		return err
+	})
+}
+
+// canvasPixel waits until the WebVNC canvas's pixel (x, y) is want.
+func canvasPixel(x, y int, want [4]int) chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[bool](fmt.Sprintf(`(() => { const d = document.querySelector("#screen").getContext("2d").getImageData(%d, %d, 1, 1).data; return d[0] === %d && d[1] === %d && d[2] === %d && d[3] === %d; })()`,
+		x, y, want[0], want[1], want[2], want[3]), chromedp.WithPollingInterval(100*time.Millisecond))
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
 		_, err := poll(ctx, t)
 		return err

@@ -203,7 +203,7 @@
   }
   const mask = [1, 2, 4];
   canvas.addEventListener("mousemove", pointer);
-  canvas.addEventListener("mousedown", (e) => { canvas.focus(); buttons |= mask[e.button] || 0; pointer(e); e.preventDefault(); });
+  canvas.addEventListener("mousedown", (e) => { canvas.focus({ preventScroll: true }); buttons |= mask[e.button] || 0; pointer(e); e.preventDefault(); });
   canvas.addEventListener("mouseup", (e) => { buttons &= ~(mask[e.button] || 0); pointer(e); e.preventDefault(); });
   canvas.addEventListener("contextmenu", (e) => e.preventDefault());
   canvas.addEventListener("wheel", (e) => {
