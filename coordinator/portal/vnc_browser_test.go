@@ -193,7 +193,6 @@ func TestWebVNCInBrowser(t *testing.T) {
 		canvasPixel(10, 10, [4]int{0, 0xff, 0, 255}),
 	)
 
-
 	if shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil {
 		file := filepath.Join(t.ArtifactDir(), "webvnc.png")
 		if os.WriteFile(file, shot, 0o644) == nil {
