@@ -7,6 +7,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/rfb"
 	"github.com/crabbox-dev/crabbox/internal/testenv"
 	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 	"github.com/crabbox-dev/crabbox/run"
@@ -111,6 +113,32 @@ func TestDesktopScreenshot(t *testing.T) {
 		t.Fatalf("the screenshot is no PNG: %v", err)
 	}
 	checkDesktop(t, img, file)
+
+	// A VNC viewer pointed at ServeVNC's listener sees the same desktop.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- l.ServeVNC(sctx, ln) }()
+	viewer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tunnelled, err := rfb.Screenshot(ctx, viewer)
+	if err != nil {
+		t.Fatalf("screenshot through ServeVNC: %v", err)
+	}
+	checkDesktop(t, tunnelled, "the tunnel")
+	stop()
+	if err := <-served; err != nil {
+		t.Errorf("ServeVNC after its context ended = %v, want nil", err)
+	}
+	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Error("ServeVNC's listener still accepts after it returned")
+	}
 }
 
 // checkDesktop checks that img shows what paintDesktop painted.
