@@ -115,11 +115,15 @@ func (l *Lease) ServeVNC(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
-	defer stop()
 	var wg gosync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		// The relays end with ctx.
+		cancel()
+		stop()
+		_ = ln.Close()
+		wg.Wait()
+	}()
 	for {
 		c, err := ln.Accept()
 		if err != nil {

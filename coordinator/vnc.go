@@ -43,7 +43,7 @@ func (s *Server) leaseVNC(w http.ResponseWriter, r *http.Request, id auth.Identi
 		return conflict(api.CodeLeaseEnded, "lease %s is %s: its desktop is gone", l.ID, l.State)
 	}
 	if !provider.WantsDesktop(l.Labels) {
-		return conflict(api.CodeInvalidRequest, "lease %s has no desktop (acquire one with --desktop)", l.ID)
+		return conflict(api.CodeNoDesktop, "lease %s has no desktop (acquire one with --desktop)", l.ID)
 	}
 	ctx, done, ok := s.bridges.open(r.Context(), l.ID, id, roleUse)
 	defer done()
