@@ -203,6 +203,8 @@ type Server struct {
 	accessSecret []byte
 	// bridges are the open connections through the coordinator to boxes.
 	bridges bridges
+	// desktops counts the open desktop (VNC) bridges by lease.
+	desktops desktopSlots
 	// pools tracks this process's pool passes; poolSlots bound its
 	// provider creates for pools, per provider.
 	pools     poolRuns

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -20,6 +21,37 @@ const maxVNCMessage = 64 << 10
 
 // vncDialTimeout bounds reaching the box's VNC server before the upgrade.
 const vncDialTimeout = 30 * time.Second
+
+// maxDesktopBridges bounds the desktop bridges open to one lease through
+// one coordinator (viewers of one desktop, each its own VNC session).
+const maxDesktopBridges = 8
+
+// desktopSlots counts open desktop bridges by lease.
+type desktopSlots struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// take takes a slot of lease id; ok is false when all are taken. release
+// gives it back.
+func (d *desktopSlots) take(id string) (release func(), ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n[id] >= maxDesktopBridges {
+		return nil, false
+	}
+	if d.n == nil {
+		d.n = map[string]int{}
+	}
+	d.n[id]++
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.n[id]--; d.n[id] <= 0 {
+			delete(d.n, id)
+		}
+	}, true
+}
 
 // leaseVNC is GET /v1/leases/{id}/vnc: a websocket whose binary messages
 // carry the RFB stream of the lease's desktop, relayed to the VNC server
@@ -45,6 +77,11 @@ func (s *Server) leaseVNC(w http.ResponseWriter, r *http.Request, id auth.Identi
 	if !provider.WantsDesktop(l.Labels) {
 		return conflict(api.CodeNoDesktop, "lease %s has no desktop (acquire one with --desktop)", l.ID)
 	}
+	release, ok := s.desktops.take(l.ID)
+	if !ok {
+		return errorf(http.StatusTooManyRequests, api.CodeTooManyRequests, "lease %s has %d desktop connections open through this coordinator already", l.ID, maxDesktopBridges)
+	}
+	defer release()
 	ctx, done, ok := s.bridges.open(r.Context(), l.ID, id, roleUse)
 	defer done()
 	if !ok {

@@ -113,13 +113,31 @@ func TestLeaseVNC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		img, err := rfb.Screenshot(t.Context(), websocket.NetConn(t.Context(), ws, websocket.MessageBinary))
+		defer ws.CloseNow()
+		c, err := rfb.Handshake(websocket.NetConn(t.Context(), ws, websocket.MessageBinary))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := c.Snapshot()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(img.Pix, screen.Pix) {
 			t.Errorf("the desktop through the coordinator: (5,7) = %v, (0,0) = %v; want %v, %v",
 				img.RGBAAt(5, 7), img.RGBAAt(0, 0), screen.RGBAAt(5, 7), screen.RGBAAt(0, 0))
+		}
+
+		// At most 8 open to one lease (this one still is): the 9th is
+		// refused before the upgrade.
+		for i := range 7 {
+			ws, _, err := e.dialVNC(t.Context(), alice, "desk-1")
+			if err != nil {
+				t.Fatalf("desktop connection %d: %v", i+2, err)
+			}
+			defer ws.CloseNow()
+		}
+		if _, resp, err := e.dialVNC(t.Context(), alice, "desk-1"); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("a 9th desktop connection = %v, want 429", err)
 		}
 	})
 }
