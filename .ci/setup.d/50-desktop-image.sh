@@ -12,7 +12,8 @@
 # tests that need it fail in CI (CI=true) without it. Idempotent; run as
 # root.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+self=$(realpath "$0")
+cd "$(dirname "$self")/../.."
 export DEBIAN_FRONTEND=noninteractive
 
 image=crabbox-test/desktop:latest
@@ -32,7 +33,7 @@ if [ -z "$mirror" ]; then
 	echo "50-desktop-image: no Debian archive for $suite in the apt configuration; set CRABBOX_MIRROR=URL" >&2
 	exit 1
 fi
-recipe="v1 $suite $mirror $(cat "$0" providers/docker/image.go providers/docker/desktop.go | sha256sum | cut -c1-16)"
+recipe="v1 $suite $mirror $(cat "$self" providers/docker/image.go providers/docker/desktop.go | sha256sum | cut -c1-16)"
 key=$(printf '%s' "$recipe" | sha256sum | cut -c1-16)
 cache=/var/cache/crabbox-test
 stamp=$cache/desktop-image.key
