@@ -6,9 +6,11 @@ import (
 	"errors"
 	"image"
 	"image/color"
+	"encoding/json"
 	"image/png"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -184,6 +186,94 @@ func TestDesktopNeedsDesktopImage(t *testing.T) {
 	for _, x := range boxes {
 		if x.labels["desktop"] == "true" {
 			t.Errorf("container %s left behind", x.name)
+		}
+	}
+}
+
+// The CLI on a desktop box: warmup --desktop, a run that paints the
+// desktop, screenshot into a PNG file, and vnc's tunnel, which a VNC
+// client reaches at the address it prints until it is interrupted.
+func TestDesktopCLI(t *testing.T) {
+	f := engine(t)
+	desktop := desktopImage(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "crabbox")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../../cmd/crabbox").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/crabbox: %v\n%s", err, out)
+	}
+	env := append(os.Environ(),
+		"CRABBOX_STATE_DIR="+t.TempDir(), "CRABBOX_CONFIG="+filepath.Join(t.TempDir(), "none"), "XDG_CONFIG_HOME="+t.TempDir(),
+		"CRABBOX_PROVIDER=docker", "CRABBOX_DOCKER_AGENT="+f.agent, "CRABBOX_DOCKER_IMAGE="+f.image, "CRABBOX_DOCKER_DESKTOP_IMAGE="+desktop)
+	crabbox := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env, cmd.Dir = env, t.TempDir()
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("crabbox %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, &stdout, &stderr)
+		}
+		return stdout.String()
+	}
+	var warm struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(crabbox("warmup", "--desktop", "--json")), &warm); err != nil {
+		t.Fatal(err)
+	}
+	b := newBackendWith(t, Config{Image: f.image, Agent: f.agent})
+	removeLeftovers(t, b, warm.ID)
+	defer crabbox("stop", warm.ID)
+	crabbox("run", "--quiet", "--no-sync", "--id", warm.ID, "--shell", paintDesktop)
+
+	file := filepath.Join(t.TempDir(), "screen.png")
+	crabbox("screenshot", warm.ID, file)
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("crabbox screenshot wrote no PNG: %v", err)
+	}
+	checkDesktop(t, img, file)
+
+	vnc := exec.CommandContext(ctx, bin, "vnc", "--json", warm.ID)
+	vnc.Env, vnc.Dir = env, t.TempDir()
+	var stderr bytes.Buffer
+	vnc.Stderr = &stderr
+	stdout, err := vnc.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vnc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var tunnel struct{ Lease, Address, URL string }
+	if err := json.NewDecoder(stdout).Decode(&tunnel); err != nil {
+		_ = vnc.Process.Kill()
+		_ = vnc.Wait()
+		t.Fatalf("crabbox vnc printed no address: %v\n%s", err, &stderr)
+	}
+	viewer, err := net.Dial("tcp", tunnel.Address)
+	if err == nil {
+		var shot *image.RGBA
+		if shot, err = rfb.Screenshot(ctx, viewer); err == nil {
+			checkDesktop(t, shot, "the tunnel of crabbox vnc")
+		}
+	}
+	if err != nil {
+		t.Errorf("a VNC client at %s (%s): %v", tunnel.Address, tunnel.URL, err)
+	}
+	if tunnel.Lease != warm.ID || tunnel.URL != "vnc://"+tunnel.Address {
+		t.Errorf("crabbox vnc --json = %+v", tunnel)
+	}
+	_ = vnc.Process.Signal(os.Interrupt)
+	if err := vnc.Wait(); err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+			t.Errorf("crabbox vnc after Ctrl-C: %v\n%s", err, &stderr)
 		}
 	}
 }
