@@ -3,10 +3,10 @@ package docker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"image"
 	"image/color"
-	"encoding/json"
 	"image/png"
 	"net"
 	"os"
