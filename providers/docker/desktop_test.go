@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -276,4 +277,52 @@ func TestDesktopCLI(t *testing.T) {
 			t.Errorf("crabbox vnc after Ctrl-C: %v\n%s", err, &stderr)
 		}
 	}
+}
+
+// A desktop box whose desktop does not start (here: an image labelled as
+// a desktop image without the start script) fails the acquire, which
+// says why and removes its container.
+func TestDesktopStartFailureLeavesNothing(t *testing.T) {
+	f := engine(t)
+	broken := f.image + "-broken-desktop"
+	rootfs, err := busyboxRootFS(mustLookPath(t, "busybox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackendWith(t, Config{Image: f.image, DesktopImage: broken, Agent: f.agent, StateDir: t.TempDir()})
+	if _, err := b.importImage(t.Context(), bytes.NewReader(rootfs), broken, append(slices.Clone(imageChanges), "LABEL "+labelDesktopImage+"=true")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.cli.ImageRemove(context.Background(), broken, eng.ImageRemoveOptions{Force: true}); err != nil {
+			t.Errorf("remove image %s: %v", broken, err)
+		}
+	})
+	c, err := crabbox.New(crabbox.WithBackend(b), crabbox.WithStateDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Acquire(t.Context(), crabbox.AcquireOptions{Desktop: true})
+	if err == nil || !strings.Contains(err.Error(), "did not get ready") {
+		t.Fatalf("Acquire = %v, want the box's failed start", err)
+	}
+	boxes, err := b.boxes(t.Context(), labelCrabbox+"=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range boxes {
+		if x.labels["desktop"] == "true" {
+			t.Errorf("container %s left behind", x.name)
+		}
+	}
+}
+
+func mustLookPath(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
