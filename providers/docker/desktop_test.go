@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -180,14 +181,16 @@ func TestDesktopNeedsDesktopImage(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "has no desktop") {
 		t.Fatalf("Acquire = %v, want the image refused", err)
 	}
-	boxes, err := b.boxes(t.Context(), labelCrabbox+"=true")
+	id := regexp.MustCompile(`cbx_[0-9a-f]{12}`).FindString(err.Error())
+	if id == "" {
+		t.Fatalf("the error %q names no lease", err)
+	}
+	boxes, err := b.boxes(t.Context(), labelLease+"="+id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range boxes {
-		if x.labels["desktop"] == "true" {
-			t.Errorf("container %s left behind", x.name)
-		}
+		t.Errorf("container %s left behind", x.name)
 	}
 }
 
@@ -307,14 +310,16 @@ func TestDesktopStartFailureLeavesNothing(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "did not get ready") {
 		t.Fatalf("Acquire = %v, want the box's failed start", err)
 	}
-	boxes, err := b.boxes(t.Context(), labelCrabbox+"=true")
+	id := regexp.MustCompile(`cbx_[0-9a-f]{12}`).FindString(err.Error())
+	if id == "" {
+		t.Fatalf("the error %q names no lease", err)
+	}
+	boxes, err := b.boxes(t.Context(), labelLease+"="+id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range boxes {
-		if x.labels["desktop"] == "true" {
-			t.Errorf("container %s left behind", x.name)
-		}
+		t.Errorf("container %s left behind", x.name)
 	}
 }
 
