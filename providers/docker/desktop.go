@@ -88,6 +88,16 @@ func (b *Backend) desktopImage(ctx context.Context, image string) error {
 	return nil
 }
 
+// keepDesktop marks labels (a checkpoint image's, or a box's made from
+// one) as those of a desktop image when from, the labels they are made
+// from, are: the mark survives the masking of inherited labels, so a
+// checkpoint of a desktop box forks into desktop boxes.
+func keepDesktop(labels, from map[string]string) {
+	if from[labelDesktopImage] == "true" {
+		labels[labelDesktopImage] = "true"
+	}
+}
+
 // desktopTagFlag is the --tag flag of `crabbox image build --desktop` for
 // image, if it is not the default.
 func desktopTagFlag(image string) string {

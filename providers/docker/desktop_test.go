@@ -21,6 +21,7 @@ import (
 	"github.com/crabbox-dev/crabbox"
 	"github.com/crabbox-dev/crabbox/internal/rfb"
 	"github.com/crabbox-dev/crabbox/internal/testenv"
+	"github.com/crabbox-dev/crabbox/provider"
 	eng "github.com/crabbox-dev/crabbox/providers/docker/internal/engine"
 	"github.com/crabbox-dev/crabbox/run"
 )
@@ -330,4 +331,43 @@ func mustLookPath(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A checkpoint of a desktop box forks into a desktop box; a checkpoint
+// of a plain box refuses to fork into one before any container is made.
+func TestDesktopFork(t *testing.T) {
+	f := engine(t)
+	desktop := desktopImage(t)
+	b := newBackendWith(t, Config{Image: f.image, DesktopImage: desktop, Agent: f.agent, StateDir: t.TempDir()})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	desktopReq := func() provider.AcquireRequest {
+		req := acquireRequest(t, time.Hour)
+		req.Labels = map[string]string{provider.DesktopLabel: "true"}
+		removeLeftovers(t, b, req.LeaseID)
+		return req
+	}
+	req := desktopReq()
+	src, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := checkpointOf(t, ctx, b, src, nil)
+	fork, err := b.Fork(ctx, provider.ForkRequest{AcquireRequest: desktopReq(), Artifact: a})
+	if err != nil {
+		t.Fatalf("fork a desktop box's checkpoint into a desktop box: %v", err)
+	}
+	if fork.Labels[provider.DesktopLabel] != "true" {
+		t.Errorf("the fork's labels %v lack %s=true", fork.Labels, provider.DesktopLabel)
+	}
+
+	plain := acquireBox(t, ctx, b, "plain-source")
+	pa := checkpointOf(t, ctx, b, plain, nil)
+	again := desktopReq()
+	if _, err := b.Fork(ctx, provider.ForkRequest{AcquireRequest: again, Artifact: pa}); !errors.Is(err, provider.ErrPrecondition) || !strings.Contains(err.Error(), "not made of a desktop box") {
+		t.Errorf("fork a plain checkpoint into a desktop box = %v, want it refused", err)
+	}
+	if boxes, err := b.boxes(ctx, labelLease+"="+again.LeaseID); err != nil || len(boxes) != 0 {
+		t.Errorf("containers of the refused fork: %v, %v", boxes, err)
+	}
 }
