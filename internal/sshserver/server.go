@@ -323,8 +323,9 @@ func (s *Server) handleConn(nc net.Conn) {
 	log.Debug("connection closed")
 }
 
-// rejectChannel refuses a channel other than "session": port forwarding is
-// disabled and other types are unknown.
+// rejectChannel refuses a channel other than "session" (and
+// "direct-tcpip" with Config.Forwarding): port forwarding is disabled and
+// other types are unknown.
 func rejectChannel(nch ssh.NewChannel, log *slog.Logger) {
 	typ := nch.ChannelType()
 	log.Debug("rejected channel", "type", typ)
