@@ -42,6 +42,9 @@ const desktopScriptText = `#!/bin/sh
 set -eu
 export DISPLAY=:99
 size=${CRABBOX_DESKTOP_SIZE:-1280x800}
+# A box made from a checkpoint of a desktop box has the display's lock and
+# socket of the box it was made of; no X server runs here yet.
+rm -f /tmp/.X99-lock /tmp/.X11-unix/X99
 Xvfb "$DISPLAY" -screen 0 "${size}x24" -nolisten tcp </dev/null >/tmp/crabbox-xvfb.log 2>&1 &
 i=0
 until xdpyinfo >/dev/null 2>&1; do
