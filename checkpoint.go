@@ -350,6 +350,9 @@ func (c *Client) Fork(ctx context.Context, ref string, opts AcquireOptions) (*Le
 			return nil, err
 		}
 		terms := lease.Terms{Route: cp.Route, Coordinator: cp.Coordinator, Config: maps.Clone(cp.Config), From: cp.Artifact}
+		if opts.Labels, err = desktopLabels(b, opts); err != nil {
+			return nil, fmt.Errorf("fork checkpoint %s: %w", cp.ID, err)
+		}
 		if l, err = c.acquireSSH(ctx, b, terms, opts); err != nil {
 			return nil, fmt.Errorf("fork checkpoint %s: %w", cp.ID, err)
 		}

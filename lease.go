@@ -46,6 +46,12 @@ type AcquireOptions struct {
 	// die without releasing it, cleanup releases it at once.
 	Keep   bool
 	Labels map[string]string
+	// Desktop asks for a box with a desktop (an X display and a VNC
+	// server; see provider.FeatureDesktop, Lease.Screenshot and
+	// Lease.ServeVNC): the lease gets the label provider.DesktopLabel.
+	// A provider without desktops refuses it (ErrNoDesktop) before
+	// anything is made; so does a ready pool.
+	Desktop bool
 	// Pool, if set, takes the box from the ready pool of that key (see
 	// Client.EnsurePool): at once when it has a box that answers and was
 	// never used, else one is made the ordinary way with the pool's
@@ -264,13 +270,22 @@ func (c *Client) Acquire(ctx context.Context, opts AcquireOptions) (*Lease, erro
 		if opts.Pool != "" {
 			return nil, fmt.Errorf("acquire from ready pool %s: provider %q runs commands itself: pools hold SSH-lease boxes", opts.Pool, db.Spec().Name)
 		}
+		if _, err := desktopLabels(db, opts); err != nil {
+			return nil, err
+		}
 		return c.warmup(ctx, db, c.capLifetime(db, opts)) // delegated.go
 	}
 	if opts.Pool != "" {
+		if opts.Desktop || provider.WantsDesktop(opts.Labels) {
+			return nil, fmt.Errorf("acquire from ready pool %s: pools' boxes have no desktop: %w", opts.Pool, ErrNoDesktop)
+		}
 		return c.acquirePooled(ctx, opts) // pool.go
 	}
 	b, lo, err := c.newLease(opts.Provider)
 	if err != nil {
+		return nil, err
+	}
+	if opts.Labels, err = desktopLabels(b, opts); err != nil {
 		return nil, err
 	}
 	return c.acquireSSH(ctx, b, lo, opts)

@@ -224,6 +224,8 @@ type Server struct {
 	previews previewBoxes
 	// relays counts the open SSH relays by identity.
 	relays relayCount
+	// desktops counts the open desktop (VNC) bridges by lease.
+	desktops desktopSlots
 	// pools tracks this process's pool passes; poolSlots bound its
 	// provider creates for pools, per provider.
 	pools     poolRuns
@@ -430,6 +432,7 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/leases/{id}/terminal", s.authed(s.terminal))
 	m.Handle("/v1/leases/{id}/proxy/{port}", s.authed(s.proxyPort))
 	m.Handle("/v1/leases/{id}/proxy/{port}/{rest...}", s.authed(s.proxyPort))
+	m.Handle("GET /v1/leases/{id}/vnc", s.authed(s.leaseVNC))
 	m.Handle("POST /v1/leases/{id}/release", s.authed(s.release))
 	m.Handle("POST /v1/leases/{id}/cancel-create", s.authed(s.cancelCreate))
 	m.Handle("PUT /v1/leases/{id}/registration", s.authed(s.register))

@@ -79,7 +79,30 @@ const (
 	// leases always can: the library forwards stdin over SSH.) The library
 	// refuses a run with stdin on a delegated backend without it.
 	FeatureStdin Feature = "stdin"
+	// FeatureDesktop: the provider's boxes can have a display. A box
+	// acquired with the label DesktopLabel=true (AcquireOptions.Desktop)
+	// runs an X display (Xvfb, DISPLAY=DesktopDisplay for its commands)
+	// and a VNC server (RFB 3.8, no authentication) listening on the
+	// box's own loopback at DesktopVNCAddr, reached only through the
+	// lease's SSH connection (a direct-tcpip channel). A provider
+	// without it refuses such a label.
+	FeatureDesktop Feature = "desktop"
 )
+
+// Desktop boxes (FeatureDesktop).
+const (
+	// DesktopLabel is the lease label that asks for, and then marks, a
+	// box with a desktop: its value is "true".
+	DesktopLabel = "desktop"
+	// DesktopDisplay is the X display of a desktop box.
+	DesktopDisplay = ":99"
+	// DesktopVNCAddr is where a desktop box's VNC server listens, on the
+	// box itself.
+	DesktopVNCAddr = "127.0.0.1:5900"
+)
+
+// WantsDesktop reports whether labels ask for (or mark) a desktop box.
+func WantsDesktop(labels map[string]string) bool { return labels[DesktopLabel] == "true" }
 
 // CoordinatorSupport says whether a coordinator can broker the provider's leases.
 type CoordinatorSupport string

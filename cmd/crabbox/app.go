@@ -75,7 +75,7 @@ command's; 125 when crabbox itself fails; 128+n when signal n interrupted it
 		FlagSet: flag.NewFlagSet("crabbox", flag.ContinueOnError),
 		Subcommands: []*ffcli.Command{
 			a.runCmd(), a.syncPlanCmd(), a.warmupCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.versionCmd(),
-			a.sshCmd(), a.forwardCmd(), a.heartbeatCmd(), a.cleanupCmd(), a.providersCmd(), a.doctorCmd(), a.configCmd(),
+			a.sshCmd(), a.forwardCmd(), a.vncCmd(), a.screenshotCmd(), a.heartbeatCmd(), a.cleanupCmd(), a.providersCmd(), a.doctorCmd(), a.configCmd(),
 			a.checkpointCmd(), a.restoreCmd(), a.poolCmd(),
 			a.historyCmd(),
 			a.logsCmd(), a.eventsCmd(), a.attachCmd(),

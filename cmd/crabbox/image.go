@@ -35,15 +35,20 @@ func (a *app) imageBuildCmd() *ffcli.Command {
 	tag := fs.String("tag", "", "image name (default: the configured --docker-image, "+docker.DefaultImage+")")
 	suite := fs.String("suite", docker.DefaultSuite, "Debian release of the image")
 	mirror := fs.String("mirror", "", "Debian archive to install from (default: the one this machine's apt configuration uses for the suite)")
+	desktop := fs.Bool("desktop", false, "build the desktop image (Xvfb, x11vnc, xterm; default tag: the configured --docker-desktop-image, "+docker.DefaultDesktopImage+")")
 	asJSON := fs.Bool("json", false, "print the image as JSON")
 	return &ffcli.Command{
 		Name:       "build",
-		ShortUsage: "crabbox image build --provider docker [--tag T] [--suite S] [--mirror URL] [--json]",
+		ShortUsage: "crabbox image build --provider docker [--desktop] [--tag T] [--suite S] [--mirror URL] [--json]",
 		ShortHelp:  "build the default box image into the local Docker engine",
 		LongHelp: `Build the docker provider's default box image without any registry: a
 minimal Debian root filesystem (debootstrap --variant=minbase, plus git and
 tar) made in a temporary directory and imported into the engine through its
 API. Needs Linux, root and debootstrap; takes a few minutes.
+
+With --desktop it builds the desktop image instead: the same plus Xvfb,
+x11vnc, fonts, xterm and X utilities, for leases acquired with --desktop
+(see crabbox vnc and crabbox screenshot).
 
   sudo crabbox image build --provider docker
   crabbox run --provider docker -- sh -c 'cat /etc/os-release; id'`,
@@ -62,10 +67,14 @@ API. Needs Linux, root and debootstrap; takes a few minutes.
 					return usagef("image build: provider %q has no images to build; use --provider docker", lf.provider)
 				}
 				image := *tag
-				if image == "" {
+				switch {
+				case image != "":
+				case *desktop:
+					image = db.DesktopImage()
+				default:
 					image = db.Image()
 				}
-				id, err := db.BuildImage(ctx, docker.BuildOptions{Tag: image, Suite: *suite, Mirror: *mirror, Output: a.stderr})
+				id, err := db.BuildImage(ctx, docker.BuildOptions{Tag: image, Suite: *suite, Mirror: *mirror, Desktop: *desktop, Output: a.stderr})
 				if err != nil {
 					return err
 				}

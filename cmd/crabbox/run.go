@@ -32,6 +32,7 @@ type runFlags struct {
 	junit                                     string
 	syncDir                                   string
 	keep, keepOnFailure, noSync, syncOnly     bool
+	desktop                                   bool
 	failOnTestFailures, quiet                 bool
 	noStdin                                   bool
 	checksum, fullResync, forceSyncLarge      bool
@@ -52,6 +53,7 @@ func (a *app) runCmd() *ffcli.Command {
 	fs.StringVar(&f.id, "id", "", "reuse the warm lease with this ID or slug instead of acquiring one")
 	fs.StringVar(&f.from, "from", "", "start the new lease from this checkpoint (ID or name; see crabbox checkpoint)")
 	fs.StringVar(&f.pool, "pool", "", "take the new lease's box from this ready pool (see crabbox pool), and refill it in the background")
+	fs.BoolVar(&f.desktop, "desktop", false, "give a newly acquired box a desktop (a display and a VNC server; see crabbox vnc, crabbox screenshot)")
 	fs.BoolVar(&f.keep, "keep", false, "keep a newly acquired lease after the run (stop it with crabbox stop)")
 	fs.BoolVar(&f.keepOnFailure, "keep-on-failure", false, "keep a newly acquired lease when the command exits non-zero")
 	fs.BoolVar(&f.noSync, "no-sync", false, "do not copy the checkout; run in the existing workdir")
@@ -179,7 +181,7 @@ on stderr says so (--timing-json: "pool": {"key": ..., "hit": false}).
 func (f *runFlags) request(args []string) (crabbox.RunRequest, error) {
 	req := crabbox.RunRequest{
 		Lease: f.id, From: f.from,
-		Acquire: crabbox.AcquireOptions{TTL: f.ttl, IdleTimeout: f.idle, Keep: f.keep, Pool: f.pool},
+		Acquire: crabbox.AcquireOptions{TTL: f.ttl, IdleTimeout: f.idle, Keep: f.keep, Pool: f.pool, Desktop: f.desktop},
 		Command: args, Shell: f.shell, NoSync: f.noSync, SyncOnly: f.syncOnly,
 		Root: f.syncDir, PlainDir: f.syncDir != "",
 		Keep: f.keep, KeepOnFailure: f.keepOnFailure, Timeout: f.timeout,

@@ -16,6 +16,7 @@ func (a *app) warmupCmd() *ffcli.Command {
 	slug := fs.String("slug", "", "friendly name for the lease (default: a fresh adjective-noun)")
 	from := fs.String("from", "", "start the box from this checkpoint (ID or name; see crabbox checkpoint)")
 	pool := fs.String("pool", "", "take the box from this ready pool (see crabbox pool), and refill it in the background")
+	desktop := fs.Bool("desktop", false, "give the box a desktop (a display and a VNC server; see crabbox vnc, crabbox screenshot)")
 	asJSON := fs.Bool("json", false, "print the lease as JSON")
 	return &ffcli.Command{
 		Name:       "warmup",
@@ -32,7 +33,8 @@ ordinary way with the pool's provider and says so on stderr; --json adds
 
   crabbox warmup --ttl 2h --json
   crabbox warmup --from built
-  crabbox warmup --pool docker`,
+  crabbox warmup --pool docker
+  crabbox warmup --provider docker --desktop`,
 		FlagSet: fs,
 		Exec: a.layered(fs, lf, func(ctx context.Context, args []string) error {
 			if len(args) != 0 {
@@ -43,7 +45,7 @@ ordinary way with the pool's provider and says so on stderr; --json adds
 			}
 			return a.withClient(lf, true, func(c *crabbox.Client) error {
 				opts := crabbox.AcquireOptions{TTL: *ttl, IdleTimeout: *idle, Slug: *slug, Keep: true,
-					Pool: *pool, Warn: func(w string) { fmt.Fprintf(a.stderr, "crabbox: %s\n", w) }}
+					Pool: *pool, Desktop: *desktop, Warn: func(w string) { fmt.Fprintf(a.stderr, "crabbox: %s\n", w) }}
 				acquire := c.Acquire
 				if *from != "" {
 					acquire = func(ctx context.Context, opts crabbox.AcquireOptions) (*crabbox.Lease, error) {

@@ -32,6 +32,8 @@ func (p *Portal) routes() {
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/preview", p.authed(p.startPreview))
 	m.HandleFunc(Prefix+"/preview/{ticket}", p.preview)
 	m.HandleFunc(Prefix+"/preview/{ticket}/{rest...}", p.preview)
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/vnc", p.authed(p.vnc))
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/vnc/ws", p.vncSocket)
 	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
 	m.HandleFunc("GET "+Prefix+"/runs/{id}/events", p.authed(p.runEvents))
 	m.HandleFunc("GET "+Prefix+"/checkpoints", p.authed(p.checkpoints))
@@ -58,6 +60,11 @@ func (p *Portal) routes() {
 		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
 		w.Header().Set("Cache-Control", "max-age=3600")
 		http.ServeFileFS(w, r, assets, "static/run.js")
+	})
+	m.HandleFunc("GET "+Prefix+"/static/vnc.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Header().Set("Cache-Control", "max-age=3600")
+		http.ServeFileFS(w, r, assets, "static/vnc.js")
 	})
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, nil, http.StatusNotFound, "No such page.")

@@ -17,10 +17,11 @@
 // from another origin are refused. Pages send a strict
 // Content-Security-Policy (scripts only from the portal's own static files)
 // and work without JavaScript, but for a lease's terminal
-// (static/terminal.js, whose websocket wsproxy.go forwards to the API for
-// same-origin pages only): a running run's page follows the run with
-// static/run.js, which waits at the API for the next event, and offers a
-// reload link to a browser without it.
+// (static/terminal.js) and the WebVNC page of a desktop lease (static/vnc.js,
+// a small RFB client), whose websockets go to the API for same-origin pages
+// only: a running run's page follows the run with static/run.js, which waits
+// at the API for the next event, and offers a reload link to a browser
+// without it.
 package portal
 
 import (

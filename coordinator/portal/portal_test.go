@@ -27,7 +27,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, nil, browserTests) }
+func TestMain(m *testing.M) { testenv.Main(m, nil, browserTests, desktopTests) }
 
 const (
 	sessionSecret = "session-secret-0123456789abcdef0123456789"

@@ -46,8 +46,16 @@ func (s *Server) serveForward(nch ssh.NewChannel, gone <-chan struct{}, log *slo
 		case <-ctx.Done():
 		}
 	}()
-	var d net.Dialer
-	tcp, err := d.DialContext(ctx, "tcp", addr)
+	var (
+		conn net.Conn
+		err  error
+	)
+	if s.cfg.DialForward != nil {
+		conn, err = s.cfg.DialForward(addr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	cancel()
 	if err != nil {
 		log.Debug("forward: connect failed", "dest", addr, "err", err)
@@ -56,26 +64,29 @@ func (s *Server) serveForward(nch ssh.NewChannel, gone <-chan struct{}, log *slo
 	}
 	ch, reqs, err := nch.Accept()
 	if err != nil {
-		_ = tcp.Close()
+		_ = conn.Close()
 		return
 	}
 	go ssh.DiscardRequests(reqs)
 	log.Debug("forward opened", "dest", addr)
-	pipe(ch, tcp.(*net.TCPConn), gone)
+	pipe(ch, conn, gone)
 	log.Debug("forward closed", "dest", addr)
 }
 
-// pipe copies between ch and tcp, passing on each direction's end, and
-// closes both once both directions ended or gone is closed.
-func pipe(ch ssh.Channel, tcp *net.TCPConn, gone <-chan struct{}) {
+// pipe copies between ch and conn, passing on each direction's end (where
+// conn can half-close, as a TCP connection does), and closes both once
+// both directions ended or gone is closed.
+func pipe(ch ssh.Channel, conn net.Conn, gone <-chan struct{}) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, _ = io.Copy(tcp, ch)
-		_ = tcp.CloseWrite()
+		_, _ = io.Copy(conn, ch)
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
 	})
 	wg.Go(func() {
-		_, _ = io.Copy(ch, tcp)
+		_, _ = io.Copy(ch, conn)
 		_ = ch.CloseWrite()
 	})
 	go func() {
@@ -87,6 +98,6 @@ func pipe(ch ssh.Channel, tcp *net.TCPConn, gone <-chan struct{}) {
 	case <-gone:
 	}
 	_ = ch.Close()
-	_ = tcp.Close()
+	_ = conn.Close()
 	<-done
 }

@@ -90,6 +90,11 @@ type Config struct {
 	// holding the authorized key can ask, and it may run any command
 	// here anyway. Remote forwarding (tcpip-forward) stays refused.
 	ForwardTCP bool
+
+	// DialForward, if set, connects a direct-tcpip channel to addr
+	// (host:port) instead of a TCP dial from this machine: tests put fake
+	// servers there.
+	DialForward func(addr string) (net.Conn, error)
 }
 
 // SetKeyRequest is the global request with which an authenticated client
@@ -319,8 +324,9 @@ func (s *Server) handleConn(nc net.Conn) {
 	log.Debug("connection opened")
 
 	var wg sync.WaitGroup
+	// gone is closed when the connection is: forwarded connections end.
+	gone := make(chan struct{})
 	wg.Go(func() { s.serveGlobalRequests(reqs, log) })
-	gone := make(chan struct{}) // closed once the connection is gone
 	for nch := range chans {
 		if nch.ChannelType() == "direct-tcpip" && s.cfg.ForwardTCP {
 			wg.Go(func() { s.serveForward(nch, gone, log) })

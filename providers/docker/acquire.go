@@ -91,8 +91,15 @@ func (b *Backend) CheckConfig(ctx context.Context) error {
 func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
 	labels := boxLabels(b.cfg.Labels, req.Labels, req.LeaseID, req.Slug,
 		req.CreatedAt, req.ExpiresAt, req.TTL, req.IdleTimeout, req.Keep)
+	image := b.cfg.Image
+	if provider.WantsDesktop(req.Labels) {
+		image = b.cfg.DesktopImage
+		if err := b.desktopImage(ctx, image); err != nil {
+			return provider.LeaseTarget{}, err
+		}
+	}
 	return b.makeBox(ctx, boxSpec{
-		name: containerName(req.Slug, req.LeaseID), image: b.cfg.Image, labels: labels,
+		name: containerName(req.Slug, req.LeaseID), image: image, labels: labels,
 		record: local.AgentLease{
 			ID: req.LeaseID, Slug: req.Slug, CreatedAt: req.CreatedAt.UTC(), ExpiresAt: req.ExpiresAt.UTC(),
 			Labels: req.Labels, AuthorizedKey: req.PublicKey,
@@ -179,9 +186,14 @@ func (b *Backend) create(ctx context.Context, s boxSpec, labels map[string]strin
 	if agent.stdin {
 		args = append(args, "--lease-stdin")
 	}
+	entry := []string{boxAgent}
+	if provider.WantsDesktop(s.record.Labels) {
+		// The desktop starts first, then becomes the agent.
+		entry = []string{"/bin/sh", desktopScript, boxAgent}
+	}
 	cfg := eng.ContainerConfig{
 		Image:        s.image,
-		Entrypoint:   []string{boxAgent},
+		Entrypoint:   entry,
 		Cmd:          args,
 		User:         "0:0",
 		WorkingDir:   "/",

@@ -52,6 +52,9 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 	if cfg.Image == "" {
 		cfg.Image = DefaultImage
 	}
+	if cfg.DesktopImage == "" {
+		cfg.DesktopImage = DefaultDesktopImage
+	}
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -365,3 +368,6 @@ func portBindings() (map[string]struct{}, map[string][]eng.PortBinding) {
 
 // Image is the box image the backend creates containers from.
 func (b *Backend) Image() string { return b.cfg.Image }
+
+// DesktopImage is the configured box image of desktop leases.
+func (b *Backend) DesktopImage() string { return b.cfg.DesktopImage }

@@ -62,6 +62,7 @@ func (b *Backend) CreateCheckpoint(ctx context.Context, req provider.CheckpointR
 	labels[labelProvider] = Name
 	labels[labelCheckpoint] = req.CheckpointID
 	labels[labelSourceLease] = id
+	keepDesktop(labels, x.labels)
 	imageID, err := b.cli.ContainerCommit(ctx, x.containerID, eng.CommitOptions{
 		Repo: checkpointRepo, Tag: req.CheckpointID, Pause: true,
 		Comment: fmt.Sprintf("crabbox checkpoint %s of lease %s", req.CheckpointID, id),
@@ -240,6 +241,9 @@ func (b *Backend) Fork(ctx context.Context, req provider.ForkRequest) (provider.
 	if err != nil {
 		return provider.LeaseTarget{}, err
 	}
+	if provider.WantsDesktop(req.Labels) && img.Config.Labels[labelDesktopImage] != "true" {
+		return provider.LeaseTarget{}, fmt.Errorf("checkpoint %s was not made of a desktop box: it cannot start one: %w", img.Config.Labels[labelCheckpoint], provider.ErrPrecondition)
+	}
 	unlock, err := b.lockAcquire(req.LeaseID)
 	if err != nil {
 		return provider.LeaseTarget{}, err
@@ -254,6 +258,7 @@ func (b *Backend) Fork(ctx context.Context, req provider.ForkRequest) (provider.
 		req.CreatedAt, req.ExpiresAt, req.TTL, req.IdleTimeout, req.Keep)
 	labels[labelCheckpoint] = ckp
 	labels[labelSourceLease] = img.Config.Labels[labelSourceLease]
+	keepDesktop(labels, img.Config.Labels)
 	target, err := b.makeBox(ctx, boxSpec{
 		name: containerName(req.Slug, req.LeaseID), image: img.ID, labels: maskLabels(labels, img.Config.Labels),
 		record: local.AgentLease{
@@ -298,6 +303,7 @@ func (b *Backend) Restore(ctx context.Context, req provider.RestoreRequest) (pro
 	labels := maps.Clone(old.labels)
 	labels[labelCheckpoint] = ckp
 	labels[labelSourceLease] = img.Config.Labels[labelSourceLease]
+	keepDesktop(labels, img.Config.Labels)
 	target, err := b.makeBox(ctx, boxSpec{
 		// The lease's name is the old container's until it is removed.
 		name: containerName(rec.Slug, id) + "-" + ckp, image: img.ID, labels: maskLabels(labels, img.Config.Labels),

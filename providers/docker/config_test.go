@@ -24,7 +24,7 @@ func TestParseConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		Image: DefaultImage, NanoCPUs: 1_500_000_000, Memory: 512 << 20, Network: "crabbox-net",
+		Image: DefaultImage, DesktopImage: DefaultDesktopImage, NanoCPUs: 1_500_000_000, Memory: 512 << 20, Network: "crabbox-net",
 		Labels: map[string]string{"team": "infra", "ci": "true"}, Host: "unix:///var/run/docker.sock",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -47,6 +47,7 @@ func TestParseConfigRejects(t *testing.T) {
 		{provider.Config{"labels": "novalue"}, `"novalue" is not key=value`},
 		{provider.Config{"labels": "a=1,a=2"}, `label "a" given twice`},
 		{provider.Config{"host": "tcp://build-server:2375"}, "not an engine on this machine"},
+		{provider.Config{"desktop-image": "Bad Image"}, `desktop image "Bad Image"`},
 	} {
 		_, err := ParseConfig(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/crabbox-dev/crabbox/provider"
@@ -40,6 +41,11 @@ type BuildOptions struct {
 	Mirror string
 	// Output receives debootstrap's progress; nil discards it.
 	Output io.Writer
+	// Desktop makes a desktop image (see provider.FeatureDesktop): Xvfb,
+	// x11vnc, fonts and a few X clients on top, and the start script that
+	// desktop leases run; its default tag is the backend's desktop image
+	// (Config.DesktopImage, by default DefaultDesktopImage).
+	Desktop bool
 }
 
 // BuildImage makes the default box image without any registry: a minimal
@@ -50,6 +56,9 @@ type BuildOptions struct {
 func (b *Backend) BuildImage(ctx context.Context, opts BuildOptions) (string, error) {
 	if opts.Tag == "" {
 		opts.Tag = b.cfg.Image
+		if opts.Desktop {
+			opts.Tag = b.cfg.DesktopImage
+		}
 	}
 	tag, err := imageRef(opts.Tag)
 	if err != nil {
@@ -93,9 +102,14 @@ func (b *Backend) BuildImage(ctx context.Context, opts BuildOptions) (string, er
 		}
 	}()
 	rootfs := filepath.Join(dir, "rootfs")
+	packages, changes := boxPackages, imageChanges
+	if opts.Desktop {
+		packages = append(slices.Clone(boxPackages), desktopPackages...)
+		changes = append(slices.Clone(imageChanges), "LABEL "+labelDesktopImage+"=true")
+	}
 	err = b.rt.Commands.Run(ctx, provider.Command{
 		Path:   debootstrap,
-		Args:   []string{"--variant=minbase", "--include=" + strings.Join(boxPackages, ","), opts.Suite, rootfs, opts.Mirror},
+		Args:   []string{"--variant=minbase", "--include=" + strings.Join(packages, ","), opts.Suite, rootfs, opts.Mirror},
 		Stdout: opts.Output, Stderr: opts.Output,
 	})
 	if err != nil {
@@ -105,6 +119,11 @@ func (b *Backend) BuildImage(ctx context.Context, opts BuildOptions) (string, er
 	debs, _ := filepath.Glob(filepath.Join(rootfs, "var", "cache", "apt", "archives", "*.deb"))
 	for _, deb := range debs {
 		_ = os.Remove(deb)
+	}
+	if opts.Desktop {
+		if err := writeDesktopScript(rootfs); err != nil {
+			return "", fmt.Errorf("build image: desktop start script: %w", err)
+		}
 	}
 
 	pr, pw := io.Pipe()
@@ -117,7 +136,7 @@ func (b *Backend) BuildImage(ctx context.Context, opts BuildOptions) (string, er
 		pw.CloseWithError(err)
 		tarred <- err
 	}()
-	id, err := b.ImportImage(ctx, pr, tag)
+	id, err := b.importImage(ctx, pr, tag, changes)
 	pr.CloseWithError(errors.New("import ended")) // stops tar if the import failed early
 	if terr := <-tarred; terr != nil && err == nil {
 		err = fmt.Errorf("build image: tar the root filesystem: %w", terr)
@@ -149,7 +168,12 @@ func (b *Backend) ImportImage(ctx context.Context, rootfs io.Reader, tag string)
 	if err != nil {
 		return "", err
 	}
-	id, err := b.cli.ImageImport(ctx, rootfs, tag, eng.ImportOptions{Message: "crabbox box image", Changes: imageChanges})
+	return b.importImage(ctx, rootfs, tag, imageChanges)
+}
+
+// importImage imports rootfs as tag (checked) with changes.
+func (b *Backend) importImage(ctx context.Context, rootfs io.Reader, tag string, changes []string) (string, error) {
+	id, err := b.cli.ImageImport(ctx, rootfs, tag, eng.ImportOptions{Message: "crabbox box image", Changes: changes})
 	if err != nil {
 		return "", engineErr(err)
 	}

@@ -24,6 +24,9 @@ type fakeBuild struct {
 	failDebootstrap bool
 	calls           [][]string
 	madeDir         string
+	// script is the desktop start script in the root filesystem at tar
+	// time, if any.
+	script []byte
 }
 
 func (f *fakeBuild) Run(_ context.Context, cmd provider.Command) error {
@@ -43,6 +46,7 @@ func (f *fakeBuild) Run(_ context.Context, cmd provider.Command) error {
 		if _, err := os.Stat(filepath.Join(f.madeDir, "var", "cache", "apt", "archives", "git.deb")); !os.IsNotExist(err) {
 			return errors.New("downloaded packages were not removed before tar")
 		}
+		f.script, _ = os.ReadFile(filepath.Join(f.madeDir, filepath.FromSlash(desktopScript)))
 		_, err := cmd.Stdout.Write(f.rootfs)
 		return err
 	}
@@ -111,5 +115,62 @@ func TestBuildImage(t *testing.T) {
 	}
 	if _, err := b2.BuildImage(ctx, BuildOptions{Suite: "--help"}); err == nil || !strings.Contains(err.Error(), `suite "--help"`) {
 		t.Errorf("BuildImage with suite --help: err = %v", err)
+	}
+}
+
+// The desktop image adds the desktop packages and the start script, and
+// carries the label desktop leases check for.
+func TestBuildDesktopImage(t *testing.T) {
+	f := engine(t)
+	if _, err := exec.LookPath("debootstrap"); err != nil || os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: BuildImage needs root and debootstrap (see .ci/setup.d/10-docker.sh)")
+		}
+		t.Skip("BuildImage needs root and debootstrap")
+	}
+	busybox, _ := exec.LookPath("busybox")
+	rootfs, err := busyboxRootFS(busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeBuild{rootfs: rootfs}
+	tag := f.image + "-desktop"
+	b, err := New(Config{Image: f.image, DesktopImage: tag}, provider.Runtime{Commands: fake, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	// No tag: the configured desktop image.
+	if _, err := b.BuildImage(ctx, BuildOptions{Desktop: true, Suite: "bookworm", Mirror: "http://127.0.0.1:1/debian"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.cli.ImageRemove(context.Background(), tag, eng.ImageRemoveOptions{Force: true}); err != nil {
+			t.Errorf("remove image %s: %v", tag, err)
+		}
+	})
+	want := "--include=" + strings.Join(append(slices.Clone(boxPackages), desktopPackages...), ",")
+	if got := fake.calls[0][2]; got != want || !strings.Contains(got, "xvfb") || !strings.Contains(got, "x11vnc") {
+		t.Errorf("debootstrap %s, want %s", got, want)
+	}
+	if string(fake.script) != desktopScriptText {
+		t.Errorf("the root filesystem's %s at tar time = %q, want the desktop start script", desktopScript, fake.script)
+	}
+	img, err := b.cli.ImageInspect(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Config.Labels[labelDesktopImage] != "true" {
+		t.Errorf("desktop image labels %v, want %s=true", img.Config.Labels, labelDesktopImage)
+	}
+	if err := b.desktopImage(ctx, tag); err != nil {
+		t.Errorf("the built image is not taken as a desktop image: %v", err)
+	}
+	if err := b.desktopImage(ctx, f.image); err == nil || !errors.Is(err, provider.ErrPrecondition) {
+		t.Errorf("the plain image taken as a desktop image: %v", err)
+	}
+	if err := b.desktopImage(ctx, f.image+"-nowhere"); err == nil || !strings.Contains(err.Error(), "--desktop --tag "+f.image+"-nowhere") {
+		t.Errorf("a missing desktop image: %v, want how to build it", err)
 	}
 }

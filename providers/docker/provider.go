@@ -52,6 +52,10 @@ type Config struct {
 	// Image is the box image. It must exist on the engine (nothing is
 	// pulled) and have /bin/sh.
 	Image string
+	// DesktopImage is the box image of a lease asked for with a desktop
+	// (provider.DesktopLabel): one `crabbox image build --desktop` made.
+	// Empty means DefaultDesktopImage.
+	DesktopImage string
 	// Agent is a static linux executable for the engine's architecture,
 	// a build of the small agent (providers/docker/internal/agent) or of
 	// the crabbox CLI, bind-mounted into every container and run there as
@@ -89,12 +93,17 @@ var spec = provider.Spec{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureSelfExpiry,
 		provider.FeatureCleanup, provider.FeatureDoctor, provider.FeaturePTY,
 		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
+		provider.FeatureDesktop,
 	},
 	Coordinator: provider.CoordinatorUnsupported,
 	Options: []provider.Option{
 		{
 			Name: "image", Flag: "docker-image", Default: DefaultImage,
 			Help: "box image; must exist on the engine and have /bin/sh (make the default with: crabbox image build --provider docker)",
+		},
+		{
+			Name: "desktop-image", Flag: "docker-desktop-image", Default: DefaultDesktopImage,
+			Help: "box image of leases with a desktop (--desktop); make it with: crabbox image build --provider docker --desktop",
 		},
 		{
 			Name: "agent", Flag: "docker-agent",
@@ -134,9 +143,12 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // ParseConfig turns the provider's raw settings into a Config, naming the
 // setting that is wrong.
 func ParseConfig(cfg provider.Config) (Config, error) {
-	c := Config{Image: cfg["image"], Agent: cfg["agent"], Network: cfg["network"], Host: cfg["host"]}
+	c := Config{Image: cfg["image"], DesktopImage: cfg["desktop-image"], Agent: cfg["agent"], Network: cfg["network"], Host: cfg["host"]}
 	if c.Image == "" {
 		c.Image = DefaultImage
+	}
+	if c.DesktopImage == "" {
+		c.DesktopImage = DefaultDesktopImage
 	}
 	if v := cfg["cpus"]; v != "" {
 		f, err := strconv.ParseFloat(v, 64)
@@ -168,6 +180,8 @@ func (c Config) check() error {
 	switch {
 	case c.Image == "":
 		return errors.New("docker provider: no image")
+	case c.DesktopImage != "" && checkImageRef(c.DesktopImage) != nil:
+		return fmt.Errorf("docker provider: desktop image %q: %w", c.DesktopImage, checkImageRef(c.DesktopImage))
 	case c.Network == "host":
 		return errors.New(`docker provider: network "host" is not supported: a box's SSH port must be published on 127.0.0.1 only`)
 	case c.Network == "none":

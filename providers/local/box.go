@@ -157,6 +157,8 @@ func boxEnv(environ []string) []string {
 	keep := map[string]bool{
 		"HOME": true, "USER": true, "LOGNAME": true, "PATH": true, "SHELL": true,
 		"LANG": true, "LC_ALL": true, "TZ": true, "TMPDIR": true,
+		// A desktop box's display (the docker desktop image sets it).
+		"DISPLAY": true,
 	}
 	var env []string
 	for _, kv := range environ {
