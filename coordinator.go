@@ -719,7 +719,8 @@ func (c *Client) UnshareLease(ctx context.Context, ref string, u Unshare) (api.S
 // forwards work on it unchanged, and whose Release leaves the lease as it
 // was (it is its owner's). A lease shared to read is refused with an error
 // naming the role; any other answer is notFound, the local store's error.
-// Its heartbeat only checks that the lease is still shared and live.
+// Its keepalive heartbeats the lease at the coordinator (use allows it),
+// which also checks that the lease is still shared and live.
 func (c *Client) resolveShared(ctx context.Context, ref string, notFound error) (*Lease, error) {
 	al, err := c.broker.coord.GetLease(ctx, ref)
 	switch {
@@ -738,7 +739,9 @@ func (c *Client) resolveShared(ctx context.Context, ref string, notFound error) 
 	}
 	g := sharedGrant(al, c.broker.coord.URL())
 	touch := func(ctx context.Context, g lease.Grant) (lease.Grant, error) {
-		al, err := c.broker.coord.GetLease(ctx, g.Claim.ID)
+		// A user the lease is shared with to use may heartbeat it: work
+		// on the box keeps it from idling out, as the owner's does.
+		al, err := c.broker.coord.Heartbeat(ctx, g.Claim.ID, api.HeartbeatRequest{})
 		if err != nil {
 			return g, err
 		}
