@@ -66,32 +66,9 @@ type RunEvents struct {
 func (c *Client) DialControl(ctx context.Context) (*Control, error) {
 	dctx, cancel := context.WithTimeout(ctx, DefaultControlDialTimeout)
 	defer cancel()
-	u := *c.base
-	u.Path = c.base.Path + "/v1/control"
-	h := http.Header{}
-	if c.token != "" {
-		h.Set("Authorization", "Bearer "+c.token)
-	}
-	h.Set("User-Agent", c.userAgent)
-	if c.owner != "" {
-		h.Set(api.HeaderOwner, c.owner)
-	}
-	if c.org != "" {
-		h.Set(api.HeaderOrg, c.org)
-	}
-	ws, resp, err := websocket.Dial(dctx, u.String(), &websocket.DialOptions{
-		HTTPClient: c.hc, HTTPHeader: h, CompressionMode: websocket.CompressionDisabled,
-	})
+	ws, _, err := c.dialWebsocket(dctx, controlOp, "/v1/control")
 	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			var body []byte
-			if resp.Body != nil {
-				body, _ = io.ReadAll(resp.Body)
-				resp.Body.Close()
-			}
-			return nil, errorFrom(controlOp, resp.StatusCode, body)
-		}
-		return nil, &transportError{op: controlOp, err: scrub(err)}
+		return nil, err
 	}
 	ws.SetReadLimit(maxControlReadBytes)
 	hello, err := readControl(dctx, ws)
@@ -369,4 +346,39 @@ func (h *Heartbeater) Close() error {
 		return ctl.Close()
 	}
 	return nil
+}
+
+// dialWebsocket opens the coordinator's websocket at path with the
+// client's credentials (the same headers as its requests). A refusal
+// before the upgrade is the API error it answered; op names the call in
+// errors. ctx bounds the dial.
+func (c *Client) dialWebsocket(ctx context.Context, op, path string) (*websocket.Conn, *http.Response, error) {
+	u := *c.base
+	u.Path = c.base.Path + path
+	h := http.Header{}
+	if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+	h.Set("User-Agent", c.userAgent)
+	if c.owner != "" {
+		h.Set(api.HeaderOwner, c.owner)
+	}
+	if c.org != "" {
+		h.Set(api.HeaderOrg, c.org)
+	}
+	ws, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{
+		HTTPClient: c.hc, HTTPHeader: h, CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			var body []byte
+			if resp.Body != nil {
+				body, _ = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			return nil, nil, errorFrom(op, resp.StatusCode, body)
+		}
+		return nil, nil, &transportError{op: op, err: scrub(err)}
+	}
+	return ws, resp, nil
 }

@@ -3,8 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"time"
 
@@ -29,32 +27,9 @@ func (c *Client) DialLeaseSSH(ctx context.Context, ref string) (*ssh.Client, err
 	op := "GET " + leasePath(ref, "/ssh")
 	dctx, cancel := context.WithTimeout(ctx, DefaultControlDialTimeout)
 	defer cancel()
-	u := *c.base
-	u.Path = c.base.Path + leasePath(ref, "/ssh")
-	h := http.Header{}
-	if c.token != "" {
-		h.Set("Authorization", "Bearer "+c.token)
-	}
-	h.Set("User-Agent", c.userAgent)
-	if c.owner != "" {
-		h.Set(api.HeaderOwner, c.owner)
-	}
-	if c.org != "" {
-		h.Set(api.HeaderOrg, c.org)
-	}
-	ws, resp, err := websocket.Dial(dctx, u.String(), &websocket.DialOptions{
-		HTTPClient: c.hc, HTTPHeader: h, CompressionMode: websocket.CompressionDisabled,
-	})
+	ws, resp, err := c.dialWebsocket(dctx, op, leasePath(ref, "/ssh"))
 	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			var body []byte
-			if resp.Body != nil {
-				body, _ = io.ReadAll(resp.Body)
-				resp.Body.Close()
-			}
-			return nil, errorFrom(op, resp.StatusCode, body)
-		}
-		return nil, &transportError{op: op, err: scrub(err)}
+		return nil, err
 	}
 	line := resp.Header.Get(api.SSHRelayHostKeyHeader)
 	hostKey, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))

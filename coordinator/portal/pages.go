@@ -33,7 +33,7 @@ func (p *Portal) routes() {
 	m.HandleFunc(Prefix+"/preview/{ticket}", p.preview)
 	m.HandleFunc(Prefix+"/preview/{ticket}/{rest...}", p.preview)
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/vnc", p.authed(p.vnc))
-	m.HandleFunc("GET "+Prefix+"/leases/{ref}/vnc/ws", p.vncSocket)
+	m.HandleFunc("GET "+Prefix+"/leases/{ref}/vnc/ws", p.authed(p.vncSocket))
 	m.HandleFunc("GET "+Prefix+"/runs/{id}", p.authed(p.run))
 	m.HandleFunc("GET "+Prefix+"/runs/{id}/events", p.authed(p.runEvents))
 	m.HandleFunc("GET "+Prefix+"/checkpoints", p.authed(p.checkpoints))
@@ -56,16 +56,15 @@ func (p *Portal) routes() {
 		w.Header().Set("Cache-Control", "max-age=3600")
 		http.ServeFileFS(w, r, assets, "static/style.css")
 	})
-	m.HandleFunc("GET "+Prefix+"/static/run.js", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
-		w.Header().Set("Cache-Control", "max-age=3600")
-		http.ServeFileFS(w, r, assets, "static/run.js")
-	})
-	m.HandleFunc("GET "+Prefix+"/static/vnc.js", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
-		w.Header().Set("Cache-Control", "max-age=3600")
-		http.ServeFileFS(w, r, assets, "static/vnc.js")
-	})
+	// The scripts of the run page (following a run), the terminal and
+	// the WebVNC page.
+	for _, js := range []string{"run.js", "terminal.js", "vnc.js"} {
+		m.HandleFunc("GET "+Prefix+"/static/"+js, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+			w.Header().Set("Cache-Control", "max-age=3600")
+			http.ServeFileFS(w, r, assets, "static/"+js)
+		})
+	}
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, nil, http.StatusNotFound, "No such page.")
 	})
@@ -142,6 +141,11 @@ func status(err error) int {
 // toLogin sends the browser to the sign-in page with notice n, and back to
 // this page (at most maxNext bytes of its address) after signing in.
 func (p *Portal) toLogin(w http.ResponseWriter, r *http.Request, n notice) {
+	if headerHas(r.Header, "Upgrade", "websocket") {
+		// A script's websocket cannot follow a redirect to a sign-in page.
+		http.Error(w, "sign in first", http.StatusUnauthorized)
+		return
+	}
 	q := url.Values{}
 	if r.Method == http.MethodGet && r.URL.Path != Prefix+"/" {
 		q.Set("next", boundedNext(r.URL.RequestURI()))

@@ -23,15 +23,10 @@ func (d leaseData) Terminal() bool {
 	return d.Mine
 }
 
-// terminalRoutes are the terminal's page, its websocket and its script.
+// terminalRoutes are the terminal's page and its websocket.
 func (p *Portal) terminalRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/terminal", p.authed(p.terminal))
 	m.HandleFunc("GET "+Prefix+"/leases/{ref}/terminal/ws", p.authed(p.terminalSocket))
-	m.HandleFunc("GET "+Prefix+"/static/terminal.js", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
-		w.Header().Set("Cache-Control", "max-age=3600")
-		http.ServeFileFS(w, r, assets, "static/terminal.js")
-	})
 }
 
 type terminalData struct {
