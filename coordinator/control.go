@@ -172,6 +172,10 @@ type controlConn struct {
 type subscription struct {
 	after int64
 	limit int
+	// shared is set when the run is readable only through its lease's
+	// share: each push checks the share again, so a revoked share (or
+	// the lease's end) stops the events at once.
+	shared bool
 }
 
 func (c *controlConn) wakeUp() {
@@ -364,8 +368,9 @@ func (c *controlConn) subscribe(ctx context.Context, m api.ControlMessage) {
 	for _, ev := range evs {
 		out = append(out, toAPIEvent(ev))
 	}
+	shared := !c.id.Admin && (run.Owner != c.id.Owner || run.Org != c.id.Org)
 	c.mu.Lock()
-	c.subs[run.ID] = &subscription{after: next, limit: limit}
+	c.subs[run.ID] = &subscription{after: next, limit: limit, shared: shared}
 	c.mu.Unlock()
 	c.send(ctx, api.ControlMessage{Type: api.ControlRunEvents, RunID: run.ID, Events: out, NextSeq: next})
 	if len(evs) == limit {
@@ -443,6 +448,15 @@ func (c *controlConn) push(ctx context.Context) {
 			}
 			if len(evs) == 0 {
 				break
+			}
+			if sub.shared {
+				if _, e := c.s.readableRun(c.r.WithContext(ctx), c.id, runID); e != nil {
+					c.mu.Lock()
+					delete(c.subs, runID)
+					c.mu.Unlock()
+					c.sendError(ctx, runID, e)
+					break
+				}
 			}
 			out := make([]api.Event, len(evs))
 			for i, ev := range evs {

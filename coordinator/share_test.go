@@ -379,3 +379,40 @@ func TestShareGoClient(t *testing.T) {
 		}
 	})
 }
+
+// A user who follows a shared lease's run over the control websocket
+// stops getting its events the moment the share is revoked: the next
+// event brings an error for the run instead, and nothing after it.
+func TestShareRevokeStopsRunSubscription(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e := simple(t, open)
+		alice, bob := e.token("alice", "acme"), e.token("bob", "globex")
+		l := e.create(alice, leaseReq(t))
+		var run api.RunResponse
+		e.do("POST", "/v1/runs", alice, api.RunRequest{LeaseID: l.ID, Provider: fakeProvider, Command: []string{"make"}}, http.StatusCreated, &run)
+		runID := run.Run.ID
+		e.appendEvents(alice, runID, 1)
+		e.putShare(alice, l.ID, api.LeaseShare{Users: map[string]api.ShareRole{"bob": api.ShareRead}})
+
+		b := openControl(t, e.url, bob)
+		b.send(map[string]any{"type": "subscribe_run", "runID": runID})
+		if got := b.seqs(runID, 1); !cmp.Equal(got, []int{1}) {
+			t.Fatalf("bob's backlog = %v, want [1]", got)
+		}
+		e.appendEvents(alice, runID, 1)
+		if got := b.seqs(runID, 2); !cmp.Equal(got, []int{2}) {
+			t.Fatalf("bob's pushed events = %v, want [2]", got)
+		}
+
+		e.do("DELETE", leasePath(l.ID, "/share"), alice, api.ShareDeleteRequest{User: "bob"}, http.StatusOK, nil)
+		e.appendEvents(alice, runID, 1)
+		if got, up := b.recv(); got.Type != api.ControlError || up.Code != api.CodeNotFound || got.RunID != runID {
+			t.Fatalf("bob after the revoke: %+v, want error not_found for the run", got)
+		}
+		e.appendEvents(alice, runID, 1)
+		b.send(map[string]any{"type": "ping"})
+		if got, _ := b.recv(); got.Type != api.ControlPong {
+			t.Errorf("bob got %+v after the subscription ended, want only his pong", got)
+		}
+	})
+}
