@@ -307,6 +307,17 @@ func (c *Client) acquireSSH(ctx context.Context, b provider.SSHLeaseBackend, lo 
 		// connect again.
 		h.conn = hb.TakeConnection(l.Claim.ID)
 	}
+	if len(l.Target.AccessKeys) > 0 {
+		// Let the coordinator in now, not at the first command: a box
+		// warmed up to be shared (or opened in the portal's terminal) may
+		// never see one from its owner. The connection stays for the
+		// commands that follow.
+		if h.conn != nil {
+			h.installAccessKeys(ctx, l, h.conn)
+		} else if _, err := h.SSH(ctx); err != nil {
+			c.log.Warn("could not connect to install the coordinator's access key; the coordinator cannot reach the box until a command connects", "lease", l.Claim.ID, "err", err)
+		}
+	}
 	return h, nil
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/crabbox-dev/crabbox/coordinator/api"
 	"github.com/crabbox-dev/crabbox/coordinator/auth"
 	coordclient "github.com/crabbox-dev/crabbox/coordinator/client"
+	"github.com/crabbox-dev/crabbox/internal/handover"
+	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/run"
 )
@@ -117,9 +119,8 @@ func TestSharedLeaseThroughTheCoordinator(t *testing.T) {
 }
 
 // TestSharedLeaseRevokedOrUnreachable: revoking bob's share cuts his open
-// connection at once; a box its owner's client never reached (so the
-// coordinator's access key is not on it, as with the upstream client)
-// gives bob an error saying so.
+// connection at once; a box without the coordinator's access key (the
+// upstream client never installs it) gives bob an error saying so.
 func TestSharedLeaseRevokedOrUnreachable(t *testing.T) {
 	ctx := t.Context()
 	rc := newRealCoordinator(t)
@@ -129,6 +130,23 @@ func TestSharedLeaseRevokedOrUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(context.Background())
+	// Acquire let the coordinator in; take its key off the box again, as
+	// a client that does not install it (the upstream one) leaves it.
+	st, err := lease.OpenStore(alice.StateDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseKey, err := st.LoadKey(l.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := l.SSH(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handover.SetKeys(ctx, owner, leaseKey.Signer.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
 	share := api.LeaseShare{Users: map[string]api.ShareRole{"bob": api.ShareUse}}
 	if _, err := aliceCoord.UpdateLeaseShare(ctx, l.ID(), share); err != nil {
 		t.Fatal(err)
@@ -141,10 +159,14 @@ func TestSharedLeaseRevokedOrUnreachable(t *testing.T) {
 	defer bl.Close()
 	_, err = bl.SSH(ctx)
 	if err == nil || !strings.Contains(err.Error(), api.CodeNoBoxAccess) || !strings.Contains(err.Error(), "did not install it") {
-		t.Fatalf("bob's SSH before alice ever connected = %v, want no_box_access saying why", err)
+		t.Fatalf("bob's SSH to a box without the access key = %v, want no_box_access saying why", err)
 	}
 
-	if _, err := l.SSH(ctx); err != nil { // alice's crabbox installs the access key
+	access, err := lease.ParsePublicKey(l.Target().AccessKeys[0]) // what alice's crabbox installs
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handover.SetKeys(ctx, owner, leaseKey.Signer.PublicKey(), access); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := bl.SSH(ctx)

@@ -299,6 +299,8 @@ func (b *brokeredBackend) reach(id string, l api.Lease) (provider.LeaseTarget, e
 			msg = ": " + l.FailureError
 		}
 		return bad("is %s, not active%s: %w", l.State, msg, provider.ErrNotFound)
+	case l.Access == string(api.ShareRead):
+		return bad("is shared with you to read: its box (ssh, runs, forwards) needs use: %w", provider.ErrPrecondition)
 	case l.Host == "":
 		return bad("no SSH host")
 	case l.SSHUser == "":
