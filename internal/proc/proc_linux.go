@@ -34,8 +34,17 @@ func startOf(pid int) (string, bool) {
 	return strings.TrimSpace(string(boot)) + "/" + fields[start], true
 }
 
-// zombie reports whether pid has exited and awaits its reaping.
+// zombie reports whether pid has exited and awaits its reaping (state Z),
+// or is being reaped (X, or x on old kernels). It is false when the state
+// cannot be read: a process reaped already, or a /proc that shows nothing.
 func zombie(pid int) bool {
 	fields, ok := stat(pid)
-	return ok && len(fields) > 0 && fields[0] == "Z"
+	if !ok || len(fields) == 0 {
+		return false
+	}
+	switch fields[0] {
+	case "Z", "X", "x":
+		return true
+	}
+	return false
 }

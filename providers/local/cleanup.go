@@ -64,6 +64,9 @@ func (b *Backend) decide(ctx context.Context, e entry, req provider.CleanupReque
 		// Claim or not: the box does not serve and its process is gone,
 		// so nothing can ever serve this directory again.
 		d.Delete, d.Reason = true, "its "+ref.what()+" is gone: removing leftovers"
+	case !claimed && ref.pid != 0:
+		// Said apart from a serving box's, which reads the same up to here.
+		d.Reason = "no local claim: not ours (its box does not serve, but its " + ref.what() + " runs)"
 	case !claimed:
 		d.Reason = "no local claim: not ours"
 	case starting:

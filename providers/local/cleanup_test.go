@@ -63,7 +63,7 @@ func TestCleanupDecisionsForDeadLeases(t *testing.T) {
 
 		// Its process lives: the claim rules hold.
 		{"acquire in progress", &starting, "", &proc{PID: alive}, fresh, false, false, "not serving yet: acquire may be in progress"},
-		{"acquire in progress, not claimed", &starting, "", &proc{PID: alive}, old, true, false, "no local claim: not ours"},
+		{"acquire in progress, not claimed", &starting, "", &proc{PID: alive}, old, true, false, "no local claim: not ours (its box does not serve, but its process (pid " + strconv.Itoa(alive) + ") runs)"},
 		{"stuck acquire", &starting, "", &proc{PID: alive}, old, false, true, "box not serving: removing leftovers"},
 
 		// Nothing tells which box this is: left alone.
