@@ -1,0 +1,197 @@
+package proxmox_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/goleak"
+
+	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
+	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud/tagcloudtest"
+	"github.com/crabbox-dev/crabbox/providers/proxmox"
+	"github.com/crabbox-dev/crabbox/providers/proxmox/internal/fakeproxmox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	testToken = "crabbox@pve!ci=5e3c1a2b-0d4f-4c6e-9a8b-7f6e5d4c3b2a"
+	template  = 9000
+)
+
+var (
+	sizes = [2]string{"2c4g", "4c8g"}
+	nodes = [2]string{"pve1", "pve2"}
+)
+
+var vmRoute = regexp.MustCompile(`^/api2/json/nodes/[^/]+/qemu/[0-9]+(/.*)?$`)
+
+// op classifies a request for faults: the clone creates, a VM's status
+// reads, the cluster's resources list, a synchronous config tags (the
+// create configures through the asynchronous one), a VM's DELETE deletes.
+func op(r *http.Request) string {
+	m := vmRoute.FindStringSubmatch(r.URL.Path)
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/api2/json/cluster/resources":
+		return tagcloudtest.OpList
+	case m == nil:
+		return ""
+	case r.Method == http.MethodPost && m[1] == "/clone":
+		return tagcloudtest.OpCreate
+	case r.Method == http.MethodGet && m[1] == "/status/current":
+		return tagcloudtest.OpGet
+	case r.Method == http.MethodPut && m[1] == "/config":
+		return tagcloudtest.OpTag
+	case r.Method == http.MethodDelete && m[1] == "":
+		return tagcloudtest.OpDelete
+	}
+	return ""
+}
+
+func errorBody(status int) string {
+	return fmt.Sprintf(`{"data":null,"message":"fake %s\n"}`, http.StatusText(status))
+}
+
+// size is the fake's start of a size ("2c4g") on node.
+func size(s, node string) fakeproxmox.Start {
+	var cores, gib int
+	if _, err := fmt.Sscanf(s, "%dc%dg", &cores, &gib); err != nil {
+		panic(s)
+	}
+	return fakeproxmox.Start{Cores: cores, MemoryMiB: gib * 1024, Node: node}
+}
+
+// newEnv starts a fake Proxmox VE cluster (nodes pve1 and pve2, template
+// 9000 on pve1) and configures backends on it.
+func newEnv(t *testing.T, fleet *cloudtest.Fleet) (*tagcloudtest.Env, *fakeproxmox.Server, string) {
+	fake := fakeproxmox.New(fleet, testToken, nodes[:]...)
+	fake.AddTemplate(template, nodes[0], "debian-12-cloudinit")
+	faults := &tagcloudtest.Faults{Op: op, Body: errorBody}
+	srv := faults.NewServer(t, fake)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	work := t.TempDir()
+	env := &tagcloudtest.Env{
+		Faults: faults, Fleet: fleet, Sizes: sizes, Regions: nodes,
+		Machines: func() []string {
+			var ids []string
+			for _, vm := range fake.VMs() {
+				ids = append(ids, fmt.Sprintf("%s/%d", vm.Node, vm.VMID))
+			}
+			return ids
+		},
+		Creates: func() []string {
+			var out []string
+			for _, s := range fake.Starts() {
+				out = append(out, fmt.Sprintf("%dc%dg/%s", s.Cores, s.MemoryMiB/1024, s.Node))
+			}
+			return out
+		},
+		NoBoot: fake.SetNoBoot,
+		Full:   func(s, node string) { fake.SetFull(size(s, node)) },
+	}
+	env.Backend = func(t *testing.T, clock clockwork.Clock) provider.SSHLeaseBackend {
+		o := tagcloudtest.Options(srv.URL, work, env)
+		o.Image = fmt.Sprint(template)
+		b, err := proxmox.New(proxmox.Config{
+			Token: testToken, Options: o, MapAddress: fleet.MapAddress, PollInterval: time.Second,
+			CallTimeout: time.Minute, NoRetries: true,
+		}, provider.Runtime{Clock: clock, HTTPClient: &http.Client{Transport: tr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return env, fake, srv.URL
+}
+
+// TestTagCloud runs the tag cloud suites against the fake: rollback at
+// every step, node and size fallback, a killed acquire cleaned up, and
+// the SSH-lease conformance suite (the fake's VMs are real SSH boxes).
+func TestTagCloud(t *testing.T) {
+	tagcloudtest.Run(t, tagcloudtest.Harness{NewEnv: func(t *testing.T) *tagcloudtest.Env {
+		e, _, _ := newEnv(t, cloudtest.NewFleet(t))
+		return e
+	}})
+}
+
+// TestVMConfig: the clone is configured as a Proxmox user expects (the
+// size's cores and memory, the lease key as cloud-init's sshkeys, DHCP,
+// the guest agent), on the node asked for, with crabbox's labels as
+// Proxmox tags, and released without a trace.
+func TestVMConfig(t *testing.T) {
+	e, fake, _ := newEnv(t, cloudtest.NewFleet(t))
+	e.Full(sizes[0], nodes[0])
+	b := e.Backend(t, clockwork.NewRealClock())
+	req := tagcloudtest.NewRequest(t, time.Now())
+	target, err := b.Acquire(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vms := fake.VMs()
+	if len(vms) != 1 {
+		t.Fatalf("VMs %+v, want one", vms)
+	}
+	vm := vms[0]
+	got := fakeproxmox.VM{Node: vm.Node, Name: vm.Name, Cores: vm.Cores, MemoryMiB: vm.MemoryMiB, SSHKeys: vm.SSHKeys, IPConfig0: vm.IPConfig0, Agent: vm.Agent, Status: vm.Status}
+	want := fakeproxmox.VM{Node: nodes[1], Name: tagcloud.Name(req.LeaseID), Cores: 2, MemoryMiB: 4096,
+		SSHKeys: strings.TrimSpace(req.PublicKey) + "\n", IPConfig0: "ip=dhcp", Agent: true, Status: "running"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("VM (-want +got):\n%s", diff)
+	}
+	for _, tag := range []string{"crabbox.true", "provider.proxmox", "lease." + req.LeaseID, "state.ready", "server_type.2c4g"} {
+		if !strings.Contains(";"+vm.Tags+";", ";"+tag+";") {
+			t.Errorf("tags %q lack %q", vm.Tags, tag)
+		}
+	}
+	if target.Labels["lease"] != req.LeaseID || target.Host == "" {
+		t.Errorf("target = %+v", target)
+	}
+	if err := b.ReleaseLease(t.Context(), provider.ReleaseRequest{Lease: target}); err != nil {
+		t.Fatal(err)
+	}
+	tagcloudtest.CheckEmpty(t, e)
+}
+
+// TestRetries: answers 429, 502, 503 and 504 are retried; a 500 is not.
+func TestRetries(t *testing.T) {
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			e, _, url := newEnv(t, cloudtest.NewFleet(t))
+			e.Faults.Set(tagcloudtest.OpList, tagcloudtest.Fault{Status: status, Times: 2})
+			b := retrying(t, e, url)
+			if _, err := b.List(t.Context(), provider.ListRequest{}); err != nil {
+				t.Errorf("List after two answers %d: %v", status, err)
+			}
+		})
+	}
+	e, _, url := newEnv(t, cloudtest.NewFleet(t))
+	e.Faults.Set(tagcloudtest.OpList, tagcloudtest.Fault{Status: http.StatusInternalServerError, Times: 1})
+	if _, err := retrying(t, e, url).List(t.Context(), provider.ListRequest{}); !errors.Is(err, provider.ErrTransient) {
+		t.Errorf("List after a 500 = %v, want a transient error, not retried", err)
+	}
+}
+
+// retrying is a backend on the fake at endpoint with the client's
+// retries on.
+func retrying(t *testing.T, e *tagcloudtest.Env, endpoint string) provider.SSHLeaseBackend {
+	t.Helper()
+	o := tagcloudtest.Options(endpoint, t.TempDir(), e)
+	o.Image = fmt.Sprint(template)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	b, err := proxmox.New(proxmox.Config{Token: testToken, Options: o}, provider.Runtime{HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
