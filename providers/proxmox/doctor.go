@@ -31,24 +31,22 @@ func (b *Backend) Doctor(ctx context.Context) ([]provider.Check, error) {
 		tmpl.OK, tmpl.Detail = true, rs[i].Name+" on node "+rs[i].Node
 	}
 	checks = append(checks, tmpl)
-	var nodes []struct {
-		Node   string `json:"node"`
-		Status string `json:"status"`
-	}
+	var nodes []nodeStatus
 	if err := b.vms.c.Get(ctx, "/nodes", &nodes); err != nil {
 		return append(checks, provider.Check{Name: "nodes", Detail: apiError(ctx, "list the nodes", err).Error()}), nil
 	}
 	for _, name := range b.cfg.Regions {
 		c := provider.Check{Name: "node " + name, Detail: "not a node of the cluster"}
-		if i := slices.IndexFunc(nodes, func(n struct {
-			Node   string `json:"node"`
-			Status string `json:"status"`
-		}) bool {
-			return n.Node == name
-		}); i >= 0 {
+		if i := slices.IndexFunc(nodes, func(n nodeStatus) bool { return n.Node == name }); i >= 0 {
 			c.OK, c.Detail = nodes[i].Status == "online", nodes[i].Status
 		}
 		checks = append(checks, c)
 	}
 	return checks, nil
+}
+
+// nodeStatus is a node as /nodes lists it.
+type nodeStatus struct {
+	Node   string `json:"node"`
+	Status string `json:"status"`
 }

@@ -195,3 +195,126 @@ func retrying(t *testing.T, e *tagcloudtest.Env, endpoint string) provider.SSHLe
 	}
 	return b
 }
+
+// TestConfigure: the token comes only from PROXMOX_VE_API_TOKEN, in
+// Proxmox's USER@REALM!TOKENID=SECRET form, the URL from the endpoint
+// option or PROXMOX_VE_ENDPOINT; every wrong option is named, and no
+// error shows the token.
+func TestConfigure(t *testing.T) {
+	spec := proxmox.Provider{}.Spec()
+	cfg, err := spec.Resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(proxmox.TokenEnv, "")
+	t.Setenv(proxmox.EndpointEnv, "https://pve.example.com:8006")
+	if _, err := (proxmox.Provider{}).Configure(cfg, provider.Runtime{}); !errors.Is(err, provider.ErrUnauthenticated) || !strings.Contains(err.Error(), proxmox.TokenEnv) {
+		t.Errorf("Configure without a token: %v", err)
+	}
+	t.Setenv(proxmox.TokenEnv, "root@pam=nobang-secret-value")
+	if _, err := (proxmox.Provider{}).Configure(cfg, provider.Runtime{}); !errors.Is(err, provider.ErrUnauthenticated) || strings.Contains(err.Error(), "nobang-secret-value") {
+		t.Errorf("Configure with a malformed token: %v, want an error without the token", err)
+	}
+	t.Setenv(proxmox.TokenEnv, testToken)
+	if _, err := (proxmox.Provider{}).Configure(cfg, provider.Runtime{}); err != nil {
+		t.Errorf("Configure with defaults and %s: %v", proxmox.EndpointEnv, err)
+	}
+	t.Setenv(proxmox.EndpointEnv, "")
+	if _, err := (proxmox.Provider{}).Configure(cfg, provider.Runtime{}); err == nil || !strings.Contains(err.Error(), proxmox.EndpointEnv) {
+		t.Errorf("Configure without an API URL: %v, want an error naming %s", err, proxmox.EndpointEnv)
+	}
+	for key, value := range map[string]string{
+		"size": "2 cores", "region": "Node One", "image": "ubuntu", "boot-timeout": "soon",
+		"endpoint": "pve.example.com:8006", "work-root": "rel", "ca-file": "/nonexistent/ca.pem",
+	} {
+		c, err := spec.Resolve(provider.Config{key: value, "endpoint": "https://pve.example.com:8006"})
+		if key == "endpoint" {
+			c, err = spec.Resolve(provider.Config{key: value})
+		}
+		if err == nil {
+			_, err = (proxmox.Provider{}).Configure(c, provider.Runtime{})
+		}
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s=%q: %v, want an error naming the option", key, value, err)
+		}
+	}
+	for _, o := range spec.Options {
+		if strings.Contains(o.Name, "token") || strings.Contains(o.Name, "secret") {
+			t.Errorf("option %q: the token must come only from the environment", o.Name)
+		}
+	}
+	if i := slicesIndex(spec.Options, "endpoint"); i < 0 || spec.Options[i].Flag != "proxmox-endpoint" {
+		t.Errorf("no proxmox-endpoint option in %+v", spec.Options)
+	}
+}
+
+func slicesIndex(opts []provider.Option, name string) int {
+	for i, o := range opts {
+		if o.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestAPIToken: the fake refuses a wrong token, and the provider reports
+// that as unauthenticated (doctor and lease operations) without showing
+// the token.
+func TestAPIToken(t *testing.T) {
+	e, _, url := newEnv(t, cloudtest.NewFleet(t))
+	o := tagcloudtest.Options(url, t.TempDir(), e)
+	o.Image = fmt.Sprint(template)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	const wrong = "crabbox@pve!ci=00000000-0000-0000-0000-000000000000"
+	b, err := proxmox.New(proxmox.Config{Token: wrong, Options: o, NoRetries: true}, provider.Runtime{HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks, err := b.Doctor(t.Context())
+	if err != nil || len(checks) != 1 || checks[0].OK || strings.Contains(checks[0].Detail, "00000000-0000") {
+		t.Errorf("Doctor = %+v, %v; want one failed API check without the secret", checks, err)
+	}
+	if _, err := b.List(t.Context(), provider.ListRequest{}); !errors.Is(err, provider.ErrUnauthenticated) {
+		t.Errorf("List with a wrong token = %v, want ErrUnauthenticated", err)
+	}
+	good := e.Backend(t, clockwork.NewRealClock()).(provider.DoctorBackend)
+	checks, err = good.Doctor(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range checks {
+		if !c.OK {
+			t.Errorf("doctor check %s failed: %s", c.Name, c.Detail)
+		}
+	}
+	if len(checks) != 4 {
+		t.Errorf("doctor checks %+v, want the API, the template and two nodes", checks)
+	}
+}
+
+// TestTagsAreProxmoxTags: every label the lifecycle writes is a Proxmox
+// tag, and a caller's label that cannot be one fails the acquire before
+// anything is made.
+func TestTagsAreProxmoxTags(t *testing.T) {
+	e, fake, _ := newEnv(t, cloudtest.NewFleet(t))
+	b := e.Backend(t, clockwork.NewRealClock())
+	req := tagcloudtest.NewRequest(t, time.Now())
+	req.Labels = map[string]string{"team": "platform"}
+	target, err := b.Acquire(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target.Labels["team"] != "platform" {
+		t.Errorf("labels %v lack team=platform", target.Labels)
+	}
+	for _, vm := range fake.VMs() {
+		if !strings.Contains(vm.Tags, "team.platform") {
+			t.Errorf("VM tags %q lack team.platform", vm.Tags)
+		}
+	}
+	if err := b.ReleaseLease(t.Context(), provider.ReleaseRequest{Lease: target}); err != nil {
+		t.Fatal(err)
+	}
+	tagcloudtest.CheckEmpty(t, e)
+}

@@ -43,11 +43,12 @@ const (
 // "image" the VM ID of a template.
 func Cloud() tagcloud.Cloud {
 	return tagcloud.Cloud{
-		Provider: Name, Name: "Proxmox VE", SizeWord: "size (cores and GiB of memory, like 2c4g)", RegionWord: "node",
+		Provider: Name, Name: "Proxmox VE", SizeWord: "size", RegionWord: "node",
 		Sizes: DefaultSizes, Regions: DefaultNodes, Image: DefaultTemplate,
 		TokenEnv: TokenEnv,
 		TokenHelp: "create an API token (Datacenter > Permissions > API Tokens) with VM.Allocate, VM.Clone, VM.Config.*, " +
-			"VM.PowerMgmt, VM.Audit, VM.Monitor (for the guest agent) and Datastore.AllocateSpace, and set it as USER@REALM!TOKENID=SECRET",
+			"VM.PowerMgmt, VM.Audit, the guest agent's (VM.Monitor up to Proxmox VE 8, VM.GuestAgent.Unrestricted from 9), " +
+			"Datastore.AllocateSpace and SDN.Use, and set it as USER@REALM!TOKENID=SECRET",
 	}
 }
 
@@ -57,10 +58,12 @@ func Spec() provider.Spec {
 	s.Description += "; API URL from the endpoint option or " + EndpointEnv
 	for i, o := range s.Options {
 		switch o.Name {
+		case "size":
+			s.Options[i].Help = "sizes to try in order, comma-separated, each cores and GiB of memory like 2c4g (the next one when no node has room)"
 		case "image":
 			s.Options[i].Help = "VM ID of the cloud-init template to clone (with qemu-guest-agent installed)"
 		case "endpoint":
-			s.Options[i].Help = "API URL of a node of the cluster, like https://pve.example.com:8006 (default: $" + EndpointEnv + ")"
+			s.Options[i].Help = "API endpoint URL of a node of the cluster, like https://pve.example.com:8006 (default: $" + EndpointEnv + ")"
 		}
 	}
 	s.Options = slices.Concat(s.Options, []provider.Option{
