@@ -445,8 +445,8 @@ func (v *vms) Get(ctx context.Context, id string) (tagcloud.Machine, error) {
 }
 
 // address is the VM's first IPv4 address that the guest agent reports
-// (not loopback, not link-local), or "" when the agent does not answer
-// yet or reports none.
+// on an interface other than lo (not 127.0.0.1, not link-local), or ""
+// when the agent does not answer yet or reports none.
 func (v *vms) address(ctx context.Context, node string, vmid int) string {
 	var out struct {
 		Result []struct {
@@ -462,9 +462,12 @@ func (v *vms) address(ctx context.Context, node string, vmid int) string {
 		return ""
 	}
 	for _, iface := range out.Result {
+		if iface.Name == "lo" {
+			continue
+		}
 		for _, a := range iface.Addresses {
 			ip := net.ParseIP(a.IP)
-			if a.Type == "ipv4" && ip != nil && ip.To4() != nil && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsUnspecified() {
+			if a.Type == "ipv4" && ip != nil && ip.To4() != nil && !ip.Equal(net.IPv4(127, 0, 0, 1)) && !ip.IsLinkLocalUnicast() && !ip.IsUnspecified() {
 				return ip.String()
 			}
 		}

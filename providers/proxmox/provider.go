@@ -55,6 +55,13 @@ const (
 	EndpointEnv = proxmoxspec.EndpointEnv
 )
 
+// Defaults of the provider's options.
+const (
+	DefaultSizes    = proxmoxspec.DefaultSizes
+	DefaultNodes    = proxmoxspec.DefaultNodes
+	DefaultTemplate = proxmoxspec.DefaultTemplate
+)
+
 // MaxTagLength is the longest tag the provider writes; longer labels are
 // split in parts.
 const MaxTagLength = 100

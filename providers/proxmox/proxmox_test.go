@@ -1,9 +1,13 @@
 package proxmox_test
 
 import (
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -317,4 +321,45 @@ func TestTagsAreProxmoxTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	tagcloudtest.CheckEmpty(t, e)
+}
+
+// TestCAFile: the API's certificate is checked; --proxmox-ca-file adds
+// the CA that signed it (as a fresh install's pve-root-ca.pem does).
+func TestCAFile(t *testing.T) {
+	fake := fakeproxmox.New(cloudtest.NewFleet(t), testToken, nodes[:]...)
+	srv := httptest.NewTLSServer(fake)
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "pve-root-ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doctor := func(caFile string) provider.Check {
+		t.Helper()
+		tr := &http.Transport{}
+		t.Cleanup(tr.CloseIdleConnections)
+		b, err := proxmox.New(proxmox.Config{Token: testToken, CAFile: caFile, NoRetries: true,
+			Options: tagcloud.Options{Endpoint: srv.URL, Image: fmt.Sprint(template), Owner: "tester"}},
+			provider.Runtime{HTTPClient: &http.Client{Transport: tr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checks, err := b.Doctor(t.Context())
+		if err != nil || len(checks) == 0 {
+			t.Fatalf("Doctor = %+v, %v", checks, err)
+		}
+		return checks[0]
+	}
+	if c := doctor(""); c.OK || !strings.Contains(c.Detail, "certificate") {
+		t.Errorf("without the CA: %+v, want a failed certificate check", c)
+	}
+	if c := doctor(ca); !c.OK {
+		t.Errorf("with the CA: %+v, want the token accepted", c)
+	}
+	bad := filepath.Join(t.TempDir(), "empty.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxmox.New(proxmox.Config{Token: testToken, CAFile: bad, Options: tagcloud.Options{Endpoint: srv.URL}}, provider.Runtime{}); err == nil || !strings.Contains(err.Error(), "ca-file") {
+		t.Errorf("a CA file without a certificate: %v, want an error naming ca-file", err)
+	}
 }
