@@ -294,6 +294,12 @@ func (v *vms) Create(ctx context.Context, s tagcloud.Spec) (tagcloud.Machine, er
 	return m, nil
 }
 
+// bootstrapCommand runs the bootstrap script, given as its standard
+// input, once cloud-init is done with the first boot: cloud-init makes
+// new SSH host keys then, which would replace the one the bootstrap
+// installs (an image without cloud-init runs it at once).
+var bootstrapCommand = []string{"/bin/sh", "-c", "cloud-init status --wait </dev/null >/dev/null 2>&1; exec /bin/sh -s"}
+
 // maxInputData is the most the guest agent's exec takes as input.
 const maxInputData = 65536
 
@@ -333,7 +339,7 @@ func (v *vms) create(ctx context.Context, s tagcloud.Spec, from string, tmpl, ne
 	var exec struct {
 		PID int `json:"pid"`
 	}
-	if err := v.c.Post(ctx, path+"/agent/exec", map[string]any{"command": []string{"/bin/sh"}, "input-data": s.UserData}, &exec); err != nil {
+	if err := v.c.Post(ctx, path+"/agent/exec", map[string]any{"command": bootstrapCommand, "input-data": s.UserData}, &exec); err != nil {
 		return tagcloud.Machine{}, apiError(ctx, "run the bootstrap on VM "+strconv.Itoa(newID)+" through the guest agent", err)
 	}
 	v.log.Info("proxmox VM bootstrapping", "machine", machineID(node, newID), "pid", exec.PID)

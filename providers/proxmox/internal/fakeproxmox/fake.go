@@ -28,7 +28,8 @@
 // Tasks finish at once. A VM's box is a cloudtest box at the address the
 // guest agent reports: agent/exec of /bin/sh with input-data boots it
 // with that script (cloud-init user data cannot be uploaded through the
-// API, so a bootstrap reaches a VM through its guest agent). Behaviour
+// API, so a bootstrap reaches a VM through its guest agent; the fake does
+// not run the shell's arguments, like crabbox's wait for cloud-init). Behaviour
 // the schema does not describe follows qemu-server: a running VM is not
 // destroyed, and a missing VM's error says its configuration file does
 // not exist (status 500).
@@ -467,8 +468,9 @@ func (s *Server) agentUp(w http.ResponseWriter, vm *VM) bool {
 	return false
 }
 
-// exec runs a command through the guest agent: /bin/sh with input-data
-// boots the VM's box with that script.
+// exec runs a command through the guest agent: /bin/sh (with or without
+// arguments, which the fake does not run) with input-data boots the VM's
+// box with that script, as a shell reading it from its standard input.
 func (s *Server) exec(w http.ResponseWriter, vm *VM, p map[string]any) {
 	if !check(w, p, "command", "input-data") {
 		return
@@ -487,7 +489,7 @@ func (s *Server) exec(w http.ResponseWriter, vm *VM, p map[string]any) {
 	}
 	s.pid++
 	pid := s.pid
-	if slices.Equal(cmd, []string{"/bin/sh"}) && input != "" && !s.noBoot {
+	if cmd[0] == "/bin/sh" && input != "" && !s.noBoot {
 		if err := s.fleet.Boot(vm.IPv4, input); err != nil {
 			fail(w, http.StatusInternalServerError, "guest agent: "+err.Error(), nil)
 			return
