@@ -1,29 +1,16 @@
 package portal_test
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/jonboulle/clockwork"
-	"golang.org/x/crypto/ssh"
 
-	"github.com/crabbox-dev/crabbox/coordinator"
 	"github.com/crabbox-dev/crabbox/coordinator/api"
-	"github.com/crabbox-dev/crabbox/coordinator/auth"
-	"github.com/crabbox-dev/crabbox/coordinator/portal"
-	"github.com/crabbox-dev/crabbox/coordinator/store/sqlite"
-	"github.com/crabbox-dev/crabbox/internal/handover"
-	"github.com/crabbox-dev/crabbox/provider"
-	"github.com/crabbox-dev/crabbox/providers/local"
 )
 
 // previewSite is a site whose coordinator has the local provider, with a
@@ -34,69 +21,9 @@ import (
 // the app's port.
 func previewSite(t *testing.T) (*site, string, api.Lease, int) {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "coordinator.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	clock := clockwork.NewFakeClockAt(start)
-	b, err := local.New(local.Config{Root: filepath.Join(t.TempDir(), "boxes")}, provider.Runtime{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	srv, err := coordinator.New(coordinator.Config{
-		Store: st, Providers: map[string]provider.SSHLeaseBackend{"local": b}, DefaultProvider: "local",
-		Tokens: auth.Config{AdminToken: adminToken, SessionSecret: sessionSecret, DefaultOrg: "acme"},
-		Clock:  clock,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.CloseControl)
-	p, err := portal.New(portal.Config{API: srv, Issuer: srv, SessionSecret: []byte(sessionSecret), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(portal.Prefix+"/", p)
-	mux.Handle("/", srv)
-	hs := httptest.NewServer(mux)
-	t.Cleanup(hs.Close)
-	s := &site{t: t, url: hs.URL, clock: clock, srv: hs, store: st}
-
+	s := newBoxSite(t)
 	alice := s.token("alice", "acme")
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sshPub, _ := ssh.NewPublicKey(pub)
-	signer, _ := ssh.NewSignerFromKey(priv)
-	l, err := s.api(alice).CreateLease(t.Context(), api.LeaseRequest{
-		LeaseID: "cbx_0123456789ab", CreateAttemptID: api.NewCreateAttemptID(), Provider: "local",
-		SSHPublicKey: string(ssh.MarshalAuthorizedKey(sshPub)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	access, _, _, _, err := ssh.ParseAuthorizedKey([]byte(l.AccessKey))
-	if err != nil {
-		t.Fatalf("the lease's access key %q: %v", l.AccessKey, err)
-	}
-	hostKey, _, _, _, err := ssh.ParseAuthorizedKey([]byte(l.SSHHostKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := ssh.Dial("tcp", net.JoinHostPort(l.Host, l.SSHPort), &ssh.ClientConfig{
-		User: l.SSHUser, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: ssh.FixedHostKey(hostKey),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	if err := handover.SetKey(t.Context(), client, access); err != nil {
-		t.Fatal(err)
-	}
+	l := s.boxLease(alice)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
