@@ -275,3 +275,32 @@ func (b *bridges) closeAll() {
 		}
 	}
 }
+
+// slots bounds how many of something each key holds at once (the SSH
+// relays of an identity, the desktop bridges of a lease).
+type slots struct {
+	mu  sync.Mutex
+	max int
+	n   map[string]int
+}
+
+// take takes one of key's slots; ok is false when key holds max already.
+// release gives it back.
+func (c *slots) take(key string) (release func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[key] >= c.max {
+		return nil, false
+	}
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[key]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.n[key]--; c.n[key] <= 0 {
+			delete(c.n, key)
+		}
+	}, true
+}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -25,35 +24,6 @@ const DefaultMaxSSHRelaysPerIdentity = 8
 
 // relayServerVersion is the SSH identification of the coordinator's relay.
 const relayServerVersion = "SSH-2.0-crabbox-relay"
-
-// relayCount counts the open SSH relays of each identity.
-type relayCount struct {
-	mu  sync.Mutex
-	max int
-	n   map[string]int
-}
-
-// take counts one more relay of key, unless key holds max already.
-func (c *relayCount) take(key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n[key] >= c.max {
-		return false
-	}
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	c.n[key]++
-	return true
-}
-
-func (c *relayCount) put(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n[key]--; c.n[key] <= 0 {
-		delete(c.n, key)
-	}
-}
 
 // leaseSSH serves GET /v1/leases/{id}/ssh: SSH to the lease's box for its
 // owner and the users it is shared with to use, carried over a websocket
@@ -78,11 +48,12 @@ func (s *Server) leaseSSH(w http.ResponseWriter, r *http.Request, id auth.Identi
 		return conflict(api.CodeLeaseEnded, "lease %s is %s: its box cannot be reached", l.ID, l.State)
 	}
 	key := id.Owner + "\x00" + id.Org
-	if !s.relays.take(key) {
+	release, ok := s.relays.take(key)
+	if !ok {
 		return errorf(http.StatusTooManyRequests, api.CodeTooManyRequests,
 			"you hold %d SSH connections through the coordinator already, the most it allows: close one first", s.relays.max)
 	}
-	defer s.relays.put(key)
+	defer release()
 	ctx, done, ok := s.bridges.open(r.Context(), l.ID, id, roleUse)
 	if !ok {
 		return errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the coordinator is shutting down")

@@ -222,10 +222,10 @@ type Server struct {
 	accessKeys accessKeyCache
 	// previews are the cached connections of port previews (proxy.go).
 	previews previewBoxes
-	// relays counts the open SSH relays by identity.
-	relays relayCount
+	// relays counts the open SSH relays by identity (owner and org).
+	relays slots
 	// desktops counts the open desktop (VNC) bridges by lease.
-	desktops desktopSlots
+	desktops slots
 	// pools tracks this process's pool passes; poolSlots bound its
 	// provider creates for pools, per provider.
 	pools     poolRuns
@@ -368,6 +368,7 @@ func New(cfg Config) (*Server, error) {
 	s.poolSecret = poolSecret(cfg.Tokens)
 	s.accessSecret = accessSecret(cfg.Tokens)
 	s.relays.max = cmp.Or(max(cfg.MaxSSHRelaysPerIdentity, 0), DefaultMaxSSHRelaysPerIdentity)
+	s.desktops.max = maxDesktopBridges
 	s.poolSlots = map[string]chan struct{}{}
 	for name := range s.providers {
 		s.poolSlots[name] = make(chan struct{}, cmp.Or(cfg.PoolProviderRequests, DefaultPoolProviderRequests))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -25,33 +24,6 @@ const vncDialTimeout = 30 * time.Second
 // maxDesktopBridges bounds the desktop bridges open to one lease through
 // one coordinator (viewers of one desktop, each its own VNC session).
 const maxDesktopBridges = 8
-
-// desktopSlots counts open desktop bridges by lease.
-type desktopSlots struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// take takes a slot of lease id; ok is false when all are taken. release
-// gives it back.
-func (d *desktopSlots) take(id string) (release func(), ok bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.n[id] >= maxDesktopBridges {
-		return nil, false
-	}
-	if d.n == nil {
-		d.n = map[string]int{}
-	}
-	d.n[id]++
-	return func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.n[id]--; d.n[id] <= 0 {
-			delete(d.n, id)
-		}
-	}, true
-}
 
 // leaseVNC is GET /v1/leases/{id}/vnc: a websocket whose binary messages
 // carry the RFB stream of the lease's desktop, relayed to the VNC server
