@@ -18,16 +18,7 @@ suite=${CRABBOX_CLOUDINIT_SUITE:-$(. /etc/os-release && echo "${VERSION_CODENAME
 # The Debian archive: CRABBOX_CLOUDINIT_MIRROR or CRABBOX_MIRROR, else the one
 # this machine's apt configuration installs the suite from (or, on Debian,
 # its own release from), so a corporate mirror works. No host is named here.
-apt_mirror() {
-	local own
-	own=$(. /etc/os-release && if [ "${ID:-}" = debian ]; then echo "${VERSION_CODENAME:-}"; fi)
-	apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 'Created-By: Packages' 2>/dev/null |
-		awk -v s="$1" -v o="$own" '
-			$2 == s { print $1; found = 1; exit }
-			o != "" && $2 == o && fb == "" { fb = $1 }
-			END { if (!found && fb != "") print fb }' |
-		sed 's#/*$##'
-}
+. "$(dirname "$(realpath "$0")")/../lib/apt-mirror.sh"
 mirror=${CRABBOX_CLOUDINIT_MIRROR:-${CRABBOX_MIRROR:-$(apt_mirror "$suite")}}
 if [ -z "$mirror" ]; then
 	echo "30-cloudinit-image: no Debian archive for $suite in the apt configuration; set CRABBOX_MIRROR=URL" >&2

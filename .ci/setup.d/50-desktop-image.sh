@@ -18,16 +18,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 image=crabbox-test/desktop:latest
 suite=bookworm
-apt_mirror() {
-	local own
-	own=$(. /etc/os-release && if [ "${ID:-}" = debian ]; then echo "${VERSION_CODENAME:-}"; fi)
-	apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 'Created-By: Packages' 2>/dev/null |
-		awk -v s="$1" -v o="$own" '
-			$2 == s { print $1; found = 1; exit }
-			o != "" && $2 == o && fb == "" { fb = $1 }
-			END { if (!found && fb != "") print fb }' |
-		sed 's#/*$##'
-}
+. "$(dirname "$self")/../lib/apt-mirror.sh"
 mirror=${CRABBOX_DESKTOP_MIRROR:-${CRABBOX_MIRROR:-$(apt_mirror "$suite")}}
 if [ -z "$mirror" ]; then
 	echo "50-desktop-image: no Debian archive for $suite in the apt configuration; set CRABBOX_MIRROR=URL" >&2
