@@ -160,6 +160,33 @@ type Spec struct {
 	// LifetimePlans are the plan names LifetimeOption takes, with the
 	// maximum lifetime of each as the service publishes it.
 	LifetimePlans map[string]time.Duration
+	// Credentials are what the provider needs from its user's environment
+	// before it can make a box, for `crabbox providers` to say what is
+	// missing. Empty means it needs none (the local machine, Docker).
+	Credentials []Credential
+}
+
+// Credential is one credential a provider reads from the environment:
+// any one of Env set (and not empty) provides it. Elsewhere, when not
+// empty, names where else the provider finds it when no variable is set
+// (a CLI's login, a profile file), so that its absence from the
+// environment is not reported as missing.
+type Credential struct {
+	Env       []string
+	Elsewhere string
+}
+
+// MissingCredentials returns the credentials of s that getenv finds
+// none of, leaving out those that can come from elsewhere.
+func (s Spec) MissingCredentials(getenv func(string) string) []Credential {
+	var missing []Credential
+	for _, c := range s.Credentials {
+		if c.Elsewhere != "" || slices.ContainsFunc(c.Env, func(k string) bool { return getenv(k) != "" }) {
+			continue
+		}
+		missing = append(missing, c)
+	}
+	return missing
 }
 
 // Has reports whether the spec declares feature f.
@@ -174,6 +201,10 @@ func (s Spec) Clone() Spec {
 	s.Options = slices.Clone(s.Options)
 	s.CoordinatorSettings = maps.Clone(s.CoordinatorSettings)
 	s.LifetimePlans = maps.Clone(s.LifetimePlans)
+	s.Credentials = slices.Clone(s.Credentials)
+	for i, c := range s.Credentials {
+		s.Credentials[i].Env = slices.Clone(c.Env)
+	}
 	return s
 }
 
