@@ -20,7 +20,7 @@ var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", 
 // environment variable, in `providers describe`.
 func TestDescribeCloudEndpoints(t *testing.T) {
 	for _, name := range cloudProviders {
-		info, err := describeProvider(provider.Default(), name)
+		info, err := describeProvider(provider.Default(), name, os.Getenv)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	stdcmp "cmp"
 	"context"
 	"flag"
+	"github.com/crabbox-dev/crabbox/provider"
 	"maps"
 	"os"
 	"path/filepath"
@@ -87,7 +88,14 @@ func TestGolden(t *testing.T) {
 	state, repo := t.TempDir(), gitRepo(t)
 	t.Setenv("CRABBOX_STATE_DIR", state)
 	t.Setenv("CRABBOX_CONFIG", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("CRABBOX_TEST_MAIN", "1") // for the agent process the test binary starts
+	t.Setenv("CRABBOX_TEST_MAIN", "1")           // for the agent process the test binary starts
+	for _, p := range provider.Default().All() { // the same credentials column on every machine
+		for _, c := range p.Spec().Credentials {
+			for _, k := range c.Env {
+				t.Setenv(k, "")
+			}
+		}
+	}
 	t.Chdir(repo)
 	replace := map[string]string{state: "$STATE", repo: "$REPO"}
 

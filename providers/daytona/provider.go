@@ -112,6 +112,7 @@ var spec = provider.Spec{
 	// in SSH mode.
 	Coordinator:         provider.CoordinatorSupported,
 	CoordinatorSettings: provider.Config{"ssh": "true"},
+	Credentials:         []provider.Credential{{Env: []string{APIKeyEnv}}},
 	Options: []provider.Option{
 		{Name: "api-url", Flag: "daytona-api-url", Default: DefaultAPIURL, Help: "base URL of Daytona's REST API", Locates: true},
 		{Name: "toolbox-url", Flag: "daytona-toolbox-url",

@@ -107,6 +107,7 @@ var spec = provider.Spec{
 	Targets:     []provider.Target{provider.TargetLinux},
 	Features:    []provider.Feature{provider.FeatureFiles, provider.FeatureSelfExpiry, provider.FeatureDoctor, provider.FeatureStdin},
 	Coordinator: provider.CoordinatorUnsupported,
+	Credentials: []provider.Credential{{Env: []string{APIKeyEnv}}},
 	Options: []provider.Option{
 		{Name: "template", Flag: "e2b-template", Default: DefaultTemplate, Help: "template (ID or alias) sandboxes are created from"},
 		{Name: "api-url", Flag: "e2b-api-url", Default: DefaultAPIURL, Help: "E2B control API endpoint", Locates: true},

@@ -107,6 +107,7 @@ var spec = provider.Spec{
 		provider.FeatureFiles, provider.FeatureSelfExpiry, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	Coordinator: provider.CoordinatorUnsupported,
+	Credentials: []provider.Credential{{Env: []string{TokenEnv}}},
 	Options: []provider.Option{
 		{Name: "project", Flag: "vercel-project", Help: "project ID or name the sandboxes belong to (default: $" + ProjectEnv + ")", Locates: true},
 		{Name: "team", Flag: "vercel-team", Help: "team ID (default: $" + TeamEnv + ")", Locates: true},

@@ -46,6 +46,7 @@ var spec = provider.Spec{
 		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
 	},
 	Coordinator: provider.CoordinatorSupported,
+	Credentials: []provider.Credential{{Env: []string{"AWS_ACCESS_KEY_ID", "AWS_PROFILE"}, Elsewhere: "~/.aws or an instance role"}},
 	Options: []provider.Option{
 		{Name: "regions", Flag: "aws-regions", Help: "comma-separated AWS regions: boxes are created in the first, list and cleanup search all (default: AWS_REGION or the profile's region, else " + DefaultRegion + ")", Locates: true},
 		{Name: "profile", Flag: "aws-profile", Help: "AWS shared-config profile for credentials and region (default: AWS_PROFILE, else the default profile)", Locates: true},

@@ -44,6 +44,7 @@ var spec = provider.Spec{
 		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
 	},
 	Coordinator: provider.CoordinatorSupported,
+	Credentials: []provider.Credential{{Env: []string{"AZURE_CLIENT_ID"}, Elsewhere: "az login or a managed identity"}},
 	Options: []provider.Option{
 		{Name: "subscription", Flag: "azure-subscription", Help: "Azure subscription ID (default: $" + SubscriptionEnv + ")", Locates: true},
 		{Name: "location", Flag: "azure-location", Default: DefaultLocation, Help: "Azure region", Locates: true},

@@ -47,6 +47,7 @@ var spec = provider.Spec{
 		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
 	},
 	Coordinator: provider.CoordinatorSupported,
+	Credentials: []provider.Credential{{Env: []string{"GOOGLE_APPLICATION_CREDENTIALS"}, Elsewhere: "gcloud auth or the metadata server"}},
 	Options: []provider.Option{
 		{Name: "project", Flag: "gcp-project", Help: "Google Cloud project ID (required)", Locates: true},
 		{Name: "zones", Flag: "gcp-zones", Default: DefaultZones, Help: "comma-separated zones: boxes are created in the first with capacity, list and cleanup search all", Locates: true},

@@ -37,6 +37,7 @@ var spec = provider.Spec{
 		provider.FeatureCheckpoint, provider.FeatureFork, provider.FeatureRestore,
 	},
 	Coordinator: provider.CoordinatorSupported,
+	Credentials: []provider.Credential{{Env: []string{TokenEnv}}},
 	Options: slices.Concat([]provider.Option{
 		{Name: "server-type", Flag: "hetzner-server-type", Default: DefaultServerTypes,
 			Help: "server types to try in order, comma-separated (the next one when Hetzner has no capacity)"},

@@ -65,6 +65,7 @@ func (c Cloud) ProviderSpec(machine string, aliases ...string) provider.Spec {
 		},
 		Coordinator: provider.CoordinatorSupported,
 		Options:     c.Spec(),
+		Credentials: []provider.Credential{{Env: []string{c.TokenEnv}}},
 	}
 }
 

@@ -44,6 +44,7 @@ var spec = provider.Spec{
 		provider.FeatureCheckpoint, provider.FeatureFork,
 	},
 	Coordinator: provider.CoordinatorSupported,
+	Credentials: []provider.Credential{{Env: []string{AccessKeyEnv}}, {Env: []string{SecretKeyEnv}}, {Env: []string{ProjectEnv}}},
 	Options: slices.Concat([]provider.Option{
 		{Name: "commercial-type", Flag: "scaleway-commercial-type", Default: DefaultCommercialTypes,
 			Help: "Instance types with local storage to try in order, comma-separated (the next one when one is out of stock)"},

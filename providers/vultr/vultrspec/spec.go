@@ -38,6 +38,7 @@ var spec = provider.Spec{
 		provider.FeatureSSH, provider.FeaturePinnedHostKey, provider.FeatureCleanup, provider.FeatureDoctor,
 	},
 	Coordinator: provider.CoordinatorSupported,
+	Credentials: []provider.Credential{{Env: []string{APIKeyEnv}}},
 	Options: slices.Concat([]provider.Option{
 		{Name: "plan", Flag: "vultr-plan", Default: DefaultPlans,
 			Help: "plans to try in order, comma-separated (the next one when a region has none available)"},
