@@ -31,8 +31,12 @@ func NewDelegated(c Config, rt provider.Runtime) (*DelegatedBackend, error) {
 	return &DelegatedBackend{core: co}, nil
 }
 
-// Spec describes the provider in delegated-run mode.
+// Spec describes the provider in delegated-run mode, or for a Plugin the
+// provider its program serves.
 func (b *DelegatedBackend) Spec() provider.Spec {
+	if b.plugin {
+		return b.spec.Clone()
+	}
 	s := Provider{}.Spec()
 	s.Kind = provider.KindDelegatedRun
 	s.Features = []provider.Feature{provider.FeatureDoctor}
@@ -60,6 +64,7 @@ func (b *DelegatedBackend) Warmup(ctx context.Context, req provider.WarmupReques
 		return provider.LeaseView{}, fmt.Errorf("external provider: acquire: %w", err)
 	}
 	d.TTLSeconds, d.IdleTimeoutSeconds = int64(req.TTL.Seconds()), int64(req.IdleTimeout.Seconds())
+	d.ExpiresAt = req.ExpiresAt
 	l, err := b.acquire(ctx, d, false, false)
 	if err != nil {
 		return provider.LeaseView{}, err
@@ -196,7 +201,7 @@ func orDiscard(w io.Writer) io.Writer {
 // root crabbox syncs under: the lease's, or the configured one.
 func (b *DelegatedBackend) view(l *Lease) provider.LeaseView {
 	v := provider.LeaseView{
-		ID: l.LeaseID, Slug: l.Slug, Provider: Name, CloudID: l.CloudID, State: l.Status,
+		ID: l.LeaseID, Slug: l.Slug, Provider: b.spec.Name, CloudID: l.CloudID, State: l.Status,
 		Labels: l.Labels, CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
 	}
 	if b.files {

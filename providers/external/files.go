@@ -1,6 +1,7 @@
 package external
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -64,8 +65,8 @@ func (b *DelegatedFileBackend) Warmup(ctx context.Context, req provider.WarmupRe
 
 // WriteFile writes req.Body to req.Path in the lease's sandbox with one
 // write-file call per MaxFileChunk bytes, at increasing offsets: the first
-// creates or truncates the file, the others append. An empty body takes
-// one call. When a call fails the file may hold a prefix of the body.
+// creates or truncates the file, the others append, and the last is
+// marked so (file.last). An empty body takes one call. When a call fails the file may hold a prefix of the body.
 func (b *DelegatedFileBackend) WriteFile(ctx context.Context, req provider.WriteFileRequest) error {
 	if err := b.needFiles(ctx); err != nil {
 		return err
@@ -80,24 +81,28 @@ func (b *DelegatedFileBackend) WriteFile(ctx context.Context, req provider.Write
 	if err != nil {
 		return err
 	}
+	body := bufio.NewReaderSize(req.Body, MaxFileChunk)
 	buf := make([]byte, MaxFileChunk)
 	var off int64
 	for {
-		n, rerr := io.ReadFull(req.Body, buf)
-		switch {
-		case rerr == io.EOF && off > 0:
-			return b.checkSize(req, off)
-		case rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF:
+		n, rerr := io.ReadFull(body, buf)
+		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
 			return fmt.Errorf("external provider: write-file %s: read the content: %w", req.Path, rerr)
 		}
+		// The chunk is the last when nothing follows it.
+		_, perr := body.Peek(1)
+		last := perr == io.EOF
+		if perr != nil && !last {
+			return fmt.Errorf("external provider: write-file %s: read the content: %w", req.Path, perr)
+		}
 		_, err := b.call(ctx, Request{Operation: OpWriteFile, Lease: l, File: &FileRequest{
-			Path: req.Path, Offset: off, Mode: uint32(req.Mode.Perm()), Data: buf[:n],
+			Path: req.Path, Offset: off, Mode: uint32(req.Mode.Perm()), Data: buf[:n], Last: last,
 		}})
 		if err != nil {
 			return fmt.Errorf("%w (writing %s at offset %d)", err, req.Path, off)
 		}
 		off += int64(n)
-		if n < len(buf) {
+		if last {
 			return b.checkSize(req, off)
 		}
 	}

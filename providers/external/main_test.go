@@ -27,6 +27,8 @@ func TestMain(m *testing.M) {
 		os.Exit(servedProgram())
 	case "local":
 		os.Exit(servedLocal(os.Args[1:]))
+	case "sandbox":
+		os.Exit(servedSandbox())
 	}
 	dir, err := os.MkdirTemp("", "crabbox-external-test-")
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,12 +61,15 @@ type pluginProvider struct {
 func (p pluginProvider) Spec() provider.Spec { return p.spec.Clone() }
 
 // Configure returns a *Backend running the provider's program, in a
-// wrapper implementing the spec's checkpoint features. cfg is the
-// provider's configuration merged with its defaults (unknown keys are
-// refused); the program checks its values, on first use.
+// wrapper implementing the spec's checkpoint features; for a
+// delegated-run spec, a delegated backend (with files when the spec has
+// them) that also moves a sandbox's expiry and caps its lifetime as the
+// spec says. cfg is the provider's configuration merged with its
+// defaults (unknown keys are refused); the program checks its values, on
+// first use.
 func (p pluginProvider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Backend, error) {
-	if p.spec.Kind != provider.KindSSHLease {
-		return nil, fmt.Errorf("provider %s: a provider program serves only %s providers, not %s", p.spec.Name, provider.KindSSHLease, p.spec.Kind)
+	if p.spec.Kind != provider.KindSSHLease && p.spec.Kind != provider.KindDelegatedRun {
+		return nil, fmt.Errorf("provider %s: a provider program serves only %s and %s providers, not %s", p.spec.Name, provider.KindSSHLease, provider.KindDelegatedRun, p.spec.Kind)
 	}
 	resolved, err := p.spec.Resolve(cfg)
 	if err != nil {
@@ -80,14 +84,99 @@ func (p pluginProvider) Configure(cfg provider.Config, rt provider.Runtime) (pro
 		return nil, fmt.Errorf("provider %s: encode config: %w", p.spec.Name, err)
 	}
 	spec := p.spec.Clone()
-	b, err := newBackend(Config{
+	c := Config{
 		Command: path, ProviderConfig: body, Timeout: PluginTimeout, StopGrace: PluginStopGrace,
 		InheritEnv: true, WorkRoot: DefaultWorkRoot,
-	}, &spec, rt)
+	}
+	if spec.Kind == provider.KindDelegatedRun {
+		maxLife, err := spec.MaxLifetime(resolved)
+		if err != nil {
+			return nil, err
+		}
+		co, err := newCore(c, &spec, rt)
+		if err != nil {
+			return nil, err
+		}
+		d := &DelegatedBackend{core: co, files: spec.Has(provider.FeatureFiles)}
+		if d.files {
+			return pluginFiles{pluginRun{d, maxLife}}, nil
+		}
+		return pluginRun{d, maxLife}, nil
+	}
+	b, err := newBackend(c, &spec, rt)
 	if err != nil {
 		return nil, err
 	}
 	return withCheckpoints(b)
+}
+
+// pluginRun is a Plugin's delegated-run backend: a DelegatedBackend that
+// also moves a sandbox's expiry through the program (when it declares
+// capabilities.touch), caps a lease's lifetime as the spec says, and has
+// the program check its configuration first.
+type pluginRun struct {
+	*DelegatedBackend
+	maxLifetime time.Duration
+}
+
+// pluginFiles is a Plugin's delegated-run backend with files.
+type pluginFiles struct{ pluginRun }
+
+var (
+	_ provider.DelegatedTouchBackend = pluginRun{}
+	_ provider.LifetimeCapper        = pluginRun{}
+	_ provider.ConfigChecker         = pluginRun{}
+	_ provider.DelegatedFileBackend  = pluginFiles{}
+)
+
+// MaxLifetime is the longest the spec's service lets a sandbox live, as
+// configured; zero for none.
+func (b pluginRun) MaxLifetime() time.Duration { return b.maxLifetime }
+
+// CheckConfig has the program configure the provider (see
+// Backend.CheckConfig).
+func (b pluginRun) CheckConfig(ctx context.Context) error {
+	_, err := b.Capabilities(ctx)
+	return err
+}
+
+// Touch moves the sandbox's expiry through the program's touch, when it
+// has one; otherwise it returns the lease as it is.
+func (b pluginRun) Touch(ctx context.Context, req provider.DelegatedTouchRequest) (provider.LeaseView, error) {
+	caps, err := b.Capabilities(ctx)
+	if err != nil {
+		return provider.LeaseView{}, err
+	}
+	l, err := b.resolve(ctx, req.ID, false)
+	if err != nil {
+		return provider.LeaseView{}, err
+	}
+	if !caps.Touch {
+		return b.view(l), nil
+	}
+	l.ExpiresAt = req.ExpiresAt
+	resp, err := b.call(ctx, Request{Operation: OpTouch, Lease: l, Now: req.Now})
+	if err != nil {
+		return provider.LeaseView{}, err
+	}
+	if resp.Lease == nil {
+		return provider.LeaseView{}, fmt.Errorf("%s: touch: response has no field lease", b.what)
+	}
+	return b.view(resp.Lease), nil
+}
+
+// WriteFile and ReadFile are the DelegatedFileBackend's.
+func (b pluginFiles) WriteFile(ctx context.Context, req provider.WriteFileRequest) error {
+	return (&DelegatedFileBackend{b.DelegatedBackend}).WriteFile(ctx, req)
+}
+
+func (b pluginFiles) ReadFile(ctx context.Context, req provider.ReadFileRequest) (io.ReadCloser, error) {
+	return (&DelegatedFileBackend{b.DelegatedBackend}).ReadFile(ctx, req)
+}
+
+// Warmup checks the program has files, as the DelegatedFileBackend's.
+func (b pluginFiles) Warmup(ctx context.Context, req provider.WarmupRequest) (provider.LeaseView, error) {
+	return (&DelegatedFileBackend{b.DelegatedBackend}).Warmup(ctx, req)
 }
 
 // FindProgram finds one of crabbox's companion programs (a provider

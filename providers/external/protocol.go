@@ -135,6 +135,10 @@ type FileRequest struct {
 	Data []byte `json:"data,omitempty"`
 	// Length is the most bytes a read-file response may return.
 	Length int `json:"length,omitempty"`
+	// Last marks a write-file chunk that ends the file, so that a program
+	// whose service writes only whole files can stage the chunks and write
+	// the file when this one arrives.
+	Last bool `json:"last,omitempty"`
 }
 
 // FileChunk is the file part of a read-file response.
@@ -209,6 +213,9 @@ type Capabilities struct {
 	// Files is crabbox's addition: the program implements write-file and
 	// read-file (it must also implement run).
 	Files bool `json:"files,omitempty"`
+	// Touch is crabbox's addition for delegated-run programs: touch moves
+	// a sandbox's expiry at the provider.
+	Touch bool `json:"touch,omitempty"`
 	// Checkpoint, Fork and Restore are crabbox's additions: the program
 	// implements checkpoint-create, checkpoint-list and checkpoint-delete;
 	// fork; restore. Fork and Restore need Checkpoint.

@@ -28,7 +28,11 @@ const MaxRequestBytes = 1 << 20
 // program was asked to stop) cancels the operation, which rolls back what
 // it made as it would in-process.
 //
-// Only SSH-lease providers are served; a backend that implements
+// SSH-lease and delegated-run providers are served; a delegated
+// provider's run writes its output as run lines (see RunEvent) instead
+// of one response, and its write-file chunks are staged in the state
+// directory until the last (its WriteFile takes whole files). A backend
+// that implements
 // io.Closer is closed before Serve returns. The native checkpoint
 // operations (checkpoint-create, checkpoint-list, checkpoint-delete, fork,
 // restore) are answered for a backend that implements
@@ -36,7 +40,10 @@ const MaxRequestBytes = 1 << 20
 // and whose spec declares the feature, and refused with an error of kind
 // precondition otherwise; capabilities says which.
 func Serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.Reader, out io.Writer) error {
-	resp := serve(ctx, p, rt.WithDefaults(), in)
+	resp, streamed := serve(ctx, p, rt.WithDefaults(), in, out)
+	if streamed {
+		return nil // a run wrote its output lines itself
+	}
 	resp.ProtocolVersion = ProtocolVersion
 	body, err := json.Marshal(resp)
 	if err != nil {
@@ -48,60 +55,70 @@ func Serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.
 	return nil
 }
 
-// serve answers one request.
-func serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.Reader) Response {
+// serve answers one request; a delegated provider's run writes its own
+// output lines to out and returns streamed true.
+func serve(ctx context.Context, p provider.Provider, rt provider.Runtime, in io.Reader, out io.Writer) (resp Response, streamed bool) {
 	req, err := readRequest(in)
 	if err != nil {
-		return failure(err)
+		return failure(err), false
 	}
 	if err := checkRequest(req); err != nil {
-		return failure(err)
+		return failure(err), false
 	}
 	spec := p.Spec()
 	var raw provider.Config
 	if len(req.Config) > 0 && string(req.Config) != "null" {
 		if err := json.Unmarshal(req.Config, &raw); err != nil {
-			return failure(fmt.Errorf("request field config: want an object of strings: %w", jsonError(err)))
+			return failure(fmt.Errorf("request field config: want an object of strings: %w", jsonError(err))), false
 		}
 	}
 	cfg, err := spec.Resolve(raw)
 	if err != nil {
-		return failure(err)
+		return failure(err), false
 	}
 	if rt.StateDir == "" {
 		rt.StateDir = req.StateDir
 	}
 	b, err := p.Configure(cfg, rt)
 	if err != nil {
-		return failure(err)
+		return failure(err), false
 	}
 	if c, ok := b.(io.Closer); ok {
 		defer c.Close()
 	}
+	if db, ok := b.(provider.DelegatedRunBackend); ok && spec.Kind == provider.KindDelegatedRun {
+		switch req.Operation {
+		case OpCheckpointCreate, OpCheckpointList, OpCheckpointDelete, OpFork, OpRestore:
+			return failure(fmt.Errorf("provider %s is a %s provider: it has no native checkpoints: %w", spec.Name, spec.Kind, provider.ErrPrecondition)), false
+		}
+		return delegatedServer{b: db, spec: spec, rt: rt}.serve(ctx, req, out)
+	}
 	sb, ok := b.(provider.SSHLeaseBackend)
 	if !ok {
-		return failure(fmt.Errorf("provider %s is a %s provider; a provider program serves only %s providers", spec.Name, spec.Kind, provider.KindSSHLease))
+		return failure(fmt.Errorf("provider %s is a %s provider; a provider program serves only %s and %s providers", spec.Name, spec.Kind, provider.KindSSHLease, provider.KindDelegatedRun)), false
 	}
 	s := server{b: sb, spec: spec, rt: rt}
 	switch req.Operation {
 	case OpCapabilities:
-		return Response{Capabilities: s.capabilities()}
+		return Response{Capabilities: s.capabilities()}, false
 	case OpDoctor:
-		return s.doctor(ctx)
+		return doctorResponse(ctx, s.b, s.spec), false
 	case OpAcquire:
-		return s.acquire(ctx, req)
+		return s.acquire(ctx, req), false
 	case OpResolve:
-		return s.resolve(ctx, req)
+		return s.resolve(ctx, req), false
 	case OpList:
-		return s.list(ctx)
+		return s.list(ctx), false
 	case OpTouch:
-		return s.touch(ctx, req)
+		return s.touch(ctx, req), false
 	case OpRelease:
-		return s.release(ctx, req)
+		return s.release(ctx, req), false
 	case OpCheckpointCreate, OpCheckpointList, OpCheckpointDelete, OpFork, OpRestore:
-		return s.checkpointOp(ctx, req)
+		return s.checkpointOp(ctx, req), false
+	case OpRun, OpWriteFile, OpReadFile:
+		return failure(fmt.Errorf("provider %s is an %s provider: operation %s is a delegated provider's: %w", spec.Name, spec.Kind, req.Operation, provider.ErrPrecondition)), false
 	default: // OpCleanup; checkRequest refused the rest
-		return s.cleanup(ctx, req)
+		return s.cleanup(ctx, req), false
 	}
 }
 
@@ -127,6 +144,8 @@ func checkRequest(req Request) error {
 		}
 	case OpCheckpointList:
 		return nil
+	case OpRun, OpWriteFile, OpReadFile:
+		return checkDelegatedRequest(req)
 	case OpCheckpointCreate:
 		if req.Lease == nil || req.Checkpoint == nil {
 			return errors.New("request fields lease and checkpoint are required")
@@ -144,7 +163,7 @@ func checkRequest(req Request) error {
 			return errors.New("request fields lease and artifact are required")
 		}
 	default:
-		return fmt.Errorf("operation %q is not supported by a provider program (only ssh-lease operations are)", req.Operation)
+		return fmt.Errorf("operation %q is not supported by a provider program", req.Operation)
 	}
 	return nil
 }
@@ -186,10 +205,11 @@ type server struct {
 	rt   provider.Runtime
 }
 
-func (s server) doctor(ctx context.Context) Response {
-	d, ok := s.b.(provider.DoctorBackend)
+// doctorResponse answers doctor with b's own checks.
+func doctorResponse(ctx context.Context, b provider.Backend, spec provider.Spec) Response {
+	d, ok := b.(provider.DoctorBackend)
 	if !ok {
-		return Response{Message: "provider " + s.spec.Name + " has no checks"}
+		return Response{Message: "provider " + spec.Name + " has no checks"}
 	}
 	checks, err := d.Doctor(ctx)
 	if err != nil {
