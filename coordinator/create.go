@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -349,6 +350,12 @@ func applyTarget(l *store.Lease, t provider.LeaseTarget) {
 	}
 	if st := t.Labels["server_type"]; st != "" {
 		l.ServerType = st // the type the provider made, after any fallback
+	}
+	if l.EstimatedHourlyUSD == 0 {
+		// The operator priced it at nothing; the provider may know.
+		if usd, err := strconv.ParseFloat(t.Labels[provider.LabelHourlyUSD], 64); err == nil && usd > 0 && !math.IsInf(usd, 0) {
+			l.EstimatedHourlyUSD, l.MaxEstimatedUSD = usd, usd*float64(l.TTLSeconds)/3600
+		}
 	}
 }
 

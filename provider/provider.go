@@ -89,6 +89,13 @@ const (
 	FeatureDesktop Feature = "desktop"
 )
 
+// LabelHourlyUSD is the label in which a provider that knows what its
+// box costs (a GPU cloud quoting a pod's price) reports it, in US dollars
+// per hour as a decimal number. A coordinator counts a lease's usage and
+// spend at this price when its operator priced the provider's server type
+// at nothing.
+const LabelHourlyUSD = "hourly_usd"
+
 // Desktop boxes (FeatureDesktop).
 const (
 	// DesktopLabel is the lease label that asks for, and then marks, a
