@@ -25,7 +25,7 @@
 // not list it; crabbox's upstream documents it).
 //
 // A created pod is RUNNING. Like a real pod it has no publicIp and no
-// portMappings while it initialises (until it is first read); then it is
+// portMappings while it initialises (in the create's answer); then it is
 // a real SSH box from cloudtest: the fake boots the bootstrap crabbox
 // passes in the pod's CRABBOX_BOOTSTRAP environment variable (base64 of
 // the user data; the only crabbox-specific part of the fake, as a cloud
@@ -37,9 +37,11 @@
 package fakerunpod
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -376,6 +378,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, f.status, "fake "+http.StatusText(f.status))
 		return
 	case f.hang != nil:
+		// Read the body first: only then does the server notice that the
+		// client gave up (and end r's context).
+		_, _ = io.Copy(io.Discard, r.Body)
 		f.hang()
 		<-r.Context().Done()
 		return
@@ -410,7 +415,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) create(r *http.Request) (int, any) {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return http.StatusBadRequest, "invalid input: " + err.Error()
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var in createInput
 	if err := dec.Decode(&in); err != nil {
@@ -517,11 +526,11 @@ func clone[V any](m map[string]V) map[string]V {
 	return out
 }
 
-// readLocked counts a read of p: the first shows it initialising, the
-// second boots its box.
+// readLocked counts a read of p and boots its box at the first (the
+// create's answer shows it initialising).
 func (s *Server) readLocked(p *Pod) {
 	p.reads++
-	if p.reads < 2 || p.booted || p.DesiredStatus != "RUNNING" {
+	if p.booted || p.DesiredStatus != "RUNNING" {
 		return
 	}
 	p.booted = true
