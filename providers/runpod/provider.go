@@ -34,6 +34,11 @@
 //
 // RunPod pods have no tags, and changing a pod (PATCH /pods/{id}) may
 // reset it, wiping its container disk: the provider never changes a pod.
+// That is why it does not build on providers/internal/tagcloud, whose
+// lifecycle rewrites a machine's tags after its creation (ready, the SSH
+// port, every touch, failed or released on a failed delete); it uses the
+// same shared pieces (cloud.StartAcquire, the rollback stack,
+// FirstWithCapacity, WaitForSSH, ResolveLive, Sweep) directly.
 // crabbox's ownership labels are written once, at creation, in the pod's
 // CRABBOX_LABELS environment variable (read back with the pod), and its
 // name is crabbox-<lease ID>. So:
