@@ -15,6 +15,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/linode"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/proxmox"
+	_ "github.com/crabbox-dev/crabbox/providers/runpod"
 	_ "github.com/crabbox-dev/crabbox/providers/scaleway"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
 	_ "github.com/crabbox-dev/crabbox/providers/vercel"
