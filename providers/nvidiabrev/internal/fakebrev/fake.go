@@ -91,6 +91,21 @@ type Server struct {
 	lists   int
 	extra   []workspace // workspaces not made through the API (other users')
 	labels  map[int]map[string]string
+	events  []string
+}
+
+// Events returns the mutations done, in order: "create NAME",
+// "rename ID NAME", "delete ID".
+func (s *Server) Events() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events)
+}
+
+func (s *Server) event(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, fmt.Sprintf(format, args...))
 }
 
 // New returns a fake for the organization org accepting the API key key,
@@ -391,6 +406,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.labels[m.ID] = maps.Clone(in.Labels)
 	s.mu.Unlock()
+	s.event("create %s", in.Name)
 	reply(w, s.workspace(m))
 }
 
@@ -450,6 +466,9 @@ func (s *Server) modify(w http.ResponseWriter, r *http.Request, raw string) {
 		fail(w, http.StatusNotFound, "workspace "+raw+" not found")
 		return
 	}
+	if in.Name != "" {
+		s.event("rename %s %s", raw, in.Name)
+	}
 	reply(w, s.workspace(m))
 }
 
@@ -459,6 +478,7 @@ func (s *Server) delete(w http.ResponseWriter, raw string) {
 		x := s.extra[i]
 		s.extra = slices.Delete(s.extra, i, i+1)
 		s.mu.Unlock()
+		s.event("delete %s", raw)
 		x.Status = "DELETING"
 		reply(w, x)
 		return
@@ -473,6 +493,7 @@ func (s *Server) delete(w http.ResponseWriter, raw string) {
 		fail(w, http.StatusNotFound, "workspace "+raw+" not found")
 		return
 	}
+	s.event("delete %s", raw)
 	ws := s.workspace(m)
 	ws.Status = "DELETING"
 	reply(w, ws)
