@@ -96,3 +96,10 @@ func TestTagCloud(t *testing.T) {
 		return newEnv(t, cloudtest.NewFleet(t), nil).Env
 	}})
 }
+
+func release(t *testing.T, b provider.SSHLeaseBackend, target provider.LeaseTarget) {
+	t.Helper()
+	if err := b.ReleaseLease(t.Context(), provider.ReleaseRequest{Lease: target}); err != nil {
+		t.Fatal(err)
+	}
+}
