@@ -348,6 +348,9 @@ func (a *instances) Delete(ctx context.Context, id string) error {
 	if err := a.c.deleteWorkspace(ctx, id); err != nil && !errors.Is(err, provider.ErrNotFound) {
 		return err
 	}
+	a.mu.Lock()
+	delete(a.types, id)
+	a.mu.Unlock()
 	return nil
 }
 

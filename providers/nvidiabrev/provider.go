@@ -39,6 +39,7 @@ package nvidiabrev
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -293,14 +294,11 @@ func valid(s, extra string) bool {
 	return true
 }
 
-func validDisk(s string) bool {
-	n := strings.TrimRight(s, "GMTKi")
-	if n == "" || n == s && strings.ContainsAny(s, "GMTKi") {
-		return false
-	}
-	v, err := strconv.Atoi(n)
-	return err == nil && v > 0 && slices.Contains([]string{"", "Gi", "Ti", "G", "T"}, s[len(n):])
-}
+// validDisk: a disk size as Brev takes it, a Kubernetes quantity of
+// gigabytes or terabytes ("120Gi", "1Ti").
+func validDisk(s string) bool { return diskRE.MatchString(s) }
+
+var diskRE = regexp.MustCompile(`^[1-9][0-9]{0,5}(Gi|Ti|G|T)?$`)
 
 var (
 	_ provider.Provider        = Provider{}
