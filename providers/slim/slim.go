@@ -2,9 +2,11 @@
 // aliases, options and features as providers/all, but without linking any
 // cloud SDK, so that the command starts fast and builds quickly.
 //
-// The providers that need no SDK (local, ssh, docker, external, daytona,
-// e2b, runpod and vercel) are linked in-process. Each VM cloud (aws, azure, gcp,
-// hetzner, digitalocean, linode, proxmox, scaleway, vultr) is registered with its
+// The providers that need no SDK (imported below for their registration:
+// local, ssh, docker, external, the sandboxes speaking plain HTTP, the GPU
+// clouds) are linked in-process. Each provider whose client is large (the VM
+// clouds aws, azure, gcp, hetzner, digitalocean, linode, proxmox, scaleway,
+// vultr, and others) is registered with its
 // Spec from its light <name>spec package and served by its provider
 // program, crabbox-provider-<name> (cmd/crabbox-provider-<name>), over the
 // external provider protocol (providers/external.Plugin). The programs are
@@ -30,6 +32,7 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/hetzner/hetznerspec"
 	"github.com/crabbox-dev/crabbox/providers/linode/linodespec"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
+	_ "github.com/crabbox-dev/crabbox/providers/nvidiabrev"
 	"github.com/crabbox-dev/crabbox/providers/proxmox/proxmoxspec"
 	_ "github.com/crabbox-dev/crabbox/providers/runpod"
 	"github.com/crabbox-dev/crabbox/providers/scaleway/scalewayspec"
