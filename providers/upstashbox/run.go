@@ -26,17 +26,21 @@ import (
 // and stderr to a temporary file; once it ends the script prints the
 // marker and that file, and exits with the command's status (128+N for a
 // command ended by signal N). A PID file whose ".cancel" twin exists (the
-// kill came first) ends the command before it starts. Exit status 125
+// kill came first) ends the command before it starts. The script's own
+// stderr is /dev/null once the command starts, so that the shell's notes
+// ("Terminated") stay out of the output. Exit status 125
 // before the marker means the command never started.
 const runScript = `d=$1 m=$2 e=$3 p=$4
 shift 4
 mkdir -p -- "$d" && cd -- "$d" || exit 125
 if [ -n "$e" ]; then set -a; . "$e"; r=$?; set +a; rm -f -- "$e"; [ "$r" = 0 ] || exit 125; fi
 t=$(mktemp) || exit 125
-sh -c 'echo "$$" >"$1" && [ ! -e "$1.cancel" ] || exit 130
-shift
+exec 2>/dev/null
+sh -c 'exec 2>"$2" </dev/null
+echo "$$" >"$1" && [ ! -e "$1.cancel" ] || exit 130
+shift 2
 if command -v setsid >/dev/null 2>&1; then exec setsid "$@"; fi
-exec "$@"' crabbox "$p" "$@" 2>"$t" </dev/null
+exec "$@"' crabbox "$p" "$t" "$@"
 s=$?
 rm -f -- "$p" "$p.cancel"
 printf '%s' "$m"
@@ -54,10 +58,10 @@ i=0
 while [ ! -s "$p" ] && [ "$i" -lt 5 ]; do sleep 1; i=$((i+1)); done
 c=$(cat -- "$p" 2>/dev/null) || exit 0
 [ -n "$c" ] || exit 0
-kill -TERM -- "-$c" 2>/dev/null || kill -TERM "$c" 2>/dev/null
+kill -TERM "-$c" 2>/dev/null || kill -TERM "$c" 2>/dev/null
 i=0
-while { kill -0 -- "-$c" || kill -0 "$c"; } 2>/dev/null && [ "$i" -lt "$g" ]; do sleep 1; i=$((i+1)); done
-kill -KILL -- "-$c" 2>/dev/null
+while { kill -0 "-$c" || kill -0 "$c"; } 2>/dev/null && [ "$i" -lt "$g" ]; do sleep 1; i=$((i+1)); done
+kill -KILL "-$c" 2>/dev/null
 kill -KILL "$c" 2>/dev/null
 exit 0`
 
