@@ -98,8 +98,8 @@ type fakeBox struct {
 
 type fakeBoxState struct {
 	ID, Name, Size, Runtime, Home string
-	Labels                         []string
-	CreatedAt, ExpiresAt           time.Time
+	Labels                        []string
+	CreatedAt, ExpiresAt          time.Time
 }
 
 func newFake(t testing.TB, clock clockwork.Clock) *fakeBox {
