@@ -94,10 +94,13 @@ type fakeBox struct {
 	procs   map[*exec.Cmd]string // running commands, to their box
 	closing chan struct{}
 	calls   map[string]int
+	// commands are the commands of exec and exec-stream calls, in order.
+	commands [][]string
 }
 
 type fakeBoxState struct {
 	ID, Name, Size, Runtime, Home string
+	Status                        string
 	Labels                        []string
 	CreatedAt, ExpiresAt          time.Time
 }
@@ -145,6 +148,13 @@ func (f *fakeBox) fail(op string, ft fault) {
 	f.faults[op] = &ft
 }
 
+// clear removes op's fault.
+func (f *fakeBox) clear(op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.faults, op)
+}
+
 func (f *fakeBox) event(format string, args ...any) {
 	f.events = append(f.events, fmt.Sprintf(format, args...))
 }
@@ -177,6 +187,20 @@ func (f *fakeBox) IDs() []string {
 	return out
 }
 
+// setStatus sets a box's status (an "error" box, say).
+func (f *fakeBox) setStatus(id, status string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.boxes[id].Status = status
+}
+
+// Commands returns the commands run so far.
+func (f *fakeBox) Commands() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.commands)
+}
+
 // box returns a copy of a box.
 func (f *fakeBox) box(id string) fakeBoxState {
 	f.mu.Lock()
@@ -206,7 +230,7 @@ func (f *fakeBox) newBox(name string, labels []string, runtime, size string, ttl
 		f.t.Errorf("fake: %v", err)
 	}
 	now := f.clock.Now().Truncate(time.Second)
-	b := &fakeBoxState{ID: id, Name: name, Labels: labels, Runtime: runtime, Size: size, Home: home, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	b := &fakeBoxState{ID: id, Name: name, Labels: labels, Runtime: runtime, Size: size, Home: home, Status: "idle", CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	f.boxes[id] = b
 	f.event("create %s %s", id, name)
 	return b
@@ -322,7 +346,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 // boxJSON is a box as the API shows it (BoxData and EphemeralBoxData).
 func (b *fakeBoxState) json() map[string]any {
 	return map[string]any{
-		"id": b.ID, "name": b.Name, "labels": b.Labels, "size": b.Size, "runtime": b.Runtime, "status": "idle",
+		"id": b.ID, "name": b.Name, "labels": b.Labels, "size": b.Size, "runtime": b.Runtime, "status": b.Status,
 		"ephemeral": true, "expires_at": b.ExpiresAt.Unix(), "created_at": b.CreatedAt.Unix(), "updated_at": b.CreatedAt.Unix(),
 	}
 }
@@ -443,6 +467,7 @@ func (f *fakeBox) command(b fakeBoxState, argv []string, out, errOut io.Writer) 
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.commands = append(f.commands, slices.Clone(argv))
 	if _, ok := f.boxes[b.ID]; !ok {
 		return nil, errors.New("box deleted")
 	}
@@ -543,6 +568,12 @@ func (f *fakeBox) execStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code := f.wait(c)
+	f.mu.Lock()
+	_, alive := f.boxes[b.ID]
+	f.mu.Unlock()
+	if !alive {
+		panic(http.ErrAbortHandler) // the box went away under the command: the stream breaks
+	}
 	fmt.Fprintf(fw, "event: exit\ndata: %s\n\n", mustJSON(map[string]any{"exit_code": code, "cpu_ns": 0}))
 }
 
