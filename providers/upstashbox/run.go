@@ -107,7 +107,7 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 		return provider.DelegatedRunResult{}, err
 	}
 	token := randomHex()
-	marker := "\n--crabbox-stderr-" + token + "--\n"
+	marker := "\x1ecrabbox-stderr-" + token + "\x1e"
 	pidFile := "/tmp/crabbox-run-" + token + ".pid"
 	envFile := ""
 	if len(req.Env) > 0 {
@@ -157,8 +157,7 @@ func randomHex() string {
 }
 
 // follow reads an exec-stream answer: runScript's stdout, copied to stdout
-// as it arrives (holding back what may be the start of the marker or of an
-// event), then after the marker its stderr, copied to stderr at the end,
+// as it arrives (holding back what may be the start of the marker), then after the marker its stderr, copied to stderr at the end,
 // then the exit event, whose exit code it returns. An error event, a
 // stream that ends without an exit event, or an exit before the marker
 // (runScript failed before the command started) is an error.
@@ -233,19 +232,18 @@ func eventIndex(p []byte) int {
 	return min(i, j)
 }
 
-// heldBack is the length of the longest end of p that begins the marker
-// or an event, which may continue in the next read.
+// heldBack is the length of the longest end of p that begins the marker,
+// which may continue in the next read. (The marker starts with an ASCII
+// record separator, which output seldom ends with, so output is not held
+// back; an event split across reads is not held back either, and ends the
+// run with an error all the same.)
 func heldBack(p []byte, marker string) int {
-	longest := 0
-	for _, m := range []string{marker, exitEvent, errorEvent} {
-		for n := min(len(m)-1, len(p)); n > longest; n-- {
-			if bytes.HasSuffix(p, []byte(m[:n])) {
-				longest = n
-				break
-			}
+	for n := min(len(marker)-1, len(p)); n > 0; n-- {
+		if bytes.HasSuffix(p, []byte(marker[:n])) {
+			return n
 		}
 	}
-	return longest
+	return 0
 }
 
 // lastEvent parses the last event of tail: the exit code of an exit

@@ -340,8 +340,8 @@ func TestRunStreamEdges(t *testing.T) {
 	ctx := context.Background()
 	v := e.warmup("", nil)
 	dir := e.fake.dir + "/work"
-	code, out, _, err := e.run(ctx, v.ID, dir, "printf", "%s", "\n--crabbox-stderr-\nevent: exi")
-	if err != nil || code != 0 || out != "\n--crabbox-stderr-\nevent: exi" {
+	code, out, _, err := e.run(ctx, v.ID, dir, "printf", "%s", "\x1ecrabbox-stderr-\nevent: exi\x1ecrabbox")
+	if err != nil || code != 0 || out != "\x1ecrabbox-stderr-\nevent: exi\x1ecrabbox" {
 		t.Errorf("Run printing look-alikes = %d, %q, %v", code, out, err)
 	}
 	e.fake.fail(opStream, fault{drop: true, times: 1})
