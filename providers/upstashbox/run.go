@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -48,14 +49,16 @@ cat -- "$t"
 rm -f -- "$t"
 exit "$s"`
 
-// killScript ends the command of a PID file ($1): it leaves a ".cancel"
-// file so that a command not started yet never starts, waits up to 5
-// seconds for the PID file of one that is starting, sends SIGTERM to its
-// process group, and SIGKILL once $2 seconds have passed.
+// killScript ends the command of a PID file ($1): it removes the run's
+// environment file ($3, if any), leaves a ".cancel" file so that a command
+// not started yet never starts, waits up to $4 seconds for the PID file of
+// one that is starting, sends SIGTERM to its process group, and SIGKILL
+// once $2 seconds have passed.
 const killScript = `p=$1 g=$2
+[ -z "$3" ] || rm -f -- "$3"
 : >"$p.cancel"
 i=0
-while [ ! -s "$p" ] && [ "$i" -lt 5 ]; do sleep 1; i=$((i+1)); done
+while [ ! -s "$p" ] && [ "$i" -lt "$4" ]; do sleep 1; i=$((i+1)); done
 c=$(cat -- "$p" 2>/dev/null) || exit 0
 [ -n "$c" ] || exit 0
 kill -TERM "-$c" 2>/dev/null || kill -TERM "$c" 2>/dev/null
@@ -119,9 +122,9 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 	command := append([]string{"sh", "-c", runScript, "crabbox", dir, marker, envFile, pidFile}, req.Command...)
 	body, err := b.api.execStream(ctx, bx.ID, command)
 	if err != nil {
-		// A start that may have happened is ended, and a command that
-		// was never started never starts.
-		if kerr := b.kill(ctx, bx.ID, pidFile); kerr != nil {
+		// A start that may have happened is ended, a command that was
+		// never started never starts, and its environment file goes.
+		if kerr := b.kill(ctx, bx.ID, pidFile, envFile, !definite(err)); kerr != nil {
 			err = errors.Join(err, kerr)
 		}
 		return provider.DelegatedRunResult{}, fmt.Errorf("upstash-box: run on %s: %w", req.LeaseID, err)
@@ -130,7 +133,7 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 	exit, err := follow(body, marker, orDiscard(req.Stdout), orDiscard(req.Stderr))
 	body.Close()
 	if err != nil {
-		if kerr := b.kill(ctx, bx.ID, pidFile); kerr != nil {
+		if kerr := b.kill(ctx, bx.ID, pidFile, envFile, true); kerr != nil {
 			err = errors.Join(err, kerr)
 		}
 		if ctx.Err() != nil {
@@ -283,13 +286,19 @@ func eventData(p []byte) ([]byte, bool) {
 	return bytes.TrimSpace(data), ok
 }
 
-// kill ends the command of pidFile, even when ctx has ended (see
-// killScript). A box that is gone has nothing left to kill.
-func (b *Backend) kill(ctx context.Context, box, pidFile string) error {
+// kill ends the command of pidFile, even when ctx has ended, and removes
+// its environment file (see killScript); it waits for a command that may
+// be starting only when maybeStarting. A box that is gone has nothing
+// left to kill.
+func (b *Backend) kill(ctx context.Context, box, pidFile, envFile string, maybeStarting bool) error {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout+b.cfg.KillGrace)
 	defer cancel()
-	grace := int((b.cfg.KillGrace + 999_999_999) / 1_000_000_000)
-	res, err := b.api.exec(kctx, box, []string{"sh", "-c", killScript, "crabbox", pidFile, strconv.Itoa(grace)})
+	grace := int((b.cfg.KillGrace + time.Second - 1) / time.Second)
+	startWait := "0"
+	if maybeStarting {
+		startWait = "5"
+	}
+	res, err := b.api.exec(kctx, box, []string{"sh", "-c", killScript, "crabbox", pidFile, strconv.Itoa(grace), envFile, startWait})
 	if errors.Is(err, provider.ErrNotFound) {
 		return nil
 	}

@@ -351,6 +351,16 @@ func TestRunStreamEdges(t *testing.T) {
 	if n := e.fake.Calls(opExec); n == 0 {
 		t.Error("no kill after the cut stream")
 	}
+	// A start the API refused leaves no environment file behind.
+	e.fake.fail(opStream, fault{status: http.StatusBadRequest, times: 1})
+	_, err = e.b.Run(ctx, provider.DelegatedRunRequest{LeaseID: v.ID, Dir: dir, Env: map[string]string{"SECRET": "x"}, Command: []string{"true"}})
+	if err == nil {
+		t.Error("Run succeeded despite the refused start")
+	}
+	code, left, _, err := e.run(ctx, v.ID, dir, "sh", "-c", `ls /tmp | grep -c '^crabbox-run-.*\.env$' || true`)
+	if err != nil || code != 0 || strings.TrimSpace(left) != "0" {
+		t.Errorf("environment files left in /tmp after a refused start: %q (%v)", left, err)
+	}
 }
 
 // An error answer carrying the API key does not put it in an error.
