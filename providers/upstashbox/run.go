@@ -23,25 +23,25 @@ import (
 // in (made if missing), the marker that separates stdout from stderr, the
 // environment file to source (and remove) or "", the PID file, then the
 // command. The command runs in a session of its own (setsid, when the
-// image has it) whose ID its PID file holds, with stdin from /dev/null
-// and stderr to a temporary file; once it ends the script prints the
-// marker and that file, and exits with the command's status (128+N for a
-// command ended by signal N). A PID file whose ".cancel" twin exists (the
-// kill came first) ends the command before it starts. The script's own
-// stderr is /dev/null once the command starts, so that the shell's notes
-// ("Terminated") stay out of the output. Exit status 125
-// before the marker means the command never started.
+// image has it) whose ID its PID file holds, with the environment file's
+// variables (sourced just before it starts, so that they cannot change
+// the script's own), stdin from /dev/null and stderr to a temporary file;
+// once it ends the script prints the marker and that file, and exits with
+// the command's status (128+N for a command ended by signal N). A PID
+// file whose ".cancel" twin exists (the kill came first) ends the command
+// before it starts. The script's own stderr is /dev/null once the command
+// starts, so that the shell's notes ("Terminated") stay out of the output.
+// Exit status 125 before the marker means the command never started.
 const runScript = `d=$1 m=$2 e=$3 p=$4
 shift 4
-mkdir -p -- "$d" && cd -- "$d" || exit 125
-if [ -n "$e" ]; then set -a; . "$e"; r=$?; set +a; rm -f -- "$e"; [ "$r" = 0 ] || exit 125; fi
-t=$(mktemp) || exit 125
+t=$(mkdir -p -- "$d" && cd -- "$d" && mktemp) && cd -- "$d" || { [ -z "$e" ] || rm -f -- "$e"; exit 125; }
 exec 2>/dev/null
 sh -c 'exec 2>"$2" </dev/null
-echo "$$" >"$1" && [ ! -e "$1.cancel" ] || exit 130
-shift 2
+echo "$$" >"$1" && [ ! -e "$1.cancel" ] || { [ -z "$3" ] || rm -f -- "$3"; exit 130; }
+if [ -n "$3" ]; then set -a; . "$3"; set +a; rm -f -- "$3"; fi
+shift 3
 if command -v setsid >/dev/null 2>&1; then exec setsid "$@"; fi
-exec "$@"' crabbox "$p" "$t" "$@"
+exec "$@"' crabbox "$p" "$t" "$e" "$@"
 s=$?
 rm -f -- "$p" "$p.cancel"
 printf '%s' "$m"

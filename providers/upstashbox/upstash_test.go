@@ -297,7 +297,8 @@ func TestRetries(t *testing.T) {
 
 // Run gives the exact exit code, stdout as it comes and stderr apart, in
 // the directory asked for, with the environment sourced from a file: no
-// value is in a command's arguments, and the file is gone afterwards.
+// value is in a command's arguments, variables named like the run
+// script's own change nothing, and the file is gone afterwards.
 func TestRun(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -305,7 +306,7 @@ func TestRun(t *testing.T) {
 	dir := e.fake.dir + "/work/sub"
 	var out, errOut strings.Builder
 	res, err := e.b.Run(ctx, provider.DelegatedRunRequest{
-		LeaseID: v.ID, Dir: dir, Env: map[string]string{"SECRET": "s3cr3t value", "QUOTE": "it's"},
+		LeaseID: v.ID, Dir: dir, Env: map[string]string{"SECRET": "s3cr3t value", "QUOTE": "it's", "p": "/nowhere", "t": "/nowhere", "m": "x"},
 		Command: []string{"sh", "-c", `printf '%s|%s|%s' "$SECRET" "$QUOTE" "$(pwd)"; printf 'no newline' >&2; exit 42`},
 		Stdout:  &out, Stderr: &errOut,
 	})
