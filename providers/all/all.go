@@ -19,6 +19,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/runpod"
 	_ "github.com/crabbox-dev/crabbox/providers/scaleway"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
+	_ "github.com/crabbox-dev/crabbox/providers/upstashbox"
 	_ "github.com/crabbox-dev/crabbox/providers/vercel"
 	_ "github.com/crabbox-dev/crabbox/providers/vultr"
 )

@@ -37,6 +37,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/runpod"
 	"github.com/crabbox-dev/crabbox/providers/scaleway/scalewayspec"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
+	_ "github.com/crabbox-dev/crabbox/providers/upstashbox"
 	_ "github.com/crabbox-dev/crabbox/providers/vercel"
 	"github.com/crabbox-dev/crabbox/providers/vultr/vultrspec"
 )
