@@ -39,11 +39,14 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 var errSessionEnded = errors.New("the session ended while the command ran: the pool ends a session after its cooldown period without requests, or it was deleted; the command's outcome is unknown")
 
 // wrapper runs "$@" (after $1, the run directory) in a directory with the
-// output going to the run directory, and records its exit status there
-// once it has ended: $? is the command's own, 128+N for signal N.
-const wrapper = `d=$1; shift
-{ mkdir -p -- "$CRABBOX_DIR" && cd -- "$CRABBOX_DIR" && unset CRABBOX_DIR && "$@"; } </dev/null >"$d/out" 2>"$d/err"
-echo $? >"$d/exit.tmp" && mv -f -- "$d/exit.tmp" "$d/exit"`
+// command's output going to the run directory, and records its exit
+// status there once it has ended: $? is the command's own, 128+N for
+// signal N. The command runs as a job the wrapper waits for, so that sh
+// reports nothing of a child killed by a signal on the command's stderr.
+const wrapper = `d=$1; shift; s=0
+mkdir -p -- "$CRABBOX_DIR" 2>>"$d/err" && cd -- "$CRABBOX_DIR" 2>>"$d/err" || s=$?
+if [ "$s" = 0 ]; then unset CRABBOX_DIR; "$@" </dev/null >>"$d/out" 2>>"$d/err" & wait $!; s=$?; fi
+echo "$s" >"$d/exit.tmp" && mv -f -- "$d/exit.tmp" "$d/exit"`
 
 // startScript starts the command in the background of the session, in
 // a process group of its own where setsid exists. A start that is tried
