@@ -104,7 +104,9 @@ func newFake(t *testing.T, clock clockwork.Clock, cooldown time.Duration) *fakeP
 	return f
 }
 
-func (f *fakePool) URL() string { return f.srv.URL + "/subscriptions/sub/resourceGroups/rg/sessionPools/pool" }
+func (f *fakePool) URL() string {
+	return f.srv.URL + "/subscriptions/sub/resourceGroups/rg/sessionPools/pool"
+}
 
 // fail makes the next n requests to path (all paths when empty) answer
 // status with Retry-After retryAfter.
