@@ -95,6 +95,9 @@ func (b *Backend) Warmup(ctx context.Context, req provider.WarmupRequest) (provi
 	sid := b.Identifier(req.LeaseID)
 	var se sessionJSON
 	err = b.api.upload(ctx, sid, crabboxDir, recordName, raw)
+	// A session exists once the upload was carried out, or may when its
+	// answer was lost; only a refusal made none.
+	made := err == nil || !definite(err)
 	if err == nil {
 		se, err = b.api.getSession(ctx, sid)
 	}
@@ -102,7 +105,7 @@ func (b *Backend) Warmup(ctx context.Context, req provider.WarmupRequest) (provi
 		err = checkCooldown(se, req.IdleTimeout)
 	}
 	if err != nil {
-		if !definite(err) || errors.Is(err, provider.ErrPrecondition) {
+		if made {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
 			if rerr := b.api.deleteSession(rctx, sid); rerr != nil && !errors.Is(rerr, provider.ErrNotFound) {

@@ -213,8 +213,15 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 		err = fmt.Errorf("start %s: the session did not start it (output %q)", req.Command[0], truncate(out, 200))
 	}
 	if err != nil {
+		if !definite(err) {
+			// The command may have started: end it (a run directory
+			// that was never made needs no kill).
+			if kerr := b.kill(ctx, sid, runDir); kerr != nil {
+				err = errors.Join(err, kerr)
+			}
+		}
 		if ctx.Err() != nil {
-			err = errors.Join(ctx.Err(), err, b.kill(ctx, sid, runDir))
+			err = errors.Join(ctx.Err(), err)
 		}
 		return fail(err)
 	}
