@@ -5,6 +5,7 @@ package all
 import (
 	_ "github.com/crabbox-dev/crabbox/providers/aws"
 	_ "github.com/crabbox-dev/crabbox/providers/azure"
+	_ "github.com/crabbox-dev/crabbox/providers/azuredynamicsessions"
 	_ "github.com/crabbox-dev/crabbox/providers/daytona"
 	_ "github.com/crabbox-dev/crabbox/providers/digitalocean"
 	_ "github.com/crabbox-dev/crabbox/providers/docker"
