@@ -23,6 +23,7 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/aws/awsspec"
 	"github.com/crabbox-dev/crabbox/providers/azure/azurespec"
+	"github.com/crabbox-dev/crabbox/providers/azuredynamicsessions/azuredynamicsessionsspec"
 	_ "github.com/crabbox-dev/crabbox/providers/daytona"
 	"github.com/crabbox-dev/crabbox/providers/digitalocean/digitaloceanspec"
 	_ "github.com/crabbox-dev/crabbox/providers/docker"
@@ -46,11 +47,12 @@ import (
 // crabbox-provider-<provider name>.
 const ProgramPrefix = "crabbox-provider-"
 
-// Clouds are the Specs of the providers served by their programs, in the
-// order of their names.
+// Clouds are the Specs of the providers served by their programs (the VM
+// clouds, and the providers whose client is as large), in the order of
+// their names.
 func Clouds() []provider.Spec {
 	return []provider.Spec{
-		awsspec.Spec(), azurespec.Spec(), digitaloceanspec.Spec(), gcpspec.Spec(),
+		awsspec.Spec(), azurespec.Spec(), azuredynamicsessionsspec.Spec(), digitaloceanspec.Spec(), gcpspec.Spec(),
 		hetznerspec.Spec(), linodespec.Spec(), proxmoxspec.Spec(), scalewayspec.Spec(), vultrspec.Spec(),
 	}
 }
