@@ -18,10 +18,16 @@ import (
 // rest the command. After the command it writes a newline and the marker
 // to stdout and to stderr: Tensorlake streams output as lines, and the
 // marker says where the command's output ends and whether its last line
-// had a newline (see lineWriter). It exits with the command's status.
-const runScript = `m=$1; d=$2; shift 2
-if [ -n "$d" ] && ! { mkdir -p -- "$d" && cd -- "$d"; }; then rc=126; else "$@"; rc=$?; fi
-printf '\n%s\n' "$m"; printf '\n%s\n' "$m" >&2
+// had a newline (see lineWriter). It exits with the command's status
+// (128+N for a signal). The shell's own stderr is /dev/null, the
+// command's is the original (fd 3), and the command is waited for as a
+// background job, so that the shell adds no "Terminated" of its own to
+// the command's output.
+const runScript = `exec 3>&2 4<&0 2>/dev/null
+m=$1; d=$2; shift 2
+if [ -n "$d" ] && ! { mkdir -p -- "$d" 2>&3 && cd -- "$d"; }; then rc=126
+else "$@" 2>&3 <&4 3>&- 4<&- & wait $!; rc=$?; fi
+printf '\n%s\n' "$m"; printf '\n%s\n' "$m" >&3
 exit $rc`
 
 // killTreeScript kills process $1 and its descendants, stopping each
