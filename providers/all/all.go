@@ -17,6 +17,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/proxmox"
 	_ "github.com/crabbox-dev/crabbox/providers/scaleway"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
+	_ "github.com/crabbox-dev/crabbox/providers/tensorlake"
 	_ "github.com/crabbox-dev/crabbox/providers/vercel"
 	_ "github.com/crabbox-dev/crabbox/providers/vultr"
 )

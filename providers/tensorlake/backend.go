@@ -33,8 +33,9 @@ const pollInterval = 2 * time.Second
 // namePrefix starts the name of every sandbox crabbox makes.
 const namePrefix = "crabbox-"
 
-// LabelsFile is the file, under the work root, holding the lease's labels.
-const LabelsFile = ".crabbox-lease.json"
+// LabelsFile is the file, under the work root, holding the labels of
+// lease ID id.
+func LabelsFile(id string) string { return ".crabbox-lease-" + id + ".json" }
 
 // Backend is the Tensorlake provider's delegated backend. It keeps, per
 // lease, how to reach its sandbox's proxy (learnt at Warmup or looked up
@@ -169,7 +170,7 @@ func (b *Backend) Warmup(ctx context.Context, req provider.WarmupRequest) (view 
 	if err != nil {
 		return view, fmt.Errorf("tensorlake provider: warmup %s: %w", req.LeaseID, err)
 	}
-	if err := p.writeBytes(ctx, b.labelsPath(), doc); err != nil {
+	if err := p.writeBytes(ctx, b.labelsPath(req.LeaseID), doc); err != nil {
 		return view, fmt.Errorf("tensorlake provider: warmup %s: write the lease's labels: %w", req.LeaseID, cloud.Failed(stepLabels, err))
 	}
 	b.remember(req.LeaseID, p)
@@ -180,7 +181,7 @@ func (b *Backend) Warmup(ctx context.Context, req provider.WarmupRequest) (view 
 	}, nil
 }
 
-func (b *Backend) labelsPath() string { return b.cfg.WorkRoot + "/" + LabelsFile }
+func (b *Backend) labelsPath(id string) string { return b.cfg.WorkRoot + "/" + LabelsFile(id) }
 
 // timeoutUntil is the sandbox timeout (whole seconds from now, rounded
 // up) for an expiry.
@@ -372,7 +373,8 @@ func (b *Backend) readLabels(ctx context.Context, sb sandboxInfo) (map[string]st
 	if err != nil {
 		return nil, err
 	}
-	rc, err := p.readFile(ctx, b.labelsPath())
+	id, _, _ := b.parseName(sb.Name)
+	rc, err := p.readFile(ctx, b.labelsPath(id))
 	if err != nil {
 		return nil, err
 	}

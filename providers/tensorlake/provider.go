@@ -16,7 +16,7 @@
 // is therefore in the sandbox's name, "crabbox-<owner>-<lease hex>-<slug>"
 // (the owner as a short hash), which list, status and stop match; the rest
 // of the lease's labels (TTL, idle timeout, the caller's labels) is a file
-// in the sandbox, <work-root>/.crabbox-lease.json, read back by List and
+// in the sandbox, <work-root>/.crabbox-lease-<lease ID>.json, read back by List and
 // Status while the sandbox runs.
 //
 // Warmup creates the sandbox, waits for it to run and writes the labels
