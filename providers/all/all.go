@@ -21,6 +21,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/scaleway"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
 	_ "github.com/crabbox-dev/crabbox/providers/upstashbox"
+	_ "github.com/crabbox-dev/crabbox/providers/tensorlake"
 	_ "github.com/crabbox-dev/crabbox/providers/vercel"
 	_ "github.com/crabbox-dev/crabbox/providers/vultr"
 )

@@ -39,6 +39,7 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/scaleway/scalewayspec"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
 	_ "github.com/crabbox-dev/crabbox/providers/upstashbox"
+	_ "github.com/crabbox-dev/crabbox/providers/tensorlake"
 	_ "github.com/crabbox-dev/crabbox/providers/vercel"
 	"github.com/crabbox-dev/crabbox/providers/vultr/vultrspec"
 )
