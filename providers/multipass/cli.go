@@ -92,7 +92,9 @@ func kind(code int, msg string, err error) error {
 		return provider.ErrPrecondition
 	case strings.Contains(lower, "does not exist"):
 		return provider.ErrNotFound
-	case strings.Contains(lower, "already exists"):
+	case strings.Contains(lower, "already exists"), strings.Contains(lower, "cannot shut down"):
+		// "Cannot shut down instance NAME while starting." (suspending):
+		// the instance is busy (base_virtual_machine.cpp).
 		return provider.ErrConflict
 	case code == exitTimeout, strings.Contains(lower, "timed out"):
 		return provider.ErrTransient

@@ -26,7 +26,7 @@ type instances struct {
 var _ tagcloud.API = (*instances)(nil)
 
 // Create records the instance's labels, then launches it with the
-// bootstrap as cloud-init user data and reads it. The labels come first,
+// bootstrap as cloud-init user data. The labels come first,
 // so that a launch whose answer is lost, or that fails half-way (the
 // instance made but not running), leaves an instance the rollback finds
 // by its lease. A launch that failed without making the instance removes
@@ -47,7 +47,8 @@ func (a *instances) Create(ctx context.Context, s tagcloud.Spec) (tagcloud.Machi
 		a.forgetUnlaunched(ctx, s.Name)
 		return tagcloud.Machine{}, fmt.Errorf("launch instance %s: %w", s.Name, err)
 	}
-	return a.Get(ctx, s.Name)
+	// The lifecycle reads it next, waiting for its address.
+	return tagcloud.Machine{ID: s.Name, Tags: slices.Clone(s.Tags), Status: "launched"}, nil
 }
 
 // forgetUnlaunched removes the labels of instance name after a failed

@@ -176,8 +176,8 @@ func Parse(cfg provider.Config) (Config, error) {
 	}
 	var err error
 	if s := strings.TrimSpace(cfg["cpus"]); s != "" {
-		if c.CPUs, err = strconv.Atoi(s); err != nil {
-			return c, fmt.Errorf("%s provider: option cpus: %q is not a whole number", Name, s)
+		if c.CPUs, err = strconv.Atoi(s); err != nil || c.CPUs < 1 {
+			return c, fmt.Errorf("%s provider: option cpus: %q is not a whole number of at least 1", Name, s)
 		}
 	}
 	if s := strings.TrimSpace(cfg["launch-timeout"]); s != "" {
