@@ -27,7 +27,35 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/multipass/internal/fakemultipass"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(programEnv) != "" {
+		os.Exit(program(os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// programEnv makes the test binary a tiny multipass program (program),
+// for the tests of the real command runner.
+const programEnv = "CRABBOX_TEST_MULTIPASS_PROGRAM"
+
+// program answers as multipass does with no instances: version, an empty
+// list, and info of an instance that does not exist.
+func program(args []string) int {
+	switch strings.Join(args, " ") {
+	case "version --format json":
+		fmt.Println(`{"multipass": "1.16.1", "multipassd": "1.16.1"}`)
+	case "list --format json":
+		fmt.Println(`{"list": []}`)
+	default:
+		if len(args) == 4 && args[0] == "info" {
+			fmt.Fprintf(os.Stderr, "info failed: instance %q does not exist\n", args[3])
+			return 2
+		}
+		fmt.Fprintf(os.Stderr, "Unknown command: %q\n", args)
+		return 1
+	}
+	return 0
+}
 
 const bin = "/snap/bin/multipass"
 
@@ -449,5 +477,26 @@ func TestDoctor(t *testing.T) {
 				t.Errorf("checks %q (-want +got OK):\n%s", text, diff)
 			}
 		})
+	}
+}
+
+// TestRealRunner: through os/exec, as crabbox runs multipass, the exit
+// code and message of a failed command give its error.
+func TestRealRunner(t *testing.T) {
+	t.Setenv(programEnv, "1")
+	b, err := multipass.New(multipass.Config{Binary: os.Args[0]}, provider.Runtime{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks, err := b.Doctor(t.Context())
+	if err != nil || len(checks) != 3 || !checks[0].OK || !checks[1].OK || !checks[2].OK {
+		t.Errorf("Doctor = %+v, %v", checks, err)
+	}
+	lease := provider.LeaseTarget{LeaseID: "cbx_0123456789ab", CloudID: "crabbox-cbx-0123456789ab"}
+	_, err = b.Touch(t.Context(), provider.TouchRequest{Lease: lease, Now: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+	var cerr *multipass.CLIError
+	if !errors.Is(err, provider.ErrNotFound) || !errors.As(err, &cerr) || cerr.Code != 2 ||
+		cerr.Message != `info failed: instance "crabbox-cbx-0123456789ab" does not exist` {
+		t.Errorf("Touch of a missing instance = %v (%+v), want ErrNotFound with multipass's message and exit code 2", err, cerr)
 	}
 }
