@@ -16,6 +16,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/linode"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/nvidiabrev"
+	_ "github.com/crabbox-dev/crabbox/providers/multipass"
 	_ "github.com/crabbox-dev/crabbox/providers/proxmox"
 	_ "github.com/crabbox-dev/crabbox/providers/runpod"
 	_ "github.com/crabbox-dev/crabbox/providers/scaleway"

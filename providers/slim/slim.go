@@ -34,6 +34,7 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/linode/linodespec"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/nvidiabrev"
+	_ "github.com/crabbox-dev/crabbox/providers/multipass"
 	"github.com/crabbox-dev/crabbox/providers/proxmox/proxmoxspec"
 	_ "github.com/crabbox-dev/crabbox/providers/runpod"
 	"github.com/crabbox-dev/crabbox/providers/scaleway/scalewayspec"

@@ -144,6 +144,11 @@ type Bootstrap struct {
 	// Packages are installed (with the image's package manager) when one
 	// of their commands is missing; git, tar, curl and sudo when empty.
 	Packages []string
+	// AgentUsers are users of the image's own management agent that sshd
+	// lets in as well, each with the keys the image gave it (multipass
+	// manages its instances as ubuntu over SSH, with a key of its daemon,
+	// and fails them when it cannot). None when empty.
+	AgentUsers []string
 }
 
 // The patterns are compiled on first use, not at every start of the CLI,
@@ -179,7 +184,7 @@ func (b Bootstrap) withDefaults() (Bootstrap, error) {
 	if len(b.Packages) == 0 {
 		b.Packages = defaultPackages
 	}
-	b.Ports, b.Packages = slices.Clone(b.Ports), slices.Clone(b.Packages)
+	b.Ports, b.Packages, b.AgentUsers = slices.Clone(b.Ports), slices.Clone(b.Packages), slices.Clone(b.AgentUsers)
 	pub, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(b.AuthorizedKey))
 	switch {
 	case err != nil:
@@ -196,6 +201,11 @@ func (b Bootstrap) withDefaults() (Bootstrap, error) {
 	}
 	if !userPattern().MatchString(b.User) {
 		return b, fmt.Errorf("bootstrap: user %q: want a lowercase Linux user name", b.User)
+	}
+	for _, u := range b.AgentUsers {
+		if !userPattern().MatchString(u) || u == b.User {
+			return b, fmt.Errorf("bootstrap: agent user %q: want a lowercase Linux user name other than %s", u, b.User)
+		}
 	}
 	for _, p := range b.Ports {
 		if p <= 0 || p > 65535 {
@@ -240,6 +250,7 @@ func (b Bootstrap) Script() (string, error) {
 	var out strings.Builder
 	err = scriptTemplate().Execute(&out, map[string]any{
 		"User":          b.User,
+		"AgentUsers":    b.AgentUsers,
 		"WorkRoot":      b.WorkRoot,
 		"Ports":         strings.Join(ports, " "),
 		"PortList":      b.Ports,
@@ -415,7 +426,7 @@ write_sshd_config() {
 # Written by crabbox's bootstrap; the original is sshd_config.crabbox-orig.
 {{range .PortList}}Port {{.}}
 {{end}}HostKey {{.HostKeyPath}}
-AllowUsers {{.User}}
+AllowUsers {{.User}}{{range .AgentUsers}} {{.}}{{end}}
 PermitRootLogin no
 PubkeyAuthentication yes
 AuthenticationMethods publickey

@@ -91,6 +91,8 @@ func TestScriptRejects(t *testing.T) {
 		{"unclean work root", func(b *cloud.Bootstrap) { b.WorkRoot = "/work/../etc" }, `work root "/work/../etc"`},
 		{"quote in work root", func(b *cloud.Bootstrap) { b.WorkRoot = "/work/it's" }, "without quotes"},
 		{"bad package", func(b *cloud.Bootstrap) { b.Packages = []string{"git; curl evil"} }, `package "git; curl evil"`},
+		{"bad agent user", func(b *cloud.Bootstrap) { b.AgentUsers = []string{"ubuntu root"} }, `agent user "ubuntu root"`},
+		{"agent user is the user", func(b *cloud.Bootstrap) { b.AgentUsers = []string{"crabbox"} }, `agent user "crabbox"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,6 +103,20 @@ func TestScriptRejects(t *testing.T) {
 				t.Errorf("UserData error = %v, want one containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestScriptAgentUsers: sshd lets the agent users in after crabbox's
+// user, and nobody else.
+func TestScriptAgentUsers(t *testing.T) {
+	b := bootstrap(t)
+	b.AgentUsers = []string{"ubuntu"}
+	script, err := b.UserData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(script, "\nAllowUsers crabbox ubuntu\n"); n != 1 {
+		t.Errorf("script has %d lines AllowUsers crabbox ubuntu, want 1", n)
 	}
 }
 

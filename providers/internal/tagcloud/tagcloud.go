@@ -105,6 +105,9 @@ type Config struct {
 	// never answers fails its step (and the acquire rolls back) instead
 	// of blocking it; DefaultCallTimeout when zero.
 	CallTimeout time.Duration
+	// AgentUsers are users of the image's own management agent that the
+	// box's sshd lets in as well (cloud.Bootstrap.AgentUsers).
+	AgentUsers []string
 }
 
 // DefaultCallTimeout bounds one call of a cloud's API.
@@ -222,7 +225,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest, src 
 		}
 	}
 	st, err := cloud.StartAcquire(req, b.clock.Now(), cloud.LabelOptions{Provider: b.cfg.Provider, ServerType: b.cfg.Sizes[0], Owner: b.cfg.Owner},
-		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: prepared})
+		cloud.Bootstrap{Ports: b.cfg.Ports, WorkRoot: b.cfg.WorkRoot, Prepared: prepared, AgentUsers: b.cfg.AgentUsers})
 	if err != nil {
 		return target, err
 	}
