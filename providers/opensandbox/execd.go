@@ -126,7 +126,7 @@ func (e *execd) upload(ctx context.Context, p string, perm int64, body io.Reader
 		pw.CloseWithError(err)
 		written <- err
 	}()
-	err = e.simple2(ctx, "upload "+p, pr, mw.FormDataContentType())
+	err = e.uploadBody(ctx, "upload "+p, pr, mw.FormDataContentType())
 	pr.CloseWithError(errRequestEnded) // unblocks the writer if the request stopped reading
 	if werr := <-written; werr != nil && !errors.Is(werr, errRequestEnded) {
 		err = werr // the body was at fault, not execd
@@ -134,8 +134,8 @@ func (e *execd) upload(ctx context.Context, p string, perm int64, body io.Reader
 	return err
 }
 
-// simple2 posts a streamed upload body.
-func (e *execd) simple2(ctx context.Context, op string, body io.Reader, contentType string) error {
+// uploadBody posts a streamed upload body.
+func (e *execd) uploadBody(ctx context.Context, op string, body io.Reader, contentType string) error {
 	resp, err := e.request(ctx, op, http.MethodPost, "/files/upload", nil, body, contentType)
 	if err != nil {
 		return err
@@ -149,7 +149,9 @@ var errRequestEnded = errors.New("the upload request ended")
 
 func writeUpload(mw *multipart.Writer, meta []byte, body io.Reader) error {
 	h := textproto.MIMEHeader{}
-	h.Set("Content-Disposition", `form-data; name="metadata"`)
+	// execd reads both parts as files of the form (form.File), so the
+	// metadata part needs a file name too.
+	h.Set("Content-Disposition", `form-data; name="metadata"; filename="metadata"`)
 	h.Set("Content-Type", "application/json")
 	w, err := mw.CreatePart(h)
 	if err != nil {
