@@ -162,17 +162,21 @@ func newMarker() (string, error) {
 
 // commandLine is the sh command line that runs argv in dir (made first)
 // and ends both output streams with a newline and marker, keeping argv's
-// exit status. The command is not the line's last, so the shell waits for
-// it rather than exec'ing it, and reports a signal as 128+N.
+// exit status. argv runs in a subshell that execs it, so argv[0] must be a
+// program (not a shell builtin such as cd); the shell around it waits for
+// it with its own stderr on /dev/null, so a command killed by a signal
+// reports 128+N without the shell's "Killed" notice in the command's
+// stderr (dash writes that notice wherever the waited command's stderr
+// went, bash to its own).
 func commandLine(dir string, argv []string, marker string) string {
 	var b strings.Builder
 	if dir != "" {
 		q := remote.Quote(dir)
 		fmt.Fprintf(&b, "mkdir -p -- %s && cd -- %s || exit 1\n", q, q)
 	}
-	b.WriteString(remote.CommandLine(argv))
 	m := remote.Quote(marker)
-	fmt.Fprintf(&b, "\ncrabbox_status=$?\nprintf '\\n%%s' %s\nprintf '\\n%%s' %s >&2\nexit $crabbox_status\n", m, m)
+	fmt.Fprintf(&b, "exec 3>&2 2>/dev/null\n(exec 2>&3 3>&-; exec %s)\ncrabbox_status=$?\n", remote.CommandLine(argv))
+	fmt.Fprintf(&b, "printf '\\n%%s' %s\nprintf '\\n%%s' %s >&3\nexit $crabbox_status\n", m, m)
 	return b.String()
 }
 
