@@ -3,6 +3,7 @@
 package opensandbox_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,8 +82,10 @@ type fakeOpenSandbox struct {
 	faults    []fakeFault
 	// maxTimeout is the server's max_sandbox_timeout_seconds (0: none).
 	maxTimeout time.Duration
-	// pendingGets is how many GETs a new sandbox answers Pending first.
+	// pendingGets is how many GETs a new sandbox answers Pending first;
+	// startState is what it then becomes ("Running" when empty).
 	pendingGets int
+	startState  string
 	// requests counts requests by operation.
 	requests map[string]int
 	// leaked records execd requests that carried the API key.
@@ -102,6 +105,9 @@ type fakeSandbox struct {
 	createdAt  time.Time
 	expiresAt  time.Time
 	cmds       map[string]*fakeCmd
+	// gone is closed when the sandbox is terminated: its execd is gone
+	// with it, and its commands' streams break off.
+	gone chan struct{}
 }
 
 type fakeCmd struct {
@@ -118,7 +124,8 @@ type fakeFault struct {
 	status int
 	// retryAfter, if set, is sent as the Retry-After header.
 	retryAfter string
-	// after lets the operation happen before the answer fails.
+	// after lets the operation happen before the answer is lost (the
+	// connection breaks).
 	after bool
 	// hang holds the answer until the client gives up; onHang, if set, is
 	// called when the hang starts.
@@ -141,7 +148,7 @@ func newFake(t *testing.T) *fakeOpenSandbox {
 	f := &fakeOpenSandbox{
 		t: t, key: "osb_test_key", root: root, sandboxes: map[string]*fakeSandbox{}, requests: map[string]int{},
 		clock:      clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)),
-		maxTimeout: 24 * time.Hour, pendingGets: 1,
+		maxTimeout: 24 * time.Hour,
 	}
 	api := http.NewServeMux()
 	api.HandleFunc("POST /v1/sandboxes", f.auth(f.handleCreate))
@@ -247,6 +254,10 @@ func (f *fakeOpenSandbox) inject(op string, w http.ResponseWriter, r *http.Reque
 		do()
 		return
 	}
+	if ft.after && !ft.hang {
+		do()
+		panic(http.ErrAbortHandler) // the answer is lost
+	}
 	if ft.after {
 		do()
 	}
@@ -287,6 +298,10 @@ func (f *fakeOpenSandbox) reap() {
 func (f *fakeOpenSandbox) terminateLocked(sb *fakeSandbox, reason string) {
 	sb.state = "Terminated"
 	sb.metadata["fake_reason"] = reason
+	if sb.gone != nil {
+		close(sb.gone)
+		sb.gone = nil
+	}
 	for _, c := range sb.cmds {
 		killGroup(c)
 	}
@@ -356,7 +371,7 @@ func (f *fakeOpenSandbox) handleCreate(w http.ResponseWriter, r *http.Request) {
 		sb := &fakeSandbox{
 			id: fmt.Sprintf("sbx-%04d", f.next), token: fmt.Sprintf("token-%d", f.next), image: req.Image.URI,
 			state: "Pending", pending: f.pendingGets, metadata: req.Metadata, resources: req.ResourceLimits,
-			entrypoint: req.Entrypoint, createdAt: now, cmds: map[string]*fakeCmd{},
+			entrypoint: req.Entrypoint, createdAt: now, cmds: map[string]*fakeCmd{}, gone: make(chan struct{}),
 		}
 		if sb.metadata == nil {
 			sb.metadata = map[string]string{}
@@ -467,7 +482,7 @@ func (f *fakeOpenSandbox) handleGet(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		if sb.state == "Pending" {
 			if sb.pending <= 0 {
-				sb.state = "Running"
+				sb.state = cmp.Or(f.startState, "Running")
 			}
 			sb.pending--
 		}
@@ -815,6 +830,7 @@ func (f *fakeOpenSandbox) handleCommand(w http.ResponseWriter, r *http.Request, 
 	f.mu.Lock()
 	f.next++
 	id := fmt.Sprintf("cmd-%d", f.next)
+	gone := sb.gone
 	err := cmd.Start()
 	c := &fakeCmd{cmd: cmd, done: make(chan struct{})}
 	if err == nil {
@@ -840,6 +856,11 @@ func (f *fakeOpenSandbox) handleCommand(w http.ResponseWriter, r *http.Request, 
 	f.mu.Lock()
 	delete(sb.cmds, id)
 	f.mu.Unlock()
+	select {
+	case <-gone: // the sandbox went with its execd: no end event
+		panic(http.ErrAbortHandler)
+	default:
+	}
 	stdout.flush()
 	stderr.flush()
 	var exitErr *exec.ExitError
@@ -905,6 +926,7 @@ func (f *fakeOpenSandbox) plant(metadata map[string]string, expires time.Time) s
 	sb := &fakeSandbox{
 		id: fmt.Sprintf("sbx-%04d", f.next), token: "planted", image: "other", state: "Running", metadata: metadata,
 		createdAt: f.clock.Now().UTC(), expiresAt: expires, cmds: map[string]*fakeCmd{}, entrypoint: []string{"tail"},
+		gone: make(chan struct{}),
 	}
 	f.sandboxes[sb.id] = sb
 	return sb.id

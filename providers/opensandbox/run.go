@@ -25,8 +25,8 @@ import (
 // unfinished last line when the command ends
 // (components/execd/pkg/runtime/command_common.go). So that the output
 // arrives byte for byte, the command line ends the output of both streams
-// with a newline and a marker, and Run puts back each line end: before
-// every line but the first, never after the marker. A command ended by
+// with a marker (see lines), and Run puts back each line end ("\r" and
+// "\r\n" come back as "\n", execd does not tell them apart). A command ended by
 // signal N reports 128+N through the shell.
 func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (provider.DelegatedRunResult, error) {
 	if len(req.Command) == 0 {
@@ -176,30 +176,36 @@ func commandLine(dir string, argv []string, marker string) string {
 	}
 	m := remote.Quote(marker)
 	fmt.Fprintf(&b, "exec 3>&2 2>/dev/null\n(exec 2>&3 3>&-; exec %s)\ncrabbox_status=$?\n", remote.CommandLine(argv))
-	fmt.Fprintf(&b, "printf '\\n%%s' %s\nprintf '\\n%%s' %s >&3\nexit $crabbox_status\n", m, m)
+	fmt.Fprintf(&b, "printf '%%s\\n%%s' %s %s\nprintf '%%s\\n%%s' %s %s >&3\nexit $crabbox_status\n", m, m, m, m)
 	return b.String()
 }
 
-// lines puts a stream's line events back together: a newline before every
-// line but the first, none after the end marker. execd reports an empty
-// line as "\n".
+// lines puts a stream's line events back together. The command line ends
+// each stream with the marker, a newline and the marker again, so the
+// stream's last line (possibly empty) arrives with the marker appended and
+// then the marker alone ends it: a newline goes before every line but the
+// first, the marker is cut off, and nothing after the end is written.
+// execd reports an empty line as "\n".
 type lines struct {
 	w       io.Writer
 	marker  string
 	started bool
+	last    bool // the line with the marker appended has come
 	ended   bool
 }
 
 func (l *lines) add(text string) error {
-	if l.ended {
+	switch {
+	case l.ended:
 		return nil
-	}
-	if text == l.marker {
+	case l.last && text == l.marker:
 		l.ended = true
 		return nil
-	}
-	if text == "\n" {
+	case text == "\n":
 		text = ""
+	}
+	if rest, ok := strings.CutSuffix(text, l.marker); ok && !l.last {
+		l.last, text = true, rest
 	}
 	if l.started {
 		text = "\n" + text
