@@ -62,7 +62,8 @@ import (
 // (pkg/runtime/command.go).
 //
 // Commands really run, with os/exec; the sandboxes' filesystem is the real
-// one, confined to a temporary root. A sandbox whose expiration has passed
+// one, confined to a temporary root which they share, and whose work
+// directory is emptied when the last sandbox ends. A sandbox whose expiration has passed
 // on the fake clock is terminated (its commands killed) when the fake next
 // looks at it. execd is reached directly at <execd server>/sandboxes/<id>/
 // port/44772 with a per-sandbox token, or through the lifecycle server's
@@ -306,6 +307,9 @@ func (f *fakeOpenSandbox) terminateLocked(sb *fakeSandbox, reason string) {
 		killGroup(c)
 	}
 	delete(f.sandboxes, sb.id)
+	if len(f.sandboxes) == 0 { // the sandboxes share the root: its work goes with the last
+		_ = os.RemoveAll(filepath.Join(f.root, "work"))
+	}
 }
 
 func killGroup(c *fakeCmd) {
