@@ -935,3 +935,12 @@ func (f *fakeOpenSandbox) plant(metadata map[string]string, expires time.Time) s
 	f.sandboxes[sb.id] = sb
 	return sb.id
 }
+
+// terminate ends sandbox id, as its expiry or the server would.
+func (f *fakeOpenSandbox) terminate(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if sb := f.sandboxes[id]; sb != nil {
+		f.terminateLocked(sb, "test")
+	}
+}

@@ -82,3 +82,7 @@ func (w *watch) String() string {
 	defer w.mu.Unlock()
 	return w.buf.String()
 }
+
+func opensandboxRuntime(f *fakeOpenSandbox) provider.Runtime {
+	return provider.Runtime{Clock: f.clock, HTTPClient: f.client()}
+}
