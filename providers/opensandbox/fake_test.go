@@ -834,6 +834,12 @@ func (f *fakeOpenSandbox) handleCommand(w http.ResponseWriter, r *http.Request, 
 	f.mu.Lock()
 	f.next++
 	id := fmt.Sprintf("cmd-%d", f.next)
+	f.mu.Unlock()
+	// execd reports init once the command has started, before its first
+	// output (which it polls for every 100 ms); the fake's output comes
+	// through pipes at once, so init goes first.
+	ev.send(map[string]any{"type": "init", "text": id})
+	f.mu.Lock()
 	gone := sb.gone
 	err := cmd.Start()
 	c := &fakeCmd{cmd: cmd, done: make(chan struct{})}
@@ -842,7 +848,6 @@ func (f *fakeOpenSandbox) handleCommand(w http.ResponseWriter, r *http.Request, 
 		f.procs.Add(1)
 	}
 	f.mu.Unlock()
-	ev.send(map[string]any{"type": "init", "text": id})
 	if err != nil {
 		ev.send(map[string]any{"type": "error", "error": map[string]any{"ename": "CommandExecError", "evalue": err.Error(), "traceback": []string{err.Error()}}})
 		return
