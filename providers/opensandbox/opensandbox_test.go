@@ -230,6 +230,8 @@ func TestWarmupRollback(t *testing.T) {
 		{op: "create"},
 		{op: "create", after: true},
 		{op: "create", after: true, hang: true},
+		{op: "create", hang: true},
+		{op: "create", status: 401},
 		{op: "get", status: 404},
 		{op: "endpoint", status: 400},
 		{op: "ping", status: 401},
