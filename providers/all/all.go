@@ -14,6 +14,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/hetzner"
 	_ "github.com/crabbox-dev/crabbox/providers/linode"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
+	_ "github.com/crabbox-dev/crabbox/providers/opensandbox"
 	_ "github.com/crabbox-dev/crabbox/providers/proxmox"
 	_ "github.com/crabbox-dev/crabbox/providers/scaleway"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"

@@ -4,6 +4,7 @@ package opensandbox_test
 
 import (
 	"cmp"
+	"maps"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -296,9 +297,8 @@ func (f *fakeOpenSandbox) reap() {
 	f.reapLocked()
 }
 
-func (f *fakeOpenSandbox) terminateLocked(sb *fakeSandbox, reason string) {
+func (f *fakeOpenSandbox) terminateLocked(sb *fakeSandbox, _ string) { // the reason is for the reader
 	sb.state = "Terminated"
-	sb.metadata["fake_reason"] = reason
 	if sb.gone != nil {
 		close(sb.gone)
 		sb.gone = nil
@@ -396,7 +396,7 @@ func (f *fakeOpenSandbox) sandboxJSONLocked(sb *fakeSandbox) map[string]any {
 	m := map[string]any{
 		"id":         sb.id,
 		"status":     map[string]string{"state": sb.state, "reason": strings.ToUpper(sb.state)},
-		"metadata":   sb.metadata,
+		"metadata":   maps.Clone(sb.metadata),
 		"createdAt":  sb.createdAt.Format(time.RFC3339),
 		"entrypoint": sb.entrypoint,
 		"image":      map[string]string{"uri": sb.image},
@@ -913,7 +913,7 @@ func (f *fakeOpenSandbox) metadata(id string) map[string]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if sb := f.sandboxes[id]; sb != nil {
-		return sb.metadata
+		return maps.Clone(sb.metadata)
 	}
 	return nil
 }

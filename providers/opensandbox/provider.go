@@ -79,6 +79,16 @@ const (
 	MinTimeout = 60 * time.Second
 )
 
+// DefaultPlan names the maximum lifetime that applies unless the
+// max-lifetime option says otherwise.
+const DefaultPlan = "example"
+
+// Plans are the named maximum lifetimes the max-lifetime option takes:
+// "example" is the max_sandbox_timeout_seconds of the configuration the
+// server generates (opensandbox-server init-config: 86400). A server
+// without the setting has no cap; give such a one a long duration.
+var Plans = map[string]time.Duration{DefaultPlan: DefaultMaxLife}
+
 // APIKeyEnvs are the environment variables the API key is read from, in
 // order.
 var APIKeyEnvs = []string{CrabboxKeyEnv, APIKeyEnv}
@@ -136,11 +146,12 @@ var spec = provider.Spec{
 			Help: "reach execd through the server's proxy (when the sandboxes' own endpoints are not reachable from here)", Locates: true},
 		{Name: "work-root", Flag: "opensandbox-work-root", Default: DefaultWork, Help: "absolute directory in the sandbox under which checkouts are kept", Locates: true},
 		{Name: "owner", Flag: "opensandbox-owner", Help: "owner label on sandboxes, which scopes list and cleanup (default: the OS user)", Locates: true},
-		{Name: "max-lifetime", Flag: "opensandbox-max-lifetime", Default: "24h",
-			Help: "the server's max_sandbox_timeout_seconds as a duration: the longest a sandbox may live, which caps every lease's TTL"},
-		{Name: "ready-timeout", Flag: "opensandbox-ready-timeout", Default: DefaultReadyTimeout.String(), Help: "how long a new sandbox may take to run and answer"},
+		{Name: "max-lifetime", Flag: "opensandbox-max-lifetime", Default: DefaultPlan,
+			Help: "the server's max_sandbox_timeout_seconds, which caps every lease's TTL: a duration, or example (24h, the server's example configuration)"},
+		{Name: "ready-timeout", Flag: "opensandbox-ready-timeout", Default: "5m", Help: "how long a new sandbox may take to run and answer"},
 	},
 	LifetimeOption: "max-lifetime",
+	LifetimePlans:  Plans,
 	Credentials:    []provider.Credential{{Env: []string{CrabboxKeyEnv, APIKeyEnv}}},
 }
 

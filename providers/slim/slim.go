@@ -3,7 +3,7 @@
 // cloud SDK, so that the command starts fast and builds quickly.
 //
 // The providers that need no SDK (local, ssh, docker, external, daytona,
-// e2b and vercel) are linked in-process. Each VM cloud (aws, azure, gcp,
+// e2b, opensandbox and vercel) are linked in-process. Each VM cloud (aws, azure, gcp,
 // hetzner, digitalocean, linode, proxmox, scaleway, vultr) is registered with its
 // Spec from its light <name>spec package and served by its provider
 // program, crabbox-provider-<name> (cmd/crabbox-provider-<name>), over the
@@ -30,6 +30,7 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/hetzner/hetznerspec"
 	"github.com/crabbox-dev/crabbox/providers/linode/linodespec"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
+	_ "github.com/crabbox-dev/crabbox/providers/opensandbox"
 	"github.com/crabbox-dev/crabbox/providers/proxmox/proxmoxspec"
 	"github.com/crabbox-dev/crabbox/providers/scaleway/scalewayspec"
 	_ "github.com/crabbox-dev/crabbox/providers/ssh"
