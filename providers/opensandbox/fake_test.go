@@ -4,11 +4,11 @@ package opensandbox_test
 
 import (
 	"cmp"
-	"maps"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"mime/multipart"
 	"net/http"
