@@ -17,6 +17,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/nvidiabrev"
 	_ "github.com/crabbox-dev/crabbox/providers/multipass"
+	_ "github.com/crabbox-dev/crabbox/providers/opensandbox"
 	_ "github.com/crabbox-dev/crabbox/providers/proxmox"
 	_ "github.com/crabbox-dev/crabbox/providers/runpod"
 	_ "github.com/crabbox-dev/crabbox/providers/scaleway"

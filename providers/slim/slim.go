@@ -35,6 +35,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/nvidiabrev"
 	_ "github.com/crabbox-dev/crabbox/providers/multipass"
+	_ "github.com/crabbox-dev/crabbox/providers/opensandbox"
 	"github.com/crabbox-dev/crabbox/providers/proxmox/proxmoxspec"
 	_ "github.com/crabbox-dev/crabbox/providers/runpod"
 	"github.com/crabbox-dev/crabbox/providers/scaleway/scalewayspec"
