@@ -14,7 +14,7 @@ import (
 )
 
 // cloudProviders are the providers whose API endpoint is an option.
-var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "linode", "proxmox", "scaleway", "vultr"}
+var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "kubernetes", "linode", "proxmox", "scaleway", "vultr"}
 
 // Every cloud provider lists its endpoint option, with its flag and
 // environment variable, in `providers describe`.
@@ -93,6 +93,7 @@ func TestCloudEndpointFromCLI(t *testing.T) {
 		{"digitalocean", []string{"DIGITALOCEAN_TOKEN=test-only"}, nil, "flag", "/v2/account"},
 		{"linode", []string{"LINODE_TOKEN=test-only"}, nil, "env", "/v4/profile"},
 		{"proxmox", []string{"PROXMOX_VE_API_TOKEN=crabbox@pve!ci=test-only"}, nil, "flag", "/api2/json/version"},
+		{"kubernetes", []string{"KUBECONFIG=" + filepath.Join(t.TempDir(), "no-kubeconfig")}, nil, "flag", "/version"},
 	}
 	programs := programsPath(t) // the clouds' programs
 	for _, tt := range tests {

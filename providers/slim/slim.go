@@ -4,7 +4,7 @@
 //
 // The providers that need no SDK (local, ssh, docker, external, daytona,
 // e2b and vercel) are linked in-process. Each VM cloud (aws, azure, gcp,
-// hetzner, digitalocean, linode, proxmox, scaleway, vultr) is registered with its
+// hetzner, digitalocean, kubernetes, linode, proxmox, scaleway, vultr) is registered with its
 // Spec from its light <name>spec package and served by its provider
 // program, crabbox-provider-<name> (cmd/crabbox-provider-<name>), over the
 // external provider protocol (providers/external.Plugin). The programs are
@@ -28,6 +28,7 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/external"
 	"github.com/crabbox-dev/crabbox/providers/gcp/gcpspec"
 	"github.com/crabbox-dev/crabbox/providers/hetzner/hetznerspec"
+	"github.com/crabbox-dev/crabbox/providers/kubernetes/kubernetesspec"
 	"github.com/crabbox-dev/crabbox/providers/linode/linodespec"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	"github.com/crabbox-dev/crabbox/providers/proxmox/proxmoxspec"
@@ -46,7 +47,7 @@ const ProgramPrefix = "crabbox-provider-"
 func Clouds() []provider.Spec {
 	return []provider.Spec{
 		awsspec.Spec(), azurespec.Spec(), digitaloceanspec.Spec(), gcpspec.Spec(),
-		hetznerspec.Spec(), linodespec.Spec(), proxmoxspec.Spec(), scalewayspec.Spec(), vultrspec.Spec(),
+		hetznerspec.Spec(), kubernetesspec.Spec(), linodespec.Spec(), proxmoxspec.Spec(), scalewayspec.Spec(), vultrspec.Spec(),
 	}
 }
 
