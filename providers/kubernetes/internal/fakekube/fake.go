@@ -70,6 +70,7 @@ type Server struct {
 	creates  []Create
 	full     map[Create]bool
 	noBoot   bool
+	lbAtPod  bool
 	throttle int
 	retry    string
 	next     int // scheduling turn, node ports, UIDs, resource versions
@@ -88,6 +89,16 @@ func (s *Server) SetNoBoot() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noBoot = true
+}
+
+// SetLoadBalancerAtPod gives a LoadBalancer Service created from now on
+// the address of its pod's box as its load balancer address, so that a
+// client reaches the box there without an address mapper (a loopback
+// fleet's box listens at its own address, on port 2222).
+func (s *Server) SetLoadBalancerAtPod() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lbAtPod = true
 }
 
 // SetFull makes a ResourceQuota of namespace c.Namespace refuse pods
@@ -423,7 +434,16 @@ func (s *Server) createService(w http.ResponseWriter, ns string, body []byte) {
 		}
 	}
 	if v.Spec.Type == corev1.ServiceTypeLoadBalancer {
-		v.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: s.fleet.NewAddress()}}
+		ip := s.fleet.NewAddress()
+		if s.lbAtPod {
+			sel := labels.SelectorFromSet(v.Spec.Selector)
+			for k, p := range s.pods {
+				if p.Namespace == ns && sel.Matches(labels.Set(p.Labels)) && s.boxes[k] != "" {
+					ip = s.boxes[k]
+				}
+			}
+		}
+		v.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
 	}
 	s.services[key] = &v
 	writeJSON(w, http.StatusCreated, v)
