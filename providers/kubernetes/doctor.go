@@ -4,6 +4,7 @@ import (
 	"context"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 
 	"github.com/crabbox-dev/crabbox/provider"
 )
@@ -16,7 +17,7 @@ func (b *Backend) Spec() provider.Spec { return spec.Clone() }
 // namespace. It stops after a failed version read: nothing else can be
 // known then.
 func (b *Backend) Doctor(ctx context.Context) ([]provider.Check, error) {
-	v, err := b.pods.cs.Discovery().ServerVersion()
+	v, err := discovery.ToServerVersionInterfaceWithContext(b.pods.cs.Discovery()).ServerVersionWithContext(ctx)
 	if err != nil {
 		return []provider.Check{{Name: "kubernetes API", Detail: apiError("read the server version", err).Error()}}, nil
 	}
