@@ -22,6 +22,8 @@ var forbiddenDeps = []struct{ prefix, why string }{
 	{"github.com/digitalocean/godo", "the digitalocean provider's SDK (crabbox-provider-digitalocean)"},
 	{"github.com/linode/", "the linode provider's SDK (crabbox-provider-linode)"},
 	{"github.com/luthermonson/go-proxmox", "the proxmox provider's client (crabbox-provider-proxmox)"},
+	{"k8s.io/", "the kubernetes provider's client-go (crabbox-provider-kubernetes)"},
+	{"sigs.k8s.io/", "client-go's helpers (crabbox-provider-kubernetes)"},
 	{"github.com/scaleway/", "the scaleway provider's SDK (crabbox-provider-scaleway)"},
 	{"github.com/vultr/", "the vultr provider's SDK (crabbox-provider-vultr)"},
 	{"github.com/distribution/reference", "image reference parsing, whose package init compiles regexps at every start (the docker provider checks names itself)"},

@@ -14,7 +14,7 @@ import (
 )
 
 // cloudProviders are the providers whose API endpoint is an option.
-var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "linode", "multipass", "nvidiabrev", "proxmox", "runpod", "scaleway", "vultr"}
+var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "kubernetes", "linode", "multipass", "nvidiabrev", "proxmox", "runpod", "scaleway", "vultr"}
 
 // Every cloud provider lists its endpoint option, with its flag and
 // environment variable, in `providers describe`.
@@ -95,6 +95,7 @@ func TestCloudEndpointFromCLI(t *testing.T) {
 		{"proxmox", []string{"PROXMOX_VE_API_TOKEN=crabbox@pve!ci=test-only"}, nil, "flag", "/api2/json/version"},
 		{"runpod", []string{"RUNPOD_API_KEY=test-only"}, nil, "env", "/pods"},
 		{"nvidiabrev", []string{"BREV_API_KEY=bak-test-only", "BREV_ORG_ID=org-test"}, nil, "env", "/api/organizations/org-test/workspaces"},
+		{"kubernetes", []string{"KUBECONFIG=" + filepath.Join(t.TempDir(), "no-kubeconfig")}, nil, "flag", "/version"},
 	}
 	programs := programsPath(t) // the clouds' programs
 	for _, tt := range tests {

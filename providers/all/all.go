@@ -13,6 +13,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/external"
 	_ "github.com/crabbox-dev/crabbox/providers/gcp"
 	_ "github.com/crabbox-dev/crabbox/providers/hetzner"
+	_ "github.com/crabbox-dev/crabbox/providers/kubernetes"
 	_ "github.com/crabbox-dev/crabbox/providers/linode"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/multipass"

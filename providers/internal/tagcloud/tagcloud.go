@@ -51,7 +51,13 @@ type Machine struct {
 	// "running", "off", ...).
 	Status string
 	// IPv4 is the machine's public IPv4 address, "" until it has one.
+	// A cloud that reaches machines through a name (a load balancer's
+	// hostname) may put the name here.
 	IPv4 string
+	// Port, if not zero, is the one port where the machine serves SSH at
+	// IPv4, for a cloud that forwards a port of its own choosing to sshd
+	// (a Kubernetes node port); zero means sshd's ports (Config.Ports).
+	Port int
 }
 
 // Spec is what API.Create makes: one machine of a size in a region.
@@ -263,7 +269,7 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest, src 
 	}
 
 	port, err := cloud.WaitForSSH(ctx, cloud.SSHWait{
-		Host: m.IPv4, Ports: b.cfg.Ports, HostKey: hostKey.PublicKey(), Clock: b.clock,
+		Host: m.IPv4, Ports: b.ports(m), HostKey: hostKey.PublicKey(), Clock: b.clock,
 		Interval: b.cfg.PollInterval, Timeout: max(deadline.Sub(b.clock.Now()), time.Nanosecond),
 		Dial: cloud.MappedDial(b.cfg.MapAddress), Log: log,
 	})
@@ -283,6 +289,14 @@ func (b *Backend) acquire(ctx context.Context, req provider.AcquireRequest, src 
 	}
 	log.Info(b.cfg.Provider+" lease acquired", "machine", m.ID, "host", target.Host, "port", target.Port)
 	return target, nil
+}
+
+// ports are where m may serve SSH, in the order to try them.
+func (b *Backend) ports(m Machine) []int {
+	if m.Port != 0 {
+		return []int{m.Port}
+	}
+	return b.cfg.Ports
 }
 
 // candidates are the placements to try, every region of the first size
@@ -347,6 +361,9 @@ func (b *Backend) target(m Machine) (provider.LeaseTarget, error) {
 	}
 	t := provider.LeaseTarget{CloudID: m.ID, User: cloud.DefaultUser, WorkRoot: b.cfg.WorkRoot}
 	info.Apply(&t)
+	if m.Port != 0 {
+		t.Port = m.Port
+	}
 	if t.Port == 0 {
 		t.Port = b.cfg.Ports[0]
 	}
@@ -465,7 +482,7 @@ func (b *Backend) Rebuilt(ctx context.Context, id string) (provider.LeaseTarget,
 		return provider.LeaseTarget{}, fmt.Errorf("machine %s: %w", id, err)
 	}
 	port, err := cloud.WaitForSSH(ctx, cloud.SSHWait{
-		Host: m.IPv4, Ports: b.cfg.Ports, HostKey: hostKey, Clock: b.clock,
+		Host: m.IPv4, Ports: b.ports(m), HostKey: hostKey, Clock: b.clock,
 		Interval: b.cfg.PollInterval, Timeout: max(deadline.Sub(b.clock.Now()), time.Nanosecond),
 		Dial: cloud.MappedDial(b.cfg.MapAddress), Log: b.log.With("machine", id),
 	})
