@@ -136,7 +136,7 @@ func spec() provider.Spec {
 		}),
 		Credentials: []provider.Credential{
 			{Env: []string{APIKeyEnv}},
-			{Env: []string{OrgEnv}, Elsewhere: "the org option (--" + Name + "-org)"},
+			{Env: []string{OrgEnv}, Elsewhere: "--" + Name + "-org"},
 		},
 	}
 }

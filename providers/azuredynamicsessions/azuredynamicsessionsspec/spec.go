@@ -54,7 +54,7 @@ var spec = provider.Spec{
 	},
 	Credentials: []provider.Credential{{
 		Env:       []string{TokenEnv, "AZURE_CLIENT_ID"},
-		Elsewhere: "azidentity's default chain: az login, azd, managed identity or workload identity",
+		Elsewhere: "az login or a managed identity",
 	}},
 }
 
