@@ -21,6 +21,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
 // maxErrorBody bounds how much of an error answer is read.
@@ -276,15 +277,8 @@ func (a *api) once(ctx context.Context, r request) (*http.Response, time.Duratio
 // retryAfter parses a Retry-After header (seconds or an HTTP date); -1
 // when there is none or it is unreadable.
 func retryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return -1
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
+	if d, ok := retryafter.Parse(v, now); ok {
+		return d
 	}
 	return -1
 }

@@ -9,13 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
 // The control plane's JSON shapes, as Brev's own published client
@@ -189,19 +189,11 @@ func retryable(method string, status int) bool {
 // retryAfter is the wait a Retry-After header asks for (seconds or an
 // HTTP date), capped at maxRetryWait; def when absent or unreadable.
 func retryAfter(h string, now time.Time, def time.Duration) time.Duration {
-	h = strings.TrimSpace(h)
-	if h == "" {
+	d, ok := retryafter.Parse(h, now)
+	if !ok {
 		return def
 	}
-	var d time.Duration
-	if n, err := strconv.Atoi(h); err == nil {
-		d = time.Duration(n) * time.Second
-	} else if t, err := http.ParseTime(h); err == nil {
-		d = t.Sub(now)
-	} else {
-		return def
-	}
-	return min(max(d, 0), maxRetryWait)
+	return min(d, maxRetryWait)
 }
 
 // do sends one API request with a JSON body in (nil for none) and decodes

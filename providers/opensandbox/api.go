@@ -16,6 +16,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
 // maxErrorBody bounds how much of an error answer is read into an error.
@@ -266,17 +267,8 @@ func (a *api) once(ctx context.Context, c call, u string, body []byte) (*APIErro
 // retryAfter reads a Retry-After header: seconds or an HTTP date; zero
 // when absent or unreadable.
 func retryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-		return time.Duration(n) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
+	d, _ := retryafter.Parse(v, now)
+	return d
 }
 
 func sandboxPath(id string, rest ...string) string {

@@ -17,6 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
 // maxErrorBody bounds how much of an error answer is read into an error.
@@ -185,13 +186,8 @@ func (c *client) wait(ctx context.Context, op string, d time.Duration) error {
 // Retry-After (seconds or an HTTP date) up to maxRetryWait, else
 // firstRetryWait doubled per attempt.
 func retryWait(h http.Header, attempt int, now time.Time) time.Duration {
-	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
-		if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
-			return min(time.Duration(secs)*time.Second, maxRetryWait)
-		}
-		if at, err := http.ParseTime(v); err == nil {
-			return min(max(at.Sub(now), 0), maxRetryWait)
-		}
+	if d, ok := retryafter.Parse(h.Get("Retry-After"), now); ok {
+		return min(d, maxRetryWait)
 	}
 	return min(firstRetryWait<<(attempt-1), maxRetryWait)
 }

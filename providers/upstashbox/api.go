@@ -9,13 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
 // maxErrorBody bounds how much of an error answer is read; maxListBody
@@ -220,17 +220,8 @@ func (a *api) once(ctx context.Context, r request) (*http.Response, error) {
 
 // retryAfter reads a Retry-After header: seconds, or an HTTP date.
 func (a *api) retryAfter(v string) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(a.clock.Now()), 0)
-	}
-	return 0
+	d, _ := retryafter.Parse(v, a.clock.Now())
+	return d
 }
 
 // call sends in (if not nil) as JSON and decodes the answer into out (if

@@ -36,6 +36,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
 // DefaultEndpoint is RunPod's REST API.
@@ -361,15 +362,8 @@ func oneLine(s string) string {
 // retryAfter reads a Retry-After header (seconds or an HTTP date); -1
 // when absent or unreadable.
 func retryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return -1
-	}
-	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-		return time.Duration(n) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
+	if d, ok := retryafter.Parse(v, now); ok {
+		return d
 	}
 	return -1
 }
