@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox"
+	"github.com/crabbox-dev/crabbox/internal/delegatedtest"
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/opensandbox"
@@ -162,7 +163,7 @@ func TestRunPastMaxLifetime(t *testing.T) {
 	clock := f.clock.(*clockwork.FakeClock)
 	c := lifetimeClient(t, f, lifetimeBackend(t, f))
 	ctx := testContext(t)
-	repo := gitCheckout(t)
+	repo := delegatedtest.GitCheckout(t)
 	l, err := c.Acquire(ctx, crabbox.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
