@@ -19,8 +19,15 @@ import (
 // claim, or marks the claim failed when that stop fails too, so cleanup
 // can finish it. For a backend with files, Warmup also makes the
 // sandbox's work root (see makeWorkRoot), recorded in the claim's View.
+// A provider.ConfigChecker is asked first, so that a setting it refuses
+// fails before any claim is written.
 func (s *Store) Warmup(ctx context.Context, b provider.DelegatedRunBackend, opts Terms) (Claim, error) {
 	spec := b.Spec()
+	if cc, ok := b.(provider.ConfigChecker); ok {
+		if err := cc.CheckConfig(ctx); err != nil {
+			return Claim{}, fmt.Errorf("warm up %s lease: %w", spec.Name, err)
+		}
+	}
 	c, err := s.claimFor(NewID(), spec.Name, opts)
 	if err != nil {
 		return Claim{}, err

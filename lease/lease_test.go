@@ -561,3 +561,34 @@ func TestAcquireRefusedConfigLeavesNothing(t *testing.T) {
 		t.Errorf("keys left: %v", keys)
 	}
 }
+
+// refusingSandbox is a delegated backend whose provider refuses its
+// configuration where it runs, and which must never be asked for a
+// sandbox.
+type refusingSandbox struct {
+	*providertest.Sandbox
+	warmed bool
+}
+
+func (b *refusingSandbox) CheckConfig(context.Context) error { return errNoToken }
+
+func (b *refusingSandbox) Warmup(ctx context.Context, req provider.WarmupRequest) (provider.LeaseView, error) {
+	b.warmed = true
+	return b.Sandbox.Warmup(ctx, req)
+}
+
+// The same for a delegated lease: the provider's refusal, no claim, no
+// sandbox.
+func TestWarmupRefusedConfigLeavesNothing(t *testing.T) {
+	s, b := openStore(t), &refusingSandbox{Sandbox: providertest.NewSandbox("sandbox", t.TempDir())}
+	_, err := s.Warmup(context.Background(), b, lease.Terms{})
+	if !errors.Is(err, provider.ErrUnauthenticated) || !strings.Contains(err.Error(), "TOKEN is not set") {
+		t.Fatalf("Warmup = %v, want the provider's refusal", err)
+	}
+	if b.warmed {
+		t.Error("the provider was asked for a sandbox")
+	}
+	if claims, _ := s.List(); len(claims) != 0 {
+		t.Errorf("claims left: %+v", claims)
+	}
+}

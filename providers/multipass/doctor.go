@@ -2,6 +2,7 @@ package multipass
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/crabbox-dev/crabbox/provider"
@@ -25,4 +26,22 @@ func (b *Backend) Doctor(ctx context.Context) ([]provider.Check, error) {
 		return append(checks, provider.Check{Name: "instances", Detail: err.Error()}), nil
 	}
 	return append(checks, provider.Check{Name: "instances", OK: true, Detail: fmt.Sprintf("%d instances", len(all))}), nil
+}
+
+// CheckConfig checks that the multipass program runs and its daemon
+// answers, so that a machine without them fails before the library
+// records a lease (provider.ConfigChecker). It changes nothing.
+func (b *Backend) CheckConfig(ctx context.Context) error {
+	v, err := b.cli.version(ctx)
+	if err != nil {
+		if !errors.Is(err, provider.ErrPrecondition) {
+			err = fmt.Errorf("%w: %w", err, provider.ErrPrecondition)
+		}
+		return fmt.Errorf("%s provider (install multipass: https://canonical.com/multipass/install, or point --%s-endpoint at it): %w",
+			Name, Name, err)
+	}
+	if v.Daemon == "" {
+		return fmt.Errorf("%s provider: the multipass daemon does not answer: is it running?: %w", Name, provider.ErrPrecondition)
+	}
+	return nil
 }

@@ -500,3 +500,30 @@ func TestRealRunner(t *testing.T) {
 		t.Errorf("Touch of a missing instance = %v (%+v), want ErrNotFound with multipass's message and exit code 2", err, cerr)
 	}
 }
+
+// CheckConfig refuses, before any lease is recorded, a machine whose
+// multipass program or daemon is missing, naming what to do.
+func TestCheckConfig(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(e *env)
+		want  string
+	}{
+		{"fine", func(*env) {}, ""},
+		{"no program", func(e *env) { e.cfg.Binary = "/nowhere/multipass" }, "install multipass"},
+		{"no daemon", func(e *env) { e.fake.SetNoDaemon() }, "the multipass daemon does not answer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			tt.setup(e)
+			err := e.backend(t).CheckConfig(t.Context())
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("CheckConfig: %v", err)
+			case tt.want != "" && (!errors.Is(err, provider.ErrPrecondition) || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("CheckConfig = %v, want a precondition error saying %q", err, tt.want)
+			}
+		})
+	}
+}
