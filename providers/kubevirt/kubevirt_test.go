@@ -205,7 +205,7 @@ func TestVMI(t *testing.T) {
 	got := map[string]string{
 		"namespace": v.GetNamespace(), "name": v.GetName(), "volumes": fmt.Sprint(vols),
 		"cores": str("spec", "domain", "cpu", "cores"), "cpu": str("spec", "domain", "resources", "requests", "cpu"),
-		"memory": str("spec", "domain", "resources", "requests", "memory"),
+		"memory":  str("spec", "domain", "resources", "requests", "memory"),
 		"crabbox": l["crabbox"], "provider": l["provider"], "lease": l["lease"],
 		"state": l["state"], "team": l["team"], "server_type": l["server_type"],
 	}
