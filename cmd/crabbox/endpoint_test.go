@@ -14,7 +14,7 @@ import (
 )
 
 // cloudProviders are the providers whose API endpoint is an option.
-var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "kubernetes", "linode", "multipass", "nvidiabrev", "proxmox", "runpod", "scaleway", "vultr"}
+var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "kubernetes", "kubevirt", "linode", "multipass", "nvidiabrev", "proxmox", "runpod", "scaleway", "vultr"}
 
 // Every cloud provider lists its endpoint option, with its flag and
 // environment variable, in `providers describe`.
@@ -96,6 +96,7 @@ func TestCloudEndpointFromCLI(t *testing.T) {
 		{"runpod", []string{"RUNPOD_API_KEY=test-only"}, nil, "env", "/pods"},
 		{"nvidiabrev", []string{"BREV_API_KEY=bak-test-only", "BREV_ORG_ID=org-test"}, nil, "env", "/api/organizations/org-test/workspaces"},
 		{"kubernetes", []string{"KUBECONFIG=" + filepath.Join(t.TempDir(), "no-kubeconfig")}, nil, "flag", "/version"},
+		{"kubevirt", []string{"KUBECONFIG=" + filepath.Join(t.TempDir(), "no-kubeconfig")}, nil, "env", "/version"},
 	}
 	programs := programsPath(t) // the clouds' programs
 	for _, tt := range tests {

@@ -14,6 +14,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/gcp"
 	_ "github.com/crabbox-dev/crabbox/providers/hetzner"
 	_ "github.com/crabbox-dev/crabbox/providers/kubernetes"
+	_ "github.com/crabbox-dev/crabbox/providers/kubevirt"
 	_ "github.com/crabbox-dev/crabbox/providers/linode"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/multipass"

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -19,10 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/kube"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
 )
 
@@ -53,7 +51,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 	restCfg := cfg.REST
 	if restCfg == nil {
 		var ns string
-		if restCfg, ns, err = loadKubeconfig(cfg); err != nil {
+		if restCfg, ns, err = kube.LoadKubeconfig(Name, cfg.Kubeconfig, cfg.Context, cfg.Endpoint); err != nil {
 			return nil, err
 		}
 		if len(cfg.Regions) == 0 {
@@ -65,16 +63,7 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 	if len(cfg.Regions) == 0 {
 		return nil, fmt.Errorf("%s provider: no namespace: set the namespace option", Name)
 	}
-	// The library never prints: the API server's warnings are logged.
-	restCfg.WarningHandlerWithContext = warningLogger{rt.Logger}
-	restCfg.WarningHandler = nil
-	restCfg.UserAgent = "crabbox"
-	// JSON, the API's described encoding, rather than client-go's
-	// protobuf: the same objects, and what the tests' fake speaks.
-	restCfg.ContentType, restCfg.AcceptContentTypes = "application/json", "application/json"
-	if restCfg.QPS == 0 {
-		restCfg.QPS, restCfg.Burst = 20, 40
-	}
+	kube.PrepareREST(restCfg, rt.Logger)
 	var cs *k8s.Clientset
 	if cfg.HTTPClient != nil {
 		cs, err = k8s.NewForConfigAndClient(restCfg, cfg.HTTPClient)
@@ -95,37 +84,6 @@ func New(cfg Config, rt provider.Runtime) (*Backend, error) {
 		Ports: []int{SSHPort}, PollInterval: poll, MapAddress: cfg.MapAddress, CallTimeout: cfg.CallTimeout,
 	}, p, rt)
 	return b, nil
-}
-
-// loadKubeconfig loads the client configuration as kubectl does, and the
-// context's namespace ("default" when it names none).
-func loadKubeconfig(cfg Config) (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if cfg.Kubeconfig != "" {
-		rules.ExplicitPath = cfg.Kubeconfig
-	}
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: cfg.Context}
-	if cfg.Endpoint != "" {
-		overrides.ClusterInfo.Server = cfg.Endpoint
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	restCfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("%s provider: kubeconfig: %w: set the kubeconfig option or KUBECONFIG, or run in a pod with a service account: %w",
-			Name, err, provider.ErrUnauthenticated)
-	}
-	ns, _, err := cc.Namespace()
-	if err != nil || ns == "" {
-		ns = "default"
-	}
-	return restCfg, ns, nil
-}
-
-// warningLogger logs the API server's warnings instead of printing them.
-type warningLogger struct{ log *slog.Logger }
-
-func (w warningLogger) HandleWarningHeaderWithContext(_ context.Context, code int, agent, text string) {
-	w.log.Warn("kubernetes API warning", "code", code, "agent", agent, "text", text)
 }
 
 // pods is the tag cloud API on the cluster: a machine is a pod (ID
@@ -245,18 +203,11 @@ func (p *pods) Delete(ctx context.Context, id string) error {
 }
 
 func (p *pods) delete(ctx context.Context, ns, name string) error {
-	core := p.cs.CoreV1()
-	for _, d := range []struct {
-		what string
-		del  func(context.Context, string, metav1.DeleteOptions) error
-	}{
-		{"service", core.Services(ns).Delete},
-		{"secret", core.Secrets(ns).Delete},
-		{"pod", core.Pods(ns).Delete},
-	} {
-		if err := d.del(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return apiError("delete "+d.what+" "+ns+"/"+name, err)
-		}
+	if err := kube.DeleteDependents(ctx, p.cs, ns, name); err != nil {
+		return err
+	}
+	if err := p.cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return apiError("delete pod "+ns+"/"+name, err)
 	}
 	return nil
 }
@@ -283,124 +234,24 @@ func machine(pod *corev1.Pod) tagcloud.Machine {
 }
 
 // withAddress is the machine of pod with, while it runs, where its
-// Service is reached: a node port at the node address (nodes caches the
-// nodes' addresses), or the load balancer's address and port.
+// Service is reached (nodes caches the nodes' addresses).
 func (p *pods) withAddress(ctx context.Context, pod *corev1.Pod, nodes map[string]string) (tagcloud.Machine, error) {
 	m := machine(pod)
 	if !m.Running {
 		return m, nil
 	}
-	svc, err := p.cs.CoreV1().Services(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return m, nil // no address: not a box crabbox can reach
-	}
+	host, port, err := kube.Addresser{CS: p.cs, NodeAddress: p.cfg.NodeAddress}.ServiceAddress(ctx, pod.Namespace, pod.Name, pod.Spec.NodeName, nodes)
 	if err != nil {
-		return m, apiError("read service "+m.ID, err)
+		return m, err
 	}
-	if len(svc.Spec.Ports) == 0 {
-		return m, nil
-	}
-	switch svc.Spec.Type {
-	case corev1.ServiceTypeLoadBalancer:
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			if host := cmpOr(in.IP, in.Hostname); host != "" {
-				m.IPv4, m.Port = host, int(svc.Spec.Ports[0].Port)
-				break
-			}
-		}
-	case corev1.ServiceTypeNodePort:
-		if svc.Spec.Ports[0].NodePort == 0 {
-			return m, nil
-		}
-		host, err := p.nodeAddress(ctx, pod.Spec.NodeName, nodes)
-		if err != nil {
-			return m, err
-		}
-		m.IPv4, m.Port = host, int(svc.Spec.Ports[0].NodePort)
+	if host != "" {
+		m.IPv4, m.Port = host, port
 	}
 	return m, nil
 }
 
-// nodeAddress is where node ports of node name are reached: the
-// node-address option, else the node's ExternalIP, else its InternalIP.
-func (p *pods) nodeAddress(ctx context.Context, name string, cache map[string]string) (string, error) {
-	if p.cfg.NodeAddress != "" {
-		return p.cfg.NodeAddress, nil
-	}
-	if name == "" {
-		return "", nil
-	}
-	if a, ok := cache[name]; ok {
-		return a, nil
-	}
-	node, err := p.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return "", apiError("read node "+name+" (or set the node-address option)", err)
-	}
-	var addr string
-	for _, want := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
-		for _, a := range node.Status.Addresses {
-			if a.Type == want && addr == "" {
-				addr = a.Address
-			}
-		}
-	}
-	cache[name] = addr
-	return addr, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // splitID splits a machine ID "namespace/name".
-func splitID(id string) (ns, name string, err error) {
-	ns, name, ok := strings.Cut(id, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return "", "", fmt.Errorf("pod ID %q is not namespace/name: %w", id, provider.ErrNotFound)
-	}
-	return ns, name, nil
-}
+func splitID(id string) (ns, name string, err error) { return kube.SplitID("pod", id) }
 
-// apiError says what failed and wraps err with its portable kind: a
-// ResourceQuota refusal is provider.ErrCapacity (the next placement is
-// tried), 401 and 403 ErrUnauthenticated, 404 ErrNotFound, 409
-// ErrConflict, 400 and 422 ErrPrecondition, 429, 5xx and network errors
-// ErrTransient. The raw error stays reachable with errors.As.
-func apiError(what string, err error) error {
-	var kind error
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s: %w", what, err)
-	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
-		kind = provider.ErrCapacity
-	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err):
-		kind = provider.ErrUnauthenticated
-	case apierrors.IsNotFound(err):
-		kind = provider.ErrNotFound
-	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
-		kind = provider.ErrConflict
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		kind = provider.ErrPrecondition
-	case apierrors.IsTooManyRequests(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
-		apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), isServerError(err), isNetError(err):
-		kind = provider.ErrTransient
-	default:
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return fmt.Errorf("%s: %w: %w", what, kind, err)
-}
-
-func isServerError(err error) bool {
-	var s apierrors.APIStatus
-	return errors.As(err, &s) && s.Status().Code >= 500
-}
-
-func isNetError(err error) bool {
-	var ne net.Error
-	var ue *url.Error
-	return errors.As(err, &ne) || errors.As(err, &ue)
-}
+// apiError says what failed and wraps err with its portable kind.
+var apiError = kube.APIError

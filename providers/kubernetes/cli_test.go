@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
-	"github.com/crabbox-dev/crabbox/providers/kubernetes/internal/fakekube"
+	"github.com/crabbox-dev/crabbox/providers/internal/kube/fakekube"
 )
 
 // TestInstalledCLI runs the provider as a user does: the crabbox command

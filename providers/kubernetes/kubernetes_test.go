@@ -22,10 +22,10 @@ import (
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
+	"github.com/crabbox-dev/crabbox/providers/internal/kube/fakekube"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud/tagcloudtest"
 	"github.com/crabbox-dev/crabbox/providers/kubernetes"
-	"github.com/crabbox-dev/crabbox/providers/kubernetes/internal/fakekube"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, ignoreGoroutines()...) }

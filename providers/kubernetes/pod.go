@@ -8,9 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/kube"
 )
 
 // Names inside the pod.
@@ -143,30 +142,15 @@ func (s podSpec) pod() *corev1.Pod {
 
 // owner makes p the owner of a dependent object, so that the garbage
 // collector deletes the object with the pod.
-func owner(p *corev1.Pod) []metav1.OwnerReference {
-	return []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}}
-}
+func owner(p *corev1.Pod) []metav1.OwnerReference { return kube.Owner("v1", "Pod", p.Name, p.UID) }
 
 // secret holds the bootstrap script of pod p: the lease key and the host
 // key the client made.
 func secret(p *corev1.Pod, labels map[string]string, userData string) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: labels, OwnerReferences: owner(p)},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{bootstrapKey: []byte(userData)},
-	}
+	return kube.Secret(p.Namespace, p.Name, owner(p), labels, bootstrapKey, userData)
 }
 
 // service exposes sshd of pod p, selected by its lease label.
 func service(p *corev1.Pod, labels map[string]string, typ string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: labels, OwnerReferences: owner(p)},
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceType(typ),
-			Selector: map[string]string{cloud.LabelCrabbox: "true", cloud.LabelLease: labels[cloud.LabelLease]},
-			Ports: []corev1.ServicePort{{
-				Name: portName, Protocol: corev1.ProtocolTCP, Port: SSHPort, TargetPort: intstr.FromInt32(SSHPort),
-			}},
-		},
-	}
+	return kube.Service(p.Namespace, p.Name, owner(p), labels, typ, portName, SSHPort)
 }

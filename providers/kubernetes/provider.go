@@ -48,6 +48,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/kube"
 	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
 	"github.com/crabbox-dev/crabbox/providers/kubernetes/kubernetesspec"
 )
@@ -170,12 +171,9 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%s provider: option namespace: %w", Name, err)
 		}
 	}
-	switch c.ServiceType {
-	case "":
-		c.ServiceType = ServiceNodePort
-	case ServiceNodePort, ServiceLoadBalancer:
-	default:
-		return c, fmt.Errorf("%s provider: option service-type: %q: want %s or %s", Name, c.ServiceType, ServiceNodePort, ServiceLoadBalancer)
+	var err2 error
+	if c.ServiceType, err2 = kube.CheckServiceType(c.ServiceType); err2 != nil {
+		return c, fmt.Errorf("%s provider: option service-type: %w", Name, err2)
 	}
 	if c.GPUResource == "" {
 		c.GPUResource = kubernetesspec.DefaultGPUResource
@@ -183,8 +181,8 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkResourceName(c.GPUResource); err != nil {
 		return c, fmt.Errorf("%s provider: option gpu-resource: %w", Name, err)
 	}
-	if c.NodeAddress != "" && (strings.ContainsAny(c.NodeAddress, " /:@\t\r\n") || len(c.NodeAddress) > 253) {
-		return c, fmt.Errorf("%s provider: option node-address: %q: want a host name or IP address", Name, c.NodeAddress)
+	if err := kube.CheckNodeAddress(c.NodeAddress); err != nil {
+		return c, fmt.Errorf("%s provider: option node-address: %w", Name, err)
 	}
 	for _, s := range c.Sizes {
 		if _, err := parseSize(s); err != nil {
@@ -194,32 +192,10 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// checkImage accepts a container image reference: registry, path, tag
-// and digest characters only.
-func checkImage(s string) error {
-	if s == "" || len(s) > 255 {
-		return fmt.Errorf("%q: want 1 to 255 characters", s)
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/:@", r)) {
-			return fmt.Errorf("%q: character %q does not belong in an image reference", s, r)
-		}
-	}
-	return nil
-}
-
-// checkDNSLabel accepts a namespace name: an RFC 1123 label.
-func checkDNSLabel(s string) error {
-	if s == "" || len(s) > 63 {
-		return fmt.Errorf("%q: want 1 to 63 characters", s)
-	}
-	for i, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' && i > 0 && i < len(s)-1) {
-			return fmt.Errorf("%q: want lowercase letters, digits and inner '-'", s)
-		}
-	}
-	return nil
-}
+var (
+	checkImage    = kube.CheckImage
+	checkDNSLabel = kube.CheckDNSLabel
+)
 
 // checkResourceName accepts an extended resource name like
 // nvidia.com/gpu.

@@ -32,6 +32,7 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/gcp/gcpspec"
 	"github.com/crabbox-dev/crabbox/providers/hetzner/hetznerspec"
 	"github.com/crabbox-dev/crabbox/providers/kubernetes/kubernetesspec"
+	"github.com/crabbox-dev/crabbox/providers/kubevirt/kubevirtspec"
 	"github.com/crabbox-dev/crabbox/providers/linode/linodespec"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
 	_ "github.com/crabbox-dev/crabbox/providers/multipass"
@@ -57,7 +58,7 @@ const ProgramPrefix = "crabbox-provider-"
 func Clouds() []provider.Spec {
 	return []provider.Spec{
 		awsspec.Spec(), azurespec.Spec(), azuredynamicsessionsspec.Spec(), digitaloceanspec.Spec(), gcpspec.Spec(),
-		hetznerspec.Spec(), kubernetesspec.Spec(), linodespec.Spec(), proxmoxspec.Spec(), scalewayspec.Spec(), vultrspec.Spec(),
+		hetznerspec.Spec(), kubernetesspec.Spec(), kubevirtspec.Spec(), linodespec.Spec(), proxmoxspec.Spec(), scalewayspec.Spec(), vultrspec.Spec(),
 	}
 }
 

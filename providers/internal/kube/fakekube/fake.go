@@ -1,7 +1,7 @@
-// Package fakekube is a fake Kubernetes API server for the kubernetes
-// provider's tests: the core/v1 paths the provider uses (pods, services,
-// secrets, nodes, /version), written from Kubernetes' published OpenAPI
-// description of core/v1:
+// Package fakekube is a fake Kubernetes API server for the tests of the
+// kubernetes and kubevirt providers: the core/v1 paths the providers use
+// (pods, services, secrets, nodes, /version), written from Kubernetes'
+// published OpenAPI description of core/v1:
 //
 //	https://github.com/kubernetes/kubernetes/blob/001a778fa11f78082f945366a80e46d518b21309/api/openapi-spec/v3/api__v1_openapi.json
 //
@@ -20,6 +20,26 @@
 // box from the Secret's bootstrap script on a cloudtest.Fleet, and
 // MapAddress maps a Service's node port (at a node's address) or load
 // balancer address to that box.
+//
+// KubeVirt's VirtualMachineInstances (kubevirt.io/v1) are served from
+// KubeVirt's published OpenAPI description:
+//
+//	https://github.com/kubevirt/kubevirt/blob/00341b09120e281be174fce990980ce9d0cf7c74/api/openapi-spec/swagger.json
+//
+// (paths /apis/kubevirt.io/v1/ (the APIResourceList) and
+// /apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances
+// [/{name}] with list, create, read, patch (application/merge-patch+json)
+// and delete; the list parameters labelSelector, limit and continue;
+// definitions v1.VirtualMachineInstance, v1.VirtualMachineInstanceSpec
+// (domain.resources.requests, domain.cpu.cores, volumes with
+// containerDisk.image and cloudInitNoCloud.secretRef) and
+// v1.VirtualMachineInstanceStatus (phase, nodeName, interfaces)), plus
+// KubeVirt's documented behaviour: the cloud-init user data read from the
+// Secret's "userdata" (or "userData") key, the VMI's labels copied to its
+// virt-launcher pod (so a Service selecting them reaches the VM), and a
+// ResourceQuota counting VMIs refusing one with 403 "exceeded quota". A
+// VMI runs once its cloud-init Secret exists: the fake boots a real SSH
+// box from the Secret's user data on the fleet and sets phase Running.
 package fakekube
 
 import (
@@ -37,6 +57,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/version"
@@ -66,6 +87,8 @@ type Server struct {
 	pods     map[string]*corev1.Pod // by namespace/name
 	services map[string]*corev1.Service
 	secrets  map[string]*corev1.Secret
+	vmis     map[string]*unstructured.Unstructured
+	noKV     bool
 	boxes    map[string]string // pod key -> fleet address
 	creates  []Create
 	full     map[Create]bool
@@ -80,8 +103,38 @@ type Server struct {
 func New(fleet *cloudtest.Fleet, nodes ...Node) *Server {
 	return &Server{
 		fleet: fleet, nodes: nodes, pods: map[string]*corev1.Pod{}, services: map[string]*corev1.Service{},
-		secrets: map[string]*corev1.Secret{}, boxes: map[string]string{}, full: map[Create]bool{},
+		secrets: map[string]*corev1.Secret{}, vmis: map[string]*unstructured.Unstructured{}, boxes: map[string]string{}, full: map[Create]bool{},
 	}
+}
+
+// VMIResource is KubeVirt's VirtualMachineInstance resource.
+const VMIResource = "virtualmachineinstances"
+
+// SetNoKubeVirt makes the cluster not serve KubeVirt's API group.
+func (s *Server) SetNoKubeVirt() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noKV = true
+}
+
+// VMIs returns copies of the VMIs, sorted by namespace/name.
+func (s *Server) VMIs() []unstructured.Unstructured {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []unstructured.Unstructured
+	for _, k := range slices.Sorted(maps.Keys(s.vmis)) {
+		out = append(out, *s.vmis[k].DeepCopy())
+	}
+	return out
+}
+
+// AddVMI adds a VMI as it is (labels, phase), for cleanup tests.
+func (s *Server) AddVMI(v unstructured.Unstructured) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	v.SetUID(types.UID(fmt.Sprintf("uid-%d", s.next)))
+	s.vmis[v.GetNamespace()+"/"+v.GetName()] = v.DeepCopy()
 }
 
 // SetNoBoot makes pods created from now on run without an SSH box.
@@ -187,6 +240,11 @@ func (s *Server) backendLocked(host string, port int) (string, int) {
 				return s.boxes[k], sp.TargetPort.IntValue()
 			}
 		}
+		for k, v := range s.vmis { // the virt-launcher pod carries the VMI's labels
+			if v.GetNamespace() == svc.Namespace && sel.Matches(labels.Set(v.GetLabels())) && s.boxes[vmiBox+k] != "" {
+				return s.boxes[vmiBox+k], sp.TargetPort.IntValue()
+			}
+		}
 	}
 	return host, port
 }
@@ -206,7 +264,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	kv := len(parts) >= 3 && parts[0] == "apis" && parts[1] == "kubevirt.io" && parts[2] == "v1" && !s.noKV
 	switch {
+	case kv && len(parts) == 3 && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, metav1.APIResourceList{
+			TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: "kubevirt.io/v1",
+			APIResources: []metav1.APIResource{{Name: VMIResource, SingularName: "virtualmachineinstance", Namespaced: true,
+				Kind: "VirtualMachineInstance", ShortNames: []string{"vmi", "vmis"},
+				Verbs: metav1.Verbs{"delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"}}},
+		})
+	case kv && len(parts) == 6 && parts[3] == "namespaces" && parts[5] == VMIResource:
+		s.collection(w, r, parts[4], parts[5])
+	case kv && len(parts) == 7 && parts[3] == "namespaces" && parts[5] == VMIResource:
+		s.object(w, r, parts[4], parts[5], parts[6])
 	case len(parts) == 4 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "nodes" && r.Method == http.MethodGet:
 		s.getNode(w, parts[3])
 	case len(parts) == 5 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "namespaces":
@@ -252,6 +322,8 @@ func (s *Server) collection(w http.ResponseWriter, r *http.Request, ns, resource
 			s.createService(w, ns, body)
 		case "secrets":
 			s.createSecret(w, ns, body)
+		case VMIResource:
+			s.createVMI(w, ns, body)
 		default:
 			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", resource, "")
 		}
@@ -308,6 +380,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, ns, resource strin
 		for _, v := range s.secrets {
 			add(v, *v)
 		}
+	case VMIResource:
+		for _, v := range s.vmis {
+			add(v, v.Object)
+		}
 	default:
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", resource, "")
 		return
@@ -326,8 +402,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, ns, resource strin
 	for _, i := range order {
 		items = append(items, objs[i])
 	}
-	kind := map[string]string{"pods": "PodList", "services": "ServiceList", "secrets": "SecretList"}[resource]
-	writeJSON(w, http.StatusOK, map[string]any{"kind": kind, "apiVersion": "v1", "metadata": lm, "items": items})
+	kind := map[string]string{"pods": "PodList", "services": "ServiceList", "secrets": "SecretList", VMIResource: "VirtualMachineInstanceList"}[resource]
+	apiVersion := "v1"
+	if resource == VMIResource {
+		apiVersion = "kubevirt.io/v1"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"kind": kind, "apiVersion": apiVersion, "metadata": lm, "items": items})
 }
 
 // newMeta fills in what the API server sets on a created object.
@@ -406,6 +486,9 @@ func (s *Server) createSecret(w http.ResponseWriter, ns string, body []byte) {
 	for k := range s.pods {
 		s.bootLocked(k)
 	}
+	for k := range s.vmis {
+		s.bootVMILocked(k)
+	}
 	writeJSON(w, http.StatusCreated, v)
 }
 
@@ -481,7 +564,7 @@ func (s *Server) bootLocked(key string) {
 func (s *Server) object(w http.ResponseWriter, r *http.Request, ns, resource, name string) {
 	key := ns + "/" + name
 	var obj any
-	var meta *metav1.ObjectMeta
+	var meta metav1.Object
 	switch resource {
 	case "pods":
 		if p := s.pods[key]; p != nil {
@@ -494,6 +577,10 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request, ns, resource, na
 	case "secrets":
 		if v := s.secrets[key]; v != nil {
 			obj, meta = v, &v.ObjectMeta
+		}
+	case VMIResource:
+		if v := s.vmis[key]; v != nil {
+			obj, meta = v, v
 		}
 	}
 	if obj == nil {
@@ -515,9 +602,9 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request, ns, resource, na
 
 // patch applies a JSON merge patch (RFC 7386) of metadata.labels and
 // metadata.annotations; other fields are not patched by the fake.
-func (s *Server) patch(w http.ResponseWriter, r *http.Request, meta *metav1.ObjectMeta, obj any, resource string) {
+func (s *Server) patch(w http.ResponseWriter, r *http.Request, meta metav1.Object, obj any, resource string) {
 	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); ct != string(types.MergePatchType) {
-		writeStatus(w, http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, "the body of the request was in an unknown format - accepted media types include: application/merge-patch+json", resource, meta.Name)
+		writeStatus(w, http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, "the body of the request was in an unknown format - accepted media types include: application/merge-patch+json", resource, meta.GetName())
 		return
 	}
 	var p struct {
@@ -531,25 +618,26 @@ func (s *Server) patch(w http.ResponseWriter, r *http.Request, meta *metav1.Obje
 		err = json.Unmarshal(body, &p)
 	}
 	if err != nil {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "error decoding patch: "+err.Error(), resource, meta.Name)
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "error decoding patch: "+err.Error(), resource, meta.GetName())
 		return
 	}
-	merge := func(dst *map[string]string, src map[string]*string) {
+	merge := func(dst map[string]string, src map[string]*string) map[string]string {
 		for k, v := range src {
-			if *dst == nil {
-				*dst = map[string]string{}
+			if dst == nil {
+				dst = map[string]string{}
 			}
 			if v == nil {
-				delete(*dst, k)
+				delete(dst, k)
 			} else {
-				(*dst)[k] = *v
+				dst[k] = *v
 			}
 		}
+		return dst
 	}
-	merge(&meta.Labels, p.Metadata.Labels)
-	merge(&meta.Annotations, p.Metadata.Annotations)
+	meta.SetLabels(merge(meta.GetLabels(), p.Metadata.Labels))
+	meta.SetAnnotations(merge(meta.GetAnnotations(), p.Metadata.Annotations))
 	s.next++
-	meta.ResourceVersion = strconv.Itoa(s.next)
+	meta.SetResourceVersion(strconv.Itoa(s.next))
 	writeJSON(w, http.StatusOK, obj)
 }
 
@@ -564,16 +652,26 @@ func (s *Server) deleteLocked(resource, key string) {
 	case "pods":
 		p := s.pods[key]
 		delete(s.pods, key)
-		if ip := s.boxes[key]; ip != "" {
-			delete(s.boxes, key)
-			_ = s.fleet.Halt(ip)
-		}
-		owned := func(refs []metav1.OwnerReference) bool {
-			return slices.ContainsFunc(refs, func(o metav1.OwnerReference) bool { return o.UID == p.UID })
-		}
-		maps.DeleteFunc(s.services, func(_ string, v *corev1.Service) bool { return owned(v.OwnerReferences) })
-		maps.DeleteFunc(s.secrets, func(_ string, v *corev1.Secret) bool { return owned(v.OwnerReferences) })
+		s.collectLocked(key, p.UID)
+	case VMIResource:
+		v := s.vmis[key]
+		delete(s.vmis, key)
+		s.collectLocked(vmiBox+key, v.GetUID())
 	}
+}
+
+// collectLocked stops the box at boxKey and deletes the dependents of
+// the object with uid, as the garbage collector would.
+func (s *Server) collectLocked(boxKey string, uid types.UID) {
+	if ip := s.boxes[boxKey]; ip != "" {
+		delete(s.boxes, boxKey)
+		_ = s.fleet.Halt(ip)
+	}
+	owned := func(refs []metav1.OwnerReference) bool {
+		return slices.ContainsFunc(refs, func(o metav1.OwnerReference) bool { return o.UID == uid })
+	}
+	maps.DeleteFunc(s.services, func(_ string, v *corev1.Service) bool { return owned(v.OwnerReferences) })
+	maps.DeleteFunc(s.secrets, func(_ string, v *corev1.Secret) bool { return owned(v.OwnerReferences) })
 }
 
 // ErrorBody is the Status body of an error with code, as the API server

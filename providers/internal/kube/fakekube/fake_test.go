@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud/cloudtest"
-	"github.com/crabbox-dev/crabbox/providers/kubernetes/internal/fakekube"
+	"github.com/crabbox-dev/crabbox/providers/internal/kube/fakekube"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, cloudtest.IgnoreGoroutines()...) }
