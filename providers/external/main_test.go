@@ -15,8 +15,9 @@ import (
 // scripted provider program instead of running the tests (see fake_test.go).
 const fakeEnv = "CRABBOX_EXTERNAL_FAKE"
 
-// examplePath is the example provider program, built once by TestMain.
-var examplePath string
+// examplePath is the example provider program, and sandboxProgram the
+// program serving internal/servedsandbox, both built once by TestMain.
+var examplePath, sandboxProgram string
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeEnv); mode != "" {
@@ -27,8 +28,6 @@ func TestMain(m *testing.M) {
 		os.Exit(servedProgram())
 	case "local":
 		os.Exit(servedLocal(os.Args[1:]))
-	case "sandbox":
-		os.Exit(servedSandbox())
 	}
 	dir, err := os.MkdirTemp("", "crabbox-external-test-")
 	if err != nil {
@@ -39,11 +38,20 @@ func TestMain(m *testing.M) {
 	if runtime.GOOS == "windows" {
 		examplePath += ".exe"
 	}
-	build := exec.Command("go", "build", "-o", examplePath, "github.com/crabbox-dev/crabbox/examples/externalprovider")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build the example provider: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	sandboxProgram = filepath.Join(dir, "crabbox-provider-sandbox")
+	if runtime.GOOS == "windows" {
+		sandboxProgram += ".exe"
+	}
+	for path, pkg := range map[string]string{
+		examplePath:    "github.com/crabbox-dev/crabbox/examples/externalprovider",
+		sandboxProgram: "github.com/crabbox-dev/crabbox/internal/cmd/servedsandbox",
+	} {
+		build := exec.Command("go", "build", "-o", path, pkg)
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		os.RemoveAll(dir)

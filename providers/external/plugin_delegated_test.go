@@ -6,80 +6,30 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/crabbox-dev/crabbox/internal/servedsandbox"
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/provider/providertest"
 	"github.com/crabbox-dev/crabbox/providers/external"
 )
 
-// sandboxRootEnv names the directory the served sandbox keeps its leases
-// in, shared by every process of one test.
-const sandboxRootEnv = "CRABBOX_TEST_SANDBOX_ROOT"
-
-// servedSandbox serves providertest's fake sandbox (a delegated-run
-// provider with files and touch), as a provider program's main would.
-func servedSandbox() int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	sb := cappedSandbox{providertest.NewSandbox("sandbox", os.Getenv(sandboxRootEnv))}
-	if err := external.Serve(ctx, sb, provider.Runtime{}, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
-}
-
-// cappedSandbox is the fake sandbox with the spec of sandboxSpec.
-type cappedSandbox struct{ *providertest.Sandbox }
-
-func (s cappedSandbox) Spec() provider.Spec { return sandboxSpec() }
-func (s cappedSandbox) Configure(provider.Config, provider.Runtime) (provider.Backend, error) {
-	return s, nil
-}
-
-// sandboxSpec is the served sandbox's spec with a lifetime cap, as a
-// sandbox service's light spec package would declare it.
-func sandboxSpec() provider.Spec {
-	s := providertest.NewSandbox("sandbox", "").Spec()
-	s.Options = []provider.Option{{Name: "max-lifetime", Flag: "sandbox-max-lifetime", Default: "team"}}
-	s.LifetimeOption, s.LifetimePlans = "max-lifetime", map[string]time.Duration{"team": 3 * time.Hour}
-	return s
-}
-
-// installSandboxPlugin puts the test binary on PATH as the program
-// crabbox-provider-sandbox and returns the sandbox root its processes
-// share.
-func installSandboxPlugin(t *testing.T) string {
+// installSandboxPlugin puts the program serving internal/servedsandbox
+// on PATH as crabbox-provider-sandbox.
+func installSandboxPlugin(t *testing.T) {
 	t.Helper()
-	if runtime.GOOS == "windows" {
-		t.Skip("the test binary is linked in as a provider program with a symlink; not on Windows")
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, root := t.TempDir(), t.TempDir()
-	if err := os.Symlink(self, filepath.Join(bin, "crabbox-provider-sandbox")); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	t.Setenv(serveEnv, "sandbox")
-	t.Setenv(sandboxRootEnv, root)
-	return root
+	t.Setenv("PATH", filepath.Dir(sandboxProgram)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv(servedsandbox.RootEnv, t.TempDir())
 }
 
 func configureSandboxPlugin(t *testing.T, cfg provider.Config) provider.DelegatedRunBackend {
 	t.Helper()
-	b, err := external.Plugin(sandboxSpec(), "crabbox-provider-sandbox").Configure(cfg, provider.Runtime{StateDir: t.TempDir()})
+	b, err := external.Plugin(servedsandbox.Spec(), "crabbox-provider-sandbox").Configure(cfg, provider.Runtime{StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
@@ -103,7 +53,7 @@ func TestPluginDelegatedConformance(t *testing.T) {
 func TestPluginDelegatedIsTheProvider(t *testing.T) {
 	installSandboxPlugin(t)
 	b := configureSandboxPlugin(t, provider.Config{"max-lifetime": "90m"})
-	if diff := cmp.Diff(sandboxSpec(), b.Spec()); diff != "" {
+	if diff := cmp.Diff(servedsandbox.Spec(), b.Spec()); diff != "" {
 		t.Errorf("backend's spec (-want +got):\n%s", diff)
 	}
 	if _, ok := b.(provider.DelegatedFileBackend); !ok {
@@ -115,7 +65,7 @@ func TestPluginDelegatedIsTheProvider(t *testing.T) {
 	if err := b.(provider.ConfigChecker).CheckConfig(context.Background()); err != nil {
 		t.Errorf("CheckConfig: %v", err)
 	}
-	runOnly := sandboxSpec()
+	runOnly := servedsandbox.Spec()
 	runOnly.Features = nil
 	rb, err := external.Plugin(runOnly, "crabbox-provider-sandbox").Configure(nil, provider.Runtime{StateDir: t.TempDir()})
 	if err != nil {
@@ -127,7 +77,7 @@ func TestPluginDelegatedIsTheProvider(t *testing.T) {
 	if got := rb.(provider.LifetimeCapper).MaxLifetime(); got != 3*time.Hour {
 		t.Errorf("MaxLifetime = %v, want the default plan's 3h", got)
 	}
-	if _, err := external.Plugin(sandboxSpec(), "crabbox-provider-sandbox").Configure(provider.Config{"max-lifetime": "forever"}, provider.Runtime{}); err == nil ||
+	if _, err := external.Plugin(servedsandbox.Spec(), "crabbox-provider-sandbox").Configure(provider.Config{"max-lifetime": "forever"}, provider.Runtime{}); err == nil ||
 		!strings.Contains(err.Error(), `"forever" is neither a plan`) {
 		t.Errorf("Configure with max-lifetime forever: %v, want the lifetime refused", err)
 	}
@@ -139,7 +89,7 @@ func TestPluginDelegatedIsTheProvider(t *testing.T) {
 func TestPluginDelegatedLargeFile(t *testing.T) {
 	installSandboxPlugin(t)
 	state := t.TempDir()
-	pb, err := external.Plugin(sandboxSpec(), "crabbox-provider-sandbox").Configure(nil, provider.Runtime{StateDir: state})
+	pb, err := external.Plugin(servedsandbox.Spec(), "crabbox-provider-sandbox").Configure(nil, provider.Runtime{StateDir: state})
 	if err != nil {
 		t.Fatal(err)
 	}
