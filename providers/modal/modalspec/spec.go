@@ -46,7 +46,7 @@ var spec = provider.Spec{
 	Coordinator: provider.CoordinatorUnsupported,
 	Options: []provider.Option{
 		{Name: "endpoint", Flag: "modal-endpoint", Locates: true,
-			Help: "Modal API server URL (default: MODAL_SERVER_URL, ~/.modal.toml's server_url, or https://api.modal.com)"},
+			Help: "Modal API endpoint, a server URL (default: MODAL_SERVER_URL, ~/.modal.toml's server_url, or https://api.modal.com)"},
 		{Name: "environment", Flag: "modal-environment", Locates: true,
 			Help: "Modal environment (default: MODAL_ENVIRONMENT or the profile's)"},
 		{Name: "app", Flag: "modal-app", Default: DefaultApp, Locates: true,

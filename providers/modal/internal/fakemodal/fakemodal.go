@@ -234,8 +234,18 @@ func (s *Server) check(ctx context.Context, full string) error {
 		}
 		return nil
 	}
-	if id, sec := md.Get("x-modal-token-id"), md.Get("x-modal-token-secret"); len(id) != 1 || len(sec) != 1 || id[0] != s.TokenID || sec[0] != s.TokenSecret {
-		return status.Error(codes.Unauthenticated, "Token missing or invalid")
+	// The SDK's interceptors may append the headers more than once; every
+	// copy must be right.
+	id, sec := md.Get("x-modal-token-id"), md.Get("x-modal-token-secret")
+	ok := len(id) > 0 && len(sec) > 0
+	for _, v := range id {
+		ok = ok && v == s.TokenID
+	}
+	for _, v := range sec {
+		ok = ok && v == s.TokenSecret
+	}
+	if !ok {
+		return status.Errorf(codes.Unauthenticated, "Token missing or invalid (%d id, %d secret headers on %s)", len(id), len(sec), m)
 	}
 	return nil
 }
@@ -611,7 +621,6 @@ func (r router) TaskExecPoll(_ context.Context, req *pb.TaskExecPollRequest) (*p
 	code, sig := exitStatus(e.state)
 	return pb.TaskExecPollResponse_builder{Code: code, Signal: sig}.Build(), nil
 }
-
 
 // The V2 sandbox backend's RPCs, which the SDK uses by default.
 
