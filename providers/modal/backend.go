@@ -131,12 +131,21 @@ func dial(cfg Config) (*grpc.ClientConn, error) {
 		return s(metadata.AppendToOutgoingContext(ctx, headers...), desc, cc, method, opts...)
 	}
 	conn, err := grpc.NewClient(u.Hostname()+":"+port, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultServiceConfig(retryPolicy),
 		grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream))
 	if err != nil {
 		return nil, fmt.Errorf("%s provider: config \"endpoint\" %q: %w", Name, cfg.Endpoint, err)
 	}
 	return conn, nil
 }
+
+// retryPolicy retries a control-plane call answered UNAVAILABLE or
+// RESOURCE_EXHAUSTED (Modal's rate limit) a bounded number of times with
+// exponential backoff, as the SDK's own connection does with its
+// interceptor.
+const retryPolicy = `{"methodConfig": [{"name": [{"service": "modal.client.ModalClient"}],
+  "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "2s", "backoffMultiplier": 2,
+    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]}`
 
 // scrub removes the token from s, should an error ever carry it.
 func scrub(s string, cfg Config) string {

@@ -226,3 +226,27 @@ func TestConfig(t *testing.T) {
 		})
 	}
 }
+
+// A control-plane call answered UNAVAILABLE or RESOURCE_EXHAUSTED is
+// retried, boundedly.
+func TestRetry(t *testing.T) {
+	ctx := context.Background()
+	f := startFake(t)
+	b := newBackend(t, f, modal.Config{})
+	if _, err := b.List(ctx, provider.ListRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	f.FailNext("SandboxListV2", status.Error(codes.ResourceExhausted, "rate limited"))
+	if _, err := b.List(ctx, provider.ListRequest{}); err != nil {
+		t.Errorf("List after one rate-limited answer: %v", err)
+	}
+	calls := 0
+	for _, c := range f.Calls() {
+		if c == "SandboxListV2" {
+			calls++
+		}
+	}
+	if calls != 3 {
+		t.Errorf("SandboxListV2 calls = %d, want 3 (one, then a refused one and its retry)", calls)
+	}
+}
