@@ -154,7 +154,7 @@ func TestWarmupRollback(t *testing.T) {
 	if live := f.Live(); len(live) != 0 {
 		t.Errorf("sandboxes left after a failed warmup: %v", live)
 	}
-	f.FailNext("SandboxCreateV2", status.Error(codes.ResourceExhausted, "no capacity"))
+	f.FailNext("SandboxCreateV2", status.Error(codes.FailedPrecondition, "no capacity"))
 	if _, err := b.Warmup(ctx, warmup(time.Hour)); err == nil || !strings.Contains(err.Error(), "no capacity") {
 		t.Errorf("Warmup with a refused create: err = %v", err)
 	}

@@ -1,4 +1,6 @@
-// Package fakemodal is a fake of Modal's gRPC API for tests: a server on
+//go:build unix
+
+// Package fakemodal (Unix only) is a fake of Modal's gRPC API for tests: a server on
 // loopback implementing the control-plane service modal.client.ModalClient
 // and the per-task command router modal.task_command_router.TaskCommandRouter
 // as Modal publishes them in its protobuf definitions (modal-labs/modal-client,
