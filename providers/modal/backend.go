@@ -14,9 +14,11 @@ import (
 	modalsdk "github.com/modal-labs/modal-client/go"
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/crabbox-dev/crabbox/lease"
 	"github.com/crabbox-dev/crabbox/provider"
@@ -165,12 +167,12 @@ func (b *Backend) wrap(what string, err error) error {
 	}
 	var kind error
 	var nf modalsdk.NotFoundError
-	switch {
+	switch code := status.Code(err); {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %s: %w", Name, what, err)
-	case errors.As(err, &nf):
+	case errors.As(err, &nf) || code == codes.NotFound:
 		kind = provider.ErrNotFound
-	case strings.Contains(err.Error(), "Unauthenticated"):
+	case code == codes.Unauthenticated || code == codes.PermissionDenied:
 		kind = provider.ErrUnauthenticated
 	}
 	msg := scrub(err.Error(), b.cfg)
