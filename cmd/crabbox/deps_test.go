@@ -22,6 +22,7 @@ var forbiddenDeps = []struct{ prefix, why string }{
 	{"github.com/digitalocean/godo", "the digitalocean provider's SDK (crabbox-provider-digitalocean)"},
 	{"github.com/linode/", "the linode provider's SDK (crabbox-provider-linode)"},
 	{"github.com/luthermonson/go-proxmox", "the proxmox provider's client (crabbox-provider-proxmox)"},
+	{"github.com/modal-labs/", "the modal provider's SDK (crabbox-provider-modal)"},
 	{"k8s.io/", "the kubernetes provider's client-go (crabbox-provider-kubernetes)"},
 	{"sigs.k8s.io/", "client-go's helpers (crabbox-provider-kubernetes)"},
 	{"github.com/scaleway/", "the scaleway provider's SDK (crabbox-provider-scaleway)"},
