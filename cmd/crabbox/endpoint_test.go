@@ -14,7 +14,7 @@ import (
 )
 
 // cloudProviders are the providers whose API endpoint is an option.
-var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "kubernetes", "kubevirt", "linode", "multipass", "nvidiabrev", "proxmox", "runpod", "scaleway", "vultr"}
+var cloudProviders = []string{"aws", "azure", "digitalocean", "gcp", "hetzner", "kubernetes", "kubevirt", "linode", "modal", "multipass", "nvidiabrev", "proxmox", "runpod", "scaleway", "vultr"}
 
 // Every cloud provider lists its endpoint option, with its flag and
 // environment variable, in `providers describe`.

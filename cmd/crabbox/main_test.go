@@ -127,7 +127,7 @@ func TestCrabboxFailuresExit125(t *testing.T) {
 		inStderr string
 	}{
 		{[]string{"run", "--id", "nope", "--", "true"}, 125, `crabbox: lease "nope": not found`},
-		{[]string{"run", "--provider", "nope", "--", "true"}, 125, `unknown provider "nope" (known: aws, azure, azure-dynamic-sessions, daytona, digitalocean, docker, e2b, external, gcp, hetzner, kubernetes, kubevirt, linode, local, multipass, nvidiabrev, opensandbox, proxmox, runpod, scaleway, ssh, tensorlake, upstash-box, vercel, vultr)`},
+		{[]string{"run", "--provider", "nope", "--", "true"}, 125, `unknown provider "nope" (known: aws, azure, azure-dynamic-sessions, daytona, digitalocean, docker, e2b, external, gcp, hetzner, kubernetes, kubevirt, linode, local, modal, multipass, nvidiabrev, opensandbox, proxmox, runpod, scaleway, ssh, tensorlake, upstash-box, vercel, vultr)`},
 		{[]string{"run", "--provider", "ssh", "--", "true"}, 125, `host is required`},
 		{[]string{"stop", "cbx_000000000000"}, 125, `not found`},
 		{[]string{"run"}, 2, "no command given"},

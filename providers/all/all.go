@@ -17,6 +17,7 @@ import (
 	_ "github.com/crabbox-dev/crabbox/providers/kubevirt"
 	_ "github.com/crabbox-dev/crabbox/providers/linode"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
+	_ "github.com/crabbox-dev/crabbox/providers/modal"
 	_ "github.com/crabbox-dev/crabbox/providers/multipass"
 	_ "github.com/crabbox-dev/crabbox/providers/nvidiabrev"
 	_ "github.com/crabbox-dev/crabbox/providers/opensandbox"

@@ -35,6 +35,7 @@ import (
 	"github.com/crabbox-dev/crabbox/providers/kubevirt/kubevirtspec"
 	"github.com/crabbox-dev/crabbox/providers/linode/linodespec"
 	_ "github.com/crabbox-dev/crabbox/providers/local"
+	"github.com/crabbox-dev/crabbox/providers/modal/modalspec"
 	_ "github.com/crabbox-dev/crabbox/providers/multipass"
 	_ "github.com/crabbox-dev/crabbox/providers/nvidiabrev"
 	_ "github.com/crabbox-dev/crabbox/providers/opensandbox"
@@ -58,7 +59,8 @@ const ProgramPrefix = "crabbox-provider-"
 func Clouds() []provider.Spec {
 	return []provider.Spec{
 		awsspec.Spec(), azurespec.Spec(), azuredynamicsessionsspec.Spec(), digitaloceanspec.Spec(), gcpspec.Spec(),
-		hetznerspec.Spec(), kubernetesspec.Spec(), kubevirtspec.Spec(), linodespec.Spec(), proxmoxspec.Spec(), scalewayspec.Spec(), vultrspec.Spec(),
+		hetznerspec.Spec(), kubernetesspec.Spec(), kubevirtspec.Spec(), linodespec.Spec(), modalspec.Spec(), proxmoxspec.Spec(),
+		scalewayspec.Spec(), vultrspec.Spec(),
 	}
 }
 
