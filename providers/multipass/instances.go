@@ -77,7 +77,7 @@ func (a *instances) machine(in instance, tags []string) tagcloud.Machine {
 
 // Get reads instance id (multipass info) and its labels.
 func (a *instances) Get(ctx context.Context, id string) (tagcloud.Machine, error) {
-	if !instanceName.MatchString(id) {
+	if !instanceName().MatchString(id) {
 		return tagcloud.Machine{}, fmt.Errorf("instance %q is not a crabbox instance: %w", id, provider.ErrNotFound)
 	}
 	in, err := a.cli.info(ctx, id)
@@ -101,7 +101,7 @@ func (a *instances) List(ctx context.Context, tag string) ([]tagcloud.Machine, e
 	}
 	var out []tagcloud.Machine
 	for _, in := range all {
-		if !instanceName.MatchString(in.Name) {
+		if !instanceName().MatchString(in.Name) {
 			continue
 		}
 		tags, ok, err := a.labels.Read(in.Name)
@@ -131,7 +131,7 @@ func (a *instances) SetTags(ctx context.Context, m tagcloud.Machine, tags []stri
 // Delete deletes and purges instance id, then removes its labels. One
 // that is gone already counts as deleted.
 func (a *instances) Delete(ctx context.Context, id string) error {
-	if !instanceName.MatchString(id) {
+	if !instanceName().MatchString(id) {
 		return fmt.Errorf("instance %q is not a crabbox instance", id)
 	}
 	if err := a.cli.delete(ctx, id); err != nil && !errors.Is(err, provider.ErrNotFound) {

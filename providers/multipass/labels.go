@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sync"
 )
 
 // LabelStore keeps the labels of crabbox's instances, as tags
@@ -27,7 +28,7 @@ type LabelStore interface {
 // instanceName matches the names of crabbox's instances (tagcloud.Name):
 // crabbox- and a lease ID with '_' as '-', valid multipass names and file
 // names alike.
-var instanceName = regexp.MustCompile(`^crabbox-[a-z0-9][a-z0-9-]{0,54}[a-z0-9]$`)
+var instanceName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^crabbox-[a-z0-9][a-z0-9-]{0,54}[a-z0-9]$`) })
 
 // FileLabels is a LabelStore in a directory on the machine running
 // multipass: one JSON file per instance, <Dir>/<instance>.json, written
@@ -42,7 +43,7 @@ type labelFile struct {
 }
 
 func (s FileLabels) file(name string) (string, error) {
-	if !instanceName.MatchString(name) {
+	if !instanceName().MatchString(name) {
 		return "", fmt.Errorf("instance name %q is not a crabbox instance name", name)
 	}
 	return filepath.Join(s.Dir, name+".json"), nil

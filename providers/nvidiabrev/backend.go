@@ -55,13 +55,13 @@ func (b *Backend) lifecycle(sizes []string) *tagcloud.Backend {
 // Spec describes the provider.
 func (b *Backend) Spec() provider.Spec { return spec() }
 
-var slugRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+var slugRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`) })
 
 // Acquire creates the lease's instance. It refuses, before any API call,
 // a slug that does not fit a Brev name and an expiry the name cannot
 // hold; without sizes it picks the instance types of the GPU class.
 func (b *Backend) Acquire(ctx context.Context, req provider.AcquireRequest) (provider.LeaseTarget, error) {
-	if req.Slug != "" && (len(req.Slug) > MaxSlugLength || !slugRE.MatchString(req.Slug)) {
+	if req.Slug != "" && (len(req.Slug) > MaxSlugLength || !slugRE().MatchString(req.Slug)) {
 		return provider.LeaseTarget{}, fmt.Errorf("%s provider: slug %q: Brev instance names have room for at most %d lowercase letters, digits and '-' of a slug", Name, req.Slug, MaxSlugLength)
 	}
 	if req.ExpiresAt.Unix() > maxExpiry {

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
@@ -32,7 +33,9 @@ const MaxNameLength = 63
 // MaxSlugLength is the longest slug a name has room for.
 const MaxSlugLength = MaxNameLength - len("cbx-0123456789ab-rn0-0000000-")
 
-var nameRE = regexp.MustCompile(`^cbx-([0-9a-f]{12})-([pruxf])([kn])([0-9z])-([0-9a-z]{7})(?:-([a-z0-9][a-z0-9-]*))?$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^cbx-([0-9a-f]{12})-([pruxf])([kn])([0-9z])-([0-9a-z]{7})(?:-([a-z0-9][a-z0-9-]*))?$`)
+})
 
 var stateLetters = map[string]string{
 	cloud.StateProvisioning: "p", cloud.StateReady: "r", cloud.StateRunning: "u",
@@ -79,7 +82,7 @@ func encodeName(l map[string]string, ports []int) (string, error) {
 	if slug := l[cloud.LabelSlug]; slug != "" {
 		name += "-" + slug
 	}
-	if len(name) > MaxNameLength || !nameRE.MatchString(name) {
+	if len(name) > MaxNameLength || !nameRE().MatchString(name) {
 		return "", fmt.Errorf("instance name: slug %q does not fit a Brev name (at most %d lowercase letters, digits and '-')", l[cloud.LabelSlug], MaxSlugLength)
 	}
 	return name, nil
@@ -88,7 +91,7 @@ func encodeName(l map[string]string, ports []int) (string, error) {
 // decodeName reads the lifecycle labels back from a name; ok is false for
 // a name that is not crabbox's.
 func decodeName(name string, ports []int) (map[string]string, bool) {
-	m := nameRE.FindStringSubmatch(name)
+	m := nameRE().FindStringSubmatch(name)
 	if m == nil {
 		return nil, false
 	}

@@ -43,6 +43,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/provider"
@@ -296,9 +297,9 @@ func valid(s, extra string) bool {
 
 // validDisk: a disk size as Brev takes it, a Kubernetes quantity of
 // gigabytes or terabytes ("120Gi", "1Ti").
-func validDisk(s string) bool { return diskRE.MatchString(s) }
+func validDisk(s string) bool { return diskRE().MatchString(s) }
 
-var diskRE = regexp.MustCompile(`^[1-9][0-9]{0,5}(Gi|Ti|G|T)?$`)
+var diskRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[1-9][0-9]{0,5}(Gi|Ti|G|T)?$`) })
 
 var (
 	_ provider.Provider        = Provider{}

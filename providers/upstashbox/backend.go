@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/lease"
@@ -27,7 +28,7 @@ const (
 	ownLabels = 2
 )
 
-var labelChars = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+var labelChars = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._:-]+$`) })
 
 // cleanupTimeout bounds the removal of a half-made box, and the kill of a
 // command, after the caller has given up.
@@ -118,7 +119,7 @@ func boxLabels(req provider.WarmupRequest) ([]string, error) {
 		switch {
 		case k == "" || strings.Contains(k, ":") || k == LabelCrabbox || cloud.IsOwnershipKey(k):
 			return nil, fmt.Errorf("label key %q is empty, has a colon or is reserved for crabbox: %w", k, provider.ErrPrecondition)
-		case len(l) > maxLabelLen || !labelChars.MatchString(l):
+		case len(l) > maxLabelLen || !labelChars().MatchString(l):
 			return nil, fmt.Errorf("label %q does not fit Upstash's labels (at most %d characters of letters, digits, '.', '_', '-', ':'): %w",
 				l, maxLabelLen, provider.ErrPrecondition)
 		}

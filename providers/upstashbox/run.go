@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/crabbox-dev/crabbox/provider"
@@ -74,7 +75,7 @@ const (
 	errorEvent = "event: error\n"
 )
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // Run runs req.Command in req.Dir (made if missing) in the lease's box
 // through the exec-stream endpoint, copying its stdout to req.Stdout as it
@@ -101,7 +102,7 @@ func (b *Backend) Run(ctx context.Context, req provider.DelegatedRunRequest) (pr
 		return provider.DelegatedRunResult{}, fmt.Errorf("upstash-box: run on %s: dir: %w", req.LeaseID, err)
 	}
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
-		if !envName.MatchString(k) {
+		if !envName().MatchString(k) {
 			return provider.DelegatedRunResult{}, fmt.Errorf("upstash-box: run on %s: environment variable name %q is not a shell name", req.LeaseID, k)
 		}
 	}
