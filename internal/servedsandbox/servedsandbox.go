@@ -1,7 +1,7 @@
 // Package servedsandbox is a delegated-run provider for tests of provider
-// programs: providertest's fake sandbox with a lifetime option, served by
-// the program internal/cmd/servedsandbox over the external provider
-// protocol.
+// programs: providertest's fake sandbox with a lifetime option, served
+// over the external provider protocol by the program
+// providers/external/internal/sandboxprogram.
 package servedsandbox
 
 import (

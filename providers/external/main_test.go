@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 	}
 	for path, pkg := range map[string]string{
 		examplePath:    "github.com/crabbox-dev/crabbox/examples/externalprovider",
-		sandboxProgram: "github.com/crabbox-dev/crabbox/internal/cmd/servedsandbox",
+		sandboxProgram: "github.com/crabbox-dev/crabbox/providers/external/internal/sandboxprogram",
 	} {
 		build := exec.Command("go", "build", "-o", path, pkg)
 		if out, err := build.CombinedOutput(); err != nil {

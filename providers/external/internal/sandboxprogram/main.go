@@ -1,4 +1,4 @@
-// Command servedsandbox serves the fake sandbox of internal/servedsandbox
+// Command sandboxprogram serves the fake sandbox of internal/servedsandbox
 // over the external provider protocol, one request per run, as a
 // provider program does; providers/external's tests install it as
 // crabbox-provider-sandbox.
