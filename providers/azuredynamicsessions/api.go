@@ -21,6 +21,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
@@ -56,19 +57,7 @@ func (e *APIError) Error() string {
 }
 
 // Is reports whether the answer's status is of the portable kind target.
-func (e *APIError) Is(target error) bool {
-	switch target {
-	case provider.ErrNotFound:
-		return e.Status == http.StatusNotFound
-	case provider.ErrUnauthenticated:
-		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
-	case provider.ErrConflict:
-		return e.Status == http.StatusConflict
-	case provider.ErrTransient:
-		return retryable(e.Status)
-	}
-	return false
-}
+func (e *APIError) Is(target error) bool { return delegated.StatusIs(e.Status, target) }
 
 func retryable(status int) bool { return status == http.StatusTooManyRequests || status >= 500 }
 

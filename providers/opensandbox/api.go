@@ -16,6 +16,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
@@ -60,19 +61,7 @@ func (e *APIError) Error() string {
 }
 
 // Is maps the answer to crabbox's portable error kinds.
-func (e *APIError) Is(target error) bool {
-	switch target {
-	case provider.ErrNotFound:
-		return e.Status == http.StatusNotFound
-	case provider.ErrUnauthenticated:
-		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
-	case provider.ErrConflict:
-		return e.Status == http.StatusConflict
-	case provider.ErrTransient:
-		return e.Status == http.StatusTooManyRequests || e.Status >= 500
-	}
-	return false
-}
+func (e *APIError) Is(target error) bool { return delegated.StatusIs(e.Status, target) }
 
 // definite reports whether err is an answer that says the request was not
 // carried out (a 4xx), as opposed to a lost or failed answer after which

@@ -17,6 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
@@ -61,19 +62,7 @@ func (e *APIError) Error() string {
 }
 
 // Is maps the answer to crabbox's portable error kinds.
-func (e *APIError) Is(target error) bool {
-	switch target {
-	case provider.ErrNotFound:
-		return e.Status == http.StatusNotFound
-	case provider.ErrUnauthenticated:
-		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
-	case provider.ErrConflict:
-		return e.Status == http.StatusConflict
-	case provider.ErrTransient:
-		return e.Status == http.StatusTooManyRequests || e.Status >= 500
-	}
-	return false
-}
+func (e *APIError) Is(target error) bool { return delegated.StatusIs(e.Status, target) }
 
 // readAPIError turns a non-2xx answer into an *APIError, reading the
 // documented {"error","code"} body (or a {"message"}) when there is one.

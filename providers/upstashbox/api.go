@@ -15,6 +15,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 	"github.com/crabbox-dev/crabbox/providers/internal/retryafter"
 )
 
@@ -54,19 +55,10 @@ func (e *APIError) Error() string {
 
 // Is reports whether the answer's status is of the portable kind target.
 func (e *APIError) Is(target error) bool {
-	switch target {
-	case provider.ErrNotFound:
-		return e.Status == http.StatusNotFound
-	case provider.ErrUnauthenticated:
-		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
-	case provider.ErrConflict:
-		return e.Status == http.StatusConflict
-	case provider.ErrCapacity:
+	if target == provider.ErrCapacity {
 		return e.Status == http.StatusPaymentRequired
-	case provider.ErrTransient:
-		return e.Status == http.StatusTooManyRequests || e.Status >= 500
 	}
-	return false
+	return delegated.StatusIs(e.Status, target)
 }
 
 // definite reports whether err is an answer that says the request was not

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/crabbox-dev/crabbox/provider"
+	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 )
 
 // maxErrorBody bounds how much of an error answer is read.
@@ -40,19 +41,10 @@ func (e *APIError) Error() string {
 
 // Is reports whether the answer's status is of the portable kind target.
 func (e *APIError) Is(target error) bool {
-	switch target {
-	case provider.ErrNotFound:
-		return e.Status == http.StatusNotFound
-	case provider.ErrUnauthenticated:
-		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
-	case provider.ErrConflict:
-		return e.Status == http.StatusConflict
-	case provider.ErrCapacity:
+	if target == provider.ErrCapacity {
 		return e.Status == http.StatusPaymentRequired
-	case provider.ErrTransient:
-		return e.Status == http.StatusTooManyRequests || e.Status >= 500
 	}
-	return false
+	return delegated.StatusIs(e.Status, target)
 }
 
 // definite reports whether err is an answer that says the request was not

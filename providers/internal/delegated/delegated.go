@@ -1,13 +1,18 @@
 // Package delegated is what the delegated sandbox providers of crabbox
-// (Daytona, E2B, Vercel) share of their configuration: the checks of the
-// API URLs they are given.
+// share: the checks of the API URLs they are given, and how an HTTP
+// answer's status maps to crabbox's error kinds.
 //
 // Like providers/internal/cloud for the VM clouds, it holds small
 // functions, not a provider skeleton; each provider keeps its own options,
 // defaults and error messages.
 package delegated
 
-import "net/url"
+import (
+	"net/http"
+	"net/url"
+
+	"github.com/crabbox-dev/crabbox/provider"
+)
 
 // ParseHTTPURL parses v and reports whether it is an http or https URL
 // with a host.
@@ -28,4 +33,22 @@ func ParseBaseURL(v string) (*url.URL, bool) {
 		return nil, false
 	}
 	return u, true
+}
+
+// StatusIs reports whether an HTTP answer of status is an error of the
+// portable kind target: 404 not found, 401 and 403 unauthenticated, 409
+// conflict, 429 and 5xx transient. It is what the sandbox APIs' error
+// types answer errors.Is with, besides kinds of their own.
+func StatusIs(status int, target error) bool {
+	switch target {
+	case provider.ErrNotFound:
+		return status == http.StatusNotFound
+	case provider.ErrUnauthenticated:
+		return status == http.StatusUnauthorized || status == http.StatusForbidden
+	case provider.ErrConflict:
+		return status == http.StatusConflict
+	case provider.ErrTransient:
+		return status == http.StatusTooManyRequests || status >= 500
+	}
+	return false
 }

@@ -3,7 +3,10 @@ package delegated_test
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/crabbox-dev/crabbox/internal/testenv"
+	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/delegated"
 )
 
@@ -34,6 +37,28 @@ func TestParseURL(t *testing.T) {
 		}
 		if ok != (u != nil) {
 			t.Errorf("ParseBaseURL(%q) = %v, %v: a URL exactly when ok", tc.in, u, ok)
+		}
+	}
+}
+
+func TestStatusIs(t *testing.T) {
+	kinds := map[string]error{
+		"not-found": provider.ErrNotFound, "unauthenticated": provider.ErrUnauthenticated,
+		"conflict": provider.ErrConflict, "transient": provider.ErrTransient, "capacity": provider.ErrCapacity,
+	}
+	want := map[int][]string{
+		400: nil, 401: {"unauthenticated"}, 402: nil, 403: {"unauthenticated"}, 404: {"not-found"},
+		409: {"conflict"}, 422: nil, 429: {"transient"}, 500: {"transient"}, 503: {"transient"},
+	}
+	for status, wantKinds := range want {
+		var got []string
+		for _, name := range []string{"capacity", "conflict", "not-found", "transient", "unauthenticated"} {
+			if delegated.StatusIs(status, kinds[name]) {
+				got = append(got, name)
+			}
+		}
+		if diff := cmp.Diff(wantKinds, got); diff != "" {
+			t.Errorf("kinds of HTTP %d (-want +got):\n%s", status, diff)
 		}
 	}
 }
