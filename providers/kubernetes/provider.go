@@ -133,18 +133,12 @@ func (Provider) Configure(cfg provider.Config, rt provider.Runtime) (provider.Ba
 // ParseConfig turns the provider's raw options into a Config, naming the
 // option that is wrong.
 func ParseConfig(cfg provider.Config) (Config, error) {
-	raw := provider.Config{}
-	for k, v := range cfg {
-		raw[k] = v
-	}
-	raw["region"] = cfg["namespace"]
-	o, err := kubeCloud.Parse(raw)
+	o, a, err := kube.ParseOptions(kubeCloud, cfg)
 	if err != nil {
 		return Config{}, err
 	}
 	return Config{
-		Options: o, Kubeconfig: strings.TrimSpace(cfg["kubeconfig"]), Context: strings.TrimSpace(cfg["context"]),
-		ServiceType: strings.TrimSpace(cfg["service-type"]), NodeAddress: strings.TrimSpace(cfg["node-address"]),
+		Options: o, Kubeconfig: a.Kubeconfig, Context: a.Context, ServiceType: a.ServiceType, NodeAddress: a.NodeAddress,
 		GPUResource: strings.TrimSpace(cfg["gpu-resource"]),
 	}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"strings"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/crabbox-dev/crabbox/provider"
 	"github.com/crabbox-dev/crabbox/providers/internal/cloud"
+	"github.com/crabbox-dev/crabbox/providers/internal/tagcloud"
 )
 
 // Service types: how a box's SSH port is exposed.
@@ -302,4 +304,30 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// Access is how a cluster provider reaches its cluster and its boxes: the
+// kubeconfig file and context, the Service type and where node ports are
+// reached, trimmed as given (empty means the default).
+type Access struct {
+	Kubeconfig, Context, ServiceType, NodeAddress string
+}
+
+// ParseOptions parses the options the cluster providers share: c's tag
+// cloud options, with the namespace option as the region, and the
+// options of Access. Errors name the option that is wrong.
+func ParseOptions(c tagcloud.Cloud, cfg provider.Config) (tagcloud.Options, Access, error) {
+	raw := maps.Clone(cfg)
+	if raw == nil {
+		raw = provider.Config{}
+	}
+	raw["region"] = cfg["namespace"]
+	o, err := c.Parse(raw)
+	if err != nil {
+		return tagcloud.Options{}, Access{}, err
+	}
+	return o, Access{
+		Kubeconfig: strings.TrimSpace(cfg["kubeconfig"]), Context: strings.TrimSpace(cfg["context"]),
+		ServiceType: strings.TrimSpace(cfg["service-type"]), NodeAddress: strings.TrimSpace(cfg["node-address"]),
+	}, nil
 }
