@@ -183,15 +183,23 @@ type Credential struct {
 	Elsewhere string
 }
 
-// MissingCredentials returns the credentials of s that getenv finds
-// none of, leaving out those that can come from elsewhere.
+// Set reports whether getenv finds one of c's variables set.
+func (c Credential) Set(getenv func(string) string) bool {
+	return slices.ContainsFunc(c.Env, func(k string) bool { return getenv(k) != "" })
+}
+
+// Missing reports whether c is neither set nor can come from elsewhere.
+func (c Credential) Missing(getenv func(string) string) bool {
+	return c.Elsewhere == "" && !c.Set(getenv)
+}
+
+// MissingCredentials returns the credentials of s that are Missing.
 func (s Spec) MissingCredentials(getenv func(string) string) []Credential {
 	var missing []Credential
 	for _, c := range s.Credentials {
-		if c.Elsewhere != "" || slices.ContainsFunc(c.Env, func(k string) bool { return getenv(k) != "" }) {
-			continue
+		if c.Missing(getenv) {
+			missing = append(missing, c)
 		}
-		missing = append(missing, c)
 	}
 	return missing
 }

@@ -274,13 +274,10 @@ func describe(s provider.Spec, getenv func(string) string) providerDescription {
 	if info.Aliases == nil {
 		info.Aliases = []string{}
 	}
-	missing := s.MissingCredentials(getenv)
 	info.Credentials = []credentialDescription{}
 	for _, c := range s.Credentials {
 		info.Credentials = append(info.Credentials, credentialDescription{
-			Env: c.Env, Elsewhere: c.Elsewhere,
-			Set:     slices.ContainsFunc(c.Env, func(k string) bool { return getenv(k) != "" }),
-			Missing: slices.ContainsFunc(missing, func(m provider.Credential) bool { return slices.Equal(m.Env, c.Env) }),
+			Env: c.Env, Elsewhere: c.Elsewhere, Set: c.Set(getenv), Missing: c.Missing(getenv),
 		})
 	}
 	for _, o := range s.Options {
